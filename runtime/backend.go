@@ -1,0 +1,48 @@
+// Package runtime is memra's backend-independent engine: the seam every
+// backend implements, the sampler, stop handling, streaming text and the
+// scheduler that batches sequences from many requests into shared steps.
+package runtime
+
+import "context"
+
+// SeqID identifies one sequence, and so one KV cache, inside a backend.
+type SeqID uint64
+
+// SeqStep is one sequence's share of a forward step.
+type SeqStep struct {
+	Seq SeqID
+	// Pos is the position of Tokens[0]: the number of this sequence's tokens
+	// the backend keeps in its KV cache from earlier steps. A Pos below the
+	// cached length discards the cached entries from Pos on.
+	Pos    int
+	Tokens []int32 // new tokens, at positions Pos, Pos+1, …
+	Logits bool    // whether the logits after the last token are wanted
+}
+
+// ModelInfo describes a loaded model to the engine.
+type ModelInfo struct {
+	Name          string
+	Arch          string
+	VocabSize     int // logits per token
+	ContextLength int // maximum positions per sequence
+	// MaxBatchTokens bounds the tokens of one step (all sequences together);
+	// 0 means no bound.
+	MaxBatchTokens int
+	Device         string // "cpu", "cuda:0", …
+}
+
+// Backend executes whole forward steps of one loaded model. It is the only
+// interface between the engine and a device: a new op never touches it.
+//
+// A Backend is used from one goroutine at a time.
+type Backend interface {
+	Info() ModelInfo
+	// Step runs one forward pass over every entry of batch and returns, in
+	// batch order, the logits after the last token of each entry whose Logits
+	// is set (nil for the others). The returned slices stay valid until the
+	// next call of Step.
+	Step(ctx context.Context, batch []SeqStep) ([][]float32, error)
+	// Free drops the KV cache of seq; freeing an unknown seq is a no-op.
+	Free(seq SeqID)
+	Close() error
+}
