@@ -1,0 +1,40 @@
+# memra — two commands on a fresh machine: `make run` and `make test`.
+GO        ?= go
+BIN       := bin/memra
+GOFLAGS_BUILD := -trimpath
+export CGO_ENABLED := 0
+
+.PHONY: run build test test-go test-npm check bench clean
+
+## run: serve the embedded default model on http://127.0.0.1:8080 (OpenAI-compatible)
+run: build
+	./$(BIN) serve
+
+## build: the static memra binary (no cgo; GPU support is found at run time)
+build:
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/memra
+
+## test: every test: Go packages (with fuzz seed corpora), then the OpenAI SDK suite
+test: test-go test-npm
+
+test-go:
+	$(GO) test -count=1 -timeout 20m ./...
+
+test-npm:
+	bash serve/npmtest/run.sh
+
+## check: formatting, vet, generated files and go.mod up to date
+check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) generate ./...
+	git diff --exit-code
+	$(GO) mod tidy
+	git diff --exit-code go.mod go.sum
+
+## bench: prompt and generation speed of the embedded model on this machine
+bench: build
+	./$(BIN) bench -p 128 -n 64 -r 5
+
+clean:
+	rm -rf bin
