@@ -4,6 +4,11 @@
 // The numbering of Type is GGUF's ggml_type numbering, so a tensor type read
 // from a file converts directly. Block layouts are bit-compatible with the
 // files other tools write.
+//
+// Besides the type table the package converts scalars (F16, BF16, FP8 E4M3),
+// decodes rows (Dequantize), encodes them with GGUF tools' reference
+// quantisers (Quantize) and takes the fused row·vector product the CPU
+// reference executor is built on (Dot).
 package dtype
 
 import (
@@ -13,6 +18,10 @@ import (
 
 // ErrType is returned for a type memra does not know or cannot handle.
 var ErrType = errors.New("dtype: unsupported type")
+
+// ErrLength is returned when a byte or element count does not fit the type:
+// not a whole number of blocks, or bytes and elements that disagree.
+var ErrLength = errors.New("dtype: length mismatch")
 
 // Type is a tensor element format, numbered as GGUF's ggml_type.
 type Type uint32
@@ -109,7 +118,7 @@ func (t Type) RowBytes(n int) (int, error) {
 		return 0, fmt.Errorf("%w: %v", ErrType, t)
 	}
 	if n < 0 || n%i.blockElems != 0 {
-		return 0, fmt.Errorf("dtype: row of %d elements is not a whole number of %v blocks (%d)", n, t, i.blockElems)
+		return 0, fmt.Errorf("%w: row of %d elements is not a whole number of %v blocks (%d)", ErrLength, n, t, i.blockElems)
 	}
 	return n / i.blockElems * i.blockBytes, nil
 }

@@ -1,0 +1,144 @@
+package ir
+
+//go:generate go run ./internal/opgen -in ops.go -out ops_gen.go
+
+// opTable is the op table: one row per op, indexed by Op. It is the single
+// definition of every op; internal/opgen reads the Name and Doc of each row
+// (in order) to write the Op enum, its String method and name lookup into
+// ops_gen.go. Add an op by adding a row here and running go generate.
+//
+// Conventions for Doc: shapes are row-major, outermost first; T is the
+// tokens of the step, S its sequences; "seq(t)" and "pos(t)" are the
+// sequence and position of token t; x[t,i] indexes the innermost axis last.
+var opTable = [...]opDef{
+	{Name: "invalid", Group: GroupNone, Doc: "the zero Op; never valid in a graph."},
+
+	// --- leaves: inputs of a step and weights ---
+	{
+		Name: "tokens", Group: GroupLeaf,
+		Shape: shapeOf(T), Type: typeI32,
+		Doc: "I32[T]: the step's token ids, the tokens of each sequence contiguous and in batch order.",
+	},
+	{
+		Name: "positions", Group: GroupLeaf,
+		Shape: shapeOf(T), Type: typeI32,
+		Doc: "I32[T]: pos(t), the position of token t within its sequence.",
+	},
+	{
+		Name: "weight", Group: GroupLeaf,
+		Attrs: []AttrSpec{{"name", AttrString}, {"type", AttrDType}, {"ne", AttrInts}},
+		Shape: shapeWeight, Type: typeWeight,
+		Doc: "type[ne reversed]: the named model tensor, stored as type with GGUF dims ne (ne[0] contiguous); " +
+			"its value has row-major shape [ne[n-1],…,ne[0]], so a matrix of ne [in,out] is out rows of in elements.",
+	},
+
+	// --- movement / memory ---
+	{
+		Name: "embed", Group: GroupMovement,
+		Args:  []Operand{{"table", ArgWeight, false}, {"ids", ArgI32, false}},
+		Shape: shapeEmbed, Type: typeF32,
+		Doc: "F32[T,E]: y[t,:] = table[ids[t],:] dequantised; table is any dtype with shape [V,E]; an id outside [0,V) is an error at run time.",
+	},
+	{
+		Name: "reshape", Group: GroupMovement,
+		Args:  []Operand{{"x", ArgF32, false}},
+		Attrs: []AttrSpec{{"dims", AttrInts}},
+		Shape: shapeReshape, Type: typeF32,
+		Doc: "F32[x0,dims…]: the same elements in the same order, the inner axes of x re-split as dims (their product equals the product of x's inner axes); x's outer axis is kept.",
+	},
+	{
+		Name: "last_tokens", Group: GroupMovement,
+		Args:  []Operand{{"x", ArgF32, false}},
+		Shape: shapeLastTokens, Type: typeF32,
+		Doc: "F32[S,E]: y[s,:] = x[t,:] for t the last token of sequence s in the step.",
+	},
+
+	// --- elementwise unary ---
+	{
+		Name: "silu", Group: GroupUnary,
+		Args:  []Operand{{"x", ArgF32, false}},
+		Shape: shapeSame, Type: typeF32,
+		Doc: "same shape: y = x / (1 + exp(-x)).",
+	},
+
+	// --- elementwise binary ---
+	{
+		Name: "add", Group: GroupBinary,
+		Args:  []Operand{{"x", ArgF32, false}, {"y", ArgF32, false}},
+		Shape: shapeSameBinary, Type: typeF32,
+		Doc: "same shape: z = x + y (the residual add).",
+	},
+	{
+		Name: "mul", Group: GroupBinary,
+		Args:  []Operand{{"x", ArgF32, false}, {"y", ArgF32, false}},
+		Shape: shapeSameBinary, Type: typeF32,
+		Doc: "same shape: z = x · y elementwise.",
+	},
+	{
+		Name: "swiglu", Group: GroupBinary,
+		Args:  []Operand{{"gate", ArgF32, false}, {"up", ArgF32, false}},
+		Shape: shapeSameBinary, Type: typeF32,
+		Doc: "same shape: z = silu(gate) · up = gate / (1 + exp(-gate)) · up.",
+	},
+	{
+		Name: "bias_add", Group: GroupBinary,
+		Args:  []Operand{{"x", ArgF32, false}, {"bias", ArgWeight, false}},
+		Shape: shapeBias, Type: typeF32,
+		Doc: "shape of x [T,N]: y[t,n] = x[t,n] + bias[n]; bias is a [N] weight of any float dtype.",
+	},
+
+	// --- reductions ---
+	{
+		Name: "rms_norm", Group: GroupReduce,
+		Args:  []Operand{{"x", ArgF32, false}, {"weight", ArgWeight, false}},
+		Attrs: []AttrSpec{{"eps", AttrFloat}},
+		Shape: shapeNorm, Type: typeF32,
+		Doc: "shape of x [...,D]: over the innermost axis, y[...,i] = x[...,i] / sqrt(mean(x[...,:]²) + eps) · weight[i], " +
+			"the mean of squares accumulated in float64; weight is [D] (D = E for the block norms, head_dim for per-head q/k norms).",
+	},
+
+	// --- matrix products ---
+	{
+		Name: "matmul", Group: GroupMatmul,
+		Args:  []Operand{{"x", ArgF32, false}, {"w", ArgWeight, false}},
+		Shape: shapeMatmul, Type: typeF32,
+		Doc: "F32[T,N]: y = x · Wᵀ, y[t,n] = Σ_k x[t,k] · W[n,k]; W is a [N,K] weight (GGUF ne [K,N]) of any dtype, read row by row as stored.",
+	},
+
+	// --- model ops ---
+	{
+		Name: "rope", Group: GroupModel,
+		Args: []Operand{{"x", ArgF32, false}, {"pos", ArgI32, false}, {"freq_factors", ArgWeight, true}},
+		Attrs: []AttrSpec{
+			{"style", AttrString}, {"dims", AttrInt}, {"base", AttrFloat},
+			{"scaling", AttrString}, {"factor", AttrFloat}, {"orig_ctx", AttrInt},
+			{"low_freq", AttrFloat}, {"high_freq", AttrFloat},
+		},
+		Shape: shapeRope, Type: typeF32,
+		Doc: "F32[T,H,D] rotated: for i < dims/2, θ_i = RopeTheta(i) (base^(-2i/dims), then llama3 scaling or ÷freq_factors[i]), " +
+			"angle = p·θ_i with p = pos[t] (÷factor for linear scaling); the pair (a,b) is (x[2i],x[2i+1]) for style " +
+			"\"interleaved\" or (x[i],x[i+dims/2]) for \"half\"; a' = a·cos − b·sin, b' = a·sin + b·cos; elements from dims on are copied.",
+	},
+	{
+		Name: "kv_write", Group: GroupModel, Effect: true,
+		Args:  []Operand{{"k", ArgF32, false}, {"v", ArgF32, false}},
+		Attrs: []AttrSpec{{"layer", AttrInt}},
+		Shape: shapeKVWrite, Type: typeF32,
+		Doc: "handle []: stores k[t] and v[t] ([Hkv,D] each) at position pos(t) of layer's float32 KV cache of sequence seq(t), for every t; " +
+			"the result names that cache after the writes, for attention to read.",
+	},
+	{
+		Name: "attention", Group: GroupModel,
+		Args:  []Operand{{"q", ArgF32, false}, {"cache", ArgCache, false}},
+		Attrs: []AttrSpec{{"scale", AttrFloat}, {"causal", AttrBool}},
+		Shape: shapeAttention, Type: typeF32,
+		Doc: "F32[T,H,D]: for head h of token t, with g = h / (H/Hkv) its KV head and j over the cached positions of seq(t) " +
+			"(j ≤ pos(t) when causal): s_j = scale · q[t,h]·K[j,g], w = softmax(s) (max-subtracted, sums in float64), out[t,h] = Σ_j w_j · V[j,g].",
+	},
+	{
+		Name: "output", Group: GroupOutput, Effect: true,
+		Args:  []Operand{{"logits", ArgF32, false}},
+		Shape: shapeOutput, Type: typeF32,
+		Doc: "F32[S,V]: the step's result, the logits after the last token of each sequence; exactly one, the last node.",
+	},
+}
