@@ -1,0 +1,98 @@
+package codegen
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// Shape is a model-like set of constant dimensions to generate kernels for.
+type Shape struct {
+	Name                    string
+	Hidden, FFN, Vocab      int
+	Heads, HeadsKV, HeadDim int
+	RopeHalf                bool
+	Eps                     float32
+}
+
+// Shapes are the preset shapes of kernel-check and the compile gate.
+var Shapes = []Shape{
+	{Name: "llama3-8b", Hidden: 4096, FFN: 14336, Vocab: 128256, Heads: 32, HeadsKV: 8, HeadDim: 128, Eps: 1e-5},
+	{Name: "qwen2.5-7b", Hidden: 3584, FFN: 18944, Vocab: 152064, Heads: 28, HeadsKV: 4, HeadDim: 128, RopeHalf: true, Eps: 1e-6},
+	{Name: "qwen3-8b", Hidden: 4096, FFN: 12288, Vocab: 151936, Heads: 32, HeadsKV: 8, HeadDim: 128, RopeHalf: true, Eps: 1e-6},
+	{Name: "tiny", Hidden: 256, FFN: 512, Vocab: 1000, Heads: 4, HeadsKV: 2, HeadDim: 64, Eps: 1e-5},
+}
+
+// ShapeByName returns the preset shape called name.
+func ShapeByName(name string) (Shape, error) {
+	for _, s := range Shapes {
+		if strings.EqualFold(s.Name, name) {
+			return s, nil
+		}
+	}
+	return Shape{}, fmt.Errorf("%w: shape %q", ErrUnsupported, name)
+}
+
+// Rope returns the RoPE shape of s with a cache of type cache.
+func (s Shape) Rope(cache dtype.Type) RopeShape {
+	return RopeShape{Heads: s.Heads, HeadsKV: s.HeadsKV, HeadDim: s.HeadDim, RopeDim: s.HeadDim, Half: s.RopeHalf, Cache: cache}
+}
+
+// Attn returns the attention shape of s reading q from fused QKV rows.
+func (s Shape) Attn(cache dtype.Type) AttnShape {
+	return AttnShape{Heads: s.Heads, HeadsKV: s.HeadsKV, HeadDim: s.HeadDim, QStride: s.Rope(cache).QKVStride(), Cache: cache}
+}
+
+// DefaultKernels returns every family's kernels with default arms for shape
+// s: the dtype-independent ones (norm, RoPE, SwiGLU, attention, argmax with
+// an F16 cache) and, for each weight type in types, embedding, GEMV (the
+// QKV product, N = (Heads+2·HeadsKV)·HeadDim, K = Hidden) and the MMA
+// product. A type a family cannot take for the shape is skipped.
+func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
+	var ks []*Kernel
+	add := func(k *Kernel, err error) error {
+		if err != nil {
+			return err
+		}
+		ks = append(ks, k)
+		return nil
+	}
+	cache := dtype.F16
+	if err := add(RMSNormAdd(s.Hidden, s.Eps, true, DefaultBlockArm)); err != nil {
+		return nil, err
+	}
+	if err := add(RopeKV(s.Rope(cache), DefaultBlockArm)); err != nil {
+		return nil, err
+	}
+	if err := add(SwiGLU(s.FFN, DefaultBlockArm)); err != nil {
+		return nil, err
+	}
+	if err := add(Argmax(s.Vocab, DefaultBlockArm)); err != nil {
+		return nil, err
+	}
+	p, c, err := DecodeAttention(s.Attn(cache), DefaultDecodeArm)
+	if err != nil {
+		return nil, err
+	}
+	ks = append(ks, p, c)
+	if err := add(PrefillAttention(s.Attn(cache), DefaultPrefillArm)); err != nil {
+		return nil, err
+	}
+	nqkv := (s.Heads + 2*s.HeadsKV) * s.HeadDim
+	for _, t := range types {
+		if checkRow(t, s.Hidden) != nil {
+			continue
+		}
+		if err := add(Embedding(t, s.Hidden, DefaultBlockArm)); err != nil {
+			return nil, err
+		}
+		if err := add(GEMV(t, nqkv, s.Hidden, false, DefaultGEMVArm)); err != nil {
+			return nil, err
+		}
+		if err := add(MatMulMMA(t, nqkv, s.Hidden, false, DefaultMMAArm)); err != nil {
+			return nil, err
+		}
+	}
+	return ks, nil
+}

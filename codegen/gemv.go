@@ -1,0 +1,143 @@
+package codegen
+
+import (
+	"fmt"
+
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// GEMVArm is the tuning of the matrix-vector product.
+type GEMVArm struct {
+	Threads      int // threads per block, a multiple of 32
+	RowsPerBlock int // output rows per block; Threads/RowsPerBlock threads (whole warps) per row
+	Unroll       int // unroll factor of the loop over a row's 32-element units
+	SharedX      int // 1: stage the activation row in shared memory; 0: read it from global memory
+}
+
+// DefaultGEMVArm is the arm used before tuning: one warp per row, 8 rows per
+// block, activations in shared memory.
+var DefaultGEMVArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1}
+
+// GEMVKnobs is the search space of GEMVArm.
+var GEMVKnobs = []Knob{
+	{"threads", []int{64, 128, 256, 512}},
+	{"rows_per_block", []int{1, 2, 4, 8, 16}},
+	{"unroll", []int{1, 2, 4, 8}},
+	{"shared_x", []int{0, 1}},
+}
+
+// Validate reports whether a is well formed.
+func (a GEMVArm) Validate() error {
+	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.RowsPerBlock <= 0 ||
+		a.Threads%a.RowsPerBlock != 0 || (a.Threads/a.RowsPerBlock)%32 != 0 || a.Unroll <= 0 || a.SharedX < 0 || a.SharedX > 1 {
+		return fmt.Errorf("%w: gemv arm %+v", ErrUnsupported, a)
+	}
+	return nil
+}
+
+// GEMVArms lists every valid GEMVArm of the search space.
+func GEMVArms() []GEMVArm {
+	return enumerate(GEMVKnobs, func(v map[string]int) GEMVArm {
+		return GEMVArm{Threads: v["threads"], RowsPerBlock: v["rows_per_block"], Unroll: v["unroll"], SharedX: v["shared_x"]}
+	}, GEMVArm.Validate)
+}
+
+// String is the arm's short name used in kernel names and tables.
+func (a GEMVArm) String() string {
+	return fmt.Sprintf("t%d_r%d_u%d_s%d", a.Threads, a.RowsPerBlock, a.Unroll, a.SharedX)
+}
+
+// GEMV returns the matrix-vector product y = W·x for W of n rows of k
+// elements of type t (GGUF layout: each row contiguous), dequantised in
+// registers, for m activation rows x [m][k] → y [m][n]:
+//
+//	gemv(const u8* W, const float* x, float* y, int m)
+//
+// With residual the product is added to y (y += W·x). grid (⌈n/rows⌉, m).
+func GEMV(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
+	if err := checkRow(t, k); err != nil {
+		return nil, err
+	}
+	if err := arm.Validate(); err != nil {
+		return nil, err
+	}
+	if n <= 0 {
+		return nil, fmt.Errorf("%w: gemv with %d rows", ErrUnsupported, n)
+	}
+	rowBytes, _ := t.RowBytes(k)
+	tpr := arm.Threads / arm.RowsPerBlock
+	epi := ""
+	if residual {
+		epi = "_res"
+	}
+	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
+	params := []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"float* __restrict__", "y"}, {"int", "m"}}
+	shared := 0
+	if arm.SharedX == 1 {
+		shared = 4 * k
+	}
+	src := source(fmt.Sprintf("gemv: %v weights, N %d, K %d, residual %v, %v", t, n, k, residual, arm), []string{dqHelper(t), "warp", "pdl"}, func(w *Writer) {
+		w.Linef("#define N %d", n)
+		w.Linef("#define K %d", k)
+		w.Linef("#define ROW_BYTES %d", rowBytes)
+		w.Linef("#define TPR %d // threads per row", tpr)
+		w.Linef("#define RPB %d // rows per block", arm.RowsPerBlock)
+		w.Blank()
+		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
+			w.Line("const int r = blockIdx.x * RPB + threadIdx.x / TPR;")
+			w.Line("const int lane = threadIdx.x % TPR;")
+			w.Line("const u8* wr = W + (size_t)r * ROW_BYTES;")
+			w.Line("pdl_wait();")
+			if arm.SharedX == 1 {
+				w.Line("extern __shared__ float4 xs4[];")
+				w.Line("const float4* xg = (const float4*)(x + (size_t)blockIdx.y * K);")
+				w.For("i", "threadIdx.x", "K / 4", fmt.Sprint(arm.Threads), 0, func() { w.Line("xs4[i] = xg[i];") })
+				w.Line("__syncthreads();")
+				w.Line("const float* xs = (const float*)xs4;")
+			} else {
+				w.Line("const float* xs = x + (size_t)blockIdx.y * K;")
+			}
+			w.Line("float acc = 0.f;")
+			end := "K / 32"
+			if n%arm.RowsPerBlock != 0 {
+				w.Comment("rows past N (last block only) skip the loop but join the reductions")
+				w.Line("const int units = r < N ? K / 32 : 0;")
+				end = "units"
+			}
+			w.For("u", "lane", end, "TPR", arm.Unroll, func() {
+				w.Line("float v[32];")
+				w.Linef("%s(wr, u, v);", dqFunc(t))
+				w.Line("const float4* xu = (const float4*)(xs + 32 * u);")
+				w.For("i", "0", "8", "1", -1, func() {
+					w.Line("const float4 q = xu[i];")
+					w.Line("acc += v[4 * i] * q.x + v[4 * i + 1] * q.y + v[4 * i + 2] * q.z + v[4 * i + 3] * q.w;")
+				})
+			})
+			w.Line("acc = warp_sum(acc);")
+			if tpr > 32 {
+				w.Linef("__shared__ float part[%d];", arm.Threads/32)
+				w.If("(threadIdx.x & 31) == 0", func() { w.Line("part[threadIdx.x >> 5] = acc;") })
+				w.Line("__syncthreads();")
+				w.If("lane == 0", func() {
+					w.Line("const float* pr = part + (threadIdx.x >> 5);")
+					w.For("i", "1", fmt.Sprint(tpr/32), "1", -1, func() { w.Line("acc += pr[i];") })
+				})
+			}
+			store := "lane == 0"
+			if n%arm.RowsPerBlock != 0 {
+				store = "lane == 0 && r < N"
+			}
+			w.If(store, func() {
+				op := "="
+				if residual {
+					op = "+="
+				}
+				w.Linef("y[(size_t)blockIdx.y * N + r] %s acc;", op)
+			})
+			w.Line("pdl_launch();")
+		}})
+	})
+	return &Kernel{Family: "gemv", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
+		return Geometry{Grid: dim3(ceilDiv(n, arm.RowsPerBlock), d.Tokens, 1), Block: dim3(arm.Threads, 1, 1), Shared: uint32(shared)}
+	}}, nil
+}

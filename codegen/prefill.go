@@ -1,0 +1,105 @@
+package codegen
+
+import (
+	"fmt"
+	"math"
+)
+
+// PrefillArm is the tuning of causal prefill attention.
+type PrefillArm struct {
+	Warps int // warps per block; each warp owns one (token, head) query
+}
+
+// DefaultPrefillArm is the arm used before tuning.
+var DefaultPrefillArm = PrefillArm{Warps: 4}
+
+// PrefillKnobs is the search space of PrefillArm.
+var PrefillKnobs = []Knob{{"warps", []int{1, 2, 4, 8, 16}}}
+
+// Validate reports whether a is well formed.
+func (a PrefillArm) Validate() error {
+	if a.Warps < 1 || a.Warps > 32 {
+		return fmt.Errorf("%w: prefill attention arm %+v", ErrUnsupported, a)
+	}
+	return nil
+}
+
+// PrefillArms lists every valid PrefillArm of the search space.
+func PrefillArms() []PrefillArm {
+	return enumerate(PrefillKnobs, func(v map[string]int) PrefillArm { return PrefillArm{Warps: v["warps"]} }, PrefillArm.Validate)
+}
+
+// String is the arm's short name used in kernel names and tables.
+func (a PrefillArm) String() string { return fmt.Sprintf("w%d", a.Warps) }
+
+// PrefillAttention returns causal attention for a step's tokens, each
+// attending to the cache rows of its own sequence up to its own position:
+//
+//	attn_prefill(const float* q, const cache_t* kc, const cache_t* vc,
+//	             const int* tok_base, const int* tok_pos, float* out, int ntok)
+//
+// Token t reads keys at cache rows tok_base[t] .. tok_base[t]+tok_pos[t]
+// (its own key included, so RoPE/KV write runs first) and writes
+// out [t][HQ·HD]. One warp per (token, head) with an online softmax over
+// 32 keys at a time; grid (⌈ntok/Warps⌉, HQ).
+func PrefillAttention(s AttnShape, arm PrefillArm) (*Kernel, error) {
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	if err := arm.Validate(); err != nil {
+		return nil, err
+	}
+	ct := cacheCType(s.Cache)
+	name := fmt.Sprintf("attn_prefill_%s_%s", s.tag(), arm)
+	params := []Param{{"const float* __restrict__", "q"}, {"const " + ct + "* __restrict__", "kc"}, {"const " + ct + "* __restrict__", "vc"},
+		{"const int* __restrict__", "tok_base"}, {"const int* __restrict__", "tok_pos"}, {"float* __restrict__", "out"}, {"int", "ntok"}}
+	src := source(fmt.Sprintf("causal prefill attention: %s, %v", s.tag(), arm), append(cacheHelpers(s.Cache), "warp", "pdl"), func(w *Writer) {
+		s.defines(w)
+		w.Linef("#define NW %d", arm.Warps)
+		w.Line("#define DPL (HD / 32) // head dims per lane")
+		w.Blank()
+		w.Emit(Func{Name: name, Global: true, LaunchBounds: 32 * arm.Warps, Params: params, Body: func(w *Writer) {
+			w.Line("__shared__ float qs[NW][HD];")
+			w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;")
+			w.Line("const int t = blockIdx.x * NW + warp, h = blockIdx.y, kvh = h / GROUP;")
+			w.Line("pdl_wait();")
+			w.If("t >= ntok", func() { w.Line("return;") })
+			w.For("d", "lane", "HD", "32", -1, func() { w.Line("qs[warp][d] = q[(size_t)t * QSTRIDE + h * HD + d] * SCALE;") })
+			w.Line("__syncwarp();")
+			w.Line("const int nkeys = tok_pos[t] + 1;")
+			w.Line("const size_t base = (size_t)tok_base[t] * HKV * HD + kvh * HD;")
+			w.Linef("float m = %s, l = 0.f;", cfloat(float32(math.Inf(-1))))
+			w.Line("float o[DPL];")
+			w.For("i", "0", "DPL", "1", -1, func() { w.Line("o[i] = 0.f;") })
+			w.For("j0", "0", "nkeys", "32", 0, func() {
+				w.Comment("each lane scores one key of this group of 32")
+				w.Line("const int j = j0 + lane;")
+				w.Linef("float sc = %s;", cfloat(float32(math.Inf(-1))))
+				w.If("j < nkeys", func() {
+					w.Linef("const %s* kr = kc + base + (size_t)j * HKV * HD;", ct)
+					w.Line("float a = 0.f;")
+					w.For("d", "0", "HD", "1", 8, func() { w.Linef("a += qs[warp][d] * %s;", cacheLoad(s.Cache, "kr[d]")) })
+					w.Line("sc = a;")
+				})
+				w.Line("const float mn = fmaxf(m, warp_max(sc));")
+				w.Line("const float p = (j < nkeys) ? expf(sc - mn) : 0.f;")
+				w.Line("const float corr = expf(m - mn);")
+				w.Line("l = l * corr + warp_sum(p);")
+				w.For("i", "0", "DPL", "1", -1, func() { w.Line("o[i] *= corr;") })
+				w.Line("const int cnt = min(32, nkeys - j0);")
+				w.For("jj", "0", "cnt", "1", 0, func() {
+					w.Line("const float pj = __shfl_sync(0xffffffffu, p, jj);")
+					w.Linef("const %s* vr = vc + base + (size_t)(j0 + jj) * HKV * HD;", ct)
+					w.For("i", "0", "DPL", "1", -1, func() { w.Linef("o[i] += pj * %s;", cacheLoad(s.Cache, "vr[lane + 32 * i]")) })
+				})
+				w.Line("m = mn;")
+			})
+			w.Line("float* orow = out + (size_t)t * HQ * HD + h * HD;")
+			w.For("i", "0", "DPL", "1", -1, func() { w.Line("orow[lane + 32 * i] = o[i] / l;") })
+			w.Line("pdl_launch();")
+		}})
+	})
+	return &Kernel{Family: "attn_prefill", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
+		return Geometry{Grid: dim3(ceilDiv(d.Tokens, arm.Warps), s.Heads, 1), Block: dim3(32*arm.Warps, 1, 1)}
+	}}, nil
+}
