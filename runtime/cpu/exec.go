@@ -1,0 +1,187 @@
+package cpu
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/memra-ai/memra/ir"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// kernel runs one node: it reads its operands' values and writes its own.
+type kernel func(e *exec, n *ir.Node) error
+
+// kernels is the executor's op table: the implementation of every op,
+// indexed by op. A missing entry is a bug (see TestKernelTable).
+var kernels [ir.NumOps]kernel
+
+func init() {
+	kernels = [ir.NumOps]kernel{
+		ir.OpTokens:     leaf,
+		ir.OpPositions:  leaf,
+		ir.OpWeight:     leaf,
+		ir.OpEmbed:      embed,
+		ir.OpReshape:    reshape,
+		ir.OpLastTokens: lastTokens,
+		ir.OpSiLU:       silu,
+		ir.OpAdd:        add,
+		ir.OpMul:        mul,
+		ir.OpSwiGLU:     swiglu,
+		ir.OpBiasAdd:    biasAdd,
+		ir.OpRMSNorm:    rmsNorm,
+		ir.OpMatmul:     matmul,
+		ir.OpRope:       rope,
+		ir.OpKVWrite:    kvWrite,
+		ir.OpAttention:  attention,
+		ir.OpOutput:     output,
+	}
+}
+
+// weight is a model tensor as the executor reads it.
+type weight struct {
+	name     string
+	t        dtype.Type
+	data     []byte    // stored bytes, rows of rowBytes
+	rows     int       // outer elements (1 for a vector)
+	cols     int       // elements per row (ne[0])
+	rowBytes int       // bytes per row
+	vec      []float32 // the dequantised tensor, for 1-D weights only
+}
+
+// row returns stored row r.
+func (w *weight) row(r int) []byte { return w.data[r*w.rowBytes : (r+1)*w.rowBytes] }
+
+// layout describes the tokens and sequences of the running step.
+type layout struct {
+	T, S   int
+	seqOf  []int   // per token: index of its sequence in the step
+	pos    []int32 // per token: its position in its sequence
+	last   []int   // per sequence: index of its last token
+	length []int   // per sequence: cached positions after this step
+	caches []*kvCache
+}
+
+// kvCache is the float32 KV cache of one sequence: per layer, rows of
+// Hkv·D elements, one per position.
+type kvCache struct {
+	n    int // valid positions
+	k, v [][]float32
+}
+
+// exec holds the values of one graph's nodes and runs them.
+type exec struct {
+	g       *ir.Graph
+	threads int
+	weights []*weight   // by node ID; nil for non-weights
+	f32     [][]float32 // F32 values by node ID
+	i32     [][]int32   // I32 values by node ID
+	thetas  [][]float64 // rope θ per rope node ID
+	kvRow   []int       // per layer: Hkv·D
+	step    layout
+	scratch [][]float64 // per worker
+}
+
+// numel returns the element count of shape s in the running step.
+func (e *exec) numel(s ir.Shape) int {
+	n := 1
+	for _, d := range s {
+		switch d {
+		case ir.T:
+			n *= e.step.T
+		case ir.S:
+			n *= e.step.S
+		default:
+			n *= int(d)
+		}
+	}
+	return n
+}
+
+// out returns n's F32 buffer sized for the running step, reusing memory.
+func (e *exec) out(n *ir.Node) []float32 {
+	size := e.numel(n.Shape)
+	if cap(e.f32[n.ID]) < size {
+		e.f32[n.ID] = make([]float32, size, size+size/4)
+	}
+	e.f32[n.ID] = e.f32[n.ID][:size]
+	return e.f32[n.ID]
+}
+
+// in returns the F32 value of operand i of n.
+func (e *exec) in(n *ir.Node, i int) []float32 { return e.f32[n.Args[i].ID] }
+
+// run executes every node of the graph in order.
+func (e *exec) run(check func() error) error {
+	for _, n := range e.g.Nodes {
+		if err := kernels[n.Op](e, n); err != nil {
+			return fmt.Errorf("%%%d %v: %w", n.ID, n.Op, err)
+		}
+		if check != nil && n.Op.Group() == ir.GroupModel {
+			if err := check(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// parallel calls f(worker, lo, hi) over [0,n) in chunks of at least grain,
+// on up to e.threads goroutines; each worker index runs on one goroutine.
+func (e *exec) parallel(n, grain int, f func(w, lo, hi int)) {
+	if grain < 1 {
+		grain = 1
+	}
+	workers := min(e.threads, (n+grain-1)/grain)
+	if workers <= 1 {
+		f(0, 0, n)
+		return
+	}
+	// Several chunks per worker balance uneven cores; chunks are taken in
+	// order so neighbouring rows stay on one core.
+	chunk := max(grain, (n+4*workers-1)/(4*workers))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				lo := int(next.Add(int64(chunk))) - chunk
+				if lo >= n {
+					return
+				}
+				f(w, lo, min(lo+chunk, n))
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// newExec prepares an executor for g with the given weights (by node ID).
+func newExec(g *ir.Graph, weights []*weight, threads int) *exec {
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	e := &exec{g: g, threads: threads, weights: weights,
+		f32: make([][]float32, len(g.Nodes)), i32: make([][]int32, len(g.Nodes)),
+		thetas: make([][]float64, len(g.Nodes)), scratch: make([][]float64, threads)}
+	for _, n := range g.Nodes {
+		switch n.Op {
+		case ir.OpRope:
+			var factors []float32
+			if f := n.Arg(2); f != nil {
+				factors = weights[f.ID].vec
+			}
+			e.thetas[n.ID] = ir.RopeOf(n).Thetas(factors)
+		case ir.OpKVWrite:
+			l := n.Int("layer")
+			for len(e.kvRow) <= l {
+				e.kvRow = append(e.kvRow, 0)
+			}
+			e.kvRow[l] = int(n.Args[0].Shape[1] * n.Args[0].Shape[2])
+		}
+	}
+	return e
+}
