@@ -46,3 +46,15 @@ type Backend interface {
 	Free(seq SeqID)
 	Close() error
 }
+
+// GreedyStepper is an optional fast path of a Backend: a step whose
+// sampling is greedy runs the argmax where the logits are (on the GPU) and
+// moves one int32 per sequence to the host instead of a vocabulary of
+// floats.
+type GreedyStepper interface {
+	// StepGreedy runs one forward pass like Step and returns, in batch
+	// order, the index of the largest logit after the last token of each
+	// entry whose Logits is set (the lowest index on ties), -1 for the
+	// others. The slice stays valid until the next step.
+	StepGreedy(ctx context.Context, batch []SeqStep) ([]int32, error)
+}

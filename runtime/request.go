@@ -59,6 +59,9 @@ type Request struct {
 	IgnoreEOS   bool
 	Logprobs    bool // fill Event.Tokens with logprobs
 	TopLogprobs int  // alternatives per token (0–20)
+	// Mask, when set, constrains every sampled token (structured output);
+	// see Mask. It must not be shared between requests.
+	Mask Mask
 }
 
 // Usage counts tokens as OpenAI's usage object does.

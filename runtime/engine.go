@@ -1,0 +1,254 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/memra-ai/memra/runtime/tokenizer"
+)
+
+// Errors that end a request after Submit accepted it (in Event.Err).
+var (
+	// ErrSlowConsumer: the request's event buffer filled because its reader
+	// fell behind; the request was cancelled so the batch does not stall.
+	ErrSlowConsumer = errors.New("runtime: event reader too slow, request cancelled")
+	// ErrClosed: the engine was closed while the request ran or waited.
+	ErrClosed = errors.New("runtime: engine closed")
+	// ErrBackend: the backend's step failed.
+	ErrBackend = errors.New("runtime: backend step failed")
+)
+
+// Defaults for the zero fields of EngineConfig.
+const (
+	DefaultMaxRunning     = 8
+	DefaultMaxQueue       = 64
+	DefaultMaxBatchTokens = 2048
+	DefaultPrefillChunk   = 512
+	DefaultEventBuffer    = 1024
+)
+
+// EngineConfig sizes the scheduler. Zero fields take the Default* values.
+type EngineConfig struct {
+	MaxRunning int // sequences decoding at once (one backend step holds them all)
+	MaxQueue   int // requests waiting beyond MaxRunning; more → ErrOverloaded
+	// MaxBatchTokens bounds the tokens of one step; the backend's own bound
+	// (ModelInfo.MaxBatchTokens) wins when smaller.
+	MaxBatchTokens int
+	// PrefillChunk bounds the prompt tokens one sequence feeds per step, so a
+	// long prompt is processed over several steps while others decode.
+	PrefillChunk int
+	// EventBuffer is how many events a request buffers for its reader. When
+	// the reader falls that far behind, the request ends with ErrSlowConsumer
+	// instead of stalling every other request in the batch.
+	EventBuffer int
+}
+
+func (c EngineConfig) withDefaults(info ModelInfo) EngineConfig {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.MaxRunning, DefaultMaxRunning)
+	def(&c.MaxQueue, DefaultMaxQueue)
+	def(&c.MaxBatchTokens, DefaultMaxBatchTokens)
+	def(&c.PrefillChunk, DefaultPrefillChunk)
+	def(&c.EventBuffer, DefaultEventBuffer)
+	if info.MaxBatchTokens > 0 && c.MaxBatchTokens > info.MaxBatchTokens {
+		c.MaxBatchTokens = info.MaxBatchTokens
+	}
+	// Every running sequence decodes in every step.
+	c.MaxRunning = min(c.MaxRunning, c.MaxBatchTokens)
+	return c
+}
+
+// Stats is a snapshot of the engine for metrics.
+type Stats struct {
+	Running, Queued int
+	// KVTokensUsed counts the tokens held in KV caches of running sequences;
+	// KVTokensTotal is MaxRunning × the context length.
+	KVTokensUsed, KVTokensTotal int
+	StepsRun                    int64 // backend steps
+	TokensGenerated             int64 // sampled tokens, all requests
+	PromptTokens                int64 // prompt tokens fed, all requests
+}
+
+// vocabulary is what the engine needs of a tokenizer.
+type vocabulary interface {
+	newDecoder() textDecoder
+	IsEOG(id int32) bool
+	TokenBytes(id int32) []byte
+}
+
+// Engine is one loaded model, its scheduler and its tokenizer. One goroutine
+// runs the scheduler loop: at every step it admits queued requests, builds
+// one Backend.Step from every running sequence's next token plus chunks of
+// new prompts (continuous batching with chunked prefill), samples, emits
+// events and retires finished sequences.
+type Engine struct {
+	b     Backend
+	info  ModelInfo
+	vocab vocabulary
+	tok   *tokenizer.Tokenizer
+	cfg   EngineConfig
+
+	wake chan struct{} // buffered 1: something to do
+	quit chan struct{} // closed by Close
+	done chan struct{} // closed when the loop returns
+
+	stepCtx    context.Context
+	stopSteps  context.CancelFunc
+	closeOnce  sync.Once
+	closeError error
+
+	mu       sync.Mutex
+	queue    []*sequence
+	running  int
+	draining bool
+	closed   bool
+	nextID   SeqID
+	stats    Stats
+}
+
+func newEngine(b Backend, v vocabulary, tok *tokenizer.Tokenizer, cfg EngineConfig) *Engine {
+	info := b.Info()
+	e := &Engine{
+		b: b, info: info, vocab: v, tok: tok, cfg: cfg.withDefaults(info),
+		wake: make(chan struct{}, 1),
+		quit: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	e.stepCtx, e.stopSteps = context.WithCancel(context.Background())
+	e.stats.KVTokensTotal = e.cfg.MaxRunning * info.ContextLength
+	go e.loop()
+	return e
+}
+
+// Info describes the model the engine serves.
+func (e *Engine) Info() ModelInfo { return e.info }
+
+// Config returns the scheduler's configuration with defaults filled in.
+func (e *Engine) Config() EngineConfig { return e.cfg }
+
+// Submit queues req. The channel yields Events and is closed after the last
+// one, which has Done set (with Finish and Usage, or with Err when the
+// request failed). Cancelling ctx stops the generation and frees its
+// sequence at the next step boundary. Submit itself fails at once with
+// ErrOverloaded, ErrTooLong, ErrBadRequest or ErrDraining.
+//
+// Events are buffered (EngineConfig.EventBuffer); a reader that falls that
+// far behind gets a last event with ErrSlowConsumer, because the scheduler
+// never waits for one request's reader while the others' tokens are due.
+func (e *Engine) Submit(ctx context.Context, req Request) (<-chan Event, error) {
+	if err := validate(&req, e.info); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := &sequence{
+		ctx:     ctx,
+		req:     req,
+		out:     make(chan Event, e.cfg.EventBuffer+2), // 2 reserved for the end
+		sampler: NewSampler(req.Sampling),
+		all:     append(make([]int32, 0, len(req.Prompt)+16), req.Prompt...),
+		buffer:  e.cfg.EventBuffer,
+	}
+	s.sampler.AddPrompt(req.Prompt)
+	if req.Mask != nil {
+		s.sampler.SetMask(req.Mask)
+	}
+	var dec textDecoder = nopDecoder{}
+	if e.vocab != nil {
+		dec = e.vocab.newDecoder()
+	}
+	s.text = newTextStream(dec, nonEmpty(req.Stop))
+
+	s.stopWake = context.AfterFunc(ctx, e.poke)
+	e.mu.Lock()
+	switch {
+	case e.closed || e.draining:
+		e.mu.Unlock()
+		s.stopWake()
+		return nil, ErrDraining
+	case e.running+len(e.queue) >= e.cfg.MaxRunning+e.cfg.MaxQueue:
+		e.mu.Unlock()
+		s.stopWake()
+		return nil, fmt.Errorf("%w: %d running, %d queued", ErrOverloaded, e.cfg.MaxRunning, e.cfg.MaxQueue)
+	}
+	e.nextID++
+	s.id = e.nextID
+	e.queue = append(e.queue, s)
+	e.stats.Queued = len(e.queue)
+	e.mu.Unlock()
+	e.poke()
+	return s.out, nil
+}
+
+// Stats returns a snapshot of the scheduler's counters.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stats
+}
+
+// Drain stops admitting: Submit returns ErrDraining from now on, while
+// running and queued requests go on to their end. See WaitIdle.
+func (e *Engine) Drain() {
+	e.mu.Lock()
+	e.draining = true
+	e.mu.Unlock()
+}
+
+// WaitIdle waits until no request runs or waits, or ctx ends.
+func (e *Engine) WaitIdle(ctx context.Context) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		e.mu.Lock()
+		idle := e.running == 0 && len(e.queue) == 0
+		e.mu.Unlock()
+		if idle {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.done:
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Close stops the scheduler: requests still running or queued end with
+// ErrClosed. It then closes the backend, which the engine owns.
+func (e *Engine) Close() error {
+	e.closeOnce.Do(func() {
+		e.mu.Lock()
+		e.closed = true
+		e.mu.Unlock()
+		close(e.quit)
+		e.stopSteps()
+		<-e.done
+		e.closeError = e.b.Close()
+	})
+	return e.closeError
+}
+
+// poke wakes the loop without blocking.
+func (e *Engine) poke() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// nopDecoder is the text of an engine without a tokenizer: none.
+type nopDecoder struct{}
+
+func (nopDecoder) Add(int32) string { return "" }
+func (nopDecoder) Flush() string    { return "" }

@@ -1,0 +1,315 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+)
+
+// sequence is one request inside the scheduler. Only the loop goroutine
+// touches it after Submit.
+type sequence struct {
+	id       SeqID
+	ctx      context.Context
+	req      Request
+	out      chan Event
+	buffer   int // events the reader may fall behind before ErrSlowConsumer
+	sampler  *Sampler
+	text     *textStream
+	stopWake func() bool
+
+	all       []int32 // prompt then generated tokens that will be fed
+	cached    int     // tokens of all already in the backend's KV cache
+	generated int
+	admitted  bool // holds a backend sequence (Free on retire)
+}
+
+// prefilled reports whether the whole prompt is in the KV cache.
+func (s *sequence) prefilled() bool { return s.cached >= len(s.req.Prompt) }
+
+func (s *sequence) usage() Usage {
+	return Usage{PromptTokens: len(s.req.Prompt), CompletionTokens: s.generated}
+}
+
+// loop is the scheduler: one backend step per iteration.
+func (e *Engine) loop() {
+	defer close(e.done)
+	var running []*sequence
+	defer func() {
+		e.mu.Lock()
+		queued := e.queue
+		e.queue = nil
+		e.mu.Unlock()
+		for _, s := range append(running, queued...) {
+			e.retire(s, Event{Err: ErrClosed})
+		}
+		e.publish(nil)
+	}()
+	for {
+		select {
+		case <-e.quit:
+			return
+		default:
+		}
+		running = e.admit(running)
+		running = e.dropCancelled(running)
+		if len(running) == 0 {
+			e.publish(running)
+			select {
+			case <-e.quit:
+				return
+			case <-e.wake:
+			}
+			continue
+		}
+		running = e.step(running)
+		e.publish(running)
+	}
+}
+
+// admit moves queued requests into running up to MaxRunning, and drops
+// queued requests whose client went away.
+func (e *Engine) admit(running []*sequence) []*sequence {
+	e.mu.Lock()
+	var gone []*sequence
+	keep := e.queue[:0]
+	for _, s := range e.queue {
+		switch {
+		case s.ctx.Err() != nil:
+			gone = append(gone, s)
+		case len(running) < e.cfg.MaxRunning:
+			running = append(running, s)
+		default:
+			keep = append(keep, s)
+		}
+	}
+	clear(e.queue[len(keep):])
+	e.queue = keep
+	e.running = len(running)
+	e.stats.Queued = len(keep)
+	e.stats.Running = len(running)
+	e.mu.Unlock()
+	for _, s := range gone {
+		e.retire(s, Event{Err: s.ctx.Err()})
+	}
+	return running
+}
+
+// dropCancelled retires running sequences whose context ended.
+func (e *Engine) dropCancelled(running []*sequence) []*sequence {
+	keep := running[:0]
+	for _, s := range running {
+		if err := s.ctx.Err(); err != nil {
+			e.retire(s, Event{Err: err})
+			continue
+		}
+		keep = append(keep, s)
+	}
+	clear(running[len(keep):])
+	return keep
+}
+
+// step builds one batch from running, runs it, samples and emits, and
+// returns the sequences that go on.
+func (e *Engine) step(running []*sequence) []*sequence {
+	batch := make([]SeqStep, 0, len(running))
+	members := make([]*sequence, 0, len(running))
+	budget := e.cfg.MaxBatchTokens
+	add := func(s *sequence, n int) {
+		batch = append(batch, SeqStep{
+			Seq:    s.id,
+			Pos:    s.cached,
+			Tokens: s.all[s.cached : s.cached+n],
+			Logits: s.cached+n == len(s.all),
+		})
+		members = append(members, s)
+		budget -= n
+		s.admitted = true
+	}
+	// Decodes first: every prefilled sequence feeds its one new token.
+	for _, s := range running {
+		if s.prefilled() {
+			add(s, 1)
+		}
+	}
+	// Then prompt chunks, in admission order, within the budget.
+	var prompt int64
+	for _, s := range running {
+		if s.prefilled() || budget <= 0 {
+			continue
+		}
+		n := min(len(s.all)-s.cached, e.cfg.PrefillChunk, budget)
+		prompt += int64(n)
+		add(s, n)
+	}
+	logits, err := e.b.Step(e.stepCtx, batch)
+	if err == nil && len(logits) != len(batch) {
+		err = fmt.Errorf("backend returned %d logits for %d sequences", len(logits), len(batch))
+	}
+	e.mu.Lock()
+	e.stats.StepsRun++
+	e.stats.PromptTokens += prompt
+	e.mu.Unlock()
+	if err != nil {
+		if e.stepCtx.Err() != nil {
+			return running // closing: the loop's exit ends them
+		}
+		for _, s := range members {
+			e.retire(s, Event{Err: fmt.Errorf("%w: %w", ErrBackend, err)})
+		}
+		return remaining(running, members)
+	}
+	var finished []*sequence
+	for i, s := range members {
+		s.cached += len(batch[i].Tokens)
+		if !batch[i].Logits {
+			continue
+		}
+		if len(logits[i]) == 0 {
+			e.retire(s, Event{Err: fmt.Errorf("%w: no logits for sequence %d", ErrBackend, s.id)})
+			finished = append(finished, s)
+			continue
+		}
+		if e.sample(s, logits[i]) {
+			finished = append(finished, s)
+		}
+	}
+	return remaining(running, finished)
+}
+
+// remaining returns running without the sequences in drop.
+func remaining(running, drop []*sequence) []*sequence {
+	if len(drop) == 0 {
+		return running
+	}
+	gone := make(map[*sequence]bool, len(drop))
+	for _, s := range drop {
+		gone[s] = true
+	}
+	keep := running[:0]
+	for _, s := range running {
+		if !gone[s] {
+			keep = append(keep, s)
+		}
+	}
+	clear(running[len(keep):])
+	return keep
+}
+
+// sample chooses s's next token from logits, emits what it releases and
+// reports whether s finished (and was retired).
+func (e *Engine) sample(s *sequence, logits []float32) bool {
+	tok, err := s.sampler.Sample(logits)
+	if err != nil {
+		e.retire(s, Event{Err: fmt.Errorf("sequence %d: %w", s.id, err)})
+		return true
+	}
+	s.sampler.Accept(tok)
+	s.generated++
+	e.mu.Lock()
+	e.stats.TokensGenerated++
+	e.mu.Unlock()
+
+	if !s.req.IgnoreEOS && e.vocab != nil && e.vocab.IsEOG(tok) {
+		e.finish(s, FinishStop, false)
+		return true
+	}
+	g := GeneratedToken{TokenLogprob: TokenLogprob{Token: tok}}
+	if e.vocab != nil {
+		g.Bytes = e.vocab.TokenBytes(tok)
+	}
+	if s.req.Logprobs || s.req.TopLogprobs > 0 {
+		g.Logprob, g.Top = Logprobs(logits, tok, s.req.TopLogprobs)
+		for i := range g.Top {
+			if e.vocab != nil {
+				g.Top[i].Bytes = e.vocab.TokenBytes(g.Top[i].Token)
+			}
+		}
+	}
+	text, toks, stopped := s.text.add(tok, g)
+	if stopped {
+		e.emitText(s, text, toks, true)
+		e.finish(s, FinishStop, true)
+		return true
+	}
+	if !e.emitText(s, text, toks, false) {
+		return true
+	}
+	if s.req.MaxTokens > 0 && s.generated >= s.req.MaxTokens {
+		e.finish(s, FinishLength, false)
+		return true
+	}
+	if e.info.ContextLength > 0 && len(s.req.Prompt)+s.generated >= e.info.ContextLength {
+		// Prompt and output together fill the context.
+		e.finish(s, FinishLength, false)
+		return true
+	}
+	s.all = append(s.all, tok)
+	return false
+}
+
+// emitText sends a text event when there is text or tokens to report. It
+// reports false when the reader fell behind and s was retired.
+func (e *Engine) emitText(s *sequence, text string, toks []GeneratedToken, final bool) bool {
+	if text == "" && len(toks) == 0 {
+		return true
+	}
+	if !final && len(s.out) >= s.buffer {
+		e.retire(s, Event{Err: ErrSlowConsumer})
+		return false
+	}
+	s.send(Event{Text: text, Tokens: toks})
+	return true
+}
+
+// finish releases the rest of s's text and retires it with reason (a stop
+// string in the flushed text turns it into FinishStop).
+func (e *Engine) finish(s *sequence, reason FinishReason, stopped bool) {
+	if !stopped {
+		text, toks, hit := s.text.finish()
+		if hit {
+			reason = FinishStop
+		}
+		e.emitText(s, text, toks, true)
+	}
+	e.retire(s, Event{Done: true, Finish: reason})
+}
+
+// retire frees s's backend sequence, sends its last event and closes its
+// channel. An Err event is also marked Done.
+func (e *Engine) retire(s *sequence, last Event) {
+	if s.admitted {
+		e.b.Free(s.id)
+		s.admitted = false
+	}
+	if s.stopWake != nil {
+		s.stopWake()
+	}
+	if last.Err != nil {
+		last.Done = true
+	}
+	last.Usage = s.usage()
+	s.send(last)
+	close(s.out)
+}
+
+// send delivers ev without blocking; the two reserved slots of the channel
+// guarantee room for the final events.
+func (s *sequence) send(ev Event) {
+	select {
+	case s.out <- ev:
+	default:
+	}
+}
+
+// publish refreshes the running counters of Stats.
+func (e *Engine) publish(running []*sequence) {
+	kv := 0
+	for _, s := range running {
+		kv += s.cached
+	}
+	e.mu.Lock()
+	e.running = len(running)
+	e.stats.Running = len(running)
+	e.stats.KVTokensUsed = kv
+	e.mu.Unlock()
+}
