@@ -1,0 +1,253 @@
+package synth
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+
+	"github.com/memra-ai/memra/ir"
+	"github.com/memra-ai/memra/ir/dtype"
+	"github.com/memra-ai/memra/runtime/format/gguf"
+)
+
+// ErrOptions reports options that do not describe a model.
+var ErrOptions = errors.New("synth: bad options")
+
+// Weights modes.
+const (
+	WeightsAuto   = "auto"   // float below AutoBlocksParams parameters, blocks above
+	WeightsFloat  = "float"  // draw float32 values, store them quantised with dtype.Quantize
+	WeightsBlocks = "blocks" // random valid quantised blocks: fast, for big benchmark models
+)
+
+// AutoBlocksParams is the parameter count above which WeightsAuto writes
+// random blocks for quantised tensors instead of quantising floats.
+const AutoBlocksParams = 300_000_000
+
+// Options say what to synthesize.
+type Options struct {
+	Preset  string // a name from Presets()
+	Arch    string // optional: must match the preset's architecture
+	Quant   string // a mix (q4_k_m, q8_0, f16, …) or a single type (q4_k)
+	Seed    uint64
+	Layers  int // overrides; 0 keeps the preset's
+	Dim     int
+	FFN     int
+	Context int
+	Weights string // WeightsAuto (default), WeightsFloat or WeightsBlocks
+	// Progress, when set, is told the bytes of each tensor as it is written.
+	Progress func(done, total int64)
+}
+
+// Plan is what a set of options resolves to.
+type Plan struct {
+	HParams  ir.HParams
+	Preset   Preset
+	Mix      string
+	FileType uint32
+	Tensors  []PlannedTensor
+	Bytes    int64 // tensor bytes in all
+	Params   int64
+	Blocks   bool // quantised tensors are random blocks, not quantised floats
+}
+
+// PlannedTensor is one tensor with its chosen type.
+type PlannedTensor struct {
+	Name  string
+	Type  dtype.Type
+	Shape []int // GGUF order
+	Bytes int64
+	spec  tensorSpec
+}
+
+// NewPlan resolves options into hyperparameters and per-tensor types.
+func NewPlan(o Options) (*Plan, error) {
+	p, err := Lookup(o.Preset)
+	if err != nil {
+		return nil, err
+	}
+	if o.Arch != "" && o.Arch != p.HParams.Arch {
+		return nil, fmt.Errorf("%w: preset %s is architecture %s, not %s", ErrOptions, p.Name, p.HParams.Arch, o.Arch)
+	}
+	hp, err := o.shape(p)
+	if err != nil {
+		return nil, err
+	}
+	q := o.Quant
+	if q == "" {
+		q = "f16"
+	}
+	m, err := lookupMix(q)
+	if err != nil {
+		return nil, err
+	}
+	pl := &Plan{HParams: hp, Preset: p, Mix: m.name, FileType: m.fileType}
+	for _, ts := range tensorsOf(hp) {
+		t := dtype.F32
+		if ts.kind == kindMatrix {
+			t = m.typeFor(ts.role, ts.layer, hp.Layers, ts.ne[0], hp.TiedEmbedding)
+		}
+		n := ts.elems()
+		rb, err := t.RowBytes(ts.ne[0])
+		if err != nil {
+			return nil, fmt.Errorf("synth: tensor %s: %w", ts.name, err)
+		}
+		b := int64(rb) * int64(n/ts.ne[0])
+		pl.Tensors = append(pl.Tensors, PlannedTensor{Name: ts.name, Type: t, Shape: ts.ne, Bytes: b, spec: ts})
+		pl.Bytes += b
+		pl.Params += int64(n)
+	}
+	switch o.Weights {
+	case "", WeightsAuto:
+		pl.Blocks = pl.Params > AutoBlocksParams
+	case WeightsFloat:
+	case WeightsBlocks:
+		pl.Blocks = true
+	default:
+		return nil, fmt.Errorf("%w: --weights %q (auto, float or blocks)", ErrOptions, o.Weights)
+	}
+	if m.fileType == 1024 {
+		pl.FileType = 0
+	}
+	return pl, nil
+}
+
+// metadata returns the GGUF key/values of a planned model.
+func (pl *Plan) metadata() ([]kv, error) {
+	hp := pl.HParams
+	a := hp.Arch
+	kvs := []kv{
+		{"general.architecture", a},
+		{"general.name", fmt.Sprintf("synth %s %s", hp.Name, pl.Mix)},
+		{"general.file_type", pl.FileType},
+		{"general.quantization_version", uint32(2)},
+		{a + ".context_length", uint32(hp.ContextLength)},
+		{a + ".embedding_length", uint32(hp.Embedding)},
+		{a + ".block_count", uint32(hp.Layers)},
+		{a + ".feed_forward_length", uint32(hp.FFN)},
+		{a + ".attention.head_count", uint32(hp.Heads)},
+		{a + ".attention.head_count_kv", uint32(hp.HeadsKV)},
+		{a + ".attention.layer_norm_rms_epsilon", hp.RMSEps},
+		{a + ".rope.freq_base", hp.RopeBase},
+		{a + ".rope.dimension_count", uint32(hp.RopeDim)},
+	}
+	if hp.HeadDim != hp.Embedding/hp.Heads {
+		kvs = append(kvs, kv{a + ".attention.key_length", uint32(hp.HeadDim)}, kv{a + ".attention.value_length", uint32(hp.HeadDim)})
+	}
+	if a == "llama" {
+		kvs = append(kvs, kv{a + ".vocab_size", uint32(hp.VocabSize)})
+	}
+	v, err := vocabFor(pl.Preset.Vocab, hp.VocabSize)
+	if err != nil {
+		return nil, err
+	}
+	kvs = append(kvs, tokenizerKVs(v)...)
+	if pl.Preset.Template != "" {
+		t, err := asset(pl.Preset.Template)
+		if err != nil {
+			return nil, err
+		}
+		kvs = append(kvs, kv{"tokenizer.chat_template", string(t)})
+	}
+	return kvs, nil
+}
+
+// tensorBytes produces the stored bytes of one planned tensor.
+func (pl *Plan) tensorBytes(seed uint64, t *PlannedTensor) ([]byte, error) {
+	ts := &t.spec
+	if pl.Blocks && t.Type.Quantized() {
+		rows := ts.elems() / ts.ne[0]
+		return randomBlocks(seed, ts.name, t.Type, ts.ne[0], rows, 1/math.Sqrt(float64(ts.ne[0])))
+	}
+	x := pl.values(seed, ts)
+	return encode(t.Type, ts.ne[0], x)
+}
+
+// values returns the float32 values of a tensor as a GGUF file of this
+// architecture stores them (llama Q/K rows in interleaved-pair order).
+func (pl *Plan) values(seed uint64, ts *tensorSpec) []float32 {
+	x := floats(seed, pl.HParams, ts)
+	if pl.HParams.Arch == "llama" && (ts.role == "attn_q" || ts.role == "attn_k") {
+		x = permuteRows(x, ts.ne[0], pl.HParams.HeadDim)
+	}
+	return x
+}
+
+// WriteGGUF writes the model o describes as a GGUF v3 file to path.
+func WriteGGUF(path string, o Options) (*Plan, error) {
+	pl, err := NewPlan(o)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("synth: %w", err)
+	}
+	bw := bufio.NewWriterSize(f, 4<<20)
+	err = pl.writeGGUF(bw, o)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("synth: writing %s: %w", path, err)
+	}
+	return pl, nil
+}
+
+func (pl *Plan) writeGGUF(w io.Writer, o Options) error {
+	kvs, err := pl.metadata()
+	if err != nil {
+		return err
+	}
+	gw := gguf.NewWriter(w)
+	for _, x := range kvs {
+		gw.AddKV(x.key, x.val)
+	}
+	for _, t := range pl.Tensors {
+		dims := make([]uint64, len(t.Shape))
+		for i, d := range t.Shape {
+			dims[i] = uint64(d)
+		}
+		gw.AddTensor(t.Name, t.Type, dims, t.Bytes)
+	}
+	if err := gw.WriteHeader(); err != nil {
+		return err
+	}
+	var done int64
+	for i := range pl.Tensors {
+		t := &pl.Tensors[i]
+		b, err := pl.tensorBytes(o.Seed, t)
+		if err != nil {
+			return fmt.Errorf("tensor %s: %w", t.Name, err)
+		}
+		if err := gw.WriteTensorData(t.Name, b); err != nil {
+			return err
+		}
+		done += t.Bytes
+		if o.Progress != nil {
+			o.Progress(done, pl.Bytes)
+		}
+	}
+	return gw.Close()
+}
+
+// Describe is a one-line summary of a plan.
+func (pl *Plan) Describe() string {
+	hp := pl.HParams
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s: %s, %d layers, dim %d, ffn %d, heads %d/%d×%d, vocab %d, %.2fB params, %.2f GB",
+		hp.Name, pl.Mix, hp.Arch, hp.Layers, hp.Embedding, hp.FFN, hp.Heads, hp.HeadsKV, hp.HeadDim,
+		hp.VocabSize, float64(pl.Params)/1e9, float64(pl.Bytes)/1e9)
+	if pl.Blocks {
+		b.WriteString(" (random blocks)")
+	}
+	return b.String()
+}
