@@ -1,0 +1,64 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/memra-ai/memra/runtime"
+)
+
+// Tokenizer is what the server needs from a model's tokenizer:
+// *tokenizer.Tokenizer satisfies it.
+type Tokenizer interface {
+	// Encode turns text into token ids; addSpecial adds BOS (and whatever else
+	// the vocabulary asks for), parseSpecial turns control-token text into the
+	// control tokens.
+	Encode(text string, addSpecial, parseSpecial bool) []int32
+	// Decode turns ids back into text.
+	Decode(ids []int32) string
+	// TokenText is the text form of one token ("<s>", "<|im_end|>", "▁the").
+	TokenText(id int32) string
+	BOS() int32
+	EOS() int32
+	// AddBOS reports whether prompts start with BOS for this vocabulary.
+	AddBOS() bool
+	VocabSize() int
+}
+
+// Stats is the load an engine reports; the server exports it as metrics.
+type Stats struct {
+	Running       int // sequences generating now
+	Queued        int // requests admitted but not yet running
+	KVTokensUsed  int // KV cache positions in use
+	KVTokensTotal int // KV cache positions available in all
+}
+
+// Engine is exactly what the server uses of a loaded model's engine
+// (runtime.Engine, through a thin adapter, or a fake in tests).
+type Engine interface {
+	Info() runtime.ModelInfo
+	Tokenizer() Tokenizer
+	// Submit queues a generation. The channel yields events and is closed
+	// after the one with Done or Err. Cancelling ctx stops the generation.
+	// Errors: runtime.ErrOverloaded, ErrTooLong, ErrBadRequest, ErrDraining.
+	Submit(ctx context.Context, req runtime.Request) (<-chan runtime.Event, error)
+	Stats() Stats
+	// Drain stops admitting new requests; running ones go on.
+	Drain()
+}
+
+// Template renders a chat: it is given the JSON object a chat template sees
+// (messages, add_generation_prompt, bos_token, eos_token, tools…) with the
+// client's key order kept. *chat.Template satisfies it.
+type Template interface {
+	Render(ctx json.RawMessage) (string, error)
+}
+
+// Model is one served model under its alias.
+type Model struct {
+	ID       string   // the alias clients name in "model"
+	Engine   Engine   // the loaded model
+	Template Template // its chat template; nil disables /v1/chat/completions for it
+	Created  int64    // unix seconds reported by /v1/models; 0 = server start
+	OwnedBy  string   // reported by /v1/models; "" = "memra"
+}

@@ -1,0 +1,178 @@
+package serve
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"math"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/memra-ai/memra/runtime"
+)
+
+// choiceEvent is one engine event tagged with the choice it belongs to.
+type choiceEvent struct {
+	index int
+	ev    runtime.Event
+}
+
+// generation is every choice of one HTTP request, running in the engine.
+type generation struct {
+	events  <-chan choiceEvent // merged, closed when every choice ended
+	choices int
+	prompts []int // prompt tokens of each choice
+}
+
+// start submits prompts × p.n engine requests (choice index = prompt·n + j)
+// under ctx. On the first refusal it cancels what it already submitted.
+func (s *Server) start(ctx context.Context, p *genParams, prompts [][]int32) (*generation, *apiError) {
+	type sub struct {
+		index int
+		ch    <-chan runtime.Event
+	}
+	var subs []sub
+	g := &generation{choices: len(prompts) * p.n}
+	for pi, prompt := range prompts {
+		for j := 0; j < p.n; j++ {
+			idx := pi*p.n + j
+			ch, err := p.model.Engine.Submit(ctx, p.runtimeRequest(prompt, idx))
+			if err != nil {
+				return nil, s.engineError(err, len(prompt), p)
+			}
+			subs = append(subs, sub{idx, ch})
+			g.prompts = append(g.prompts, len(prompt))
+		}
+	}
+	out := make(chan choiceEvent, 2*len(subs))
+	var wg sync.WaitGroup
+	for _, sb := range subs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ev := range sb.ch {
+				select {
+				case out <- choiceEvent{sb.index, ev}:
+				case <-ctx.Done():
+					for range sb.ch { // the engine ends the sequence and closes
+					}
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(out)
+	}()
+	g.events = out
+	return g, nil
+}
+
+// engineError maps an engine refusal or failure to what the client sees.
+func (s *Server) engineError(err error, promptTokens int, p *genParams) *apiError {
+	switch {
+	case errors.Is(err, runtime.ErrOverloaded):
+		return &apiError{Status: http.StatusTooManyRequests, Type: typeRateLimit, Code: "rate_limit_exceeded",
+			Message:    "the server is at capacity (running and queued requests are full); retry later",
+			RetryAfter: s.retryAfterSeconds()}
+	case errors.Is(err, runtime.ErrTooLong):
+		return tooLong(promptTokens, p.maxTokens, p.model.Engine.Info().ContextLength)
+	case errors.Is(err, runtime.ErrBadRequest):
+		return badRequest("", "%v", err)
+	case errors.Is(err, runtime.ErrDraining):
+		return errDraining(s.retryAfterSeconds())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return &apiError{Status: 499, Type: typeInvalidRequest, Message: "request cancelled"}
+	}
+	return &apiError{Status: http.StatusInternalServerError, Type: typeServer, Message: "generation failed: " + err.Error()}
+}
+
+func errDraining(retry int) *apiError {
+	return &apiError{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Code: "server_draining",
+		Message: "the server is shutting down and does not admit new requests", RetryAfter: retry}
+}
+
+func (s *Server) retryAfterSeconds() int {
+	sec := int(math.Ceil(s.cfg.RetryAfter.Seconds()))
+	return max(sec, 1)
+}
+
+// tokenTimer observes time to first token and inter-token latency of one
+// choice into the metrics.
+type tokenTimer struct {
+	m       *metrics
+	model   string
+	start   time.Time
+	last    time.Time
+	started bool
+}
+
+func (t *tokenTimer) tokens(n int) {
+	if n == 0 {
+		return
+	}
+	now := time.Now()
+	if !t.started {
+		t.started = true
+		t.m.ttft.WithLabelValues(t.model).Observe(now.Sub(t.start).Seconds())
+		n--
+	} else if n > 0 {
+		per := now.Sub(t.last).Seconds() / float64(n)
+		for range n {
+			t.m.itl.WithLabelValues(t.model).Observe(per)
+		}
+	}
+	t.last = now
+}
+
+// totals sums the usage of every choice: prompt tokens count once per prompt
+// (not once per n), completion tokens once per choice.
+func (g *generation) totals(n int, completion []int) usage {
+	var u usage
+	for i, pt := range g.prompts {
+		if i%n == 0 {
+			u.PromptTokens += pt
+		}
+	}
+	for _, c := range completion {
+		u.CompletionTokens += c
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
+}
+
+// usage is OpenAI's usage object.
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// newID returns prefix followed by 24 random hex digits.
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// finiteLogprob keeps JSON encodable: -Inf (an impossible token) becomes
+// OpenAI's floor of -9999.
+func finiteLogprob(v float32) float64 {
+	f := float64(v)
+	if math.IsInf(f, 0) || math.IsNaN(f) || f < -9999 {
+		return -9999
+	}
+	return f
+}
+
+// bytesOf spells token bytes as OpenAI's list of integers.
+func bytesOf(b []byte) []int {
+	out := make([]int, len(b))
+	for i, c := range b {
+		out[i] = int(c)
+	}
+	return out
+}

@@ -1,0 +1,81 @@
+package serve
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the server's Prometheus series, in its own registry.
+type metrics struct {
+	reg              *prometheus.Registry
+	requests         *prometheus.CounterVec
+	ttft             *prometheus.HistogramVec
+	itl              *prometheus.HistogramVec
+	promptTokens     *prometheus.CounterVec
+	completionTokens *prometheus.CounterVec
+}
+
+func newMetrics(models []*Model) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "memra_http_requests_total",
+			Help: "HTTP requests by endpoint and status code.",
+		}, []string{"endpoint", "status"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "memra_time_to_first_token_seconds",
+			Help:    "Time from admission to the first generated token, per choice.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"model"}),
+		itl: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "memra_inter_token_latency_seconds",
+			Help:    "Time between consecutive generated tokens of one choice.",
+			Buckets: []float64{.001, .0025, .005, .01, .02, .04, .08, .16, .32, .64, 1.28},
+		}, []string{"model"}),
+		promptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "memra_prompt_tokens_total",
+			Help: "Prompt tokens of completed requests.",
+		}, []string{"model"}),
+		completionTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "memra_completion_tokens_total",
+			Help: "Generated tokens of completed requests.",
+		}, []string{"model"}),
+	}
+	m.reg.MustRegister(m.requests, m.ttft, m.itl, m.promptTokens, m.completionTokens,
+		&engineCollector{models: models},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+var (
+	descRunning = prometheus.NewDesc("memra_requests_running",
+		"Sequences generating now.", []string{"model"}, nil)
+	descQueued = prometheus.NewDesc("memra_requests_queued",
+		"Requests admitted and waiting for a slot.", []string{"model"}, nil)
+	descKV = prometheus.NewDesc("memra_kv_cache_usage_ratio",
+		"Fraction of KV cache positions in use (0–1).", []string{"model"}, nil)
+)
+
+// engineCollector reads each engine's Stats at scrape time.
+type engineCollector struct{ models []*Model }
+
+// Describe implements prometheus.Collector.
+func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descRunning
+	ch <- descQueued
+	ch <- descKV
+}
+
+// Collect implements prometheus.Collector.
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.models {
+		st := m.Engine.Stats()
+		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(st.Running), m.ID)
+		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(st.Queued), m.ID)
+		kv := 0.0
+		if st.KVTokensTotal > 0 {
+			kv = float64(st.KVTokensUsed) / float64(st.KVTokensTotal)
+		}
+		ch <- prometheus.MustNewConstMetric(descKV, prometheus.GaugeValue, kv, m.ID)
+	}
+}

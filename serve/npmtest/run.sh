@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Runs the openai-npm test suite against a real `memra serve`: builds memra,
+# synthesizes a small qwen3 model, starts an open server (the embedded model,
+# plus the qwen3 one as "qwen3") and a keyed one on free loopback ports, waits for /ready, runs `node --test`, and always stops
+# the servers.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do
+		kill "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+(cd "$root" && go build -o "$tmp/memra" ./cmd/memra)
+if [ ! -d "$here/node_modules/openai" ]; then
+	(cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+free_port() {
+	node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'
+}
+
+# start NAME PORT [ARGS...]: run memra serve from an empty folder (no
+# memra.yaml) with no inherited MEMRA_* settings.
+start() {
+	local name=$1 port=$2
+	shift 2
+	(cd "$tmp" && exec env $(env | grep -o '^MEMRA_[A-Z_]*' | sed 's/^/-u /') \
+		"$tmp/memra" serve --host 127.0.0.1 --port "$port" --max-running 4 "$@" >"$tmp/$name.log" 2>&1) &
+	pids+=($!)
+}
+
+wait_ready() {
+	local name=$1 port=$2
+	for _ in $(seq 1 300); do
+		if curl -sf "http://127.0.0.1:$port/ready" >/dev/null; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	echo "memra serve ($name) did not become ready; its log:" >&2
+	cat "$tmp/$name.log" >&2
+	return 1
+}
+
+# A one-layer qwen3 model with random weights, the real Qwen vocabulary and
+# the Qwen3 chat template (tools and thinking), served beside the embedded
+# model as "qwen3" for the tool, structured-output and reasoning tests.
+"$tmp/memra" synth --preset qwen3-8b --layers 1 --dim 64 --ffn 128 --quant f32 --quiet -o "$tmp/qwen3.gguf" >/dev/null
+
+open_port=$(free_port)
+keyed_port=$(free_port)
+key="sk-npmtest-$RANDOM$RANDOM"
+start open "$open_port" stories260K --model "qwen3=$tmp/qwen3.gguf"
+start keyed "$keyed_port" --api-keys "$key"
+wait_ready open "$open_port"
+wait_ready keyed "$keyed_port"
+
+status=0
+MEMRA_URL="http://127.0.0.1:$open_port/v1" \
+	MEMRA_KEYED_URL="http://127.0.0.1:$keyed_port/v1" \
+	MEMRA_KEY="$key" \
+	MEMRA_AGENT_MODEL=qwen3 \
+	node --test --test-concurrency=1 "$here"/*.test.mjs || status=$?
+if [ "$status" -ne 0 ]; then
+	echo "--- server log (open) ---" >&2
+	tail -n 50 "$tmp/open.log" >&2
+fi
+exit "$status"

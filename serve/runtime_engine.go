@@ -1,0 +1,20 @@
+package serve
+
+import (
+	"github.com/memra-ai/memra/runtime"
+)
+
+// runtimeEngine adapts *runtime.Engine to Engine.
+type runtimeEngine struct{ *runtime.Engine }
+
+// FromRuntime wraps a runtime engine for the server.
+func FromRuntime(e *runtime.Engine) Engine { return runtimeEngine{e} }
+
+// Tokenizer implements Engine.
+func (r runtimeEngine) Tokenizer() Tokenizer { return r.Engine.Tokenizer() }
+
+// Stats implements Engine.
+func (r runtimeEngine) Stats() Stats {
+	st := r.Engine.Stats()
+	return Stats{Running: st.Running, Queued: st.Queued, KVTokensUsed: st.KVTokensUsed, KVTokensTotal: st.KVTokensTotal}
+}
