@@ -1,8 +1,9 @@
-package codegen
+package codegen_test
 
 import (
 	"testing"
 
+	"github.com/memra-ai/memra/codegen"
 	"github.com/memra-ai/memra/ir/dtype"
 	"github.com/memra-ai/memra/runtime/cuda"
 	"github.com/stretchr/testify/require"
@@ -19,7 +20,7 @@ func nvrtcOrSkip(t *testing.T) *cuda.NVRTC {
 }
 
 // compileAll compiles every kernel to PTX for arch and fails with the log.
-func compileAll(t *testing.T, nv *cuda.NVRTC, arch string, ks []*Kernel) {
+func compileAll(t *testing.T, nv *cuda.NVRTC, arch string, ks []*codegen.Kernel) {
 	t.Helper()
 	for _, k := range ks {
 		out, err := nv.Compile(k.Source, k.Name+".cu", []string{cuda.ArchOption(arch)})
@@ -29,33 +30,51 @@ func compileAll(t *testing.T, nv *cuda.NVRTC, arch string, ks []*Kernel) {
 }
 
 // TestCompileGate compiles every family × weight type × default arm for the
-// tiny shape, the GEMV at one real shape, and a few non-default arms to
+// tiny shape, the codegen.GEMV at one real shape, and a few non-default arms to
 // compute_90 PTX.
 func TestCompileGate(t *testing.T) {
 	nv := nvrtcOrSkip(t)
-	s, err := ShapeByName("tiny")
+	s, err := codegen.ShapeByName("tiny")
 	require.NoError(t, err)
-	ks, err := DefaultKernels(s, WeightTypes)
+	ks, err := codegen.DefaultKernels(s, codegen.WeightTypes)
 	require.NoError(t, err)
 	for _, cache := range []dtype.Type{dtype.F32, dtype.BF16} {
-		k, err := RopeKV(s.Rope(cache), BlockArm{Threads: 64})
+		k, err := codegen.RopeKV(s.Rope(cache), codegen.BlockArm{Threads: 64})
 		require.NoError(t, err)
 		ks = append(ks, k)
-		p, c, err := DecodeAttention(s.Attn(cache), DecodeArm{Threads: 64, Chunk: 64})
+		p, c, err := codegen.DecodeAttention(s.Attn(cache), codegen.DecodeArm{Threads: 64, Chunk: 64})
 		require.NoError(t, err)
-		pf, err := PrefillAttention(s.Attn(cache), PrefillArm{Warps: 2})
+		pf, err := codegen.PrefillAttention(s.Attn(cache), codegen.PrefillArm{Warps: 2})
 		require.NoError(t, err)
 		ks = append(ks, p, c, pf)
 	}
 	for _, t2 := range []dtype.Type{dtype.Q4_K, dtype.Q6_K, dtype.BF16} {
-		g, err := GEMV(t2, 1000, 512, true, GEMVArm{Threads: 128, RowsPerBlock: 1, Unroll: 2, SharedX: 0})
+		g, err := codegen.GEMV(t2, 1000, 512, true, codegen.GEMVArm{Threads: 128, RowsPerBlock: 1, Unroll: 2, SharedX: 0})
 		require.NoError(t, err)
-		m, err := MatMulMMA(t2, 1000, 512, true, MMAArm{BM: 32, BN: 32, WarpsM: 1, WarpsN: 2})
+		m, err := codegen.MatMulMMA(t2, 1000, 512, true, codegen.MMAArm{BM: 32, BN: 32, WarpsM: 1, WarpsN: 2})
 		require.NoError(t, err)
 		ks = append(ks, g, m)
 	}
-	r, err := RMSNormAdd(s.Hidden, s.Eps, false, BlockArm{Threads: 1024})
+	r, err := codegen.RMSNormAdd(s.Hidden, s.Eps, false, codegen.BlockArm{Threads: 1024})
 	require.NoError(t, err)
 	ks = append(ks, r)
+	compileAll(t, nv, "compute_90", ks)
+}
+
+// TestCompileProgramKernels compiles every kernel of the lowered test
+// programs (stories260K, qwen3, qwen2 with mixed types; decode and
+// prefill) to compute_90 PTX.
+func TestCompileProgramKernels(t *testing.T) {
+	nv := nvrtcOrSkip(t)
+	seen := map[string]bool{}
+	var ks []*codegen.Kernel
+	for _, p := range codegen.ProgramsForTest(t) {
+		for _, k := range p.Kernels {
+			if !seen[k.Name] {
+				seen[k.Name] = true
+				ks = append(ks, k)
+			}
+		}
+	}
 	compileAll(t, nv, "compute_90", ks)
 }

@@ -15,7 +15,7 @@ type helper struct {
 // helperOrder fixes the order helpers appear in a source file.
 var helperOrder = []string{
 	"types", "f16", "bf16", "warp", "pdl", "kscale",
-	"dq_f32", "dq_f16", "dq_bf16", "dq_q4_0", "dq_q8_0", "dq_q4_k", "dq_q5_k", "dq_q6_k",
+	"dq_f32", "dq_f16", "dq_bf16", "dq_q4_0", "dq_q4_1", "dq_q5_0", "dq_q5_1", "dq_q8_0", "dq_q4_k", "dq_q5_k", "dq_q6_k",
 }
 
 var helpers = map[string]helper{
@@ -198,6 +198,39 @@ func emitDequant(w *Writer, t dtype.Type) {
 				w.Line("v[2 * i + 1] = d * (float)((int)((s >> 8) & 15) - 8);")
 				w.Line("v[2 * i + 16] = d * (float)((int)((s >> 4) & 15) - 8);")
 				w.Line("v[2 * i + 17] = d * (float)((int)(s >> 12) - 8);")
+			})
+		case dtype.Q4_1:
+			w.Line("const u8* b = row + 20 * u;")
+			w.Line("const float d = f16_to_f32(*(const u16*)b);")
+			w.Line("const float m = f16_to_f32(*(const u16*)(b + 2));")
+			w.For("i", "0", "16", "1", -1, func() {
+				w.Line("const u8 q = b[4 + i];")
+				w.Line("v[i] = d * (float)(q & 15) + m;")
+				w.Line("v[i + 16] = d * (float)(q >> 4) + m;")
+			})
+		case dtype.Q5_0, dtype.Q5_1:
+			// Q5_0: d, qh[4], qs[16] (22 bytes); Q5_1: d, m, qh[4], qs[16] (24 bytes).
+			hdr, bias := 2, "- 16"
+			if t == dtype.Q5_1 {
+				hdr, bias = 4, ""
+			}
+			w.Linef("const u8* b = row + %d * u;", t.BlockBytes())
+			w.Line("const float d = f16_to_f32(*(const u16*)b);")
+			if t == dtype.Q5_1 {
+				w.Line("const float m = f16_to_f32(*(const u16*)(b + 2));")
+			}
+			w.Linef("const u32 qh = (u32)b[%d] | ((u32)b[%d] << 8) | ((u32)b[%d] << 16) | ((u32)b[%d] << 24);", hdr, hdr+1, hdr+2, hdr+3)
+			w.For("i", "0", "16", "1", -1, func() {
+				w.Linef("const u8 q = b[%d + i];", hdr+4)
+				lo := fmt.Sprintf("(float)((int)((q & 15) | (((qh >> i) & 1) << 4)) %s)", bias)
+				hi := fmt.Sprintf("(float)((int)((q >> 4) | (((qh >> (i + 16)) & 1) << 4)) %s)", bias)
+				if t == dtype.Q5_1 {
+					w.Linef("v[i] = d * %s + m;", lo)
+					w.Linef("v[i + 16] = d * %s + m;", hi)
+				} else {
+					w.Linef("v[i] = d * %s;", lo)
+					w.Linef("v[i + 16] = d * %s;", hi)
+				}
 			})
 		case dtype.Q4_K, dtype.Q5_K:
 			bb := t.BlockBytes()

@@ -47,7 +47,7 @@ type Knob struct {
 
 // WeightTypes are the weight dtypes the matrix families and the embedding
 // lookup support.
-var WeightTypes = []dtype.Type{dtype.F32, dtype.F16, dtype.BF16, dtype.Q4_0, dtype.Q8_0, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K}
+var WeightTypes = []dtype.Type{dtype.F32, dtype.F16, dtype.BF16, dtype.Q4_0, dtype.Q4_1, dtype.Q5_0, dtype.Q5_1, dtype.Q8_0, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K}
 
 // supported reports whether t is one of WeightTypes.
 func supported(t dtype.Type) error {

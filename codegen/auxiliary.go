@@ -1,0 +1,262 @@
+package codegen
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// The small families lowering needs around the main ones: the QKV bias
+// epilogue (qwen2), per-head RMSNorm of q and k inside the fused QKV row
+// (qwen3), the concatenation of products of different weight types into one
+// fused row, the gather of each sequence's last token before the logits,
+// and attention for head sizes that are not a multiple of 32.
+
+// BiasAdd returns the kernel adding a bias vector of n floats to every row:
+//
+//	bias_add(float* y, const float* b, int rows)
+//
+// grid (⌈n/threads⌉, rows).
+func BiasAdd(n int, arm BlockArm) (*Kernel, error) {
+	if err := arm.Validate(); err != nil {
+		return nil, err
+	}
+	if n <= 0 {
+		return nil, fmt.Errorf("%w: bias of %d", ErrUnsupported, n)
+	}
+	name := fmt.Sprintf("bias_add_n%d_%s", n, arm)
+	params := []Param{{"float* __restrict__", "y"}, {"const float* __restrict__", "b"}, {"int", "rows"}}
+	src := source(fmt.Sprintf("bias add: n %d, %v", n, arm), []string{"types", "pdl"}, func(w *Writer) {
+		w.Linef("#define NB %d", n)
+		w.Blank()
+		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
+			w.Line("pdl_wait();")
+			w.Linef("const int i = blockIdx.x * %d + threadIdx.x;", arm.Threads)
+			w.If("i < NB", func() { w.Line("y[(size_t)blockIdx.y * NB + i] += b[i];") })
+			w.Line("pdl_launch();")
+		}})
+	})
+	return &Kernel{Family: "bias_add", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
+		return Geometry{Grid: dim3(ceilDiv(n, arm.Threads), d.Tokens, 1), Block: dim3(arm.Threads, 1, 1)}
+	}}, nil
+}
+
+// HeadNormShape places per-head RMSNorm inside activation rows: Heads heads
+// of HeadDim floats starting at float Offset of rows of Stride floats.
+type HeadNormShape struct {
+	Heads, HeadDim, Offset, Stride int
+	Eps                            float32
+}
+
+// HeadRMSNorm returns the in-place per-head RMSNorm (qwen3's q/k norm):
+// each head h of each row, x[h] = x[h] / sqrt(mean(x[h]²) + eps) · w:
+//
+//	head_rmsnorm(float* x, const float* w, int rows)
+//
+// One warp per head; grid (rows).
+func HeadRMSNorm(s HeadNormShape, arm BlockArm) (*Kernel, error) {
+	if err := arm.Validate(); err != nil {
+		return nil, err
+	}
+	if s.Heads <= 0 || s.HeadDim <= 0 || s.Offset < 0 || s.Stride < s.Offset+s.Heads*s.HeadDim {
+		return nil, fmt.Errorf("%w: head norm %+v", ErrUnsupported, s)
+	}
+	name := fmt.Sprintf("head_rmsnorm_h%d_d%d_o%d_s%d_%s", s.Heads, s.HeadDim, s.Offset, s.Stride, arm)
+	params := []Param{{"float* __restrict__", "x"}, {"const float* __restrict__", "w"}, {"int", "rows"}}
+	src := source(fmt.Sprintf("per-head rmsnorm: %d heads of %d at %d of %d, eps %g, %v", s.Heads, s.HeadDim, s.Offset, s.Stride, s.Eps, arm),
+		[]string{"types", "warp", "pdl"}, func(w *Writer) {
+			w.Linef("#define HEADS %d", s.Heads)
+			w.Linef("#define HD %d", s.HeadDim)
+			w.Linef("#define OFF %d", s.Offset)
+			w.Linef("#define STRIDE %d", s.Stride)
+			w.Linef("#define EPS %s", cfloat(s.Eps))
+			w.Linef("#define NW %d", arm.Threads/32)
+			w.Blank()
+			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
+				w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;")
+				w.Line("pdl_wait();")
+				w.For("h", "warp", "HEADS", "NW", 0, func() {
+					w.Line("float* p = x + (size_t)blockIdx.x * STRIDE + OFF + h * HD;")
+					w.Line("float ss = 0.f;")
+					w.For("d", "lane", "HD", "32", 0, func() { w.Line("ss += p[d] * p[d];") })
+					w.Line("ss = warp_sum(ss);")
+					w.Line("const float r = rsqrtf(ss / (float)HD + EPS);")
+					w.For("d", "lane", "HD", "32", 0, func() { w.Line("p[d] = p[d] * r * w[d];") })
+				})
+				w.Line("pdl_launch();")
+			}})
+		})
+	return &Kernel{Family: "head_rmsnorm", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
+		return Geometry{Grid: dim3(d.Tokens, 1, 1), Block: dim3(arm.Threads, 1, 1)}
+	}}, nil
+}
+
+// Concat returns the kernel writing rows of len(widths) sources side by
+// side into one row of Σwidths floats:
+//
+//	concat(const float* src0, …, float* out, int rows)
+//
+// grid (⌈Σwidths/threads⌉, rows).
+func Concat(widths []int, arm BlockArm) (*Kernel, error) {
+	if err := arm.Validate(); err != nil {
+		return nil, err
+	}
+	if len(widths) < 2 {
+		return nil, fmt.Errorf("%w: concat of %d parts", ErrUnsupported, len(widths))
+	}
+	total := 0
+	tags := make([]string, len(widths))
+	var params []Param
+	for i, wd := range widths {
+		if wd <= 0 {
+			return nil, fmt.Errorf("%w: concat part of %d", ErrUnsupported, wd)
+		}
+		total += wd
+		tags[i] = fmt.Sprint(wd)
+		params = append(params, Param{"const float* __restrict__", fmt.Sprintf("src%d", i)})
+	}
+	params = append(params, Param{"float* __restrict__", "out"}, Param{"int", "rows"})
+	name := fmt.Sprintf("concat_%s_%s", strings.Join(tags, "_"), arm)
+	src := source(fmt.Sprintf("concat: widths %v, %v", widths, arm), []string{"types", "pdl"}, func(w *Writer) {
+		w.Linef("#define TOTAL %d", total)
+		w.Blank()
+		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
+			w.Line("pdl_wait();")
+			w.Linef("const int i = blockIdx.x * %d + threadIdx.x;", arm.Threads)
+			w.Line("const size_t r = blockIdx.y;")
+			w.Line("float v = 0.f;")
+			off := 0
+			for i, wd := range widths {
+				cond := fmt.Sprintf("i >= %d && i < %d", off, off+wd)
+				if i == 0 {
+					cond = fmt.Sprintf("i < %d", wd)
+				}
+				w.If(cond, func() { w.Linef("v = src%d[r * %d + i - %d];", i, wd, off) })
+				off += wd
+			}
+			w.If("i < TOTAL", func() { w.Line("out[r * TOTAL + i] = v;") })
+			w.Line("pdl_launch();")
+		}})
+	})
+	return &Kernel{Family: "concat", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
+		return Geometry{Grid: dim3(ceilDiv(total, arm.Threads), d.Tokens, 1), Block: dim3(arm.Threads, 1, 1)}
+	}}, nil
+}
+
+// GatherRows returns the kernel copying row idx[r] of x into row r of y,
+// rows of width floats (the last token of each sequence before the logits):
+//
+//	gather_rows(const float* x, const int* idx, float* y, int rows)
+//
+// grid (rows).
+func GatherRows(width int, arm BlockArm) (*Kernel, error) {
+	if err := arm.Validate(); err != nil {
+		return nil, err
+	}
+	if width <= 0 {
+		return nil, fmt.Errorf("%w: gather of width %d", ErrUnsupported, width)
+	}
+	name := fmt.Sprintf("gather_rows_w%d_%s", width, arm)
+	params := []Param{{"const float* __restrict__", "x"}, {"const int* __restrict__", "idx"}, {"float* __restrict__", "y"}, {"int", "rows"}}
+	src := source(fmt.Sprintf("gather rows: width %d, %v", width, arm), []string{"types", "pdl"}, func(w *Writer) {
+		w.Linef("#define WIDTH %d", width)
+		w.Blank()
+		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
+			w.Line("pdl_wait();")
+			w.Line("const float* s = x + (size_t)idx[blockIdx.x] * WIDTH;")
+			w.Line("float* d = y + (size_t)blockIdx.x * WIDTH;")
+			w.For("i", "threadIdx.x", "WIDTH", fmt.Sprint(arm.Threads), 0, func() { w.Line("d[i] = s[i];") })
+			w.Line("pdl_launch();")
+		}})
+	})
+	return &Kernel{Family: "gather_rows", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
+		return Geometry{Grid: dim3(d.Tokens, 1, 1), Block: dim3(arm.Threads, 1, 1)}
+	}}, nil
+}
+
+// WarpAttention returns causal attention for any head size up to 256 (the
+// families in attention.go and prefill.go need a multiple of 32), with the
+// parameters of PrefillAttention:
+//
+//	attn_warp(const float* q, const cache_t* kc, const cache_t* vc,
+//	          const int* tok_base, const int* tok_pos, float* out, int ntok)
+//
+// One warp per (token, head), each lane scoring one key of a group of 32
+// with an online softmax; grid (⌈ntok/Warps⌉, HQ). It serves decode too
+// (one token per sequence).
+func WarpAttention(s AttnShape, arm PrefillArm) (*Kernel, error) {
+	if s.Heads <= 0 || s.HeadsKV <= 0 || s.Heads%s.HeadsKV != 0 || s.HeadDim <= 0 || s.HeadDim > 256 || s.QStride < s.Heads*s.HeadDim {
+		return nil, fmt.Errorf("%w: warp attention %+v", ErrUnsupported, s)
+	}
+	if err := checkCache(s.Cache); err != nil {
+		return nil, err
+	}
+	if err := arm.Validate(); err != nil {
+		return nil, err
+	}
+	ct := cacheCType(s.Cache)
+	dpl := ceilDiv(s.HeadDim, 32)
+	name := fmt.Sprintf("attn_warp_%s_q%d_%s", s.tag(), s.QStride, arm)
+	params := []Param{{"const float* __restrict__", "q"}, {"const " + ct + "* __restrict__", "kc"}, {"const " + ct + "* __restrict__", "vc"},
+		{"const int* __restrict__", "tok_base"}, {"const int* __restrict__", "tok_pos"}, {"float* __restrict__", "out"}, {"int", "ntok"}}
+	guard := func(w *Writer, body func()) {
+		if s.HeadDim%32 == 0 {
+			body()
+			return
+		}
+		w.If("lane + 32 * i < HD", body)
+	}
+	src := source(fmt.Sprintf("causal attention, one warp per query: %s, query stride %d, %v", s.tag(), s.QStride, arm),
+		append(cacheHelpers(s.Cache), "warp", "pdl"), func(w *Writer) {
+			s.defines(w)
+			w.Linef("#define NW %d", arm.Warps)
+			w.Linef("#define DPL %d // head dims per lane, rounded up", dpl)
+			w.Blank()
+			w.Emit(Func{Name: name, Global: true, LaunchBounds: 32 * arm.Warps, Params: params, Body: func(w *Writer) {
+				w.Line("__shared__ float qs[NW][HD];")
+				w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;")
+				w.Line("const int t = blockIdx.x * NW + warp, h = blockIdx.y, kvh = h / GROUP;")
+				w.Line("pdl_wait();")
+				w.If("t >= ntok", func() { w.Line("return;") })
+				w.For("d", "lane", "HD", "32", 0, func() { w.Line("qs[warp][d] = q[(size_t)t * QSTRIDE + h * HD + d] * SCALE;") })
+				w.Line("__syncwarp();")
+				w.Line("const int nkeys = tok_pos[t] + 1;")
+				w.Line("const size_t base = (size_t)tok_base[t] * HKV * HD + kvh * HD;")
+				w.Linef("float m = %s, l = 0.f;", cfloat(float32(math.Inf(-1))))
+				w.Line("float o[DPL];")
+				w.For("i", "0", "DPL", "1", -1, func() { w.Line("o[i] = 0.f;") })
+				w.For("j0", "0", "nkeys", "32", 0, func() {
+					w.Line("const int j = j0 + lane;")
+					w.Linef("float sc = %s;", cfloat(float32(math.Inf(-1))))
+					w.If("j < nkeys", func() {
+						w.Linef("const %s* kr = kc + base + (size_t)j * HKV * HD;", ct)
+						w.Line("float a = 0.f;")
+						w.For("d", "0", "HD", "1", 8, func() { w.Linef("a += qs[warp][d] * %s;", cacheLoad(s.Cache, "kr[d]")) })
+						w.Line("sc = a;")
+					})
+					w.Line("const float mn = fmaxf(m, warp_max(sc));")
+					w.Line("const float p = (j < nkeys) ? expf(sc - mn) : 0.f;")
+					w.Line("const float corr = expf(m - mn);")
+					w.Line("l = l * corr + warp_sum(p);")
+					w.For("i", "0", "DPL", "1", -1, func() { w.Line("o[i] *= corr;") })
+					w.Line("const int cnt = min(32, nkeys - j0);")
+					w.For("jj", "0", "cnt", "1", 0, func() {
+						w.Line("const float pj = __shfl_sync(0xffffffffu, p, jj);")
+						w.Linef("const %s* vr = vc + base + (size_t)(j0 + jj) * HKV * HD;", ct)
+						w.For("i", "0", "DPL", "1", -1, func() {
+							guard(w, func() { w.Linef("o[i] += pj * %s;", cacheLoad(s.Cache, "vr[lane + 32 * i]")) })
+						})
+					})
+					w.Line("m = mn;")
+				})
+				w.Line("float* orow = out + (size_t)t * HQ * HD + h * HD;")
+				w.For("i", "0", "DPL", "1", -1, func() {
+					guard(w, func() { w.Line("orow[lane + 32 * i] = o[i] / l;") })
+				})
+				w.Line("pdl_launch();")
+			}})
+		})
+	return &Kernel{Family: "attn_warp", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
+		return Geometry{Grid: dim3(ceilDiv(d.Tokens, arm.Warps), s.Heads, 1), Block: dim3(32*arm.Warps, 1, 1)}
+	}}, nil
+}

@@ -1,0 +1,115 @@
+package glue
+
+import (
+	"fmt"
+
+	"github.com/dave/jennifer/jen"
+
+	"github.com/memra-ai/memra/codegen"
+)
+
+// probeDims are the token and sequence counts a geometry rule is checked at.
+var probeDims = func() []int {
+	var v []int
+	for n := 1; n <= 600; n++ {
+		v = append(v, n)
+	}
+	return append(v, 777, 1000, 1024, 2048, 4095, 4096, 8192)
+}()
+
+// dimRule is one grid dimension as a function of the symbolic dims:
+// ⌈Sym/Div⌉, or the constant Const when Sym is "".
+type dimRule struct {
+	sym   string // "Tokens", "Seqs" or ""
+	div   int
+	konst uint32
+}
+
+func (r dimRule) eval(d codegen.Dims) uint32 {
+	switch r.sym {
+	case "Tokens":
+		return uint32((d.Tokens + r.div - 1) / r.div)
+	case "Seqs":
+		return uint32((d.Seqs + r.div - 1) / r.div)
+	}
+	return r.konst
+}
+
+func (r dimRule) code() jen.Code {
+	if r.sym == "" {
+		return jen.Lit(int(r.konst))
+	}
+	x := jen.Id("d").Dot(r.sym)
+	if r.div == 1 {
+		return jen.Uint32().Call(x)
+	}
+	return jen.Uint32().Call(jen.Parens(x.Op("+").Lit(r.div - 1)).Op("/").Lit(r.div))
+}
+
+// geometry recovers k's launch rule by probing it over probeDims (KVLen at
+// the program's context, as every launch of p uses) and writes it as a
+// codegen.Geometry expression of d; a rule of another form is an error.
+func geometry(p *codegen.Program, k *codegen.Kernel) (jen.Code, error) {
+	at := func(t, s int) codegen.Geometry {
+		return k.Launch(codegen.Dims{Tokens: t, Seqs: s, KVLen: p.Context})
+	}
+	base := at(1, 1)
+	var rules [3]dimRule
+	for i := range rules {
+		r, err := fit(func(t, s int) uint32 { return at(t, s).Grid[i] })
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s grid[%d]: %w", ErrGlue, k.Name, i, err)
+		}
+		rules[i] = r
+	}
+	for _, n := range probeDims {
+		for _, s := range []int{1, n} {
+			g := at(n, s)
+			if g.Block != base.Block || g.Shared != base.Shared {
+				return nil, fmt.Errorf("%w: %s: block or shared memory depends on the dims", ErrGlue, k.Name)
+			}
+			for i, r := range rules {
+				if r.eval(codegen.Dims{Tokens: n, Seqs: s}) != g.Grid[i] {
+					return nil, fmt.Errorf("%w: %s grid[%d] at T=%d S=%d is %d, rule gives %d", ErrGlue, k.Name, i, n, s, g.Grid[i], r.eval(codegen.Dims{Tokens: n, Seqs: s}))
+				}
+			}
+		}
+	}
+	grid := jen.Index(jen.Lit(3)).Uint32().Values(rules[0].code(), rules[1].code(), rules[2].code())
+	block := jen.Index(jen.Lit(3)).Uint32().Values(jen.Lit(int(base.Block[0])), jen.Lit(int(base.Block[1])), jen.Lit(int(base.Block[2])))
+	return jen.Qual(codegenPath, "Geometry").Values(jen.Dict{
+		jen.Id("Grid"): grid, jen.Id("Block"): block, jen.Id("Shared"): jen.Lit(int(base.Shared)),
+	}), nil
+}
+
+// fit finds the rule of one grid dimension g(tokens, seqs): a constant, or
+// ⌈tokens/c⌉ or ⌈seqs/c⌉ for the c at which it first reaches 2.
+func fit(g func(t, s int) uint32) (dimRule, error) {
+	varies := func(f func(n int) uint32) (int, bool) {
+		for _, n := range probeDims {
+			if f(n) != f(1) {
+				return n, true
+			}
+		}
+		return 0, false
+	}
+	if _, ok := varies(func(n int) uint32 { return g(n, 1) }); ok {
+		return ruleFor("Tokens", func(n int) uint32 { return g(n, 1) })
+	}
+	if _, ok := varies(func(n int) uint32 { return g(1, n) }); ok {
+		return ruleFor("Seqs", func(n int) uint32 { return g(1, n) })
+	}
+	return dimRule{konst: g(1, 1)}, nil
+}
+
+func ruleFor(sym string, f func(n int) uint32) (dimRule, error) {
+	if f(1) != 1 {
+		return dimRule{}, fmt.Errorf("depends on %s but is %d at 1", sym, f(1))
+	}
+	for _, n := range probeDims {
+		if f(n) == 2 {
+			return dimRule{sym: sym, div: n - 1}, nil
+		}
+	}
+	return dimRule{}, fmt.Errorf("depends on %s but never reaches 2", sym)
+}

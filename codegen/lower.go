@@ -1,0 +1,370 @@
+package codegen
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/memra-ai/memra/ir"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// Lowering errors.
+var (
+	// ErrLower is wrapped when a graph has a pattern lowering cannot map to
+	// kernels; the message names the node.
+	ErrLower = errors.New("codegen: cannot lower")
+	// ErrPlan is wrapped when a buffer plan breaks its invariants.
+	ErrPlan = errors.New("codegen: bad buffer plan")
+)
+
+// Arms are the arms lowering uses per family; a zero field takes the
+// family's default.
+type Arms struct {
+	GEMV    GEMVArm
+	MMA     MMAArm
+	Block   BlockArm
+	Decode  DecodeArm
+	Prefill PrefillArm
+}
+
+// WithDefaults returns a with each zero field replaced by its family's
+// default arm.
+func (a Arms) WithDefaults() Arms {
+	if a.GEMV == (GEMVArm{}) {
+		a.GEMV = DefaultGEMVArm
+	}
+	if a.MMA == (MMAArm{}) {
+		a.MMA = DefaultMMAArm
+	}
+	if a.Block == (BlockArm{}) {
+		a.Block = DefaultBlockArm
+	}
+	if a.Decode == (DecodeArm{}) {
+		a.Decode = DefaultDecodeArm
+	}
+	if a.Prefill == (PrefillArm{}) {
+		a.Prefill = DefaultPrefillArm
+	}
+	return a
+}
+
+// LowerOptions choose the step class and its limits.
+type LowerOptions struct {
+	Class     StepClass
+	MaxTokens int // largest T of a step (decode: forced to MaxSeqs)
+	MaxSeqs   int // largest S
+	Context   int // KV positions per sequence
+	// Cache is the KV cache element type: F32 (the zero value), F16 or BF16.
+	Cache dtype.Type
+	Arms  Arms
+	// PrefillGEMV makes prefill use the float32 GEMV products instead of
+	// the bf16 tensor-core ones (exact against the CPU, slower).
+	PrefillGEMV bool
+	// Argmax appends the greedy argmax of the logits.
+	Argmax bool
+}
+
+// view is where a node's value lives: floats [off, off+width) of each row
+// of stride floats of buffer buf.
+type view struct {
+	buf, off, width, stride int
+}
+
+func (v view) contiguous() bool { return v.off == 0 && v.width == v.stride }
+
+type lowerer struct {
+	g       *ir.Graph
+	o       LowerOptions
+	p       *Program
+	users   [][]*ir.Node
+	kernels map[string]int
+	weights map[string]int
+	val     map[int]view
+	done    map[int]bool
+	arms    Arms
+}
+
+// Lower turns g (verified, after ir.RunPasses) into a Program for the step
+// class of opts. Products read their weights in the model's stored types;
+// the fusion marks of the graph decide which ops share a kernel: an
+// rms_norm prologue feeds all the products of its group (fused into one
+// product with concatenated weights when their types agree), bias_add and
+// residual add run in the product's epilogue, RoPE runs with the KV write.
+func Lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
+	if opts.MaxSeqs <= 0 || opts.Context <= 0 {
+		return nil, fmt.Errorf("%w: max seqs %d, context %d must be positive", ErrLower, opts.MaxSeqs, opts.Context)
+	}
+	if opts.Class == Decode {
+		opts.MaxTokens = opts.MaxSeqs
+	}
+	if opts.MaxTokens < opts.MaxSeqs {
+		return nil, fmt.Errorf("%w: max tokens %d below max seqs %d", ErrLower, opts.MaxTokens, opts.MaxSeqs)
+	}
+	if err := checkCache(opts.Cache); err != nil {
+		return nil, err
+	}
+	l := &lowerer{g: g, o: opts, users: g.Users(), kernels: map[string]int{}, weights: map[string]int{},
+		val: map[int]view{}, done: map[int]bool{}, arms: opts.Arms.WithDefaults()}
+	l.p = &Program{Model: g.Name, Arch: g.Arch, Class: opts.Class, MaxTokens: opts.MaxTokens, MaxSeqs: opts.MaxSeqs,
+		Context: opts.Context, Cache: opts.Cache, Layers: g.Consts["layers"],
+		KVWidth: g.Consts["heads_kv"] * g.Consts["head_dim"], Vocab: g.Consts["vocab"], Logits: -1, Argmax: -1}
+	for _, n := range g.Nodes {
+		if l.done[n.ID] {
+			continue
+		}
+		if err := l.node(n); err != nil {
+			return nil, fmt.Errorf("%w: %%%d %v: %w", ErrLower, n.ID, n.Op, err)
+		}
+	}
+	if l.p.Logits < 0 {
+		return nil, fmt.Errorf("%w: graph has no output", ErrLower)
+	}
+	l.p.Buffers.place(opts.MaxTokens, opts.MaxSeqs)
+	if err := l.p.Buffers.Check(); err != nil {
+		return nil, err
+	}
+	return l.p, nil
+}
+
+func (l *lowerer) node(n *ir.Node) error {
+	switch n.Op {
+	case ir.OpTokens, ir.OpPositions, ir.OpWeight, ir.OpRope:
+		return nil // inputs, weights on use; RoPE runs with its KV write
+	case ir.OpEmbed:
+		return l.embed(n)
+	case ir.OpReshape:
+		v, ok := l.val[n.Args[0].ID]
+		if !ok {
+			return fmt.Errorf("operand %%%d has no value", n.Args[0].ID)
+		}
+		l.val[n.ID] = v
+		return nil
+	case ir.OpRMSNorm:
+		if n.Role == "prologue" {
+			return l.normGroup(n)
+		}
+		return l.headNorm(n)
+	case ir.OpMatmul:
+		return l.matmul(n)
+	case ir.OpKVWrite:
+		return l.ropeKV(n)
+	case ir.OpAttention:
+		return l.attention(n)
+	case ir.OpSwiGLU:
+		return l.swiglu(n)
+	case ir.OpLastTokens:
+		return l.lastTokens(n)
+	case ir.OpOutput:
+		return l.output(n)
+	}
+	return fmt.Errorf("no lowering outside a fusion group")
+}
+
+// kernel registers k (deduplicated by name) and returns its index.
+func (l *lowerer) kernel(k *Kernel, err error) (int, error) {
+	if err != nil {
+		return 0, err
+	}
+	if i, ok := l.kernels[k.Name]; ok {
+		return i, nil
+	}
+	l.p.Kernels = append(l.p.Kernels, k)
+	l.kernels[k.Name] = len(l.p.Kernels) - 1
+	return len(l.p.Kernels) - 1, nil
+}
+
+// launch appends a launch of kernel k and extends the live ranges of the
+// buffers it touches.
+func (l *lowerer) launch(k int, rows ir.Dim, nodes []int, args ...Arg) {
+	if len(args) != len(l.p.Kernels[k].Params) {
+		panic(fmt.Sprintf("BUG: %s takes %d arguments, lowering gave %d", l.p.Kernels[k].Name, len(l.p.Kernels[k].Params), len(args)))
+	}
+	idx := len(l.p.Launches)
+	for _, a := range args {
+		if a.Kind == ArgBuffer {
+			b := &l.p.Buffers.Buffers[a.Index]
+			if b.First < 0 {
+				b.First = idx
+			}
+			b.Last = idx
+		}
+	}
+	l.p.Launches = append(l.p.Launches, Launch{Kernel: k, Rows: rows, Args: args, Nodes: nodes})
+}
+
+// buffer adds a new activation buffer.
+func (l *lowerer) buffer(name string, rows ir.Dim, width int) int {
+	l.p.Buffers.Buffers = append(l.p.Buffers.Buffers, Buffer{Name: name, Rows: rows, Width: width, First: -1, Last: -1})
+	return len(l.p.Buffers.Buffers) - 1
+}
+
+func bufArg(v view) Arg  { return Arg{Kind: ArgBuffer, Index: v.buf, Offset: 4 * v.off} }
+func wArg(i int) Arg     { return Arg{Kind: ArgWeight, Index: i} }
+func inArg(in Input) Arg { return Arg{Kind: ArgInput, Index: int(in)} }
+func constArg(v int) Arg { return Arg{Kind: ArgConst, Value: v} }
+func rowsArg() Arg       { return Arg{Kind: ArgRows} }
+func nullArg() Arg       { return Arg{Kind: ArgNull} }
+func cacheArg(layer int, v bool) Arg {
+	if v {
+		return Arg{Kind: ArgVCache, Index: layer}
+	}
+	return Arg{Kind: ArgKCache, Index: layer}
+}
+
+// weight registers a device weight under key and returns its index.
+func (l *lowerer) weight(key string, w WeightRef) int {
+	if i, ok := l.weights[key]; ok {
+		return i
+	}
+	l.p.Weights = append(l.p.Weights, w)
+	l.weights[key] = len(l.p.Weights) - 1
+	return len(l.p.Weights) - 1
+}
+
+// vector registers 1-D weights as one float32 vector, parts padded to pads.
+func (l *lowerer) vector(name string, parts []WeightPart) int {
+	key := "vec:" + name
+	for _, p := range parts {
+		key += fmt.Sprintf(":%s/%d", p.Name, p.PadRows)
+	}
+	return l.weight(key, WeightRef{Name: name, Kind: WeightVector, Type: dtype.F32, Parts: parts, Cols: 1, PadCols: 1})
+}
+
+// vectorOf registers the single 1-D weight node w.
+func (l *lowerer) vectorOf(w *ir.Node) int {
+	n := w.Ints("ne")[0]
+	return l.vector(w.Str("name"), []WeightPart{{Name: w.Str("name"), Rows: n, PadRows: n}})
+}
+
+func (l *lowerer) valueOf(n *ir.Node) (view, error) {
+	v, ok := l.val[n.ID]
+	if !ok {
+		return view{}, fmt.Errorf("operand %%%d (%v) has no value", n.ID, n.Op)
+	}
+	return v, nil
+}
+
+func (l *lowerer) embed(n *ir.Node) error {
+	tab := n.Args[0]
+	t, ne := tab.DType("type"), tab.Ints("ne")
+	// Registered like a product's weight, so a tied output projection
+	// shares the device copy.
+	w, err := l.matrix([]matPart{{t: t, name: tab.Str("name"), n: ne[1], padN: ne[1], k: ne[0]}}, ne[0])
+	if err != nil {
+		return err
+	}
+	k, err := l.kernel(Embedding(t, ne[0], l.arms.Block))
+	if err != nil {
+		return err
+	}
+	b := l.buffer("x", ir.T, ne[0])
+	l.launch(k, ir.T, []int{n.ID}, inArg(InTokens), wArg(w), bufArg(view{buf: b, width: ne[0], stride: ne[0]}), rowsArg())
+	l.val[n.ID] = view{buf: b, width: ne[0], stride: ne[0]}
+	return nil
+}
+
+func (l *lowerer) output(n *ir.Node) error {
+	v, err := l.valueOf(n.Args[0])
+	if err != nil {
+		return err
+	}
+	if !v.contiguous() {
+		return fmt.Errorf("logits are not a contiguous buffer")
+	}
+	l.p.Logits = v.buf
+	if !l.o.Argmax {
+		return nil
+	}
+	k, err := l.kernel(Argmax(v.width, l.arms.Block))
+	if err != nil {
+		return err
+	}
+	b := l.buffer("argmax", ir.S, 1)
+	l.p.Buffers.Buffers[b].Int32 = true
+	l.launch(k, ir.S, []int{n.ID}, bufArg(v), bufArg(view{buf: b, width: 1, stride: 1}), rowsArg())
+	l.p.Argmax = b
+	return nil
+}
+
+func (l *lowerer) lastTokens(n *ir.Node) error {
+	x, err := l.valueOf(n.Args[0])
+	if err != nil {
+		return err
+	}
+	if l.o.Class == Decode {
+		l.val[n.ID] = x // one token per sequence: the last token of s is token s
+		return nil
+	}
+	if !x.contiguous() {
+		return fmt.Errorf("last_tokens of a strided value")
+	}
+	k, err := l.kernel(GatherRows(x.width, l.arms.Block))
+	if err != nil {
+		return err
+	}
+	b := l.buffer("last", ir.S, x.width)
+	y := view{buf: b, width: x.width, stride: x.width}
+	l.launch(k, ir.S, []int{n.ID}, bufArg(x), inArg(InLast), bufArg(y), rowsArg())
+	l.val[n.ID] = y
+	return nil
+}
+
+// headNorm lowers an rms_norm outside a fusion group: the per-head q/k
+// norm, in place inside the fused QKV row.
+func (l *lowerer) headNorm(n *ir.Node) error {
+	x, err := l.valueOf(n.Args[0])
+	if err != nil {
+		return err
+	}
+	if len(n.Shape) != 3 {
+		return fmt.Errorf("rms_norm of shape %v outside a product prologue", n.Shape)
+	}
+	for src := n.Args[0]; ; src = src.Args[0] {
+		if len(l.users[src.ID]) != 1 {
+			return fmt.Errorf("in-place head norm: %%%d has %d users", src.ID, len(l.users[src.ID]))
+		}
+		if src.Op != ir.OpReshape {
+			break
+		}
+	}
+	heads, hd := int(n.Shape[1]), int(n.Shape[2])
+	k, err := l.kernel(HeadRMSNorm(HeadNormShape{Heads: heads, HeadDim: hd, Offset: x.off, Stride: x.stride, Eps: float32(n.Float("eps"))}, l.arms.Block))
+	if err != nil {
+		return err
+	}
+	w := l.vectorOf(n.Args[1])
+	l.launch(k, n.Shape[0], []int{n.ID}, bufArg(view{buf: x.buf, stride: x.stride}), wArg(w), rowsArg())
+	l.val[n.ID] = x
+	return nil
+}
+
+func (l *lowerer) swiglu(n *ir.Node) error {
+	g, err := l.valueOf(n.Args[0])
+	if err != nil {
+		return err
+	}
+	u, err := l.valueOf(n.Args[1])
+	if err != nil {
+		return err
+	}
+	w := g.width
+	if g.buf != u.buf || g.off != 0 || u.off != w || u.width != w || g.stride != 2*w {
+		return fmt.Errorf("swiglu operands are not the halves of one fused gate/up row")
+	}
+	k, err := l.kernel(SwiGLU(w, l.arms.Block))
+	if err != nil {
+		return err
+	}
+	b := l.buffer("ffn", n.Shape[0], w)
+	y := view{buf: b, width: w, stride: w}
+	l.launch(k, n.Shape[0], []int{n.ID}, bufArg(view{buf: g.buf, stride: g.stride}), bufArg(y), rowsArg())
+	l.val[n.ID] = y
+	return nil
+}
+
+// scale returns the attention node's score scale as float32.
+func attnScale(n *ir.Node) float32 { return float32(n.Float("scale")) }
+
+// isNaNOrInf reports a non-finite float attribute.
+func isNaNOrInf(f float64) bool { return math.IsNaN(f) || math.IsInf(f, 0) }

@@ -1,0 +1,431 @@
+package codegen
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/memra-ai/memra/ir"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// roundUp32 rounds n up to a multiple of 32.
+func roundUp32(n int) int { return (n + 31) / 32 * 32 }
+
+// floatType reports whether rows of t can be padded with zero elements.
+func floatType(t dtype.Type) bool { return t == dtype.F32 || t == dtype.F16 || t == dtype.BF16 }
+
+// feedsSwiGLU reports whether n (or its bias epilogue) is an operand of a swiglu.
+func (l *lowerer) feedsSwiGLU(n *ir.Node) bool {
+	for _, u := range l.users[n.ID] {
+		if u.Op == ir.OpSwiGLU || (u.Op == ir.OpBiasAdd && l.feedsSwiGLU(u)) {
+			return true
+		}
+	}
+	return false
+}
+
+// epilogue returns the epilogue node of product mm (its only user, in its
+// fusion group), or nil.
+func (l *lowerer) epilogue(mm *ir.Node) *ir.Node {
+	if mm.Kernel == 0 || len(l.users[mm.ID]) != 1 {
+		return nil
+	}
+	u := l.users[mm.ID][0]
+	if u.Kernel == mm.Kernel && u.Role == "epilogue" {
+		return u
+	}
+	return nil
+}
+
+// product emits y (+)= x·Wᵀ for device weight w of n rows of k elements of
+// type t: the tensor-core product for prefill token rows, the GEMV otherwise.
+func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, residual bool, nodes []int) error {
+	if !x.contiguous() || x.width != k {
+		return fmt.Errorf("product input is %d of %d floats at %d, want a contiguous row of %d", x.width, x.stride, x.off, k)
+	}
+	if y.off != 0 || y.stride != n {
+		return fmt.Errorf("product output row of %d at %d, want %d", y.stride, y.off, n)
+	}
+	var kern int
+	var err error
+	if l.o.Class == Prefill && !l.o.PrefillGEMV && rows == ir.T {
+		kern, err = l.kernel(MatMulMMA(t, n, k, residual, l.arms.MMA))
+	} else {
+		kern, err = l.kernel(GEMV(t, n, k, residual, l.arms.GEMV))
+	}
+	if err != nil {
+		return err
+	}
+	l.launch(kern, rows, nodes, wArg(w), bufArg(x), bufArg(y), rowsArg())
+	return nil
+}
+
+// matPart is one product of a fusion group.
+type matPart struct {
+	mm       *ir.Node
+	t        dtype.Type
+	name     string
+	n, padN  int
+	k        int
+	bias     *ir.Node // bias_add epilogue, or nil
+	residual *ir.Node // add epilogue, or nil
+}
+
+func (l *lowerer) part(mm *ir.Node) (matPart, error) {
+	w := mm.Args[1]
+	ne := w.Ints("ne")
+	p := matPart{mm: mm, t: w.DType("type"), name: w.Str("name"), k: ne[0], n: ne[1], padN: ne[1]}
+	if e := l.epilogue(mm); e != nil {
+		switch e.Op {
+		case ir.OpBiasAdd:
+			p.bias = e
+		case ir.OpAdd:
+			p.residual = e
+		default:
+			return p, fmt.Errorf("epilogue %v is not lowered", e.Op)
+		}
+	}
+	if p.n%32 != 0 && l.feedsSwiGLU(mm) {
+		if !floatType(p.t) {
+			return p, fmt.Errorf("%s: %d rows of %v cannot be padded", p.name, p.n, p.t)
+		}
+		p.padN = roundUp32(p.n)
+	}
+	return p, nil
+}
+
+// matrix registers the device weight of parts (rows concatenated), rows of
+// k elements padded to padK.
+func (l *lowerer) matrix(parts []matPart, padK int) (int, error) {
+	t := parts[0].t
+	if padK != parts[0].k && !floatType(t) {
+		return 0, fmt.Errorf("%s: rows of %d %v cannot be padded to %d", parts[0].name, parts[0].k, t, padK)
+	}
+	var names []string
+	var wp []WeightPart
+	for _, p := range parts {
+		names = append(names, p.name)
+		wp = append(wp, WeightPart{Name: p.name, Rows: p.n, PadRows: p.padN})
+	}
+	name := strings.Join(names, "+")
+	key := fmt.Sprintf("mat:%s/%d", name, padK)
+	for _, p := range wp {
+		key += fmt.Sprintf("/%d", p.PadRows)
+	}
+	return l.weight(key, WeightRef{Name: name, Kind: WeightMatrix, Type: t, Parts: wp, Cols: parts[0].k, PadCols: padK}), nil
+}
+
+// normGroup lowers an rms_norm prologue and the products of its group.
+func (l *lowerer) normGroup(n *ir.Node) error {
+	x, err := l.valueOf(n.Args[0])
+	if err != nil {
+		return err
+	}
+	if !x.contiguous() {
+		return fmt.Errorf("rms_norm of a strided value")
+	}
+	rows := n.Shape[0]
+	kn, err := l.kernel(RMSNormAdd(x.width, float32(n.Float("eps")), false, l.arms.Block))
+	if err != nil {
+		return err
+	}
+	nb := l.buffer("norm", rows, x.width)
+	nv := view{buf: nb, width: x.width, stride: x.width}
+	l.launch(kn, rows, []int{n.ID}, bufArg(x), nullArg(), wArg(l.vectorOf(n.Args[1])), bufArg(nv), rowsArg())
+
+	var parts []matPart
+	for _, mm := range l.users[n.ID] {
+		if mm.Op != ir.OpMatmul || mm.Args[0] != n || mm.Kernel != n.Kernel {
+			return fmt.Errorf("prologue user %%%d is not a product of its group", mm.ID)
+		}
+		p, err := l.part(mm)
+		if err != nil {
+			return err
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 1 && parts[0].residual != nil {
+		return l.residualProduct(parts[0], nv, rows)
+	}
+	for _, p := range parts {
+		if p.residual != nil {
+			return fmt.Errorf("residual epilogue in a group of %d products", len(parts))
+		}
+		if p.k != x.width {
+			return fmt.Errorf("%s has rows of %d, the norm gives %d", p.name, p.k, x.width)
+		}
+	}
+	return l.fusedProducts(parts, nv, rows)
+}
+
+// fusedProducts computes the products of parts from x into one fused row
+// [part0 | part1 | …]: one product over concatenated weights when their
+// types agree, else one per part and a concat; then the bias epilogue.
+func (l *lowerer) fusedProducts(parts []matPart, x view, rows ir.Dim) error {
+	total, same := 0, true
+	var nodes, widths []int
+	var names []string
+	for _, p := range parts {
+		total += p.padN
+		same = same && p.t == parts[0].t
+		nodes = append(nodes, p.mm.ID)
+		widths = append(widths, p.padN)
+		names = append(names, shortName(p.name))
+	}
+	fb := l.buffer(strings.Join(names, "+"), rows, total)
+	fused := view{buf: fb, width: total, stride: total}
+	if same {
+		w, err := l.matrix(parts, x.width)
+		if err != nil {
+			return err
+		}
+		if err := l.product(parts[0].t, total, x.width, w, x, fused, rows, false, nodes); err != nil {
+			return err
+		}
+	} else {
+		var srcs []Arg
+		for _, p := range parts {
+			w, err := l.matrix([]matPart{p}, x.width)
+			if err != nil {
+				return err
+			}
+			b := l.buffer(shortName(p.name), rows, p.padN)
+			y := view{buf: b, width: p.padN, stride: p.padN}
+			if err := l.product(p.t, p.padN, x.width, w, x, y, rows, false, []int{p.mm.ID}); err != nil {
+				return err
+			}
+			srcs = append(srcs, bufArg(y))
+		}
+		kc, err := l.kernel(Concat(widths, l.arms.Block))
+		if err != nil {
+			return err
+		}
+		l.launch(kc, rows, nodes, append(srcs, bufArg(fused), rowsArg())...)
+	}
+	var bparts []WeightPart
+	var bnodes []int
+	for _, p := range parts {
+		bp := WeightPart{Rows: p.n, PadRows: p.padN}
+		if p.bias != nil {
+			bp.Name = p.bias.Args[1].Str("name")
+			bnodes = append(bnodes, p.bias.ID)
+		}
+		bparts = append(bparts, bp)
+	}
+	if len(bnodes) > 0 {
+		kb, err := l.kernel(BiasAdd(total, l.arms.Block))
+		if err != nil {
+			return err
+		}
+		var bnames []string
+		for _, bp := range bparts {
+			if bp.Name != "" {
+				bnames = append(bnames, bp.Name)
+			}
+		}
+		bw := l.vector(strings.Join(bnames, "+"), bparts)
+		l.launch(kb, rows, bnodes, bufArg(fused), wArg(bw), rowsArg())
+	}
+	off := 0
+	for _, p := range parts {
+		v := view{buf: fb, off: off, width: p.padN, stride: total}
+		l.val[p.mm.ID] = v
+		l.done[p.mm.ID] = true
+		if p.bias != nil {
+			l.val[p.bias.ID] = v
+			l.done[p.bias.ID] = true
+		}
+		off += p.padN
+	}
+	return nil
+}
+
+// residualProduct computes y += x·Wᵀ into the buffer of the residual
+// stream the add epilogue reads, which must die at the add.
+func (l *lowerer) residualProduct(p matPart, x view, rows ir.Dim) error {
+	add := p.residual
+	other := add.Args[0]
+	if other == p.mm {
+		other = add.Args[1]
+	}
+	y, err := l.valueOf(other)
+	if err != nil {
+		return err
+	}
+	if !y.contiguous() || y.width != p.n {
+		return fmt.Errorf("residual operand %%%d is not a contiguous row of %d", other.ID, p.n)
+	}
+	for _, u := range l.users[other.ID] {
+		if u.ID > add.ID {
+			return fmt.Errorf("residual operand %%%d is read after the add (%%%d), cannot add in place", other.ID, u.ID)
+		}
+	}
+	padK := x.width
+	if p.k != padK && (padK != roundUp32(p.k) || !floatType(p.t)) {
+		return fmt.Errorf("%s has rows of %d, its input gives %d", p.name, p.k, padK)
+	}
+	w, err := l.matrix([]matPart{p}, padK)
+	if err != nil {
+		return err
+	}
+	if err := l.product(p.t, p.n, padK, w, x, y, rows, true, []int{p.mm.ID, add.ID}); err != nil {
+		return err
+	}
+	l.val[p.mm.ID] = y // not readable alone; only the add's value is used
+	l.val[add.ID] = y
+	l.done[add.ID] = true
+	return nil
+}
+
+// matmul lowers a product outside a norm group (the attention output and
+// down projections, with their residual epilogue).
+func (l *lowerer) matmul(n *ir.Node) error {
+	x, err := l.valueOf(n.Args[0])
+	if err != nil {
+		return err
+	}
+	p, err := l.part(n)
+	if err != nil {
+		return err
+	}
+	if p.residual != nil {
+		return l.residualProduct(p, x, n.Shape[0])
+	}
+	if x.width != p.k {
+		if x.width != roundUp32(p.k) || !floatType(p.t) {
+			return fmt.Errorf("%s has rows of %d, its input gives %d", p.name, p.k, x.width)
+		}
+	}
+	if p.bias != nil || p.padN != p.n {
+		return l.fusedProducts([]matPart{p}, x, n.Shape[0])
+	}
+	w, err := l.matrix([]matPart{p}, x.width)
+	if err != nil {
+		return err
+	}
+	b := l.buffer(shortName(p.name), n.Shape[0], p.n)
+	y := view{buf: b, width: p.n, stride: p.n}
+	if err := l.product(p.t, p.n, x.width, w, x, y, n.Shape[0], false, []int{n.ID}); err != nil {
+		return err
+	}
+	l.val[n.ID] = y
+	return nil
+}
+
+// shortName drops the ".weight" suffix and the "blk.N." prefix of a tensor name.
+func shortName(name string) string {
+	name = strings.TrimSuffix(name, ".weight")
+	if strings.HasPrefix(name, "blk.") {
+		if i := strings.IndexByte(name[4:], '.'); i >= 0 {
+			return name[4+i+1:]
+		}
+	}
+	return name
+}
+
+// ropeKV lowers a kv_write with the two RoPE nodes of its layer into one
+// RoPE + KV-cache-write launch over the fused QKV row.
+func (l *lowerer) ropeKV(kvw *ir.Node) error {
+	k, v := kvw.Args[0], kvw.Args[1]
+	if k.Op != ir.OpRope || len(l.users[kvw.ID]) != 1 || l.users[kvw.ID][0].Op != ir.OpAttention {
+		return fmt.Errorf("kv_write is not rope(k) → cache → one attention")
+	}
+	att := l.users[kvw.ID][0]
+	q := att.Args[0]
+	if q.Op != ir.OpRope || q.Arg(2) != k.Arg(2) || q.Args[1] != k.Args[1] || q.Args[1].Op != ir.OpPositions {
+		return fmt.Errorf("attention query is not roped like the key")
+	}
+	qp, kp := ir.RopeOf(q), ir.RopeOf(k)
+	if qp != kp {
+		return fmt.Errorf("query and key rope attributes differ")
+	}
+	if len(l.users[q.Args[0].ID]) != 1 || len(l.users[q.ID]) != 1 {
+		return fmt.Errorf("query is used besides its rope and attention, cannot rotate in place")
+	}
+	qv, err := l.valueOf(q.Args[0])
+	if err != nil {
+		return err
+	}
+	kv, err := l.valueOf(k.Args[0])
+	if err != nil {
+		return err
+	}
+	vv, err := l.valueOf(v)
+	if err != nil {
+		return err
+	}
+	H, D, Hkv := int(q.Shape[1]), int(q.Shape[2]), int(k.Shape[1])
+	stride := (H + 2*Hkv) * D
+	if qv.buf != kv.buf || qv.buf != vv.buf || qv.stride != stride || kv.off != qv.off+H*D || vv.off != qv.off+(H+Hkv)*D {
+		return fmt.Errorf("q, k and v are not one fused [q|k|v] row of %d", stride)
+	}
+	factors := ""
+	if f := q.Arg(2); f != nil {
+		factors = f.Str("name")
+	}
+	w := l.weight(fmt.Sprintf("rope:%+v:%s", qp, factors), WeightRef{Name: "rope_inv_freq", Kind: WeightRope, Type: dtype.F32, Rope: qp, Factors: factors})
+	kern, err := l.kernel(RopeKV(RopeShape{Heads: H, HeadsKV: Hkv, HeadDim: D, RopeDim: qp.Dims, Half: qp.Style == ir.RopeHalf, Cache: l.o.Cache}, l.arms.Block))
+	if err != nil {
+		return err
+	}
+	layer := kvw.Int("layer")
+	rows := q.Shape[0]
+	l.launch(kern, rows, []int{q.ID, k.ID, kvw.ID}, bufArg(view{buf: qv.buf, off: qv.off}), inArg(InPositions), inArg(InSlots), wArg(w),
+		cacheArg(layer, false), cacheArg(layer, true), rowsArg())
+	l.val[q.ID] = qv
+	return nil
+}
+
+// attention lowers causal attention over the layer's cache: split-KV decode
+// attention (partials + combine) for decode, prefill attention otherwise,
+// and the one-warp-per-query kernel for head sizes not a multiple of 32.
+func (l *lowerer) attention(att *ir.Node) error {
+	q, err := l.valueOf(att.Args[0])
+	if err != nil {
+		return err
+	}
+	if !att.Bool("causal") {
+		return fmt.Errorf("non-causal attention is not lowered")
+	}
+	if isNaNOrInf(att.Float("scale")) {
+		return fmt.Errorf("attention scale %g", att.Float("scale"))
+	}
+	cn := att.Args[1]
+	layer := cn.Int("layer")
+	H, D, Hkv := int(att.Shape[1]), int(att.Shape[2]), int(cn.Args[0].Shape[1])
+	s := AttnShape{Heads: H, HeadsKV: Hkv, HeadDim: D, QStride: q.stride, Cache: l.o.Cache, Scale: attnScale(att)}
+	rows := att.Shape[0]
+	ob := l.buffer("attn", rows, H*D)
+	out := view{buf: ob, width: H * D, stride: H * D}
+	qa := bufArg(view{buf: q.buf, off: q.off})
+	kc, vc := cacheArg(layer, false), cacheArg(layer, true)
+	switch {
+	case D%32 != 0:
+		k, err := l.kernel(WarpAttention(s, l.arms.Prefill))
+		if err != nil {
+			return err
+		}
+		l.launch(k, rows, []int{att.ID}, qa, kc, vc, inArg(InTokBase), inArg(InPositions), bufArg(out), rowsArg())
+	case l.o.Class == Decode:
+		p, c, err := DecodeAttention(s, l.arms.Decode)
+		if err != nil {
+			return err
+		}
+		kp, _ := l.kernel(p, nil)
+		kc2, _ := l.kernel(c, nil)
+		splits := l.arms.Decode.Splits(l.o.Context)
+		po := l.buffer("attn_part_o", ir.S, H*splits*D)
+		pml := l.buffer("attn_part_ml", ir.S, H*splits*2)
+		pov, pmlv := view{buf: po, width: H * splits * D, stride: H * splits * D}, view{buf: pml, width: H * splits * 2, stride: H * splits * 2}
+		l.launch(kp, ir.S, []int{att.ID}, qa, kc, vc, inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), constArg(splits))
+		l.launch(kc2, ir.S, []int{att.ID}, bufArg(pov), bufArg(pmlv), inArg(InKVLen), bufArg(out), constArg(splits))
+	default:
+		k, err := l.kernel(PrefillAttention(s, l.arms.Prefill))
+		if err != nil {
+			return err
+		}
+		l.launch(k, rows, []int{att.ID}, qa, kc, vc, inArg(InTokBase), inArg(InPositions), bufArg(out), rowsArg())
+	}
+	l.val[att.ID] = out
+	return nil
+}

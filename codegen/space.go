@@ -1,0 +1,171 @@
+package codegen
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Point is one arm of a family's search space written as knob values by
+// knob name, the form the autotuner searches and the tunedb stores.
+type Point map[string]int
+
+// String is a stable form of p: "name=value" pairs sorted by name, joined by
+// commas.
+func (p Point) String() string {
+	parts := make([]string, 0, len(p))
+	for _, k := range sortedKeys(p) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, p[k]))
+	}
+	return strings.Join(parts, ",")
+}
+
+// Equal reports whether p and q hold the same knob values.
+func (p Point) Equal(q Point) bool {
+	if len(p) != len(q) {
+		return false
+	}
+	for k, v := range p {
+		if w, ok := q[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Space is the uniform view of one kernel family's tuning space: its knobs,
+// the constraints an arm must meet and the arm used before tuning. It is
+// data over the family's typed arm (GEMVArm, MMAArm, …); it changes nothing
+// in how kernels are generated.
+type Space struct {
+	Family  string // family name, as in Kernel.Family (decode attention: "attn_decode")
+	Knobs   []Knob // the tuning dimensions and the values searched
+	Default Point  // the arm used when the tunedb has no entry
+	// check validates the typed arm built from a complete point.
+	check func(Point) error
+	// name returns the typed arm's short name.
+	name func(Point) string
+}
+
+// Valid reports whether p names every knob of the space and nothing else,
+// and meets the family's constraints. Values outside a knob's searched list
+// are accepted when the family's Validate accepts them.
+func (s Space) Valid(p Point) error {
+	if len(p) != len(s.Knobs) {
+		return fmt.Errorf("%w: %s arm %v: want knobs %s", ErrUnsupported, s.Family, p, s.knobNames())
+	}
+	for _, k := range s.Knobs {
+		if _, ok := p[k.Name]; !ok {
+			return fmt.Errorf("%w: %s arm %v: no knob %q", ErrUnsupported, s.Family, p, k.Name)
+		}
+	}
+	return s.check(p)
+}
+
+// ArmName returns the family's short name of arm p (e.g. "t256_r8_u4_s1"),
+// or p.String() when p is not a valid arm.
+func (s Space) ArmName(p Point) string {
+	if s.Valid(p) != nil {
+		return p.String()
+	}
+	return s.name(p)
+}
+
+// Arms lists every valid arm of the space in a stable order.
+func (s Space) Arms() []Point {
+	return enumerate(s.Knobs, func(v map[string]int) Point { return Point(v) }, s.Valid)
+}
+
+// Size is the number of valid arms.
+func (s Space) Size() int { return len(s.Arms()) }
+
+func (s Space) knobNames() string {
+	names := make([]string, len(s.Knobs))
+	for i, k := range s.Knobs {
+		names[i] = k.Name
+	}
+	return strings.Join(names, ",")
+}
+
+// Point returns a as a Point.
+func (a BlockArm) Point() Point { return Point{"threads": a.Threads} }
+
+// Point returns a as a Point.
+func (a GEMVArm) Point() Point {
+	return Point{"threads": a.Threads, "rows_per_block": a.RowsPerBlock, "unroll": a.Unroll, "shared_x": a.SharedX}
+}
+
+// Point returns a as a Point.
+func (a MMAArm) Point() Point {
+	return Point{"bm": a.BM, "bn": a.BN, "warps_m": a.WarpsM, "warps_n": a.WarpsN}
+}
+
+// Point returns a as a Point.
+func (a DecodeArm) Point() Point { return Point{"threads": a.Threads, "chunk": a.Chunk} }
+
+// Point returns a as a Point.
+func (a PrefillArm) Point() Point { return Point{"warps": a.Warps} }
+
+// BlockArmOf returns the BlockArm p describes (missing knobs are zero).
+func BlockArmOf(p Point) BlockArm { return BlockArm{Threads: p["threads"]} }
+
+// GEMVArmOf returns the GEMVArm p describes (missing knobs are zero).
+func GEMVArmOf(p Point) GEMVArm {
+	return GEMVArm{Threads: p["threads"], RowsPerBlock: p["rows_per_block"], Unroll: p["unroll"], SharedX: p["shared_x"]}
+}
+
+// MMAArmOf returns the MMAArm p describes (missing knobs are zero).
+func MMAArmOf(p Point) MMAArm {
+	return MMAArm{BM: p["bm"], BN: p["bn"], WarpsM: p["warps_m"], WarpsN: p["warps_n"]}
+}
+
+// DecodeArmOf returns the DecodeArm p describes (missing knobs are zero).
+func DecodeArmOf(p Point) DecodeArm { return DecodeArm{Threads: p["threads"], Chunk: p["chunk"]} }
+
+// PrefillArmOf returns the PrefillArm p describes (missing knobs are zero).
+func PrefillArmOf(p Point) PrefillArm { return PrefillArm{Warps: p["warps"]} }
+
+// armSpace builds a Space over a typed arm A.
+func armSpace[A interface {
+	Validate() error
+	String() string
+}](family string, knobs []Knob, def Point, of func(Point) A) Space {
+	return Space{Family: family, Knobs: knobs, Default: def,
+		check: func(p Point) error { return of(p).Validate() },
+		name:  func(p Point) string { return of(p).String() }}
+}
+
+// Spaces returns the search space of every tunable kernel family, in a
+// fixed order.
+func Spaces() []Space {
+	block := func(f string) Space { return armSpace(f, BlockKnobs, DefaultBlockArm.Point(), BlockArmOf) }
+	return []Space{
+		block("embedding"),
+		block("rmsnorm"),
+		block("rope_kv"),
+		block("swiglu"),
+		block("argmax"),
+		armSpace("attn_decode", DecodeKnobs, DefaultDecodeArm.Point(), DecodeArmOf),
+		armSpace("attn_prefill", PrefillKnobs, DefaultPrefillArm.Point(), PrefillArmOf),
+		armSpace("gemv", GEMVKnobs, DefaultGEMVArm.Point(), GEMVArmOf),
+		armSpace("mma", MMAKnobs, DefaultMMAArm.Point(), MMAArmOf),
+	}
+}
+
+// SpaceFamilies lists the family names of Spaces, in order.
+func SpaceFamilies() []string {
+	var names []string
+	for _, s := range Spaces() {
+		names = append(names, s.Family)
+	}
+	return names
+}
+
+// SpaceByName returns the search space of family name.
+func SpaceByName(name string) (Space, error) {
+	i := slices.IndexFunc(Spaces(), func(s Space) bool { return s.Family == name })
+	if i < 0 {
+		return Space{}, fmt.Errorf("%w: no tunable family %q (have %s)", ErrUnsupported, name, strings.Join(SpaceFamilies(), ", "))
+	}
+	return Spaces()[i], nil
+}

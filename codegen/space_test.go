@@ -1,0 +1,73 @@
+package codegen
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestSpacesMatchTypedArms(t *testing.T) {
+	typed := map[string][]string{}
+	for _, a := range BlockArms() {
+		typed["block"] = append(typed["block"], a.String())
+	}
+	for _, a := range GEMVArms() {
+		typed["gemv"] = append(typed["gemv"], a.String())
+	}
+	for _, a := range MMAArms() {
+		typed["mma"] = append(typed["mma"], a.String())
+	}
+	for _, a := range DecodeArms() {
+		typed["attn_decode"] = append(typed["attn_decode"], a.String())
+	}
+	for _, a := range PrefillArms() {
+		typed["attn_prefill"] = append(typed["attn_prefill"], a.String())
+	}
+	for _, s := range Spaces() {
+		t.Run(s.Family, func(t *testing.T) {
+			want, ok := typed[s.Family]
+			if !ok {
+				want = typed["block"]
+			}
+			var got []string
+			for _, p := range s.Arms() {
+				require.NoError(t, s.Valid(p))
+				got = append(got, s.ArmName(p))
+			}
+			require.Equal(t, want, got)
+			require.NoError(t, s.Valid(s.Default), "default arm")
+			require.Contains(t, got, s.ArmName(s.Default))
+		})
+	}
+}
+
+func TestSpaceValid(t *testing.T) {
+	gemv, err := SpaceByName("gemv")
+	require.NoError(t, err)
+	tests := []struct {
+		name string
+		p    Point
+		ok   bool
+	}{
+		{"default", DefaultGEMVArm.Point(), true},
+		{"missing knob", Point{"threads": 256, "rows_per_block": 8, "unroll": 4}, false},
+		{"extra knob", Point{"threads": 256, "rows_per_block": 8, "unroll": 4, "shared_x": 1, "x": 1}, false},
+		{"wrong knob", Point{"threads": 256, "rows_per_block": 8, "unroll": 4, "sharedx": 1}, false},
+		{"constraint", Point{"threads": 64, "rows_per_block": 4, "unroll": 4, "shared_x": 1}, false},
+		{"outside list but valid", Point{"threads": 96, "rows_per_block": 1, "unroll": 3, "shared_x": 0}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.ok {
+				require.NoError(t, gemv.Valid(tc.p))
+			} else {
+				require.ErrorIs(t, gemv.Valid(tc.p), ErrUnsupported)
+			}
+		})
+	}
+	_, err = SpaceByName("nope")
+	require.ErrorIs(t, err, ErrUnsupported)
+	require.Equal(t, "rows_per_block=8,shared_x=1,threads=256,unroll=4", DefaultGEMVArm.Point().String())
+	require.True(t, DefaultMMAArm.Point().Equal(MMAArmOf(DefaultMMAArm.Point()).Point()))
+	require.False(t, DefaultMMAArm.Point().Equal(DefaultGEMVArm.Point()))
+}

@@ -1,0 +1,386 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/ir"
+	"github.com/memra-ai/memra/ir/arch"
+	"github.com/memra-ai/memra/ir/dtype"
+	"github.com/memra-ai/memra/runtime"
+	"github.com/memra-ai/memra/runtime/load"
+)
+
+// Backend errors.
+var (
+	// ErrMemory: the model, its KV cache and activations do not fit the GPU.
+	ErrMemory = errors.New("cuda: not enough device memory")
+	// ErrBatch: a Step's batch is malformed (empty entry, repeated sequence,
+	// position past the cached length, no free sequence slot).
+	ErrBatch = errors.New("cuda: bad batch")
+	// ErrContext: a sequence would grow past the backend's context.
+	ErrContext = errors.New("cuda: context length exceeded")
+	// ErrToken: a token id is outside the vocabulary.
+	ErrToken = errors.New("cuda: token id out of range")
+	// ErrWeight: a model tensor cannot be read or has the wrong size.
+	ErrWeight = errors.New("cuda: bad weight")
+)
+
+// BackendOptions configure a Backend. Zero values take the defaults.
+type BackendOptions struct {
+	Device  int // GPU ordinal
+	MaxSeqs int // sequences holding a KV cache slot at once (default 8)
+	// Context is the KV positions per sequence (default the model's context
+	// length, capped at 4096).
+	Context int
+	// Cache is the KV cache element type: "f16" (default), "bf16" or "f32".
+	Cache string
+	// PrefillTokens bounds the tokens of one prefill launch sequence
+	// (default 512); longer steps run in chunks.
+	PrefillTokens int
+	NoGraphs      bool // decode with plain launches instead of CUDA graphs
+	NoPDL         bool // launch without programmatic dependent launch
+	// PrefillGEMV uses the float32 GEMV for prefill products instead of the
+	// bf16 tensor-core product (exact against the CPU, slower).
+	PrefillGEMV bool
+	Arms        codegen.Arms
+	CacheDir    string // NVRTC cubin cache (default DefaultCacheDir)
+}
+
+// graphBuckets are the decode batch sizes captured as CUDA graphs; a batch
+// is padded to the next bucket.
+var graphBuckets = []int{1, 2, 4, 8, 16, 32, 64}
+
+// seqState is a sequence's KV cache slot and cached length.
+type seqState struct {
+	slot, n int
+}
+
+// progState is one lowered program on the device.
+type progState struct {
+	p       *codegen.Program
+	fns     []Function  // by kernel index
+	weights []DevicePtr // by weight index
+}
+
+// Backend runs a model on one GPU through the generated kernels. It
+// implements runtime.Backend and runtime.GreedyStepper.
+type Backend struct {
+	dev    *Device
+	info   runtime.ModelInfo
+	opts   BackendOptions
+	cache  dtype.Type
+	pdl    bool
+	progs  [2]*progState // by codegen.StepClass
+	stream Stream
+
+	allocs  []DevicePtr
+	modules []Module
+	arena   DevicePtr
+	inputs  DevicePtr // codegen.NumInputs arrays of inCap int32
+	inCap   int
+	kc, vc  []DevicePtr // per layer
+	graphs  map[int]GraphExec
+
+	seqs  map[runtime.SeqID]*seqState
+	free  []int // free slots
+	trash int   // the slot padded rows write to
+
+	host    []byte // staging for the inputs
+	logits  []float32
+	result  [][]float32
+	greedy  []int32
+	scratch []byte
+	closed  bool
+}
+
+var (
+	_ runtime.Backend       = (*Backend)(nil)
+	_ runtime.GreedyStepper = (*Backend)(nil)
+)
+
+func (o *BackendOptions) fill(hp ir.HParams) (dtype.Type, error) {
+	if o.MaxSeqs <= 0 {
+		o.MaxSeqs = 8
+	}
+	if o.Context <= 0 {
+		o.Context = 4096
+		if hp.ContextLength > 0 {
+			o.Context = min(hp.ContextLength, 4096)
+		}
+	}
+	if hp.ContextLength > 0 && o.Context > hp.ContextLength {
+		o.Context = hp.ContextLength
+	}
+	if o.PrefillTokens <= 0 {
+		o.PrefillTokens = 512
+	}
+	o.PrefillTokens = max(o.PrefillTokens, o.MaxSeqs)
+	switch strings.ToLower(o.Cache) {
+	case "", "f16":
+		return dtype.F16, nil
+	case "bf16":
+		return dtype.BF16, nil
+	case "f32":
+		return dtype.F32, nil
+	}
+	return 0, fmt.Errorf("%w: KV cache type %q (f16, bf16, f32)", ErrArg, o.Cache)
+}
+
+// Lower builds m's graph and lowers it for both step classes with opts
+// (filled with defaults), as NewBackend does.
+func Lower(m *load.Model, opts BackendOptions) (decode, prefill *codegen.Program, err error) {
+	cache, err := opts.fill(m.HParams)
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := arch.Build(m.HParams, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := ir.RunPasses(g, ir.Passes); err != nil {
+		return nil, nil, err
+	}
+	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, Cache: cache, Arms: opts.Arms,
+		PrefillGEMV: opts.PrefillGEMV, Argmax: true}
+	d := base
+	d.Class = codegen.Decode
+	if decode, err = codegen.Lower(g, d); err != nil {
+		return nil, nil, err
+	}
+	p := base
+	p.Class, p.MaxTokens = codegen.Prefill, opts.PrefillTokens
+	if prefill, err = codegen.Lower(g, p); err != nil {
+		return nil, nil, err
+	}
+	return decode, prefill, nil
+}
+
+// NewBackend lowers m for decode and prefill, compiles the kernels through
+// the NVRTC disk cache, checks the device memory, uploads the weights (in
+// their stored types) and allocates the KV cache slots and activations.
+func NewBackend(m *load.Model, opts BackendOptions) (*Backend, error) {
+	decode, prefill, err := Lower(m, opts)
+	if err != nil {
+		return nil, err
+	}
+	cache, _ := opts.fill(m.HParams)
+	if err := Available(); err != nil {
+		return nil, err
+	}
+	dev, err := Open(opts.Device)
+	if err != nil {
+		return nil, err
+	}
+	info := dev.Info()
+	b := &Backend{dev: dev, opts: opts, cache: cache, pdl: info.Major >= 9 && !opts.NoPDL, graphs: map[int]GraphExec{},
+		seqs: map[runtime.SeqID]*seqState{}, trash: opts.MaxSeqs}
+	b.progs[codegen.Decode] = &progState{p: decode}
+	b.progs[codegen.Prefill] = &progState{p: prefill}
+	for s := opts.MaxSeqs - 1; s >= 0; s-- {
+		b.free = append(b.free, s)
+	}
+	b.info = runtime.ModelInfo{Name: m.HParams.Name, Arch: m.HParams.Arch, VocabSize: decode.Vocab, ContextLength: opts.Context,
+		MaxBatchTokens: opts.PrefillTokens, Device: fmt.Sprintf("cuda:%d", opts.Device)}
+	if err := b.load(m, info.Arch()); err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// load compiles, checks memory, allocates and uploads.
+func (b *Backend) load(m *load.Model, target string) error {
+	images, err := b.compile(target)
+	if err != nil {
+		return err
+	}
+	dec, pre := b.progs[codegen.Decode].p, b.progs[codegen.Prefill].p
+	b.inCap = pre.MaxTokens
+	weights, wbytes := uniqueWeights(dec, pre)
+	arena := max(dec.Buffers.ArenaBytes, pre.Buffers.ArenaBytes)
+	cacheBytes := dec.CacheBytes(b.opts.MaxSeqs + 1)
+	need := wbytes + cacheBytes + arena + int64(codegen.NumInputs)*int64(b.inCap)*4
+	return b.dev.Do(func(c *Ctx) error {
+		free, total, err := c.MemInfo()
+		if err != nil {
+			return err
+		}
+		const margin = 256 << 20
+		if need+margin > free {
+			return fmt.Errorf("%w: need %.2f GiB (weights %.2f, KV cache %.2f for %d sequences × %d positions, activations %.3f), %.2f of %.2f GiB free",
+				ErrMemory, gib(need), gib(wbytes), gib(cacheBytes), b.opts.MaxSeqs, b.opts.Context, gib(arena), gib(free), gib(total))
+		}
+		if b.stream, err = c.NewStream(); err != nil {
+			return err
+		}
+		if err := b.loadModules(c, images); err != nil {
+			return err
+		}
+		ptrs := map[string]DevicePtr{}
+		for _, w := range weights {
+			p, err := b.upload(c, m, w)
+			if err != nil {
+				return err
+			}
+			ptrs[weightKey(w)] = p
+		}
+		for _, ps := range b.progs {
+			for i := range ps.p.Weights {
+				ps.weights = append(ps.weights, ptrs[weightKey(&ps.p.Weights[i])])
+			}
+		}
+		if b.arena, err = b.alloc(c, int(arena)); err != nil {
+			return err
+		}
+		if b.inputs, err = b.alloc(c, int(codegen.NumInputs)*b.inCap*4); err != nil {
+			return err
+		}
+		per := cacheBytes / int64(2*dec.Layers)
+		for l := 0; l < dec.Layers; l++ {
+			k, err := b.alloc(c, int(per))
+			if err != nil {
+				return err
+			}
+			v, err := b.alloc(c, int(per))
+			if err != nil {
+				return err
+			}
+			b.kc, b.vc = append(b.kc, k), append(b.vc, v)
+		}
+		// Synchronous copies from pageable memory and memsets may still be
+		// in flight; the step stream does not wait for the legacy stream.
+		return c.Synchronize()
+	})
+}
+
+func gib(n int64) float64 { return float64(n) / (1 << 30) }
+
+// alloc allocates zeroed device memory owned by the backend.
+func (b *Backend) alloc(c *Ctx, n int) (DevicePtr, error) {
+	p, err := c.Alloc(max(n, 256))
+	if err != nil {
+		return 0, fmt.Errorf("%w: %d bytes: %w", ErrMemory, n, err)
+	}
+	b.allocs = append(b.allocs, p)
+	return p, c.Memset(p, 0, max(n, 256))
+}
+
+// compile compiles every distinct kernel of both programs through the disk
+// cache, one module per kernel (each kernel's source is self-contained, with
+// its own helpers and constants).
+func (b *Backend) compile(target string) (map[string][]byte, error) {
+	nv, err := LoadNVRTC()
+	if err != nil {
+		return nil, err
+	}
+	cache, err := NewCache(b.opts.CacheDir, nv)
+	if err != nil {
+		return nil, err
+	}
+	images := map[string][]byte{}
+	for _, ps := range b.progs {
+		for _, k := range ps.p.Kernels {
+			if _, ok := images[k.Name]; ok {
+				continue
+			}
+			img, _, err := cache.Compile(k.Source, k.Name+".cu", target, nil)
+			if err != nil {
+				return nil, fmt.Errorf("kernel %s: %w", k.Name, err)
+			}
+			images[k.Name] = img
+		}
+	}
+	return images, nil
+}
+
+// loadModules loads each image and resolves every program's functions.
+func (b *Backend) loadModules(c *Ctx, images map[string][]byte) error {
+	fns := map[string]Function{}
+	for _, ps := range b.progs {
+		for _, k := range ps.p.Kernels {
+			f, ok := fns[k.Name]
+			if !ok {
+				mod, err := c.LoadModule(images[k.Name])
+				if err != nil {
+					return fmt.Errorf("kernel %s: %w", k.Name, err)
+				}
+				b.modules = append(b.modules, mod)
+				if f, err = c.Function(mod, k.Name); err != nil {
+					return err
+				}
+				g := k.Launch(codegen.Dims{Tokens: 1, Seqs: 1, KVLen: ps.p.Context})
+				if g.SharedOverDefault() {
+					if err := c.SetMaxDynamicShared(f, int(g.Shared)); err != nil {
+						return fmt.Errorf("kernel %s: %d bytes of shared memory: %w", k.Name, g.Shared, err)
+					}
+				}
+				fns[k.Name] = f
+			}
+			ps.fns = append(ps.fns, f)
+		}
+	}
+	return nil
+}
+
+// Info describes the model.
+func (b *Backend) Info() runtime.ModelInfo { return b.info }
+
+// Programs returns the decode and prefill programs the backend runs.
+func (b *Backend) Programs() (decode, prefill *codegen.Program) {
+	return b.progs[codegen.Decode].p, b.progs[codegen.Prefill].p
+}
+
+// Free releases the KV cache slot of seq.
+func (b *Backend) Free(seq runtime.SeqID) {
+	if s, ok := b.seqs[seq]; ok {
+		b.free = append(b.free, s.slot)
+		delete(b.seqs, seq)
+	}
+}
+
+// Close releases graphs, modules and device memory and stops the GPU worker.
+func (b *Backend) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	err := b.dev.Do(func(c *Ctx) error {
+		var errs []error
+		for _, g := range b.graphs {
+			errs = append(errs, c.DestroyGraphExec(g))
+		}
+		for _, m := range b.modules {
+			errs = append(errs, c.UnloadModule(m))
+		}
+		for _, p := range b.allocs {
+			errs = append(errs, c.Free(p))
+		}
+		if b.stream != 0 {
+			errs = append(errs, c.DestroyStream(b.stream))
+		}
+		return errors.Join(errs...)
+	})
+	return errors.Join(err, b.dev.Close())
+}
+
+// Step runs one forward pass; see runtime.Backend.
+func (b *Backend) Step(ctx context.Context, batch []runtime.SeqStep) ([][]float32, error) {
+	if err := b.step(ctx, batch, false); err != nil {
+		return nil, err
+	}
+	return b.result, nil
+}
+
+// StepGreedy runs one forward pass and returns, per entry of batch, the
+// argmax of its logits computed on the device (-1 for entries whose Logits
+// is not set); see runtime.GreedyStepper.
+func (b *Backend) StepGreedy(ctx context.Context, batch []runtime.SeqStep) ([]int32, error) {
+	if err := b.step(ctx, batch, true); err != nil {
+		return nil, err
+	}
+	return b.greedy, nil
+}

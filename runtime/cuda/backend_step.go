@@ -1,0 +1,315 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/runtime"
+)
+
+// piece is one sequence's share of one launch sequence: a whole SeqStep, or
+// a chunk of a long one.
+type piece struct {
+	entry  int // index in the Step's batch
+	seq    *seqState
+	pos    int
+	tokens []int32
+	logits bool
+}
+
+// check validates batch without changing state and returns how many
+// sequences are new.
+func (b *Backend) check(batch []runtime.SeqStep) error {
+	if b.closed {
+		return ErrClosed
+	}
+	if len(batch) == 0 {
+		return fmt.Errorf("%w: empty batch", ErrBatch)
+	}
+	seen := make(map[runtime.SeqID]bool, len(batch))
+	fresh := 0
+	for _, e := range batch {
+		if len(e.Tokens) == 0 {
+			return fmt.Errorf("%w: sequence %d has no tokens", ErrBatch, e.Seq)
+		}
+		if seen[e.Seq] {
+			return fmt.Errorf("%w: sequence %d appears twice", ErrBatch, e.Seq)
+		}
+		seen[e.Seq] = true
+		have := 0
+		if s := b.seqs[e.Seq]; s != nil {
+			have = s.n
+		} else {
+			fresh++
+		}
+		if e.Pos < 0 || e.Pos > have {
+			return fmt.Errorf("%w: sequence %d starts at %d but %d positions are cached", ErrBatch, e.Seq, e.Pos, have)
+		}
+		if end := e.Pos + len(e.Tokens); end > b.opts.Context {
+			return fmt.Errorf("%w: sequence %d reaches %d positions, context is %d", ErrContext, e.Seq, end, b.opts.Context)
+		}
+		for _, id := range e.Tokens {
+			if id < 0 || int(id) >= b.info.VocabSize {
+				return fmt.Errorf("%w: sequence %d has id %d, vocabulary %d", ErrToken, e.Seq, id, b.info.VocabSize)
+			}
+		}
+	}
+	if fresh > len(b.free) {
+		return fmt.Errorf("%w: %d new sequences, %d of %d slots free", ErrBatch, fresh, len(b.free), b.opts.MaxSeqs)
+	}
+	return nil
+}
+
+// step runs batch in as few launch sequences as its size allows.
+func (b *Backend) step(ctx context.Context, batch []runtime.SeqStep, greedy bool) error {
+	if err := b.check(batch); err != nil {
+		return err
+	}
+	V := b.info.VocabSize
+	if len(b.logits) < len(batch)*V {
+		b.logits = make([]float32, b.opts.MaxSeqs*V)
+	}
+	b.result, b.greedy = b.result[:0], b.greedy[:0]
+	states := make([]*seqState, len(batch))
+	for i, e := range batch {
+		s := b.seqs[e.Seq]
+		if s == nil {
+			s = &seqState{slot: b.free[len(b.free)-1]}
+			b.free = b.free[:len(b.free)-1]
+			b.seqs[e.Seq] = s
+		}
+		s.n = e.Pos // truncate; extended when the step succeeds
+		states[i] = s
+		b.result = append(b.result, nil)
+		b.greedy = append(b.greedy, -1)
+	}
+	var cur []piece
+	curT := 0
+	flush := func() error {
+		if len(cur) == 0 {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := b.run(cur, greedy)
+		cur, curT = cur[:0], 0
+		return err
+	}
+	for i, e := range batch {
+		toks, pos := e.Tokens, e.Pos
+		for len(toks) > 0 {
+			if curT == b.opts.PrefillTokens || len(cur) == b.opts.MaxSeqs {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			n := min(len(toks), b.opts.PrefillTokens-curT)
+			cur = append(cur, piece{entry: i, seq: states[i], pos: pos, tokens: toks[:n], logits: e.Logits && n == len(toks)})
+			pos, toks, curT = pos+n, toks[n:], curT+n
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	for i, e := range batch {
+		states[i].n = e.Pos + len(e.Tokens)
+	}
+	return nil
+}
+
+// bucket returns the padded batch size of a decode step of s sequences
+// replayed from a graph, or 0 for plain launches.
+func (b *Backend) bucket(s int) int {
+	if b.opts.NoGraphs {
+		return 0
+	}
+	for _, n := range graphBuckets {
+		if n >= s {
+			return min(n, b.opts.MaxSeqs)
+		}
+	}
+	return 0
+}
+
+// run executes one launch sequence over pieces and copies the wanted
+// logits (or argmaxes) to the host.
+func (b *Backend) run(pieces []piece, greedy bool) error {
+	cls := codegen.Decode
+	T := 0
+	for _, p := range pieces {
+		T += len(p.tokens)
+		if len(p.tokens) != 1 {
+			cls = codegen.Prefill
+		}
+	}
+	S := len(pieces)
+	ps := b.progs[cls]
+	rowsT, rowsS, bucket := T, S, 0
+	if cls == codegen.Decode {
+		if bucket = b.bucket(S); bucket > 0 {
+			rowsT, rowsS = bucket, bucket
+		}
+	}
+	b.fillInputs(pieces, rowsT, rowsS)
+	V := b.info.VocabSize
+	logitsBuf := ps.p.Buffers.Buffers[ps.p.Logits]
+	return b.dev.Do(func(c *Ctx) error {
+		if err := c.CopyHtoDAsync(b.inputs, b.host, b.stream); err != nil {
+			return err
+		}
+		if bucket > 0 {
+			g, err := b.graph(c, ps, bucket)
+			if err != nil {
+				return err
+			}
+			if err := c.LaunchGraph(g, b.stream); err != nil {
+				return err
+			}
+		} else {
+			for i := range ps.p.Launches {
+				if err := b.launch(c, ps, &ps.p.Launches[i], rowsT, rowsS); err != nil {
+					return err
+				}
+			}
+		}
+		if err := c.StreamSync(b.stream); err != nil {
+			return err
+		}
+		if greedy {
+			am := ps.p.Buffers.Buffers[ps.p.Argmax]
+			ids := make([]int32, S)
+			if err := c.CopyDtoH(i32AsBytes(ids), b.arena+DevicePtr(am.Offset)); err != nil {
+				return err
+			}
+			for s, p := range pieces {
+				if p.logits {
+					b.greedy[p.entry] = ids[s]
+				}
+			}
+			return nil
+		}
+		for s, p := range pieces {
+			if !p.logits {
+				continue
+			}
+			row := b.logits[p.entry*V : (p.entry+1)*V : (p.entry+1)*V]
+			src := b.arena + DevicePtr(logitsBuf.Offset) + DevicePtr(s*V*4)
+			if err := c.CopyDtoH(f32AsBytes(row), src); err != nil {
+				return err
+			}
+			b.result[p.entry] = row
+		}
+		return nil
+	})
+}
+
+// fillInputs writes the step inputs of pieces, padded to rowsT tokens and
+// rowsS sequences (padding rows write to the trash slot), into b.host.
+func (b *Backend) fillInputs(pieces []piece, rowsT, rowsS int) {
+	size := int(codegen.NumInputs) * b.inCap
+	if len(b.host) != 4*size {
+		b.host = make([]byte, 4*size)
+	}
+	in := unsafe.Slice((*int32)(unsafe.Pointer(&b.host[0])), size)
+	arr := func(i codegen.Input) []int32 { return in[int(i)*b.inCap : (int(i)+1)*b.inCap] }
+	tok, pos, slot, tbase := arr(codegen.InTokens), arr(codegen.InPositions), arr(codegen.InSlots), arr(codegen.InTokBase)
+	kbase, klen, last := arr(codegen.InKVBase), arr(codegen.InKVLen), arr(codegen.InLast)
+	ctx := b.opts.Context
+	t := 0
+	for s, p := range pieces {
+		base := int32(p.seq.slot * ctx)
+		for j, id := range p.tokens {
+			tok[t], pos[t], slot[t], tbase[t] = id, int32(p.pos+j), base+int32(p.pos+j), base
+			t++
+		}
+		kbase[s], klen[s], last[s] = base, int32(p.pos+len(p.tokens)), int32(t-1)
+	}
+	trash := int32(b.trash * ctx)
+	for ; t < rowsT; t++ {
+		tok[t], pos[t], slot[t], tbase[t] = 0, 0, trash, trash
+	}
+	for s := len(pieces); s < rowsS; s++ {
+		kbase[s], klen[s], last[s] = trash, 1, int32(s)
+	}
+}
+
+// launch queues one launch of ps for a step of T tokens over S sequences.
+func (b *Backend) launch(c *Ctx, ps *progState, l *codegen.Launch, T, S int) error {
+	k := ps.p.Kernels[l.Kernel]
+	d := ps.p.Dims(l, T, S)
+	g := k.Launch(d)
+	args := make([]any, len(l.Args))
+	for i, a := range l.Args {
+		switch a.Kind {
+		case codegen.ArgBuffer:
+			args[i] = b.arena + DevicePtr(ps.p.Buffers.Buffers[a.Index].Offset) + DevicePtr(a.Offset)
+		case codegen.ArgWeight:
+			args[i] = ps.weights[a.Index]
+		case codegen.ArgInput:
+			args[i] = b.inputs + DevicePtr(a.Index*b.inCap*4)
+		case codegen.ArgKCache:
+			args[i] = b.kc[a.Index]
+		case codegen.ArgVCache:
+			args[i] = b.vc[a.Index]
+		case codegen.ArgRows:
+			args[i] = int32(d.Tokens)
+		case codegen.ArgConst:
+			args[i] = int32(a.Value)
+		case codegen.ArgNull:
+			args[i] = DevicePtr(0)
+		default:
+			panic(fmt.Sprintf("BUG: launch argument kind %d", a.Kind))
+		}
+	}
+	cfg := LaunchConfig{Grid: g.Grid, Block: g.Block, Shared: g.Shared, Stream: b.stream, PDL: b.pdl}
+	if err := c.Launch(ps.fns[l.Kernel], cfg, args...); err != nil {
+		return fmt.Errorf("kernel %s: %w", k.Name, err)
+	}
+	return nil
+}
+
+// graph returns the decode graph of a bucket, capturing it on first use.
+func (b *Backend) graph(c *Ctx, ps *progState, bucket int) (GraphExec, error) {
+	if g, ok := b.graphs[bucket]; ok {
+		return g, nil
+	}
+	if err := c.BeginCapture(b.stream); err != nil {
+		return 0, err
+	}
+	for i := range ps.p.Launches {
+		if err := b.launch(c, ps, &ps.p.Launches[i], bucket, bucket); err != nil {
+			if g, err2 := c.EndCapture(b.stream); err2 == nil {
+				_ = c.DestroyGraph(g)
+			}
+			return 0, fmt.Errorf("capturing the decode graph of %d: %w", bucket, err)
+		}
+	}
+	g, err := c.EndCapture(b.stream)
+	if err != nil {
+		return 0, err
+	}
+	exec, err := c.Instantiate(g)
+	_ = c.DestroyGraph(g)
+	if err != nil {
+		return 0, err
+	}
+	b.graphs[bucket] = exec
+	return exec, nil
+}
+
+func f32AsBytes(v []float32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}
+
+func i32AsBytes(v []int32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}

@@ -1,0 +1,109 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/memra-ai/memra/runtime"
+)
+
+// ParityReport compares two backends run side by side over the same steps.
+type ParityReport struct {
+	Seqs, Steps int
+	// Mismatches counts the (sequence, step) pairs whose greedy token (the
+	// argmax of the logits) differs between the backends.
+	Mismatches int
+	// MaxGap is, over the mismatches, the largest margin by which the
+	// reference preferred its token to the one chosen here: how far from a
+	// tie the worst disagreement was (0 without mismatches).
+	MaxGap float64
+	// MinCosine is the smallest cosine similarity of two logit rows.
+	MinCosine float64
+	// Tokens are the reference's greedy tokens per sequence.
+	Tokens [][]int32
+}
+
+// Pass reports whether every cosine reached minCos and every greedy token
+// agreed, except near-ties: disagreements where the reference's own logits
+// of the two tokens differ by at most tieTol (0 demands every token).
+func (r ParityReport) Pass(minCos, tieTol float64) bool {
+	return r.MinCosine >= minCos && (r.Mismatches == 0 || r.MaxGap <= tieTol)
+}
+
+// Parity runs the prompts (one sequence each, ids from firstSeq) as one
+// batch through ref and got, then steps-1 decode steps feeding both the
+// reference's greedy token (teacher forcing, so one near-tie does not send
+// the two down different paths), and compares the logits of every
+// sequence at every step. Both backends' sequences are freed at the end.
+func Parity(ctx context.Context, ref, got runtime.Backend, prompts [][]int32, steps int, firstSeq runtime.SeqID) (ParityReport, error) {
+	rep := ParityReport{Seqs: len(prompts), Steps: steps, MinCosine: 1, Tokens: make([][]int32, len(prompts))}
+	batch := make([]runtime.SeqStep, len(prompts))
+	for i, p := range prompts {
+		batch[i] = runtime.SeqStep{Seq: firstSeq + runtime.SeqID(i), Tokens: p, Logits: true}
+	}
+	defer func() {
+		for i := range prompts {
+			ref.Free(firstSeq + runtime.SeqID(i))
+			got.Free(firstSeq + runtime.SeqID(i))
+		}
+	}()
+	saved := make([][]float32, len(prompts))
+	for step := 0; step < steps; step++ {
+		rl, err := ref.Step(ctx, batch)
+		if err != nil {
+			return rep, fmt.Errorf("reference step %d: %w", step, err)
+		}
+		for i, l := range rl {
+			saved[i] = append(saved[i][:0], l...)
+		}
+		gl, err := got.Step(ctx, batch)
+		if err != nil {
+			return rep, fmt.Errorf("step %d: %w", step, err)
+		}
+		for i := range batch {
+			if len(saved[i]) == 0 || len(gl[i]) != len(saved[i]) {
+				return rep, fmt.Errorf("step %d sequence %d: %d logits, reference %d", step, i, len(gl[i]), len(saved[i]))
+			}
+			rep.MinCosine = math.Min(rep.MinCosine, Cosine(saved[i], gl[i]))
+			r, g := Argmax(saved[i]), Argmax(gl[i])
+			if r != g {
+				rep.Mismatches++
+				rep.MaxGap = math.Max(rep.MaxGap, float64(saved[i][r]-saved[i][g]))
+			}
+			rep.Tokens[i] = append(rep.Tokens[i], r)
+			batch[i].Pos += len(batch[i].Tokens)
+			batch[i].Tokens = []int32{r}
+		}
+	}
+	return rep, nil
+}
+
+// Cosine returns the cosine similarity of a and b (1 when both are zero).
+func Cosine(a, b []float32) float64 {
+	var ab, aa, bb float64
+	for i := range a {
+		x, y := float64(a[i]), float64(b[i])
+		ab += x * y
+		aa += x * x
+		bb += y * y
+	}
+	if aa == 0 && bb == 0 {
+		return 1
+	}
+	if aa == 0 || bb == 0 || math.IsNaN(ab) {
+		return 0
+	}
+	return ab / math.Sqrt(aa*bb)
+}
+
+// Argmax returns the index of the largest value (the lowest on ties).
+func Argmax(v []float32) int32 {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
