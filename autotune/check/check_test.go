@@ -1,0 +1,87 @@
+package check
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+func tiny(t *testing.T) codegen.Shape {
+	s, err := codegen.ShapeByName("tiny")
+	require.NoError(t, err)
+	return s
+}
+
+func TestKernelCheckCases(t *testing.T) {
+	cs := KernelCheckCases(tiny(t), []dtype.Type{dtype.Q4_K, dtype.F16}, 1)
+	var labels []string
+	for _, c := range cs {
+		labels = append(labels, c.Label+" "+c.DType)
+	}
+	require.Equal(t, []string{"rmsnorm f32", "rope_kv f16 cache", "swiglu f32", "argmax f32", "attn_decode f16 cache", "attn_prefill f16 cache",
+		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemv/down q4_k",
+		"embedding f16", "gemv/qkv f16", "mma/qkv f16", "gemv/down f16"}, labels)
+}
+
+// TestCompareDetectsWrongOutput feeds each case's reference-shaped outputs:
+// the untouched inputs (wrong for every family) must fail the tolerance.
+func TestCompareDetectsWrongOutput(t *testing.T) {
+	for _, c := range KernelCheckCases(tiny(t), []dtype.Type{dtype.Q8_0}, 1) {
+		t.Run(c.Label, func(t *testing.T) {
+			arm := c.Space().Default
+			l, err := c.Launch(arm)
+			require.NoError(t, err)
+			require.NotEmpty(t, l.Kernels)
+			require.Len(t, l.Args, len(l.Kernels))
+			outs := make([][]byte, len(l.Outs))
+			for i, o := range l.Outs {
+				outs[i] = append([]byte(nil), o.Data...)
+			}
+			if c.Family == "argmax" {
+				for i := range outs[0] {
+					outs[0][i] = 0xff // index -1: never right
+				}
+			}
+			e, err := c.Compare(outs)
+			require.NoError(t, err)
+			require.Greater(t, e, c.Tol, "untouched outputs must not pass")
+		})
+	}
+}
+
+func TestProductReferenceParallelMatchesSerial(t *testing.T) {
+	W, err := randWeights(dtype.Q4_K, 300, 256, 5)
+	require.NoError(t, err)
+	x := randn(newRand(), 3*256)
+	y0 := randn(newRand(), 3*300)
+	want, err := codegen.RefMatMul(dtype.Q4_K, 300, 256, W, x, 3, y0, false)
+	require.NoError(t, err)
+	got, err := refMatMul(dtype.Q4_K, 300, 256, W, x, 3, y0, false)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}
+
+func TestTuneCasesUnique(t *testing.T) {
+	s, err := codegen.ShapeByName("llama3-8b")
+	require.NoError(t, err)
+	cs := TuneCases(s, UniformWeights(dtype.Q4_K), DefaultSizes, 1)
+	seen := map[string]bool{}
+	for _, c := range cs {
+		require.False(t, seen[c.ID()], c.ID())
+		seen[c.ID()] = true
+	}
+	for _, id := range []string{"gemv/q4_k_n6144_k4096", "gemv/q4_k_n4096_k14336_res", "gemv/q4_k_n28672_k4096", "gemv/q4_k_n128256_k4096",
+		"mma/q4_k_n6144_k4096", "attn_decode/h32_8_d128_f16", "rope_kv/inter_h32_8_d128_r128_f16", "rmsnorm/d4096_add"} {
+		require.True(t, seen[id], id)
+	}
+	require.Len(t, Tasks(append(cs, cs...)), len(cs))
+	require.Equal(t, 4, rotations(100, 400, 256))
+	require.Equal(t, 1, rotations(1000, 400, 256))
+	require.Equal(t, 256, rotations(1, 1<<20, 256))
+}
+
+func newRand() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }

@@ -1,0 +1,378 @@
+package check
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+
+	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// lazy returns a function computing f once.
+func lazy[T any](f func() (T, error)) func() (T, error) {
+	var once sync.Once
+	var v T
+	var err error
+	return func() (T, error) {
+		once.Do(func() { v, err = f() })
+		return v, err
+	}
+}
+
+func one(k *codegen.Kernel, err error) ([]*codegen.Kernel, error) {
+	if err != nil {
+		return nil, err
+	}
+	return []*codegen.Kernel{k}, nil
+}
+
+// RMSNorm is the fused residual add + RMSNorm over tokens rows of dim.
+func RMSNorm(shape string, dim int, eps float32, tokens int, seed uint64) *Case {
+	c := &Case{Family: "rmsnorm", Label: "rmsnorm", Shape: shape, DType: "f32", Class: fmt.Sprintf("d%d_add", dim), Tol: 1e-5, seed: seed}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		return one(codegen.RMSNormAdd(dim, eps, true, codegen.BlockArmOf(arm)))
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		x, d, w := randn(r, tokens*dim), randn(r, tokens*dim), randn(r, dim)
+		ref := lazy(func() ([2][]float32, error) {
+			xo, yo := codegen.RefRMSNormAdd(dim, eps, true, x, d, w)
+			return [2][]float32{xo, yo}, nil
+		})
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				xb, y := fbuf(x), fbuf(make([]float32, len(x)))
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: tokens},
+					Args: [][]Arg{{b(xb), b(fbuf(d)), b(fbuf(w)), b(y), s(tokens)}}, Outs: []*Buf{xb, y}}, nil
+			},
+			compare: func(outs [][]byte) (float64, error) {
+				want, _ := ref()
+				return math.Max(codegen.RelErr(bytesF32(outs[0]), want[0]), codegen.RelErr(bytesF32(outs[1]), want[1])), nil
+			},
+		}, nil
+	}
+	return c
+}
+
+// RopeKV is RoPE + KV-cache write for tokens tokens.
+func RopeKV(shape string, rs codegen.RopeShape, tokens int, seed uint64) *Case {
+	style := "inter"
+	if rs.Half {
+		style = "half"
+	}
+	c := &Case{Family: "rope_kv", Label: "rope_kv", Shape: shape, DType: strings.ToLower(rs.Cache.String()) + " cache", Tol: 1e-3, seed: seed,
+		Class: fmt.Sprintf("%s_h%d_%d_d%d_r%d_%s", style, rs.Heads, rs.HeadsKV, rs.HeadDim, rs.RopeDim, strings.ToLower(rs.Cache.String()))}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		return one(codegen.RopeKV(rs, codegen.BlockArmOf(arm)))
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		qkv := randn(r, tokens*rs.QKVStride())
+		pos, slot := make([]int32, tokens), make([]int32, tokens)
+		for i := range pos {
+			pos[i], slot[i] = int32(r.IntN(8000)), int32(i*3+1)
+		}
+		inv := make([]float32, rs.RopeDim/2)
+		for i := range inv {
+			inv[i] = float32(math.Pow(500000, -2*float64(i)/float64(rs.RopeDim)))
+		}
+		cacheN := (3*tokens + 2) * rs.HeadsKV * rs.HeadDim
+		kcb, kc, err := cacheValues(rs.Cache, randn(r, cacheN))
+		if err != nil {
+			return nil, err
+		}
+		vcb, vc, err := cacheValues(rs.Cache, randn(r, cacheN))
+		if err != nil {
+			return nil, err
+		}
+		ref := lazy(func() ([3][]float32, error) {
+			qo, ko, vo := codegen.RefRopeKV(rs, qkv, pos, slot, inv, kc, vc)
+			return [3][]float32{qo, ko, vo}, nil
+		})
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				q, k, v := fbuf(qkv), &Buf{Data: append([]byte(nil), kcb...)}, &Buf{Data: append([]byte(nil), vcb...)}
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: tokens},
+					Args: [][]Arg{{b(q), b(ibuf(pos)), b(ibuf(slot)), b(fbuf(inv)), b(k), b(v), s(tokens)}}, Outs: []*Buf{q, k, v}}, nil
+			},
+			compare: func(outs [][]byte) (float64, error) {
+				want, _ := ref()
+				gk, gv := make([]float32, cacheN), make([]float32, cacheN)
+				if err := dtype.Dequantize(rs.Cache, outs[1], gk); err != nil {
+					return 0, err
+				}
+				if err := dtype.Dequantize(rs.Cache, outs[2], gv); err != nil {
+					return 0, err
+				}
+				e := math.Max(codegen.RelErr(bytesF32(outs[0]), want[0]), math.Max(codegen.RelErr(gk, want[1]), codegen.RelErr(gv, want[2])))
+				return e, nil
+			},
+		}, nil
+	}
+	return c
+}
+
+// SwiGLU is silu(gate)·up over tokens rows.
+func SwiGLU(shape string, ffn, tokens int, seed uint64) *Case {
+	c := &Case{Family: "swiglu", Label: "swiglu", Shape: shape, DType: "f32", Class: fmt.Sprintf("f%d", ffn), Tol: 1e-5, seed: seed}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		return one(codegen.SwiGLU(ffn, codegen.BlockArmOf(arm)))
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		gu := randn(r, tokens*2*ffn)
+		ref := lazy(func() ([]float32, error) { return codegen.RefSwiGLU(ffn, gu), nil })
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				out := fbuf(make([]float32, tokens*ffn))
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: tokens}, Args: [][]Arg{{b(fbuf(gu)), b(out), s(tokens)}}, Outs: []*Buf{out}}, nil
+			},
+			compare: func(outs [][]byte) (float64, error) {
+				want, _ := ref()
+				return codegen.RelErr(bytesF32(outs[0]), want), nil
+			},
+		}, nil
+	}
+	return c
+}
+
+// Argmax is the greedy sampler over tokens rows of vocab logits; its error
+// is the number of wrong rows (tolerance 0).
+func Argmax(shape string, vocab, tokens int, seed uint64) *Case {
+	c := &Case{Family: "argmax", Label: "argmax", Shape: shape, DType: "f32", Class: fmt.Sprintf("v%d", vocab), Tol: 0, seed: seed}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		return one(codegen.Argmax(vocab, codegen.BlockArmOf(arm)))
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		lg := randn(r, tokens*vocab)
+		want := codegen.RefArgmax(vocab, lg)
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				out := &Buf{Data: make([]byte, 4*tokens)}
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: tokens}, Args: [][]Arg{{b(fbuf(lg)), b(out), s(tokens)}}, Outs: []*Buf{out}}, nil
+			},
+			compare: func(outs [][]byte) (float64, error) {
+				wrong := 0.0
+				for i, w := range want {
+					if int32(binary.LittleEndian.Uint32(outs[0][4*i:])) != w {
+						wrong++
+					}
+				}
+				return wrong, nil
+			},
+		}, nil
+	}
+	return c
+}
+
+func attnClass(as codegen.AttnShape) string {
+	return fmt.Sprintf("h%d_%d_d%d_%s", as.Heads, as.HeadsKV, as.HeadDim, strings.ToLower(as.Cache.String()))
+}
+
+// Decode is split-KV decode attention for one query per sequence; lens are
+// the sequences' key counts (their caches laid out one after another with a
+// gap of 100 rows).
+func Decode(shape string, as codegen.AttnShape, lens []int32, seed uint64) *Case {
+	c := &Case{Family: "attn_decode", Label: "attn_decode", Shape: shape, DType: strings.ToLower(as.Cache.String()) + " cache",
+		Class: attnClass(as), Tol: 1e-4, seed: seed}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		p, cb, err := codegen.DecodeAttention(as, codegen.DecodeArmOf(arm))
+		if err != nil {
+			return nil, err
+		}
+		return []*codegen.Kernel{p, cb}, nil
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		kvw := as.HeadsKV * as.HeadDim
+		base := make([]int32, len(lens))
+		rows, maxLen := int32(0), 0
+		for i, l := range lens {
+			base[i] = rows
+			rows += l + 100
+			maxLen = max(maxLen, int(l))
+		}
+		kcb, kc, err := cacheValues(as.Cache, randn(r, int(rows)*kvw))
+		if err != nil {
+			return nil, err
+		}
+		vcb, vc, err := cacheValues(as.Cache, randn(r, int(rows)*kvw))
+		if err != nil {
+			return nil, err
+		}
+		seqs := len(lens)
+		q := randn(r, seqs*as.QStride)
+		ref := lazy(func() ([]float32, error) { return codegen.RefAttention(as, q, base, lens, kc, vc), nil })
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				splits := codegen.DecodeArmOf(arm).Splits(maxLen)
+				po := fbuf(make([]float32, seqs*as.Heads*splits*as.HeadDim))
+				pml := fbuf(make([]float32, seqs*as.Heads*splits*2))
+				lb, out := ibuf(lens), fbuf(make([]float32, seqs*as.Heads*as.HeadDim))
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Seqs: seqs, KVLen: maxLen}, Args: [][]Arg{
+					{b(fbuf(q)), b(&Buf{Data: kcb}), b(&Buf{Data: vcb}), b(ibuf(base)), b(lb), b(po), b(pml), s(splits)},
+					{b(po), b(pml), b(lb), b(out), s(splits)},
+				}, Outs: []*Buf{out}}, nil
+			},
+			compare: func(outs [][]byte) (float64, error) {
+				want, _ := ref()
+				return codegen.RelErr(bytesF32(outs[0]), want), nil
+			},
+		}, nil
+	}
+	return c
+}
+
+// Prefill is causal prefill attention for ntok tokens of one sequence
+// starting at position p0.
+func Prefill(shape string, as codegen.AttnShape, ntok, p0 int, seed uint64) *Case {
+	c := &Case{Family: "attn_prefill", Label: "attn_prefill", Shape: shape, DType: strings.ToLower(as.Cache.String()) + " cache",
+		Class: attnClass(as), Tol: 1e-4, seed: seed}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		return one(codegen.PrefillAttention(as, codegen.PrefillArmOf(arm)))
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		const base = 100
+		kvw := as.HeadsKV * as.HeadDim
+		rows := base + p0 + ntok + 100
+		kcb, kc, err := cacheValues(as.Cache, randn(r, rows*kvw))
+		if err != nil {
+			return nil, err
+		}
+		vcb, vc, err := cacheValues(as.Cache, randn(r, rows*kvw))
+		if err != nil {
+			return nil, err
+		}
+		tb, tp, n := make([]int32, ntok), make([]int32, ntok), make([]int32, ntok)
+		for i := range tb {
+			tb[i], tp[i], n[i] = base, int32(p0+i), int32(p0+i+1)
+		}
+		q := randn(r, ntok*as.QStride)
+		ref := lazy(func() ([]float32, error) { return codegen.RefAttention(as, q, tb, n, kc, vc), nil })
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				out := fbuf(make([]float32, ntok*as.Heads*as.HeadDim))
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: ntok, Seqs: 1, KVLen: p0 + ntok}, Args: [][]Arg{
+					{b(fbuf(q)), b(&Buf{Data: kcb}), b(&Buf{Data: vcb}), b(ibuf(tb)), b(ibuf(tp)), b(out), s(ntok)},
+				}, Outs: []*Buf{out}}, nil
+			},
+			compare: func(outs [][]byte) (float64, error) {
+				want, _ := ref()
+				return codegen.RelErr(bytesF32(outs[0]), want), nil
+			},
+		}, nil
+	}
+	return c
+}
+
+// Embedding looks up ids in a 512-row table of type t.
+func Embedding(shape string, t dtype.Type, dim int, seed uint64) *Case {
+	dt := strings.ToLower(t.String())
+	c := &Case{Family: "embedding", Label: "embedding", Shape: shape, DType: dt, Class: fmt.Sprintf("%s_d%d", dt, dim), Tol: 1e-6, seed: seed}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		return one(codegen.Embedding(t, dim, codegen.BlockArmOf(arm)))
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		table, err := randWeights(t, 512, dim, r.Uint64())
+		if err != nil {
+			return nil, err
+		}
+		ids := []int32{0, 511, 7, 300}
+		ref := lazy(func() ([]float32, error) { return codegen.RefEmbedding(t, dim, table, ids) })
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				out := fbuf(make([]float32, len(ids)*dim))
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: len(ids)},
+					Args: [][]Arg{{b(ibuf(ids)), b(&Buf{Data: table}), b(out), s(len(ids))}}, Outs: []*Buf{out}}, nil
+			},
+			compare: func(outs [][]byte) (float64, error) {
+				want, err := ref()
+				if err != nil {
+					return 0, err
+				}
+				return codegen.RelErr(bytesF32(outs[0]), want), nil
+			},
+		}, nil
+	}
+	return c
+}
+
+// Product is a matrix product of m activation rows with n weight rows of k
+// elements of type t: family "gemv" (decode) or "mma" (prefill, tensor
+// cores). use names the product ("qkv", "down", …) for display.
+func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool, seed uint64) *Case {
+	dt := strings.ToLower(t.String())
+	class := fmt.Sprintf("%s_n%d_k%d", dt, n, k)
+	if residual {
+		class += "_res"
+	}
+	c := &Case{Family: family, Label: family + "/" + use, Shape: shape, DType: dt, Class: class, Use: use, Tol: 1e-4, seed: seed}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		if family == "mma" {
+			return one(codegen.MatMulMMA(t, n, k, residual, codegen.MMAArmOf(arm)))
+		}
+		return one(codegen.GEMV(t, n, k, residual, codegen.GEMVArmOf(arm)))
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		W, err := randWeights(t, n, k, r.Uint64())
+		if err != nil {
+			return nil, err
+		}
+		x := randn(r, m*k)
+		var y0 []float32
+		if residual {
+			y0 = randn(r, m*n)
+		}
+		ref := lazy(func() ([]float32, error) { return refMatMul(t, n, k, W, x, m, y0, family == "mma") })
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				y := fbuf(make([]float32, m*n))
+				if residual {
+					y = fbuf(y0)
+				}
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
+					Args: [][]Arg{{b(&Buf{Data: W}), b(fbuf(x)), b(y), s(m)}}, Outs: []*Buf{y}}, nil
+			},
+			compare: func(outs [][]byte) (float64, error) {
+				want, err := ref()
+				if err != nil {
+					return 0, err
+				}
+				return codegen.RelErr(bytesF32(outs[0]), want), nil
+			},
+		}, nil
+	}
+	return c
+}

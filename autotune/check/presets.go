@@ -1,0 +1,108 @@
+package check
+
+import (
+	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// KernelCheckCases are the cases of `memra kernel-check` for shape s: the
+// dtype-independent families (F16 cache), then per weight type embedding,
+// the QKV product (GEMV and MMA at 64 rows) and the FFN-down GEMV, all with
+// a residual add. A type a family cannot take at s (row length not a
+// multiple of its block) is skipped.
+func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case {
+	const tokens = 4
+	cs := []*Case{
+		RMSNorm(s.Name, s.Hidden, s.Eps, tokens, seed),
+		RopeKV(s.Name, s.Rope(dtype.F16), tokens, seed),
+		SwiGLU(s.Name, s.FFN, tokens, seed),
+		Argmax(s.Name, s.Vocab, tokens, seed),
+		Decode(s.Name, s.Attn(dtype.F16), []int32{1100, 333}, seed),
+		Prefill(s.Name, s.Attn(dtype.F16), 48, 16, seed),
+	}
+	qkv := (s.Heads + 2*s.HeadsKV) * s.HeadDim
+	for _, t := range types {
+		if rowOK(t, s.Hidden) {
+			cs = append(cs, Embedding(s.Name, t, s.Hidden, seed),
+				Product(s.Name, "gemv", "qkv", t, qkv, s.Hidden, 1, true, seed),
+				Product(s.Name, "mma", "qkv", t, qkv, s.Hidden, 64, true, seed))
+		}
+		if rowOK(t, s.FFN) {
+			cs = append(cs, Product(s.Name, "gemv", "down", t, s.Hidden, s.FFN, 1, true, seed))
+		}
+	}
+	return cs
+}
+
+// rowOK reports whether rows of k elements of t are whole blocks.
+func rowOK(t dtype.Type, k int) bool {
+	_, err := t.RowBytes(k)
+	return err == nil && k%32 == 0
+}
+
+// Weights are the weight types of a model's products.
+type Weights struct {
+	Attn, AttnOut, FFNUp, FFNDown, Output, Embed dtype.Type
+}
+
+// UniformWeights uses t for every product.
+func UniformWeights(t dtype.Type) Weights { return Weights{t, t, t, t, t, t} }
+
+// Sizes are the launch sizes autotune measures at.
+type Sizes struct {
+	DecodeTokens  int     // rows of the decode-step families (norm, RoPE, SwiGLU, GEMV): batch size
+	PrefillTokens int     // rows of the MMA products and prefill attention
+	DecodeKV      []int32 // key counts of the decode-attention sequences
+}
+
+// DefaultSizes: batch-1 decode at a 4096-token context, 256-token prefill chunks.
+var DefaultSizes = Sizes{DecodeTokens: 1, PrefillTokens: 256, DecodeKV: []int32{4096}}
+
+// TuneCases are the cases a model of shape s with weights w needs tuned:
+// one per (family, shape class), the fused QKV and gate+up products as the
+// lowering emits them, the output projection as a GEMV only (prefill needs
+// logits for one row).
+func TuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
+	cs := []*Case{
+		Embedding(s.Name, w.Embed, s.Hidden, seed),
+		RMSNorm(s.Name, s.Hidden, s.Eps, z.DecodeTokens, seed),
+		RopeKV(s.Name, s.Rope(dtype.F16), z.DecodeTokens, seed),
+		SwiGLU(s.Name, s.FFN, z.DecodeTokens, seed),
+		Argmax(s.Name, s.Vocab, z.DecodeTokens, seed),
+		Decode(s.Name, s.Attn(dtype.F16), z.DecodeKV, seed),
+		Prefill(s.Name, s.Attn(dtype.F16), z.PrefillTokens, 0, seed),
+	}
+	qd := s.Heads * s.HeadDim
+	products := []struct {
+		use      string
+		t        dtype.Type
+		n, k     int
+		residual bool
+		prefill  bool
+	}{
+		{"qkv", w.Attn, (s.Heads + 2*s.HeadsKV) * s.HeadDim, s.Hidden, false, true},
+		{"attn_out", w.AttnOut, s.Hidden, qd, true, true},
+		{"gate_up", w.FFNUp, 2 * s.FFN, s.Hidden, false, true},
+		{"down", w.FFNDown, s.Hidden, s.FFN, true, true},
+		{"output", w.Output, s.Vocab, s.Hidden, false, false},
+	}
+	seen := map[string]bool{}
+	for _, p := range products {
+		if !rowOK(p.t, p.k) {
+			continue
+		}
+		g := Product(s.Name, "gemv", p.use, p.t, p.n, p.k, z.DecodeTokens, p.residual, seed)
+		if !seen[g.ID()] {
+			seen[g.ID()] = true
+			cs = append(cs, g)
+		}
+		if p.prefill {
+			m := Product(s.Name, "mma", p.use, p.t, p.n, p.k, z.PrefillTokens, p.residual, seed)
+			if !seen[m.ID()] {
+				seen[m.ID()] = true
+				cs = append(cs, m)
+			}
+		}
+	}
+	return cs
+}

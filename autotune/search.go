@@ -1,0 +1,196 @@
+package autotune
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Tune searches every task in order and returns one Result per task. The
+// budget is shared: each task gets an equal share of what is left when it
+// starts, so time one task does not use passes to the next. A task that runs
+// out of time still returns the best arm measured so far. Cancelling ctx
+// stops the search between measurements; the results so far are returned
+// with ctx's error.
+func Tune(ctx context.Context, r Runner, tasks []Task, o Options) ([]Result, error) {
+	o = o.withDefaults()
+	start := o.Clock.Now()
+	var out []Result
+	for i, t := range tasks {
+		var deadline time.Time
+		if o.Budget > 0 {
+			left := o.Budget - o.Clock.Now().Sub(start)
+			deadline = o.Clock.Now().Add(left / time.Duration(len(tasks)-i))
+		}
+		res := search(ctx, r, t, o, deadline)
+		out = append(out, res)
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// Search tunes one task within budget (0: no limit).
+func Search(ctx context.Context, r Runner, t Task, o Options, budget time.Duration) Result {
+	o = o.withDefaults()
+	var deadline time.Time
+	if budget > 0 {
+		deadline = o.Clock.Now().Add(budget)
+	}
+	return search(ctx, r, t, o, deadline)
+}
+
+// candidates returns the default arm followed by every other arm of the space.
+func candidates(t Task) []*ArmResult {
+	def := t.Space.Default
+	out := []*ArmResult{{Arm: def, Name: t.Space.ArmName(def), Round: -1}}
+	for _, p := range t.Space.Arms() {
+		if !p.Equal(def) {
+			out = append(out, &ArmResult{Arm: p, Name: t.Space.ArmName(p), Round: -1})
+		}
+	}
+	return out
+}
+
+// plan returns the samples per round: one round of o.Reps when the space is
+// small enough to sweep, else successive halving from o.MinReps up by Eta
+// until a round keeps at most Eta arms, which is measured with o.Reps.
+func plan(n int, o Options) (strategy string, reps []int, measurements int) {
+	if n <= o.ExhaustiveMax {
+		return "exhaustive", []int{o.Reps}, n
+	}
+	k, rep := n, o.MinReps
+	for {
+		if k <= o.Eta {
+			return "halving", append(reps, o.Reps), measurements + k
+		}
+		reps = append(reps, min(rep, o.Reps))
+		measurements += k
+		k = (k + o.Eta - 1) / o.Eta
+		rep *= o.Eta
+	}
+}
+
+func search(ctx context.Context, r Runner, t Task, o Options, deadline time.Time) Result {
+	arms := candidates(t)
+	strategy, reps, planned := plan(len(arms), o)
+	res := Result{Task: t, Strategy: strategy}
+	if o.Observer != nil {
+		o.Observer.Start(t, strategy, planned)
+	}
+	expired := func() bool { return !deadline.IsZero() && !o.Clock.Now().Before(deadline) }
+	var best *ArmResult
+	pool := arms // arms entering the current round
+	for round, n := range reps {
+		compileAll(r, t, pool, o.Parallel)
+		complete := true
+		for _, a := range pool {
+			if a.Failed {
+				continue
+			}
+			if ctx.Err() != nil || expired() {
+				complete, res.OutOfTime = false, ctx.Err() == nil
+				break
+			}
+			m, err := r.Measure(t, a.Arm, n)
+			a.Meas, a.Round = m, round
+			switch {
+			case err != nil:
+				a.Failed, a.Reason = true, err.Error()
+			case !m.Pass():
+				a.Failed, a.Reason = true, fmt.Sprintf("rel. error %.3g above tolerance %.3g", m.RelErr, m.Tol)
+			case best == nil || m.TimeUS < best.Meas.TimeUS || best.Failed:
+				best = a
+			}
+			if o.Observer != nil {
+				o.Observer.Measured(t, *a, best)
+			}
+		}
+		ranked := rank(pool)
+		if !complete || round == len(reps)-1 {
+			break
+		}
+		keep := (len(ranked) + o.Eta - 1) / o.Eta
+		if round+1 == len(reps)-1 {
+			keep = min(keep, o.Eta)
+		}
+		pool = ranked[:min(keep, len(ranked))]
+		if len(pool) == 0 {
+			break
+		}
+	}
+	// the final ranking: the arms of the last round entered, by their latest
+	// measurement; those never measured in it rank by their earlier one
+	final := rank(pool)
+	if len(final) > 0 {
+		res.Best = final[0]
+	}
+	if len(final) > 1 {
+		res.RunnerUp = final[1]
+	}
+	for _, a := range arms {
+		res.Arms = append(res.Arms, *a)
+		if a.Round >= 0 || a.Failed {
+			res.Tried++
+		}
+	}
+	if arms[0].Round >= 0 || arms[0].Failed {
+		res.Default = &res.Arms[0]
+	}
+	// Best and RunnerUp point into res.Arms so the result is self-contained
+	for i := range res.Arms {
+		if res.Best != nil && res.Arms[i].Name == res.Best.Name {
+			res.Best = &res.Arms[i]
+		}
+		if res.RunnerUp != nil && res.Arms[i].Name == res.RunnerUp.Name {
+			res.RunnerUp = &res.Arms[i]
+		}
+	}
+	if o.Observer != nil {
+		o.Observer.Done(res)
+	}
+	return res
+}
+
+// rank returns the measured, passing arms of pool, fastest first (ties by
+// name, for a stable order).
+func rank(pool []*ArmResult) []*ArmResult {
+	var ok []*ArmResult
+	for _, a := range pool {
+		if !a.Failed && a.Round >= 0 {
+			ok = append(ok, a)
+		}
+	}
+	sort.SliceStable(ok, func(i, j int) bool {
+		if ok[i].Meas.TimeUS != ok[j].Meas.TimeUS {
+			return ok[i].Meas.TimeUS < ok[j].Meas.TimeUS
+		}
+		return ok[i].Name < ok[j].Name
+	})
+	return ok
+}
+
+// compileAll compiles the arms of pool not yet failed, parallel workers at a
+// time; a compile error marks the arm failed.
+func compileAll(r Runner, t Task, pool []*ArmResult, parallel int) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, parallel)
+	for _, a := range pool {
+		if a.Failed {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(a *ArmResult) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := r.Compile(t, a.Arm); err != nil {
+				a.Failed, a.Reason = true, "compile: "+err.Error()
+			}
+		}(a)
+	}
+	wg.Wait()
+}
