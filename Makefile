@@ -4,7 +4,7 @@ BIN       := bin/memra
 GOFLAGS_BUILD := -trimpath
 export CGO_ENABLED := 0
 
-.PHONY: run build test test-go test-npm check bench clean
+.PHONY: run build gpu-build plugins test test-go test-npm check bench clean
 
 ## run: serve the embedded default model on http://127.0.0.1:8080 (OpenAI-compatible)
 run: build
@@ -14,10 +14,20 @@ run: build
 build:
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/memra
 
+## gpu-build: the binaries scripts/gpu-battery.sh runs on a GPU machine (built here, no GPU needed)
+gpu-build:
+	$(GO) build $(GOFLAGS_BUILD) -ldflags="-s -w" -o .gpu/memra ./cmd/memra
+	$(GO) test -c -ldflags="-s -w" -o .gpu/cuda.test ./runtime/cuda
+
+## plugins: the example WebAssembly plugins (built from source; not committed)
+plugins:
+	GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -buildmode=c-shared -o bin/plugins/chatml.wasm ./serve/plugin/examples/chatml
+	GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -buildmode=c-shared -o bin/plugins/regex.wasm ./serve/plugin/examples/regex
+
 ## test: every test: Go packages (with fuzz seed corpora), then the OpenAI SDK suite
 test: test-go test-npm
 
-test-go:
+test-go: plugins
 	$(GO) test -count=1 -timeout 20m ./...
 
 test-npm:

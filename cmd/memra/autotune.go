@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/memra-ai/memra/autotune"
+	"github.com/memra-ai/memra/autotune/check"
+	"github.com/memra-ai/memra/autotune/report"
+	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/ir"
+	"github.com/memra-ai/memra/ir/dtype"
+	"github.com/memra-ai/memra/runtime/cuda"
+	"github.com/memra-ai/memra/runtime/load"
+	"github.com/memra-ai/memra/tunedb"
+)
+
+var errAutotune = errors.New("autotune")
+
+func init() {
+	cmd := &cobra.Command{
+		Use:   "autotune [MODEL]",
+		Short: "sweep kernel arms on this card, gate each against the CPU reference, record the winners in the tunedb",
+		Long: "autotune measures every kernel family a model needs (or the --shapes presets) on this GPU: candidate arms\n" +
+			"are compiled in parallel with NVRTC, each is run on random inputs and checked against the CPU reference\n" +
+			"(an arm outside the family's tolerance is recorded as failed and never chosen), then timed: a warm-up and\n" +
+			"the median of --reps CUDA-event samples over rotating inputs larger than L2. Small spaces are swept\n" +
+			"exhaustively, large ones by successive halving, all within --budget. Results go to the user tunedb\n" +
+			"(--write-user, the default), a shipped-defaults folder (--write-shipped DIR), and --report DIR.",
+		Args: cobra.MaximumNArgs(1),
+		RunE: runAutotune,
+	}
+	f := cmd.Flags()
+	f.StringSlice("shapes", []string{"llama3-8b"}, "shape presets when no MODEL is given: llama3-8b, qwen2.5-7b, qwen3-8b, tiny")
+	f.StringSlice("types", []string{"q4_k"}, "weight types for --shapes presets")
+	f.StringSlice("families", nil, "families to tune (default all): "+strings.Join(codegen.SpaceFamilies(), ", "))
+	f.Duration("budget", 10*time.Minute, "time for the whole sweep; each task gets an equal share of what is left")
+	f.Int("reps", 20, "timed samples of a final measurement")
+	f.Int("batch", 1, "rows of the decode-step families (GEMV, norm, RoPE, SwiGLU, argmax)")
+	f.Int("prefill", 256, "rows of the MMA products and prefill attention")
+	f.Int("kv", 4096, "key count of the decode-attention measurement")
+	f.Int("exhaustive-max", 24, "sweep spaces of at most this many arms exhaustively")
+	f.Int("parallel", 8, "concurrent NVRTC compilations")
+	f.Uint64("seed", 1, "random seed of the inputs")
+	f.String("report", "", "write report.md and one SVG per task into this folder")
+	f.Bool("write-user", true, "merge the results into the user tunedb (os.UserConfigDir()/memra/tunedb)")
+	f.String("write-shipped", "", "also write the results into this shipped-defaults folder (tunedb/defaults)")
+	f.Bool("list", false, "list the tasks and their space sizes, then exit (no GPU needed)")
+	rootCmd.AddCommand(cmd)
+}
+
+// buildVersion is the memra version with the VCS revision when known.
+func buildVersion() string {
+	v := version
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += "+" + s.Value[:12]
+			}
+		}
+	}
+	return v
+}
+
+// autotuneCases returns the cases of a model file or of the shape presets.
+func autotuneCases(cmd *cobra.Command, args []string) ([]*check.Case, string, error) {
+	f := cmd.Flags()
+	seed, _ := f.GetUint64("seed")
+	batch, _ := f.GetInt("batch")
+	prefill, _ := f.GetInt("prefill")
+	kv, _ := f.GetInt("kv")
+	sizes := check.Sizes{DecodeTokens: batch, PrefillTokens: prefill, DecodeKV: []int32{int32(kv)}}
+	var cases []*check.Case
+	var what string
+	if len(args) == 1 {
+		m, err := load.Open(args[0])
+		if err != nil {
+			return nil, "", err
+		}
+		defer m.Close()
+		s, w, err := modelShape(m)
+		if err != nil {
+			return nil, "", err
+		}
+		cases, what = check.TuneCases(s, w, sizes, seed), args[0]
+	} else {
+		shapes, _ := f.GetStringSlice("shapes")
+		typeNames, _ := f.GetStringSlice("types")
+		for _, n := range shapes {
+			s, err := codegen.ShapeByName(n)
+			if err != nil {
+				return nil, "", err
+			}
+			for _, tn := range typeNames {
+				t, err := dtype.Parse(tn)
+				if err != nil {
+					return nil, "", err
+				}
+				cases = append(cases, check.TuneCases(s, check.UniformWeights(t), sizes, seed)...)
+			}
+		}
+		what = strings.Join(shapes, ",") + " " + strings.Join(typeNames, ",")
+	}
+	fams, _ := f.GetStringSlice("families")
+	if len(fams) > 0 {
+		for _, fam := range fams {
+			if _, err := codegen.SpaceByName(fam); err != nil {
+				return nil, "", err
+			}
+		}
+		cases = slices.DeleteFunc(cases, func(c *check.Case) bool { return !slices.Contains(fams, c.Family) })
+	}
+	return cases, what, nil
+}
+
+// modelShape reads the constant dimensions and weight types of a model.
+func modelShape(m *load.Model) (codegen.Shape, check.Weights, error) {
+	hp := m.HParams
+	s := codegen.Shape{Name: hp.Name, Hidden: hp.Embedding, FFN: hp.FFN, Vocab: hp.VocabSize, Heads: hp.Heads, HeadsKV: hp.HeadsKV,
+		HeadDim: hp.HeadDim, RopeHalf: hp.RopeStyle == ir.RopeHalf, Eps: hp.RMSEps}
+	if s.Name == "" {
+		s.Name = hp.Arch
+	}
+	typ := func(names ...string) (dtype.Type, error) {
+		for _, n := range names {
+			if t, ok := m.Tensors[n]; ok {
+				return t.Type, nil
+			}
+		}
+		return 0, fmt.Errorf("%w: model %s has none of %v", errAutotune, m.Path, names)
+	}
+	var w check.Weights
+	var err error
+	for _, x := range []struct {
+		dst   *dtype.Type
+		names []string
+	}{
+		{&w.Attn, []string{"blk.0.attn_q.weight", "blk.0.attn_qkv.weight"}},
+		{&w.AttnOut, []string{"blk.0.attn_output.weight"}},
+		{&w.FFNUp, []string{"blk.0.ffn_up.weight", "blk.0.ffn_gate.weight"}},
+		{&w.FFNDown, []string{"blk.0.ffn_down.weight"}},
+		{&w.Embed, []string{"token_embd.weight"}},
+		{&w.Output, []string{"output.weight", "token_embd.weight"}},
+	} {
+		if *x.dst, err = typ(x.names...); err != nil {
+			return s, w, err
+		}
+	}
+	return s, w, nil
+}
+
+func runAutotune(cmd *cobra.Command, args []string) error {
+	f := cmd.Flags()
+	out := cmd.OutOrStdout()
+	cases, what, err := autotuneCases(cmd, args)
+	if err != nil {
+		return err
+	}
+	tasks := check.Tasks(cases)
+	if len(tasks) == 0 {
+		return fmt.Errorf("%w: nothing to tune", errAutotune)
+	}
+	if list, _ := f.GetBool("list"); list {
+		for _, t := range tasks {
+			fmt.Fprintf(out, "%-48s %-10s %d arms\n", t.ID(), t.Label, t.Space.Size())
+		}
+		return nil
+	}
+	nv, err := cuda.LoadNVRTC()
+	if err != nil {
+		return fmt.Errorf("autotune needs NVRTC: %w", err)
+	}
+	dev, err := cuda.Open(0)
+	if err != nil {
+		return fmt.Errorf("autotune needs a GPU: %w", err)
+	}
+	defer dev.Close()
+	info := dev.Info()
+	key := tunedb.NewDeviceKey(info.Name, info.Major, info.Minor, info.SMs, info.TotalMem)
+	db, err := tunedb.Open("")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "autotune %s on %s (%s, driver %d); device key %s\n", what, info.Name, info.Arch(), info.DriverVersion, key)
+	if n := db.Notice(key); n != "" {
+		fmt.Fprintln(out, n)
+	}
+	cache, err := cuda.NewCache("", nv)
+	if err != nil {
+		return err
+	}
+	o := autotune.Options{Observer: autotune.NewBar(cmd.ErrOrStderr())}
+	o.Budget, _ = f.GetDuration("budget")
+	o.Reps, _ = f.GetInt("reps")
+	o.ExhaustiveMax, _ = f.GetInt("exhaustive-max")
+	o.Parallel, _ = f.GetInt("parallel")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	results, tuneErr := autotune.Tune(ctx, check.NewRunner(check.NewDevice(dev, cache), cases), tasks, o)
+
+	date, ver := time.Now().UTC().Format("2006-01-02"), buildVersion()
+	var entries []tunedb.Entry
+	for _, r := range results {
+		e, err := r.Entry(date, ver, info.DriverVersion)
+		if err != nil {
+			fmt.Fprintln(cmd.ErrOrStderr(), "memra:", err)
+			continue
+		}
+		entries = append(entries, e)
+	}
+	if dir, _ := f.GetString("report"); dir != "" {
+		m := report.Meta{Device: key.String(), Card: fmt.Sprintf("%s (%s, %d SMs, driver %d)", info.Name, info.Arch(), info.SMs, info.DriverVersion),
+			Date: date, Version: ver, Budget: o.Budget.String(), Model: what}
+		if err := report.Write(dir, results, m); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "report: %s/report.md\n", dir)
+	}
+	if len(entries) > 0 {
+		if wu, _ := f.GetBool("write-user"); wu {
+			p, err := db.Put(key, entries)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "tunedb: %d entries written to %s\n", len(entries), p)
+		}
+		if dir, _ := f.GetString("write-shipped"); dir != "" {
+			file := tunedb.NewFile(key)
+			path := filepath.Join(dir, key.String()+".json")
+			if _, err := os.Stat(path); err == nil {
+				if file, err = tunedb.ReadFile(path); err != nil {
+					return err
+				}
+			}
+			file.Merge(entries)
+			p, err := tunedb.WriteDir(dir, file)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "tunedb: %d entries written to %s\n", len(entries), p)
+		}
+	}
+	if tuneErr != nil {
+		return tuneErr
+	}
+	if len(entries) < len(results) {
+		return fmt.Errorf("%w: %d of %d tasks had no passing arm", errAutotune, len(results)-len(entries), len(results))
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/memra-ai/memra/runtime/cpu"
+	"github.com/memra-ai/memra/runtime/cuda"
+	"github.com/memra-ai/memra/runtime/load"
+	"github.com/memra-ai/memra/runtime/synth"
+)
+
+var errParity = errors.New("gpu-parity failed")
+
+// parityOptions are the flags of memra gpu-parity.
+type parityOptions struct {
+	preset, quant       string
+	layers, dim         int
+	steps, prompts, len int
+	seed                uint64
+	minCos, tieTol      float64
+	gpu                 cuda.BackendOptions
+}
+
+func init() {
+	o := &parityOptions{}
+	cmd := &cobra.Command{
+		Use:    "gpu-parity [MODEL]",
+		Short:  "run the CPU reference and the CUDA backend side by side and compare greedy tokens and logits",
+		Hidden: true,
+		Long: "gpu-parity synthesizes a small model of --preset/--quant (or opens MODEL), runs --prompts random\n" +
+			"prompts of different lengths as one batch on the CPU and on the GPU, then --steps-1 greedy decode steps\n" +
+			"feeding both the CPU's token, and prints one row: model, quant, steps, same tokens, min cosine, pass.\n" +
+			"It exits non-zero unless every greedy token agrees and every cosine reaches --min-cos.",
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return runParity(cmd, args, o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.preset, "preset", "qwen3-8b", "synth preset (llama3-8b, qwen2.5-7b, qwen3-8b, …)")
+	f.StringVar(&o.quant, "quant", "q4_k_m", "synth quantisation mix (q4_k_m, q8_0, bf16, …)")
+	f.IntVar(&o.layers, "layers", 2, "synth layers")
+	f.IntVar(&o.dim, "dim", 256, "synth hidden size")
+	f.IntVar(&o.steps, "steps", 128, "forward steps per sequence (the prompt step included)")
+	f.IntVar(&o.prompts, "prompts", 4, "sequences in the batch")
+	f.IntVar(&o.len, "prompt-len", 16, "tokens of the longest prompt (each next one is 5 shorter, at least 1)")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the prompts and the synth weights")
+	f.Float64Var(&o.minCos, "min-cos", 0.999, "smallest cosine that passes")
+	f.Float64Var(&o.tieTol, "tie-tol", 0, "accept greedy disagreements where the reference's two logits differ by at most this (0: every token must agree)")
+	f.StringVar(&o.gpu.Cache, "cache", "f16", "KV cache type: f16, bf16, f32")
+	f.BoolVar(&o.gpu.PrefillGEMV, "prefill-gemv", false, "prefill with the float32 GEMV instead of the bf16 tensor-core product")
+	f.BoolVar(&o.gpu.NoGraphs, "no-graphs", false, "decode with plain launches instead of CUDA graphs")
+	f.BoolVar(&o.gpu.NoPDL, "no-pdl", false, "launch without programmatic dependent launch")
+	rootCmd.AddCommand(cmd)
+}
+
+func runParity(cmd *cobra.Command, args []string, o *parityOptions) error {
+	name, quant := o.preset, o.quant
+	var path string
+	if len(args) == 1 {
+		path, name, quant = args[0], filepath.Base(args[0]), "-"
+	} else {
+		dir, err := os.MkdirTemp("", "memra-parity-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		path = filepath.Join(dir, "model.gguf")
+		if _, err := synth.WriteGGUF(path, synth.Options{Preset: o.preset, Quant: o.quant, Layers: o.layers, Dim: o.dim,
+			Seed: o.seed, Context: max(4096, o.len+o.steps), Weights: synth.WeightsFloat}); err != nil {
+			return err
+		}
+	}
+	m, err := load.Open(path)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	ref, err := cpu.New(m, cpu.Options{})
+	if err != nil {
+		return err
+	}
+	defer ref.Close()
+	o.gpu.MaxSeqs = max(o.prompts, 1)
+	o.gpu.Context = o.len + o.steps
+	gpu, err := cuda.NewBackend(m, o.gpu)
+	if err != nil {
+		return err
+	}
+	defer gpu.Close()
+	r := rand.New(rand.NewPCG(o.seed, 11))
+	prompts := make([][]int32, o.prompts)
+	for i := range prompts {
+		p := make([]int32, max(1, o.len-5*i))
+		for j := range p {
+			p[j] = int32(r.IntN(m.HParams.VocabSize))
+		}
+		prompts[i] = p
+	}
+	rep, err := cuda.Parity(context.Background(), ref, gpu, prompts, o.steps, 1)
+	if err != nil {
+		return err
+	}
+	total := o.prompts * o.steps
+	pass := rep.Pass(o.minCos, o.tieTol)
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "model\tquant\tseqs\tsteps\tsame tokens\tworst gap\tmin cosine\tcache\tprefill\tgraphs\tpass")
+	prefill := "mma"
+	if o.gpu.PrefillGEMV {
+		prefill = "gemv"
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d/%d\t%.4f\t%.6f\t%s\t%s\t%v\t%v\n", name, quant, o.prompts, o.steps, total-rep.Mismatches, total,
+		rep.MaxGap, rep.MinCosine, o.gpu.Cache, prefill, !o.gpu.NoGraphs, pass)
+	tw.Flush()
+	if !pass {
+		return fmt.Errorf("%w: %d of %d greedy tokens differ (worst reference gap %.4f, tie tolerance %g), min cosine %.6f (want ≥ %g)",
+			errParity, rep.Mismatches, total, rep.MaxGap, o.tieTol, rep.MinCosine, o.minCos)
+	}
+	return nil
+}

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/memra-ai/memra/runtime"
+	"github.com/memra-ai/memra/runtime/cpu"
+	"github.com/memra-ai/memra/runtime/cuda"
+	"github.com/memra-ai/memra/runtime/load"
+	"github.com/memra-ai/memra/runtime/load/builtin"
+	"github.com/memra-ai/memra/runtime/tokenizer"
+	"github.com/memra-ai/memra/serve/chat"
+)
+
+func init() { rootCmd.AddCommand(newRunCmd()) }
+
+// runOptions are the flags of memra run.
+type runOptions struct {
+	prompt    string
+	maxTokens int
+	sampling  runtime.SamplingParams
+	seed      int64
+	device    string
+	threads   int
+	chat      bool
+	system    string
+	stop      []string
+	ignoreEOS bool
+	printIDs  bool
+}
+
+func newRunCmd() *cobra.Command {
+	o := &runOptions{}
+	cmd := &cobra.Command{
+		Use:   "run [MODEL]",
+		Short: "Run one generation and stream it to stdout",
+		Long: `Run one generation through the engine and stream the text to stdout; prompt and
+generation speed go to stderr. MODEL is a GGUF file or a Hugging Face checkpoint
+folder; without it the embedded default model (` + builtin.Name + `) runs. Without
+--prompt the generation starts from the BOS token alone.
+
+Sampling follows the engine's fixed order: logit bias, repetition penalty, then
+temperature (0 = greedy), top-k, top-p and min-p.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			model := ""
+			if len(args) == 1 {
+				model = args[0]
+			}
+			return runGenerate(cmd, model, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.prompt, "prompt", "p", "", "prompt text (default: start from BOS)")
+	f.IntVarP(&o.maxTokens, "max-tokens", "n", 0, "tokens to generate at most (0: until end of text or a full context)")
+	f.Float32Var(&o.sampling.Temperature, "temperature", 0.8, "sampling temperature; 0 is greedy")
+	f.IntVar(&o.sampling.TopK, "top-k", 40, "keep the k most likely tokens (0: off)")
+	f.Float32Var(&o.sampling.TopP, "top-p", 0.95, "nucleus sampling mass (1: off)")
+	f.Float32Var(&o.sampling.MinP, "min-p", 0.05, "drop tokens below min-p × the best probability (0: off)")
+	f.Float32Var(&o.sampling.RepeatPenalty, "repeat-penalty", 1, "repetition penalty over the last --repeat-last-n tokens (1: off)")
+	f.IntVar(&o.sampling.PenaltyLastN, "repeat-last-n", 64, "tokens of history the penalties look at (0: all)")
+	f.Float32Var(&o.sampling.PresencePenalty, "presence-penalty", 0, "OpenAI presence penalty")
+	f.Float32Var(&o.sampling.FrequencyPenalty, "frequency-penalty", 0, "OpenAI frequency penalty")
+	f.Int64Var(&o.seed, "seed", -1, "random seed (-1: a random one)")
+	f.StringVar(&o.device, "device", "", deviceHelp)
+	f.IntVarP(&o.threads, "threads", "t", 0, "CPU threads (0: all cores)")
+	f.BoolVar(&o.chat, "chat", false, "wrap the prompt in the model's chat template as one user message")
+	f.StringVar(&o.system, "system", "", "system message for --chat")
+	f.StringArrayVar(&o.stop, "stop", nil, "stop string (repeatable)")
+	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating past end-of-text tokens")
+	f.BoolVar(&o.printIDs, "print-ids", false, "print the generated token ids on stderr (debugging)")
+	return cmd
+}
+
+// openModel opens a model argument; "" or the built-in name is the
+// embedded default model.
+func openModel(arg string) (*load.Model, error) {
+	if arg == "" || arg == builtin.Name {
+		return builtin.Open()
+	}
+	return load.Open(arg)
+}
+
+// deviceHelp is the help text of every --device flag.
+const deviceHelp = "device to run on: cpu, cuda or cuda:N (default: cuda when a GPU is usable, else cpu)"
+
+// newBackend builds the backend of device for m: "cpu", "cuda" or "cuda:N";
+// "" picks cuda when cuda.Available() reports a usable GPU, else cpu.
+// maxSeqs bounds the sequences holding a KV cache at once.
+func newBackend(m *load.Model, device string, threads, maxSeqs int) (runtime.Backend, error) {
+	if device == "" || device == "auto" {
+		device = "cpu"
+		if cuda.Available() == nil {
+			device = "cuda"
+		}
+	}
+	switch {
+	case device == "cpu":
+		return cpu.New(m, cpu.Options{Threads: threads, MaxSeqs: maxSeqs})
+	case device == "cuda" || strings.HasPrefix(device, "cuda:"):
+		ordinal := 0
+		if rest, ok := strings.CutPrefix(device, "cuda:"); ok {
+			n, err := strconv.Atoi(rest)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("device %q: want cuda:N", device)
+			}
+			ordinal = n
+		}
+		return cuda.NewBackend(m, cuda.BackendOptions{Device: ordinal, MaxSeqs: max(maxSeqs, 1)})
+	default:
+		return nil, fmt.Errorf("device %q: want cpu, cuda or cuda:N", device)
+	}
+}
+
+func runGenerate(cmd *cobra.Command, modelArg string, o *runOptions) error {
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	m, err := openModel(modelArg)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	tok := m.Tokenizer
+	if tok == nil {
+		return fmt.Errorf("model %s has no tokenizer", m.Path)
+	}
+	prompt, err := buildPrompt(m, tok, o)
+	if err != nil {
+		return err
+	}
+	b, err := newBackend(m, o.device, o.threads, 1)
+	if err != nil {
+		return err
+	}
+	eng := runtime.NewEngine(b, tok, runtime.EngineConfig{MaxRunning: 1, MaxQueue: 1})
+	defer eng.Close()
+
+	sp := o.sampling
+	if o.seed >= 0 {
+		s := uint64(o.seed)
+		sp.Seed = &s
+	}
+	base := cmd.Context()
+	if base == nil {
+		base = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(base, os.Interrupt)
+	defer stop()
+	start := time.Now()
+	events, err := eng.Submit(ctx, runtime.Request{
+		Prompt: prompt, MaxTokens: o.maxTokens, Sampling: sp, Stop: o.stop, IgnoreEOS: o.ignoreEOS,
+	})
+	if err != nil {
+		return err
+	}
+	var (
+		ids        []int32
+		firstToken time.Time
+		last       runtime.Event
+	)
+	for ev := range events {
+		if len(ev.Tokens) > 0 && firstToken.IsZero() {
+			firstToken = time.Now()
+		}
+		for _, g := range ev.Tokens {
+			ids = append(ids, g.Token)
+		}
+		if _, err := io.WriteString(stdout, ev.Text); err != nil {
+			return err
+		}
+		last = ev
+	}
+	end := time.Now()
+	fmt.Fprintln(stdout)
+	if last.Err != nil && !errors.Is(last.Err, context.Canceled) {
+		return last.Err
+	}
+	if o.printIDs {
+		fmt.Fprintln(stderr, "generated ids:", joinIDs(ids))
+	}
+	reportSpeed(stderr, last.Usage, start, firstToken, end, last.Finish)
+	return nil
+}
+
+// buildPrompt tokenizes the prompt: BOS alone when it is empty, through the
+// chat template with --chat.
+func buildPrompt(m *load.Model, tok *tokenizer.Tokenizer, o *runOptions) ([]int32, error) {
+	if !o.chat {
+		if o.prompt == "" {
+			return []int32{tok.BOS()}, nil
+		}
+		return tok.Encode(o.prompt, true, false), nil
+	}
+	tmpl := chat.Fallback()
+	if m.ChatTemplate != "" {
+		t, err := chat.Compile(m.ChatTemplate)
+		if err != nil {
+			return nil, fmt.Errorf("chat template of %s: %w", m.Path, err)
+		}
+		tmpl = t
+	}
+	type message struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	var msgs []message
+	if o.system != "" {
+		msgs = append(msgs, message{"system", o.system})
+	}
+	msgs = append(msgs, message{"user", o.prompt})
+	bos, eos := tok.TokenText(tok.BOS()), tok.TokenText(tok.EOS())
+	raw, err := json.Marshal(struct {
+		Messages            []message `json:"messages"`
+		AddGenerationPrompt bool      `json:"add_generation_prompt"`
+		BOSToken            string    `json:"bos_token"`
+		EOSToken            string    `json:"eos_token"`
+	}{msgs, true, bos, eos})
+	if err != nil {
+		return nil, err
+	}
+	text, err := tmpl.Render(raw)
+	if err != nil {
+		return nil, fmt.Errorf("chat template: %w", err)
+	}
+	// The template usually writes BOS itself; add it only when it did not.
+	addBOS := tok.AddBOS() && !strings.HasPrefix(text, bos)
+	ids := tok.Encode(text, false, true)
+	if addBOS {
+		ids = append([]int32{tok.BOS()}, ids...)
+	}
+	return ids, nil
+}
+
+// reportSpeed writes prompt and generation speed: the prompt is timed to the
+// first generated token, generation from there to the end.
+func reportSpeed(w io.Writer, u runtime.Usage, start, first, end time.Time, finish runtime.FinishReason) {
+	if first.IsZero() {
+		first = end
+	}
+	pp := first.Sub(start)
+	tg := end.Sub(first)
+	rate := func(n int, d time.Duration) string {
+		if n <= 0 || d <= 0 {
+			return "-"
+		}
+		return strconv.FormatFloat(float64(n)/d.Seconds(), 'f', 2, 64)
+	}
+	fmt.Fprintf(w, "prompt:     %4d tokens in %8.2f ms, %s tok/s\n", u.PromptTokens, ms(pp), rate(u.PromptTokens, pp))
+	gen := max(u.CompletionTokens-1, 0) // the first token is timed with the prompt
+	fmt.Fprintf(w, "generation: %4d tokens in %8.2f ms, %s tok/s (finish: %s)\n", u.CompletionTokens, ms(tg), rate(gen, tg), finish)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func joinIDs(ids []int32) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.Itoa(int(id))
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// execute runs a fresh command with args and returns its stdout and stderr.
+func execute(t *testing.T, cmd interface {
+	SetArgs([]string)
+	ExecuteContext(context.Context) error
+}, setOut func(out, errOut *bytes.Buffer), args ...string) (string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	setOut(&out, &errOut)
+	cmd.SetArgs(args)
+	require.NoError(t, cmd.ExecuteContext(context.Background()), errOut.String())
+	return out.String(), errOut.String()
+}
+
+// TestRunDefaultModelGreedy is the "done when" of memra run: with no model
+// and no prompt, greedy decoding prints stories260K's documented story.
+func TestRunDefaultModelGreedy(t *testing.T) {
+	cmd := newRunCmd()
+	out, errOut := execute(t, cmd, func(o, e *bytes.Buffer) { cmd.SetOut(o); cmd.SetErr(e) },
+		"--temperature", "0", "--print-ids", "--threads", "2")
+	require.True(t, strings.HasPrefix(out, "Once upon a time, there was a little girl named Lily. "+
+		"She loved to play outside in the park. One day, she saw a big, red ball."), out)
+	m := regexp.MustCompile(`generated ids: ([0-9 ]+)`).FindStringSubmatch(errOut)
+	require.NotNil(t, m, errOut)
+	ids := strings.Fields(m[1])
+	require.GreaterOrEqual(t, len(ids), 20)
+	require.Equal(t, "403 407 261 378 432 383 286 261 376 298 315 421 395 317 426 338 401 396 267 337",
+		strings.Join(ids[:20], " "))
+	require.Regexp(t, `prompt: +1 tokens`, errOut)
+	require.Regexp(t, `generation: +\d+ tokens in .* tok/s`, errOut)
+}
+
+func TestRunPromptAndLimits(t *testing.T) {
+	cmd := newRunCmd()
+	out, errOut := execute(t, cmd, func(o, e *bytes.Buffer) { cmd.SetOut(o); cmd.SetErr(e) },
+		"--prompt", "Once upon a time", "--max-tokens", "5", "--seed", "3", "--print-ids")
+	require.NotEmpty(t, strings.TrimSpace(out))
+	m := regexp.MustCompile(`generated ids: ([0-9 ]+)`).FindStringSubmatch(errOut)
+	require.NotNil(t, m, errOut)
+	require.Len(t, strings.Fields(m[1]), 5)
+	require.Contains(t, errOut, "finish: length")
+
+	// The same seed gives the same text.
+	cmd2 := newRunCmd()
+	out2, _ := execute(t, cmd2, func(o, e *bytes.Buffer) { cmd2.SetOut(o); cmd2.SetErr(e) },
+		"--prompt", "Once upon a time", "--max-tokens", "5", "--seed", "3")
+	require.Equal(t, out, out2)
+}
+
+func TestRunChat(t *testing.T) {
+	cmd := newRunCmd()
+	_, errOut := execute(t, cmd, func(o, e *bytes.Buffer) { cmd.SetOut(o); cmd.SetErr(e) },
+		"--chat", "--prompt", "Tell me a story", "--max-tokens", "4", "--temperature", "0")
+	require.Regexp(t, `prompt: +\d\d+ tokens`, errOut) // the template adds tokens around the message
+}
+
+func TestBenchDefaultModel(t *testing.T) {
+	cmd := newBenchCmd()
+	out, _ := execute(t, cmd, func(o, e *bytes.Buffer) { cmd.SetOut(o); cmd.SetErr(e) },
+		"-p", "32", "-n", "8", "-r", "3", "--threads", "2")
+	require.Contains(t, out, "pp32")
+	require.Contains(t, out, "tg8@32")
+	require.Contains(t, out, "F32")
+	require.Regexp(t, `\| +cpu \|`, out)
+	require.Contains(t, out, "292.80 K") // stories260K's parameters, embeddings included
+	require.Regexp(t, `\| +\d+\.\d\d \| +\d+\.\d\d–\d+\.\d\d \|`, out)
+}

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/memra-ai/memra/runtime"
+	"github.com/memra-ai/memra/runtime/load"
+	"github.com/memra-ai/memra/runtime/load/builtin"
+	"github.com/memra-ai/memra/serve"
+	"github.com/memra-ai/memra/serve/chat"
+)
+
+func init() { rootCmd.AddCommand(newServeCmd()) }
+
+// serveOptions are the flags of memra serve.
+type serveOptions struct {
+	host           string
+	port           int
+	models         []string
+	modelsEnv      []string
+	apiKeysFile    string
+	apiKeys        []string
+	maxRunning     int
+	maxQueue       int
+	maxBatchTokens int
+	prefillChunk   int
+	device         string
+	threads        int
+	drainTimeout   time.Duration
+	maxBody        int64
+	retryAfter     time.Duration
+}
+
+func newServeCmd() *cobra.Command {
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve [MODEL...]",
+		Short: "Serve models over an OpenAI-compatible HTTP API",
+		Long: `Serve one or more models over an OpenAI-compatible HTTP API: /v1/chat/completions,
+/v1/completions and /v1/models (blocking or streamed as server-sent events), plus
+/health, /ready and /metrics.
+
+Each MODEL (a GGUF file or Hugging Face folder) is served under its file name
+without extension; --model alias=path (repeatable) or MEMRA_MODELS="a=path,b=path"
+picks the alias. Without any model the embedded default (` + builtin.Name + `) is served.
+
+The server refuses to listen on a non-loopback --host without API keys
+(--api-keys-file or MEMRA_API_KEYS). SIGTERM or SIGINT drains: new requests get
+503, running ones finish (up to --drain-timeout), then the server exits 0.
+See docs/SERVING.md and docs/FLAGS.md.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runServe(cmd, args, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.host, "host", "127.0.0.1", "address to listen on; a non-loopback address needs API keys")
+	f.IntVar(&o.port, "port", 8080, "TCP port to listen on")
+	f.StringSliceVar(&o.models, "model", nil, "model to serve as alias=path (repeatable); path alone uses its file name")
+	f.StringSliceVar(&o.modelsEnv, "models", nil, "comma-separated alias=path list (the form of MEMRA_MODELS)")
+	f.StringVar(&o.apiKeysFile, "api-keys-file", "", "file of bearer API keys, one per line (# comments and blank lines skipped)")
+	f.StringSliceVar(&o.apiKeys, "api-keys", nil, "comma-separated bearer API keys (prefer MEMRA_API_KEYS or --api-keys-file)")
+	f.IntVar(&o.maxRunning, "max-running", runtime.DefaultMaxRunning, "sequences decoding at once per model")
+	f.IntVar(&o.maxQueue, "max-queue", runtime.DefaultMaxQueue, "requests waiting per model beyond --max-running; more get 429")
+	f.IntVar(&o.maxBatchTokens, "max-batch-tokens", runtime.DefaultMaxBatchTokens, "tokens of one engine step, all sequences together")
+	f.IntVar(&o.prefillChunk, "prefill-chunk", runtime.DefaultPrefillChunk, "prompt tokens one sequence feeds per step")
+	f.StringVar(&o.device, "device", "", deviceHelp)
+	f.IntVarP(&o.threads, "threads", "t", 0, "CPU threads (0: all cores)")
+	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "how long a drain waits for running requests before cancelling them")
+	f.Int64Var(&o.maxBody, "max-body", serve.DefaultMaxBody, "request body limit in bytes; larger bodies get 413")
+	f.DurationVar(&o.retryAfter, "retry-after", serve.DefaultRetryAfter, "Retry-After sent with 429 and 503 responses")
+	return cmd
+}
+
+// modelSpec is one model to serve: its alias and what to open.
+type modelSpec struct{ alias, path string }
+
+// modelSpecs collects positional models, --model and --models.
+func modelSpecs(args, flags []string) ([]modelSpec, error) {
+	var specs []modelSpec
+	for _, a := range args {
+		specs = append(specs, modelSpec{alias: aliasOf(a), path: a})
+	}
+	for _, m := range flags {
+		m = strings.TrimSpace(m)
+		if m == "" {
+			continue
+		}
+		alias, path, ok := strings.Cut(m, "=")
+		if !ok {
+			alias, path = aliasOf(m), m
+		}
+		if alias == "" || path == "" {
+			return nil, fmt.Errorf("--model %q: want alias=path", m)
+		}
+		specs = append(specs, modelSpec{alias: alias, path: path})
+	}
+	if len(specs) == 0 {
+		specs = append(specs, modelSpec{alias: builtin.Name})
+	}
+	return specs, nil
+}
+
+// aliasOf names a model by its file or folder name without extension.
+func aliasOf(path string) string {
+	if path == builtin.Name {
+		return path
+	}
+	base := filepath.Base(strings.TrimRight(path, "/"))
+	return strings.TrimSuffix(base, filepath.Ext(base))
+}
+
+// readKeys gathers API keys from the file and the list.
+func readKeys(file string, list []string) ([]string, error) {
+	keys := append([]string(nil), list...)
+	if file == "" {
+		return keys, nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("--api-keys-file: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line != "" && !strings.HasPrefix(line, "#") {
+			keys = append(keys, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("--api-keys-file %s: %w", file, err)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("--api-keys-file %s holds no keys", file)
+	}
+	return keys, nil
+}
+
+func runServe(cmd *cobra.Command, args []string, o *serveOptions) error {
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	keys, err := readKeys(o.apiKeysFile, o.apiKeys)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, k := range keys {
+		if strings.TrimSpace(k) != "" {
+			n++
+		}
+	}
+	if err := serve.CheckBind(o.host, n); err != nil {
+		return err
+	}
+	specs, err := modelSpecs(args, append(o.models, o.modelsEnv...))
+	if err != nil {
+		return err
+	}
+	var models []serve.Model
+	for _, sp := range specs {
+		m, closeFn, err := openServed(sp, o)
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		models = append(models, m)
+		log.Info("model loaded", "alias", sp.alias, "path", sp.path, "context", m.Engine.Info().ContextLength)
+	}
+	srv, err := serve.New(serve.Config{Models: models, Host: o.host, APIKeys: keys, MaxBody: o.maxBody,
+		RetryAfter: o.retryAfter, Logger: log})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	log.Info("serving", "url", "http://"+ln.Addr().String(), "auth", n > 0)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := srv.Run(ctx, ln, o.drainTimeout); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// openServed loads one model with its backend, engine and chat template.
+func openServed(sp modelSpec, o *serveOptions) (serve.Model, func(), error) {
+	var m *load.Model
+	var err error
+	if sp.path == "" {
+		m, err = builtin.Open()
+	} else {
+		m, err = openModel(sp.path)
+	}
+	if err != nil {
+		return serve.Model{}, nil, fmt.Errorf("model %s: %w", sp.alias, err)
+	}
+	if m.Tokenizer == nil {
+		m.Close()
+		return serve.Model{}, nil, fmt.Errorf("model %s (%s) has no tokenizer", sp.alias, m.Path)
+	}
+	b, err := newBackend(m, o.device, o.threads, o.maxRunning)
+	if err != nil {
+		m.Close()
+		return serve.Model{}, nil, fmt.Errorf("model %s: %w", sp.alias, err)
+	}
+	tmpl := chat.Fallback()
+	if m.ChatTemplate != "" {
+		if tmpl, err = chat.Compile(m.ChatTemplate); err != nil {
+			m.Close()
+			return serve.Model{}, nil, fmt.Errorf("chat template of %s: %w", sp.alias, err)
+		}
+	}
+	eng := runtime.NewEngine(b, m.Tokenizer, runtime.EngineConfig{MaxRunning: o.maxRunning, MaxQueue: o.maxQueue,
+		MaxBatchTokens: o.maxBatchTokens, PrefillChunk: o.prefillChunk})
+	closeFn := func() {
+		eng.Close()
+		m.Close()
+	}
+	return serve.Model{ID: sp.alias, Engine: serve.FromRuntime(eng), Template: tmpl}, closeFn, nil
+}

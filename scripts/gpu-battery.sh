@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The GPU battery, in one call on the GPU machine: the CUDA runtime tests,
+# kernel-check at real model shapes, the sm_90a/sm_120a compile gate, CPU↔GPU
+# greedy parity on synthesized models, Hugging Face transformers parity,
+# stories260K on the GPU, and the speed benchmarks. Logs go under $OUT (or
+# /tmp/memra-battery); a short table is printed last.
+#
+# Build here first (no GPU needed), then run on the GPU machine:
+#   make gpu-build        # .gpu/memra and .gpu/cuda.test
+#   scripts/gpu-battery.sh [quick|full]
+set -u
+cd "$(dirname "$0")/.."
+MODE=${1:-full}
+BIN=${BIN:-.gpu/memra}
+OUT=${OUT:-/tmp/memra-battery}
+MODELS=${MODELS:-/tmp/memra-models}
+mkdir -p "$OUT" "$MODELS"
+export MEMRA_NVRTC_DIR=${MEMRA_NVRTC_DIR:-/usr/local/cuda/targets/x86_64-linux/lib}
+rows=()
+failed=0
+
+# step NAME CMD…: run CMD with its output in $OUT/NAME.log and record pass/FAIL and seconds.
+step() {
+	local name=$1 t0 rc
+	shift
+	t0=$(date +%s)
+	"$@" >"$OUT/$name.log" 2>&1
+	rc=$?
+	local r=pass
+	[ $rc -ne 0 ] && r=FAIL && failed=1
+	rows+=("$(printf '%-34s %-5s %5ss' "$name" "$r" "$(($(date +%s) - t0))")")
+	echo "== $name: $r" >&2
+}
+
+synth() { # synth FILE ARGS…: write a synthesized model once
+	local f=$1
+	shift
+	[ -e "$f" ] || "$BIN" synth --quiet "$@" -o "$f"
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv >"$OUT/gpu.txt" 2>&1
+
+step cuda-tests .gpu/cuda.test -test.v -test.count=1
+step kernel-check "$BIN" kernel-check --shapes llama3-8b,qwen2.5-7b,qwen3-8b
+step compile-sm90a-sm120a "$BIN" kernel-check --compile-only --arch sm_90a,sm_120a --shapes llama3-8b,qwen2.5-7b,qwen3-8b
+
+# stories260K: the same greedy story on the GPU as on the CPU.
+stories() {
+	"$BIN" run --device cpu --temperature 0 --max-tokens 100 >"$OUT/stories-cpu.txt" 2>/dev/null &&
+		"$BIN" run --device cuda --temperature 0 --max-tokens 100 >"$OUT/stories-gpu.txt" 2>/dev/null &&
+		cmp "$OUT/stories-cpu.txt" "$OUT/stories-gpu.txt" && head -c 200 "$OUT/stories-gpu.txt"
+}
+step stories260K-gpu-equals-cpu stories
+
+# CPU↔GPU: 128 greedy steps, 4 prompts batched, real widths with 2 layers.
+quants="q4_k_m q8_0 bf16"
+presets="llama3-8b qwen2.5-7b qwen3-8b"
+[ "$MODE" = quick ] && quants="q4_k_m" && presets="qwen3-8b"
+for p in $presets; do
+	for q in $quants; do
+		dim=4096
+		[ "$p" = qwen2.5-7b ] && dim=3584
+		step "parity-$p-$q" "$BIN" gpu-parity --preset "$p" --quant "$q" --layers 2 --dim "$dim" --steps 128 --prompts 4
+	done
+done
+
+# Hugging Face transformers on the same weights (BF16 checkpoints, 2 layers of real width).
+hf() {
+	local dirs=()
+	for p in $presets; do
+		local d="$MODELS/hf-$p-bf16"
+		synth "$d" --preset "$p" --quant bf16 --layers 2 --format hf || return 1
+		dirs+=("$d")
+	done
+	python3 scripts/hf_parity.py --memra "$BIN" --device cuda --steps 64 "${dirs[@]}"
+}
+step hf-parity hf
+
+# Speed: batch-1 decode and prompt processing (llama-bench style).
+bench() { # bench NAME PRESET QUANT
+	local f="$MODELS/$2-$3.gguf"
+	synth "$f" --preset "$2" --quant "$3" || return 1
+	"$BIN" bench "$f" --device cuda -p 512 -n 128 -r 5 --no-progress
+}
+if [ "$MODE" != quick ]; then
+	step bench-llama2-7b-q4_k_m bench x llama2-7b q4_k_m
+	step bench-llama2-7b-f16 bench x llama2-7b f16
+	step bench-llama3.2-1b-f16 bench x llama3.2-1b f16
+fi
+
+echo
+echo "memra GPU battery ($(head -2 "$OUT/gpu.txt" | tail -1)), logs in $OUT"
+printf '%s\n' "${rows[@]}"
+for f in "$OUT"/bench-*.log; do [ -e "$f" ] && grep -E '^\|' "$f" | tail -n +3; done
+exit $failed

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Compare memra's logits with Hugging Face transformers, token by token.
+
+For each Hugging Face checkpoint folder given, memra greedy-decodes STEPS
+tokens after a prompt and records the logits of every step (`memra logits`);
+transformers then runs the same tokens (prompt + memra's choices) in one
+teacher-forced forward pass, and the two are compared per step: cosine of the
+logits, and whether transformers' argmax is the token memra chose.
+
+Passes when every step has cosine >= --min-cos and the same greedy token.
+Needs torch and transformers (the GPU machine has both). Usage:
+
+  scripts/hf_parity.py --memra ./memra --device cuda --steps 64 DIR [DIR ...]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def memra_logits(memra, model_dir, device, steps, prompt_ids, out):
+    cmd = [memra, "logits", model_dir, "--device", device, "--steps", str(steps),
+           "--prompt-ids", " ".join(map(str, prompt_ids)), "-o", out]
+    subprocess.run(cmd, check=True)
+    with open(os.path.join(out, "ids.txt")) as f:
+        prompt = [int(x) for x in f.readline().split()]
+        gen = [int(x) for x in f.readline().split()]
+    logits = np.fromfile(os.path.join(out, "logits.f32"), dtype="<f4").reshape(len(gen), -1)
+    return prompt, gen, logits
+
+
+def hf_logits(model_dir, ids, dtype):
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=dtype)
+    model = model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+    with torch.no_grad():
+        x = torch.tensor([ids], device=model.device)
+        out = model(x).logits[0].float().cpu().numpy()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--memra", default="./memra")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--prompt-ids", default="1 450 4996 17354 1701 29916 432 17204 975 278 17366 11203")
+    ap.add_argument("--min-cos", type=float, default=0.999)
+    ap.add_argument("--dtype", default="float32", help="transformers compute dtype")
+    args = ap.parse_args()
+    dtype = getattr(torch, args.dtype)
+    rows, ok_all = [], True
+    for d in args.models:
+        with tempfile.TemporaryDirectory() as tmp:
+            # Keep prompt ids inside every vocabulary we synthesize.
+            prompt_ids = [int(x) for x in args.prompt_ids.split()]
+            prompt, gen, ml = memra_logits(args.memra, d, args.device, args.steps, prompt_ids, tmp)
+        seq = prompt + gen[:-1]
+        hl = hf_logits(d, seq, dtype)
+        n = len(prompt)
+        cos, same = [], 0
+        for i in range(len(gen)):
+            h = hl[n - 1 + i][: ml.shape[1]]
+            m = ml[i]
+            c = float(np.dot(h, m) / (np.linalg.norm(h) * np.linalg.norm(m)))
+            cos.append(c)
+            same += int(int(np.argmax(h)) == gen[i])
+        ok = min(cos) >= args.min_cos and same == len(gen)
+        ok_all &= ok
+        rows.append((os.path.basename(d.rstrip("/")), len(gen), same, min(cos), "pass" if ok else "FAIL"))
+    print(f"{'model':<28} {'steps':>5} {'same':>5} {'min cos':>9}  result")
+    for r in rows:
+        print(f"{r[0]:<28} {r[1]:>5} {r[2]:>5} {r[3]:>9.6f}  {r[4]}")
+    sys.exit(0 if ok_all else 1)
+
+
+if __name__ == "__main__":
+    main()
