@@ -57,7 +57,12 @@ type LowerOptions struct {
 	Context   int // KV positions per sequence
 	// Cache is the KV cache element type: F32 (the zero value), F16 or BF16.
 	Cache dtype.Type
-	Arms  Arms
+	// Arms are the arms of kernels Pick leaves alone; zero fields take the
+	// family defaults.
+	Arms Arms
+	// Pick, when set, chooses each tunable kernel's arm by its family and
+	// shape class (see ArmPicker); nil uses Arms everywhere.
+	Pick ArmPicker
 	// PrefillGEMV makes prefill use the float32 GEMV products instead of
 	// the bf16 tensor-core ones (exact against the CPU, slower).
 	PrefillGEMV bool
@@ -254,7 +259,7 @@ func (l *lowerer) embed(n *ir.Node) error {
 	if err != nil {
 		return err
 	}
-	k, err := l.kernel(Embedding(t, ne[0], l.arms.Block))
+	k, err := l.kernel(Embedding(t, ne[0], l.blockArm("embedding", EmbeddingClass(t, ne[0]))))
 	if err != nil {
 		return err
 	}
@@ -276,7 +281,7 @@ func (l *lowerer) output(n *ir.Node) error {
 	if !l.o.Argmax {
 		return nil
 	}
-	k, err := l.kernel(Argmax(v.width, l.arms.Block))
+	k, err := l.kernel(Argmax(v.width, l.blockArm("argmax", ArgmaxClass(v.width))))
 	if err != nil {
 		return err
 	}
@@ -352,7 +357,7 @@ func (l *lowerer) swiglu(n *ir.Node) error {
 	if g.buf != u.buf || g.off != 0 || u.off != w || u.width != w || g.stride != 2*w {
 		return fmt.Errorf("swiglu operands are not the halves of one fused gate/up row")
 	}
-	k, err := l.kernel(SwiGLU(w, l.arms.Block))
+	k, err := l.kernel(SwiGLU(w, l.blockArm("swiglu", SwiGLUClass(w))))
 	if err != nil {
 		return err
 	}

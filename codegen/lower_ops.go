@@ -49,9 +49,9 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	var kern int
 	var err error
 	if l.o.Class == Prefill && !l.o.PrefillGEMV && rows == ir.T {
-		kern, err = l.kernel(MatMulMMA(t, n, k, residual, l.arms.MMA))
+		kern, err = l.kernel(MatMulMMA(t, n, k, residual, l.mmaArm(ProductClass(t, n, k, residual))))
 	} else {
-		kern, err = l.kernel(GEMV(t, n, k, residual, l.arms.GEMV))
+		kern, err = l.kernel(GEMV(t, n, k, residual, l.gemvArm(ProductClass(t, n, k, residual))))
 	}
 	if err != nil {
 		return err
@@ -125,7 +125,7 @@ func (l *lowerer) normGroup(n *ir.Node) error {
 		return fmt.Errorf("rms_norm of a strided value")
 	}
 	rows := n.Shape[0]
-	kn, err := l.kernel(RMSNormAdd(x.width, float32(n.Float("eps")), false, l.arms.Block))
+	kn, err := l.kernel(RMSNormAdd(x.width, float32(n.Float("eps")), false, l.blockArm("rmsnorm", RMSNormClass(x.width, false))))
 	if err != nil {
 		return err
 	}
@@ -364,7 +364,8 @@ func (l *lowerer) ropeKV(kvw *ir.Node) error {
 		factors = f.Str("name")
 	}
 	w := l.weight(fmt.Sprintf("rope:%+v:%s", qp, factors), WeightRef{Name: "rope_inv_freq", Kind: WeightRope, Type: dtype.F32, Rope: qp, Factors: factors})
-	kern, err := l.kernel(RopeKV(RopeShape{Heads: H, HeadsKV: Hkv, HeadDim: D, RopeDim: qp.Dims, Half: qp.Style == ir.RopeHalf, Cache: l.o.Cache}, l.arms.Block))
+	rs := RopeShape{Heads: H, HeadsKV: Hkv, HeadDim: D, RopeDim: qp.Dims, Half: qp.Style == ir.RopeHalf, Cache: l.o.Cache}
+	kern, err := l.kernel(RopeKV(rs, l.blockArm("rope_kv", RopeKVClass(rs))))
 	if err != nil {
 		return err
 	}
@@ -407,20 +408,21 @@ func (l *lowerer) attention(att *ir.Node) error {
 		}
 		l.launch(k, rows, []int{att.ID}, qa, kc, vc, inArg(InTokBase), inArg(InPositions), bufArg(out), rowsArg())
 	case l.o.Class == Decode:
-		p, c, err := DecodeAttention(s, l.arms.Decode)
+		arm := l.decodeArm(AttnClass(s))
+		p, c, err := DecodeAttention(s, arm)
 		if err != nil {
 			return err
 		}
 		kp, _ := l.kernel(p, nil)
 		kc2, _ := l.kernel(c, nil)
-		splits := l.arms.Decode.Splits(l.o.Context)
+		splits := arm.Splits(l.o.Context)
 		po := l.buffer("attn_part_o", ir.S, H*splits*D)
 		pml := l.buffer("attn_part_ml", ir.S, H*splits*2)
 		pov, pmlv := view{buf: po, width: H * splits * D, stride: H * splits * D}, view{buf: pml, width: H * splits * 2, stride: H * splits * 2}
 		l.launch(kp, ir.S, []int{att.ID}, qa, kc, vc, inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), constArg(splits))
 		l.launch(kc2, ir.S, []int{att.ID}, bufArg(pov), bufArg(pmlv), inArg(InKVLen), bufArg(out), constArg(splits))
 	default:
-		k, err := l.kernel(PrefillAttention(s, l.arms.Prefill))
+		k, err := l.kernel(PrefillAttention(s, l.prefillArm(AttnClass(s))))
 		if err != nil {
 			return err
 		}

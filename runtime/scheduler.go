@@ -141,9 +141,19 @@ func (e *Engine) step(running []*sequence) []*sequence {
 		prompt += int64(n)
 		add(s, n)
 	}
-	logits, err := e.b.Step(e.stepCtx, batch)
-	if err == nil && len(logits) != len(batch) {
-		err = fmt.Errorf("backend returned %d logits for %d sequences", len(logits), len(batch))
+	var logits [][]float32
+	var greedy []int32
+	var err error
+	if gs, ok := e.b.(GreedyStepper); ok && allPlainGreedy(batch, members) {
+		greedy, err = gs.StepGreedy(e.stepCtx, batch)
+		if err == nil && len(greedy) != len(batch) {
+			err = fmt.Errorf("backend returned %d greedy tokens for %d sequences", len(greedy), len(batch))
+		}
+	} else {
+		logits, err = e.b.Step(e.stepCtx, batch)
+		if err == nil && len(logits) != len(batch) {
+			err = fmt.Errorf("backend returned %d logits for %d sequences", len(logits), len(batch))
+		}
 	}
 	e.mu.Lock()
 	e.stats.StepsRun++
@@ -162,6 +172,15 @@ func (e *Engine) step(running []*sequence) []*sequence {
 	for i, s := range members {
 		s.cached += len(batch[i].Tokens)
 		if !batch[i].Logits {
+			continue
+		}
+		if greedy != nil {
+			if greedy[i] < 0 || (e.info.VocabSize > 0 && int(greedy[i]) >= e.info.VocabSize) {
+				e.retire(s, Event{Err: fmt.Errorf("%w: greedy token %d for sequence %d", ErrBackend, greedy[i], s.id)})
+				finished = append(finished, s)
+			} else if e.accept(s, greedy[i], nil) {
+				finished = append(finished, s)
+			}
 			continue
 		}
 		if len(logits[i]) == 0 {
@@ -195,6 +214,34 @@ func remaining(running, drop []*sequence) []*sequence {
 	return keep
 }
 
+// allPlainGreedy reports whether every entry of batch that wants a token
+// belongs to a sequence whose next token is the plain argmax of its logits
+// (see plainGreedy), and at least one entry wants a token.
+func allPlainGreedy(batch []SeqStep, members []*sequence) bool {
+	wants := false
+	for i, st := range batch {
+		if !st.Logits {
+			continue
+		}
+		if !members[i].plainGreedy() {
+			return false
+		}
+		wants = true
+	}
+	return wants
+}
+
+// plainGreedy reports whether s samples the argmax of the raw logits and
+// needs nothing else from them: temperature ≤ 0, no logit bias, no
+// penalties, no logprobs, no mask.
+func (s *sequence) plainGreedy() bool {
+	p := s.req.Sampling
+	rep := p.RepeatPenalty
+	return !(p.Temperature > 0) && len(p.LogitBias) == 0 && (rep <= 0 || rep == 1) &&
+		p.PresencePenalty == 0 && p.FrequencyPenalty == 0 &&
+		!s.req.Logprobs && s.req.TopLogprobs == 0 && s.req.Mask == nil
+}
+
 // sample chooses s's next token from logits, emits what it releases and
 // reports whether s finished (and was retired).
 func (e *Engine) sample(s *sequence, logits []float32) bool {
@@ -203,6 +250,13 @@ func (e *Engine) sample(s *sequence, logits []float32) bool {
 		e.retire(s, Event{Err: fmt.Errorf("sequence %d: %w", s.id, err)})
 		return true
 	}
+	return e.accept(s, tok, logits)
+}
+
+// accept records tok as s's next token, emits what it releases and reports
+// whether s finished (and was retired). logits, when not nil, are those tok
+// was sampled from (for logprobs); the greedy path has none.
+func (e *Engine) accept(s *sequence, tok int32, logits []float32) bool {
 	s.sampler.Accept(tok)
 	s.generated++
 	e.mu.Lock()
@@ -217,7 +271,7 @@ func (e *Engine) sample(s *sequence, logits []float32) bool {
 	if e.vocab != nil {
 		g.Bytes = e.vocab.TokenBytes(tok)
 	}
-	if s.req.Logprobs || s.req.TopLogprobs > 0 {
+	if logits != nil && (s.req.Logprobs || s.req.TopLogprobs > 0) {
 		g.Logprob, g.Top = Logprobs(logits, tok, s.req.TopLogprobs)
 		for i := range g.Top {
 			if e.vocab != nil {

@@ -75,7 +75,7 @@ func TestTuneCasesUnique(t *testing.T) {
 		seen[c.ID()] = true
 	}
 	for _, id := range []string{"gemv/q4_k_n6144_k4096", "gemv/q4_k_n4096_k14336_res", "gemv/q4_k_n28672_k4096", "gemv/q4_k_n128256_k4096",
-		"mma/q4_k_n6144_k4096", "attn_decode/h32_8_d128_f16", "rope_kv/inter_h32_8_d128_r128_f16", "rmsnorm/d4096_add"} {
+		"mma/q4_k_n6144_k4096", "attn_decode/h32_8_d128_f16", "rope_kv/inter_h32_8_d128_r128_f16", "rmsnorm/d4096"} {
 		require.True(t, seen[id], id)
 	}
 	require.Len(t, Tasks(append(cs, cs...)), len(cs))

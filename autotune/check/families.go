@@ -2,7 +2,6 @@ package check
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -30,16 +29,17 @@ func one(k *codegen.Kernel, err error) ([]*codegen.Kernel, error) {
 	return []*codegen.Kernel{k}, nil
 }
 
-// RMSNorm is the fused residual add + RMSNorm over tokens rows of dim.
-func RMSNorm(shape string, dim int, eps float32, tokens int, seed uint64) *Case {
-	c := &Case{Family: "rmsnorm", Label: "rmsnorm", Shape: shape, DType: "f32", Class: fmt.Sprintf("d%d_add", dim), Tol: 1e-5, seed: seed}
+// RMSNorm is RMSNorm over tokens rows of dim, with the fused residual add
+// when add (the product prologues lowering emits have none).
+func RMSNorm(shape string, dim int, eps float32, add bool, tokens int, seed uint64) *Case {
+	c := &Case{Family: "rmsnorm", Label: "rmsnorm", Shape: shape, DType: "f32", Class: codegen.RMSNormClass(dim, add), Tol: 1e-5, seed: seed}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
-		return one(codegen.RMSNormAdd(dim, eps, true, codegen.BlockArmOf(arm)))
+		return one(codegen.RMSNormAdd(dim, eps, add, codegen.BlockArmOf(arm)))
 	}
 	c.setup = func(r *rand.Rand) (*inputs, error) {
 		x, d, w := randn(r, tokens*dim), randn(r, tokens*dim), randn(r, dim)
 		ref := lazy(func() ([2][]float32, error) {
-			xo, yo := codegen.RefRMSNormAdd(dim, eps, true, x, d, w)
+			xo, yo := codegen.RefRMSNormAdd(dim, eps, add, x, d, w)
 			return [2][]float32{xo, yo}, nil
 		})
 		return &inputs{
@@ -63,12 +63,8 @@ func RMSNorm(shape string, dim int, eps float32, tokens int, seed uint64) *Case 
 
 // RopeKV is RoPE + KV-cache write for tokens tokens.
 func RopeKV(shape string, rs codegen.RopeShape, tokens int, seed uint64) *Case {
-	style := "inter"
-	if rs.Half {
-		style = "half"
-	}
 	c := &Case{Family: "rope_kv", Label: "rope_kv", Shape: shape, DType: strings.ToLower(rs.Cache.String()) + " cache", Tol: 1e-3, seed: seed,
-		Class: fmt.Sprintf("%s_h%d_%d_d%d_r%d_%s", style, rs.Heads, rs.HeadsKV, rs.HeadDim, rs.RopeDim, strings.ToLower(rs.Cache.String()))}
+		Class: codegen.RopeKVClass(rs)}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		return one(codegen.RopeKV(rs, codegen.BlockArmOf(arm)))
 	}
@@ -124,7 +120,7 @@ func RopeKV(shape string, rs codegen.RopeShape, tokens int, seed uint64) *Case {
 
 // SwiGLU is silu(gate)·up over tokens rows.
 func SwiGLU(shape string, ffn, tokens int, seed uint64) *Case {
-	c := &Case{Family: "swiglu", Label: "swiglu", Shape: shape, DType: "f32", Class: fmt.Sprintf("f%d", ffn), Tol: 1e-5, seed: seed}
+	c := &Case{Family: "swiglu", Label: "swiglu", Shape: shape, DType: "f32", Class: codegen.SwiGLUClass(ffn), Tol: 1e-5, seed: seed}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		return one(codegen.SwiGLU(ffn, codegen.BlockArmOf(arm)))
 	}
@@ -152,7 +148,7 @@ func SwiGLU(shape string, ffn, tokens int, seed uint64) *Case {
 // Argmax is the greedy sampler over tokens rows of vocab logits; its error
 // is the number of wrong rows (tolerance 0).
 func Argmax(shape string, vocab, tokens int, seed uint64) *Case {
-	c := &Case{Family: "argmax", Label: "argmax", Shape: shape, DType: "f32", Class: fmt.Sprintf("v%d", vocab), Tol: 0, seed: seed}
+	c := &Case{Family: "argmax", Label: "argmax", Shape: shape, DType: "f32", Class: codegen.ArgmaxClass(vocab), Tol: 0, seed: seed}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		return one(codegen.Argmax(vocab, codegen.BlockArmOf(arm)))
 	}
@@ -182,16 +178,12 @@ func Argmax(shape string, vocab, tokens int, seed uint64) *Case {
 	return c
 }
 
-func attnClass(as codegen.AttnShape) string {
-	return fmt.Sprintf("h%d_%d_d%d_%s", as.Heads, as.HeadsKV, as.HeadDim, strings.ToLower(as.Cache.String()))
-}
-
 // Decode is split-KV decode attention for one query per sequence; lens are
 // the sequences' key counts (their caches laid out one after another with a
 // gap of 100 rows).
 func Decode(shape string, as codegen.AttnShape, lens []int32, seed uint64) *Case {
 	c := &Case{Family: "attn_decode", Label: "attn_decode", Shape: shape, DType: strings.ToLower(as.Cache.String()) + " cache",
-		Class: attnClass(as), Tol: 1e-4, seed: seed}
+		Class: codegen.AttnClass(as), Tol: 1e-4, seed: seed}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		p, cb, err := codegen.DecodeAttention(as, codegen.DecodeArmOf(arm))
 		if err != nil {
@@ -247,7 +239,7 @@ func Decode(shape string, as codegen.AttnShape, lens []int32, seed uint64) *Case
 // starting at position p0.
 func Prefill(shape string, as codegen.AttnShape, ntok, p0 int, seed uint64) *Case {
 	c := &Case{Family: "attn_prefill", Label: "attn_prefill", Shape: shape, DType: strings.ToLower(as.Cache.String()) + " cache",
-		Class: attnClass(as), Tol: 1e-4, seed: seed}
+		Class: codegen.AttnClass(as), Tol: 1e-4, seed: seed}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		return one(codegen.PrefillAttention(as, codegen.PrefillArmOf(arm)))
 	}
@@ -292,7 +284,7 @@ func Prefill(shape string, as codegen.AttnShape, ntok, p0 int, seed uint64) *Cas
 // Embedding looks up ids in a 512-row table of type t.
 func Embedding(shape string, t dtype.Type, dim int, seed uint64) *Case {
 	dt := strings.ToLower(t.String())
-	c := &Case{Family: "embedding", Label: "embedding", Shape: shape, DType: dt, Class: fmt.Sprintf("%s_d%d", dt, dim), Tol: 1e-6, seed: seed}
+	c := &Case{Family: "embedding", Label: "embedding", Shape: shape, DType: dt, Class: codegen.EmbeddingClass(t, dim), Tol: 1e-6, seed: seed}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		return one(codegen.Embedding(t, dim, codegen.BlockArmOf(arm)))
 	}
@@ -330,10 +322,7 @@ func Embedding(shape string, t dtype.Type, dim int, seed uint64) *Case {
 // cores). use names the product ("qkv", "down", …) for display.
 func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool, seed uint64) *Case {
 	dt := strings.ToLower(t.String())
-	class := fmt.Sprintf("%s_n%d_k%d", dt, n, k)
-	if residual {
-		class += "_res"
-	}
+	class := codegen.ProductClass(t, n, k, residual)
 	c := &Case{Family: family, Label: family + "/" + use, Shape: shape, DType: dt, Class: class, Use: use, Tol: 1e-4, seed: seed}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		if family == "mma" {

@@ -13,7 +13,7 @@ import (
 func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case {
 	const tokens = 4
 	cs := []*Case{
-		RMSNorm(s.Name, s.Hidden, s.Eps, tokens, seed),
+		RMSNorm(s.Name, s.Hidden, s.Eps, true, tokens, seed),
 		RopeKV(s.Name, s.Rope(dtype.F16), tokens, seed),
 		SwiGLU(s.Name, s.FFN, tokens, seed),
 		Argmax(s.Name, s.Vocab, tokens, seed),
@@ -65,7 +65,7 @@ var DefaultSizes = Sizes{DecodeTokens: 1, PrefillTokens: 256, DecodeKV: []int32{
 func TuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 	cs := []*Case{
 		Embedding(s.Name, w.Embed, s.Hidden, seed),
-		RMSNorm(s.Name, s.Hidden, s.Eps, z.DecodeTokens, seed),
+		RMSNorm(s.Name, s.Hidden, s.Eps, false, z.DecodeTokens, seed), // the product prologue, as lowered
 		RopeKV(s.Name, s.Rope(dtype.F16), z.DecodeTokens, seed),
 		SwiGLU(s.Name, s.FFN, z.DecodeTokens, seed),
 		Argmax(s.Name, s.Vocab, z.DecodeTokens, seed),

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memra-ai/memra/runtime"
+	"github.com/memra-ai/memra/runtime/cuda"
 	"github.com/memra-ai/memra/runtime/load"
 )
 
@@ -25,6 +26,11 @@ type benchOptions struct {
 	device            string
 	threads           int
 	noProgress        bool
+	batches           string
+	roofline, untuned bool
+	perfRows          bool
+	jsonPath          string
+	plotPath          string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -34,9 +40,17 @@ func newBenchCmd() *cobra.Command {
 		Short: "Measure prompt processing (pp) and generation (tg) speed",
 		Long: `Measure a model's speed through the backend directly, like llama-bench: pp is one
 prefill step of -p tokens, tg is -n single-token steps after that prompt (tgN@P).
+With -b, tg runs for each batch size: b sequences prefill the prompt, then
+decode together; the rate is their aggregate tokens per second.
 Each test runs -r times after a warm-up; the table gives the median and the
 min–max in tokens per second. Without MODEL the embedded default model runs.
-When prompt and generation do not fit the model's context, the prompt is cut.`,
+When prompt and generation do not fit the model's context, the prompt is cut.
+
+--roofline (CUDA) measures in the same run a device-to-device copy of 2 GiB
+(read + write bytes, median of 5) and the bf16 tensor-core product of the
+prefill path at 8192×8192×8192, and reports tg as weight bandwidth (weight
+bytes read per step × steps/s) against the copy rate and pp as TFLOP/s
+(2 × product parameters × tokens + attention) against the product.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			model := ""
@@ -53,6 +67,12 @@ When prompt and generation do not fit the model's context, the prompt is cut.`,
 	f.StringVar(&o.device, "device", "", deviceHelp)
 	f.IntVarP(&o.threads, "threads", "t", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&o.noProgress, "no-progress", false, "hide the progress bar")
+	f.StringVarP(&o.batches, "batch", "b", "1", "decode batch sizes of the tg test, comma separated (e.g. 1,2,4,8)")
+	f.BoolVar(&o.roofline, "roofline", false, "report bandwidth and TFLOP/s against a copy and a matmul measured in the same run (CUDA)")
+	f.BoolVar(&o.untuned, "untuned", false, "use every kernel family's default arm instead of the tunedb (CUDA)")
+	f.BoolVar(&o.perfRows, "perf-rows", false, "print a docs/PERFORMANCE.md row per test")
+	f.StringVar(&o.jsonPath, "json", "", "write the raw results to this JSON file")
+	f.StringVar(&o.plotPath, "plot", "", "draw decode tok/s against batch size to this SVG file")
 	cmd.AddCommand(newBenchServeCmd())
 	return cmd
 }
@@ -60,7 +80,63 @@ When prompt and generation do not fit the model's context, the prompt is cut.`,
 // benchResult is the speed of one test over its repetitions.
 type benchResult struct {
 	test  string
-	rates []float64 // tokens per second, one per repetition
+	batch int
+	tg    bool
+	rates []float64 // tokens per second (all sequences), one per repetition
+}
+
+// parseBatches parses the -b list.
+func parseBatches(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bench: -b %q: want positive batch sizes separated by commas", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// benchDevice resolves --device like newBackend: cuda ordinal, or -1 for cpu.
+func benchDevice(device string) (int, error) {
+	if device == "" || device == "auto" {
+		if cuda.Available() == nil {
+			return 0, nil
+		}
+		return -1, nil
+	}
+	if device == "cpu" {
+		return -1, nil
+	}
+	if device == "cuda" {
+		return 0, nil
+	}
+	if rest, ok := strings.CutPrefix(device, "cuda:"); ok {
+		if n, err := strconv.Atoi(rest); err == nil && n >= 0 {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("device %q: want cpu, cuda or cuda:N", device)
+}
+
+// benchBackend builds the backend: on CUDA sized for maxSeqs sequences of
+// ctxLen positions (so a large batch of a big model fits), with the tunedb
+// notice on stderr.
+func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io.Writer) (runtime.Backend, error) {
+	ord, err := benchDevice(o.device)
+	if err != nil {
+		return nil, err
+	}
+	if ord < 0 {
+		if o.roofline {
+			return nil, fmt.Errorf("bench: --roofline needs a CUDA device")
+		}
+		return newBackend(m, "cpu", o.threads, maxSeqs)
+	}
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+	return cuda.NewBackend(m, cuda.BackendOptions{Device: ord, MaxSeqs: maxSeqs, Context: ctxLen,
+		PrefillTokens: max(o.prompt, 512), Untuned: o.untuned, Logf: logf})
 }
 
 func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
@@ -68,12 +144,20 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 	if o.prompt < 0 || o.gen < 0 || o.reps < 1 || o.prompt+o.gen == 0 {
 		return fmt.Errorf("bench: need -p ≥ 0, -n ≥ 0 (not both 0) and -r ≥ 1")
 	}
+	batches, err := parseBatches(o.batches)
+	if err != nil {
+		return err
+	}
 	m, err := openModel(modelArg)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	b, err := newBackend(m, o.device, o.threads, 1)
+	ctxLen := o.prompt + o.gen
+	if cl := m.HParams.ContextLength; cl > 0 {
+		ctxLen = min(ctxLen, cl)
+	}
+	b, err := benchBackend(m, o, max(ctxLen, 16), max(1, maxOf(batches)), stderr)
 	if err != nil {
 		return err
 	}
@@ -100,9 +184,16 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	// Warm-up: page weights in, size buffers.
+	// Warm-up: page weights in, size buffers, capture graphs.
 	if _, _, err := benchOnce(ctx, b, tokens[:min(max(p, 1), 16)], 2); err != nil {
 		return err
+	}
+	for _, bs := range batches {
+		if bs > 1 && o.gen > 0 {
+			if _, err := benchBatch(ctx, b, tokens[:min(max(p, 1), 16)], bs, 2); err != nil {
+				return err
+			}
+		}
 	}
 
 	var bar *progressbar.ProgressBar
@@ -114,10 +205,14 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 			progressbar.OptionClearOnFinish(),
 		)
 	}
-	pp := benchResult{test: fmt.Sprintf("pp%d", p)}
-	tg := benchResult{test: fmt.Sprintf("tg%d", o.gen)}
+	pp := &benchResult{test: fmt.Sprintf("pp%d", p), batch: 1}
+	tgName := fmt.Sprintf("tg%d", o.gen)
 	if p > 0 {
-		tg.test += fmt.Sprintf("@%d", p)
+		tgName += fmt.Sprintf("@%d", p)
+	}
+	tgs := make([]*benchResult, len(batches))
+	for i, bs := range batches {
+		tgs[i] = &benchResult{test: tgName, batch: bs, tg: true}
 	}
 	for range o.reps {
 		dpp, dtg, err := benchOnce(ctx, b, tokens[:p], o.gen)
@@ -127,8 +222,17 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 		if p > 0 {
 			pp.rates = append(pp.rates, float64(p)/dpp.Seconds())
 		}
-		if o.gen > 0 {
-			tg.rates = append(tg.rates, float64(o.gen)/dtg.Seconds())
+		for i, bs := range batches {
+			if o.gen == 0 {
+				break
+			}
+			d := dtg
+			if bs > 1 {
+				if d, err = benchBatch(ctx, b, tokens[:p], bs, o.gen); err != nil {
+					return err
+				}
+			}
+			tgs[i].rates = append(tgs[i].rates, float64(bs*o.gen)/d.Seconds())
 		}
 		if bar != nil {
 			_ = bar.Add(1)
@@ -138,12 +242,48 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 		_ = bar.Finish()
 	}
 	var results []benchResult
-	for _, r := range []benchResult{pp, tg} {
+	for _, r := range append([]*benchResult{pp}, tgs...) {
 		if len(r.rates) > 0 {
-			results = append(results, r)
+			results = append(results, *r)
 		}
 	}
-	return writeBenchTable(stdout, m, info, o, results)
+	rep := &benchReport{model: m, info: info, opts: o, results: results}
+	if o.roofline {
+		if err := rep.measureRoofline(b, stderr); err != nil {
+			return err
+		}
+	}
+	return rep.write(stdout)
+}
+
+func maxOf(v []int) int {
+	m := 0
+	for _, x := range v {
+		m = max(m, x)
+	}
+	return m
+}
+
+// stepNext runs one step of batch and returns the greedy next token of each
+// entry: on the device when the backend has the greedy fast path (as the
+// engine uses it), else the argmax of the returned logits.
+func stepNext(ctx context.Context, b runtime.Backend, batch []runtime.SeqStep, next []int32) error {
+	if g, ok := b.(runtime.GreedyStepper); ok {
+		ids, err := g.StepGreedy(ctx, batch)
+		if err != nil {
+			return err
+		}
+		copy(next, ids)
+		return nil
+	}
+	logits, err := b.Step(ctx, batch)
+	if err != nil {
+		return err
+	}
+	for i := range batch {
+		next[i] = argmax(logits[i])
+	}
+	return nil
 }
 
 // benchOnce runs one prefill of prompt (as one step) and then gen
@@ -161,18 +301,52 @@ func benchOnce(ctx context.Context, b runtime.Backend, prompt []int32, gen int) 
 		pp = time.Since(t0)
 		pos = len(prompt)
 	}
-	next := int32(1)
+	next := []int32{1}
 	t0 := time.Now()
 	for i := range gen {
-		step := []runtime.SeqStep{{Seq: seq, Pos: pos + i, Tokens: []int32{next}, Logits: true}}
-		logits, err := b.Step(ctx, step)
-		if err != nil {
+		step := []runtime.SeqStep{{Seq: seq, Pos: pos + i, Tokens: []int32{next[0]}, Logits: true}}
+		if err := stepNext(ctx, b, step, next); err != nil {
 			return 0, 0, fmt.Errorf("bench: generation step %d: %w", i, err)
 		}
-		next = argmax(logits[0])
 	}
 	tg = time.Since(t0)
 	return pp, tg, nil
+}
+
+// benchBatch prefills prompt into n fresh sequences (one step each, not
+// timed), then times gen steps in which all n decode one token together.
+func benchBatch(ctx context.Context, b runtime.Backend, prompt []int32, n, gen int) (time.Duration, error) {
+	seqs := make([]runtime.SeqID, n)
+	for i := range seqs {
+		seqs[i] = runtime.SeqID(100 + i)
+		b.Free(seqs[i])
+	}
+	defer func() {
+		for _, s := range seqs {
+			b.Free(s)
+		}
+	}()
+	pos := len(prompt)
+	next := make([]int32, n)
+	for i, s := range seqs {
+		next[i] = 1
+		if len(prompt) > 0 {
+			if _, err := b.Step(ctx, []runtime.SeqStep{{Seq: s, Tokens: prompt, Logits: false}}); err != nil {
+				return 0, fmt.Errorf("bench: batch %d: prompt of sequence %d: %w", n, i, err)
+			}
+		}
+	}
+	batch := make([]runtime.SeqStep, n)
+	t0 := time.Now()
+	for g := range gen {
+		for i, s := range seqs {
+			batch[i] = runtime.SeqStep{Seq: s, Pos: pos + g, Tokens: []int32{next[i]}, Logits: true}
+		}
+		if err := stepNext(ctx, b, batch, next); err != nil {
+			return 0, fmt.Errorf("bench: batch %d: generation step %d: %w", n, g, err)
+		}
+	}
+	return time.Since(t0), nil
 }
 
 func argmax(x []float32) int32 {
@@ -183,44 +357,6 @@ func argmax(x []float32) int32 {
 		}
 	}
 	return int32(best)
-}
-
-// writeBenchTable prints the results like llama-bench's markdown table.
-func writeBenchTable(w io.Writer, m *load.Model, info runtime.ModelInfo, o *benchOptions, results []benchResult) error {
-	var size, params int64
-	for _, t := range m.Tensors {
-		n := int64(1)
-		for _, d := range t.Shape {
-			n *= int64(d)
-		}
-		params += n
-		if data, err := t.Data(); err == nil {
-			size += int64(len(data))
-		}
-	}
-	name := info.Name
-	if name == "" {
-		name = m.HParams.Arch
-	}
-	if m.FileType != "" {
-		name += " " + m.FileType
-	}
-	threads := fmt.Sprint(o.threads)
-	if o.threads == 0 {
-		threads = "all"
-	}
-	rows := [][]string{{"model", "size", "params", "backend", "threads", "test", "t/s (median)", "min–max"}}
-	for _, r := range results {
-		s := slices.Clone(r.rates)
-		slices.Sort(s)
-		median := s[len(s)/2]
-		if len(s)%2 == 0 {
-			median = (s[len(s)/2-1] + s[len(s)/2]) / 2
-		}
-		rows = append(rows, []string{name, humanBytes(size), humanCount(params), info.Device, threads, r.test,
-			fmt.Sprintf("%.2f", median), fmt.Sprintf("%.2f–%.2f", s[0], s[len(s)-1])})
-	}
-	return writeMarkdownTable(w, rows)
 }
 
 // writeMarkdownTable writes rows (the first is the header) as a markdown

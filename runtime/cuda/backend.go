@@ -12,6 +12,7 @@ import (
 	"github.com/memra-ai/memra/ir/dtype"
 	"github.com/memra-ai/memra/runtime"
 	"github.com/memra-ai/memra/runtime/load"
+	"github.com/memra-ai/memra/tunedb"
 )
 
 // Backend errors.
@@ -46,8 +47,22 @@ type BackendOptions struct {
 	// PrefillGEMV uses the float32 GEMV for prefill products instead of the
 	// bf16 tensor-core product (exact against the CPU, slower).
 	PrefillGEMV bool
-	Arms        codegen.Arms
-	CacheDir    string // NVRTC cubin cache (default DefaultCacheDir)
+	// Arms are the arms of kernels the tunedb has no entry for (zero
+	// fields: the family defaults).
+	Arms     codegen.Arms
+	CacheDir string // NVRTC cubin cache (default DefaultCacheDir)
+	// Untuned lowers every kernel with its family's default arm: no tunedb
+	// lookup, Arms ignored.
+	Untuned bool
+	// Tunedb is where NewBackend looks arms up for the detected card
+	// (default tunedb.Default()).
+	Tunedb *tunedb.DB
+	// Pick overrides the tunedb lookup: it chooses each kernel's arm by
+	// family and shape class. Lower uses only Pick (it knows no card).
+	Pick codegen.ArmPicker
+	// Logf receives the backend's start-up notices (the tunedb fallback);
+	// nil discards them.
+	Logf func(format string, args ...any)
 }
 
 // graphBuckets are the decode batch sizes captured as CUDA graphs; a batch
@@ -144,8 +159,11 @@ func Lower(m *load.Model, opts BackendOptions) (decode, prefill *codegen.Program
 	if err := ir.RunPasses(g, ir.Passes); err != nil {
 		return nil, nil, err
 	}
-	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, Cache: cache, Arms: opts.Arms,
+	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
 		PrefillGEMV: opts.PrefillGEMV, Argmax: true}
+	if opts.Untuned {
+		base.Arms, base.Pick = codegen.Arms{}, nil
+	}
 	d := base
 	d.Class = codegen.Decode
 	if decode, err = codegen.Lower(g, d); err != nil {
@@ -159,15 +177,15 @@ func Lower(m *load.Model, opts BackendOptions) (decode, prefill *codegen.Program
 	return decode, prefill, nil
 }
 
-// NewBackend lowers m for decode and prefill, compiles the kernels through
-// the NVRTC disk cache, checks the device memory, uploads the weights (in
-// their stored types) and allocates the KV cache slots and activations.
+// NewBackend lowers m for decode and prefill with each kernel's arm from
+// the tunedb entry of the detected card (see BackendOptions.Untuned,
+// Tunedb, Pick), compiles the kernels through the NVRTC disk cache, checks
+// the device memory, uploads the weights (in their stored types) and
+// allocates the KV cache slots and activations.
 func NewBackend(m *load.Model, opts BackendOptions) (*Backend, error) {
-	decode, prefill, err := Lower(m, opts)
-	if err != nil {
+	if _, err := opts.fill(m.HParams); err != nil {
 		return nil, err
 	}
-	cache, _ := opts.fill(m.HParams)
 	if err := Available(); err != nil {
 		return nil, err
 	}
@@ -176,6 +194,14 @@ func NewBackend(m *load.Model, opts BackendOptions) (*Backend, error) {
 		return nil, err
 	}
 	info := dev.Info()
+	if !opts.Untuned && opts.Pick == nil {
+		opts.Pick = tunedPicker(opts.Tunedb, DeviceKey(info), opts.Logf)
+	}
+	decode, prefill, err := Lower(m, opts)
+	if err != nil {
+		return nil, errors.Join(err, dev.Close())
+	}
+	cache, _ := opts.fill(m.HParams)
 	b := &Backend{dev: dev, opts: opts, cache: cache, pdl: info.Major >= 9 && !opts.NoPDL, graphs: map[int]GraphExec{},
 		seqs: map[runtime.SeqID]*seqState{}, trash: opts.MaxSeqs}
 	b.progs[codegen.Decode] = &progState{p: decode}

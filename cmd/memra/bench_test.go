@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/memra-ai/memra/runtime/load"
+	"github.com/memra-ai/memra/runtime/synth"
+)
+
+// TestBenchCPUBatches: a CPU bench with two batch sizes prints a table
+// with a batch column, PERFORMANCE.md rows, and writes JSON and SVG.
+func TestBenchCPUBatches(t *testing.T) {
+	dir := t.TempDir()
+	js, svg := filepath.Join(dir, "b.json"), filepath.Join(dir, "b.svg")
+	cmd := newBenchCmd()
+	out, _ := execute(t, cmd, func(o, e *bytes.Buffer) { cmd.SetOut(o); cmd.SetErr(e) },
+		"--device", "cpu", "-p", "8", "-n", "4", "-r", "2", "-b", "1,3", "--threads", "2", "--no-progress",
+		"--json", js, "--plot", svg, "--perf-rows")
+	require.Contains(t, out, "| batch |")
+	require.Regexp(t, `\| +pp8 \| +1 \|`, out)
+	require.Regexp(t, `\| +tg4@8 \| +1 \|`, out)
+	require.Regexp(t, `\| +tg4@8 \| +3 \|`, out)
+	var perf []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "| 20") {
+			perf = append(perf, l)
+		}
+	}
+	require.Len(t, perf, 3, out)
+	for _, l := range perf {
+		require.Equal(t, 12, strings.Count(l, "|"), l) // 11 columns
+	}
+
+	var doc struct {
+		Rows []benchRow `json:"rows"`
+	}
+	data, err := os.ReadFile(js)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &doc))
+	require.Len(t, doc.Rows, 3)
+	for _, r := range doc.Rows {
+		require.Len(t, r.Rates, 2)
+		require.Positive(t, r.Median)
+		require.LessOrEqual(t, r.Min, r.Median)
+		require.GreaterOrEqual(t, r.Max, r.Median)
+		require.Zero(t, r.Roofline, "no roofline without --roofline")
+	}
+	require.Equal(t, 3, doc.Rows[2].Batch)
+	pic, err := os.ReadFile(svg)
+	require.NoError(t, err)
+	require.True(t, bytes.HasPrefix(bytes.TrimSpace(pic), []byte("<svg")) || bytes.Contains(pic, []byte("<svg")))
+}
+
+func TestBenchBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--device", "cpu", "-b", "0"},
+		{"--device", "cpu", "-b", "1,x"},
+		{"--device", "cpu", "--roofline", "-p", "4", "-n", "2", "-r", "1"},
+		{"--device", "tpu"},
+	} {
+		cmd := newBenchCmd()
+		var o, e bytes.Buffer
+		cmd.SetOut(&o)
+		cmd.SetErr(&e)
+		cmd.SetArgs(args)
+		require.Error(t, cmd.Execute(), args)
+	}
+}
+
+// TestCostOf: decode reads every tensor once and one embedding row, unless
+// the embedding is also the output projection.
+func TestCostOf(t *testing.T) {
+	for _, c := range []struct {
+		preset string
+		tied   bool
+	}{{"llama2-7b", false}, {"llama3.2-1b", true}} {
+		t.Run(c.preset, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "m.gguf")
+			plan, err := synth.WriteGGUF(path, synth.Options{Preset: c.preset, Layers: 2, Dim: 256, FFN: 512, Quant: "q8_0", Context: 64, Weights: synth.WeightsBlocks})
+			require.NoError(t, err)
+			m, err := load.Open(path)
+			require.NoError(t, err)
+			defer m.Close()
+			cost := costOf(m)
+			require.Equal(t, plan.Bytes, cost.FileBytes)
+			require.Equal(t, plan.Params, cost.Params)
+			emb := m.Tensors["token_embd.weight"]
+			eb, en := tensorBytes(emb)
+			_, hasOut := m.Tensors["output.weight"]
+			require.Equal(t, !c.tied, hasOut)
+			if c.tied {
+				require.Equal(t, cost.FileBytes, cost.DecodeBytes)
+			} else {
+				row := eb / int64(emb.Shape[1])
+				require.Equal(t, cost.FileBytes-eb+row, cost.DecodeBytes)
+				require.Less(t, cost.MatParams, cost.Params-en+1)
+			}
+			require.Positive(t, cost.MatParams)
+		})
+	}
+}
+
+func TestAttnFLOPs(t *testing.T) {
+	// one layer, one head of 1: p(p+1)/2 pairs × 2 products × 2 FLOPs
+	require.InDelta(t, 4*3.0, attnFLOPs(1, 1, 1, 2), 1e-9)
+	require.InDelta(t, 32*32*128*4*512*513/2.0, attnFLOPs(32, 32, 128, 512), 1)
+}

@@ -1,0 +1,118 @@
+package codegen
+
+import (
+	"fmt"
+
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// Shape classes name a kernel's identity without its arm: the constants a
+// family specialises on. The autotuner records one tunedb entry per
+// (family, class) and lowering looks the same pair up, so both compute the
+// class through these functions and nowhere else.
+
+// EmbeddingClass is the class of an embedding lookup of rows of dim
+// elements of type t, e.g. "q4_k_d4096".
+func EmbeddingClass(t dtype.Type, dim int) string { return fmt.Sprintf("%s_d%d", typeTag(t), dim) }
+
+// RMSNormClass is the class of RMSNormAdd over rows of dim, e.g. "d4096"
+// or, with the fused residual add, "d4096_add".
+func RMSNormClass(dim int, add bool) string {
+	if add {
+		return fmt.Sprintf("d%d_add", dim)
+	}
+	return fmt.Sprintf("d%d", dim)
+}
+
+// RopeKVClass is the class of RopeKV at s, e.g. "inter_h32_8_d128_r128_f16".
+func RopeKVClass(s RopeShape) string {
+	style := "inter"
+	if s.Half {
+		style = "half"
+	}
+	return fmt.Sprintf("%s_h%d_%d_d%d_r%d_%s", style, s.Heads, s.HeadsKV, s.HeadDim, s.RopeDim, typeTag(s.Cache))
+}
+
+// SwiGLUClass is the class of SwiGLU over ffn columns, e.g. "f14336".
+func SwiGLUClass(ffn int) string { return fmt.Sprintf("f%d", ffn) }
+
+// ArgmaxClass is the class of Argmax over vocab logits, e.g. "v128256".
+func ArgmaxClass(vocab int) string { return fmt.Sprintf("v%d", vocab) }
+
+// AttnClass is the class of the decode and prefill attention families at
+// s, e.g. "h32_8_d128_f16". The query stride and the score scale are not
+// part of it: they change no tuning decision.
+func AttnClass(s AttnShape) string {
+	return fmt.Sprintf("h%d_%d_d%d_%s", s.Heads, s.HeadsKV, s.HeadDim, typeTag(s.Cache))
+}
+
+// ProductClass is the class of the GEMV and MMA products of n weight rows
+// of k elements of type t, e.g. "q4_k_n6144_k4096", with "_res" when the
+// product adds into its output.
+func ProductClass(t dtype.Type, n, k int, residual bool) string {
+	c := fmt.Sprintf("%s_n%d_k%d", typeTag(t), n, k)
+	if residual {
+		c += "_res"
+	}
+	return c
+}
+
+// ArmPicker chooses the arm of one kernel from its family and shape class
+// (a tunedb lookup, typically). ok false leaves the kernel on the arm of
+// LowerOptions.Arms (the family default when that is zero).
+type ArmPicker func(family, class string) (arm Point, ok bool)
+
+// picked returns the point pick chooses for (family, class) when it is a
+// valid arm of the family's space.
+func (l *lowerer) picked(family, class string) (Point, bool) {
+	if l.o.Pick == nil {
+		return nil, false
+	}
+	p, ok := l.o.Pick(family, class)
+	if !ok {
+		return nil, false
+	}
+	sp, err := SpaceByName(family)
+	if err != nil || sp.Valid(p) != nil {
+		return nil, false
+	}
+	return p, true
+}
+
+// blockArm is the BlockArm of a tunable block family's kernel of class.
+func (l *lowerer) blockArm(family, class string) BlockArm {
+	if p, ok := l.picked(family, class); ok {
+		return BlockArmOf(p)
+	}
+	return l.arms.Block
+}
+
+// gemvArm, mmaArm, decodeArm and prefillArm return the arm of their
+// family's kernel of class.
+func (l *lowerer) gemvArm(class string) GEMVArm {
+	if p, ok := l.picked("gemv", class); ok {
+		return GEMVArmOf(p)
+	}
+	return l.arms.GEMV
+}
+
+func (l *lowerer) mmaArm(class string) MMAArm {
+	if p, ok := l.picked("mma", class); ok {
+		return MMAArmOf(p)
+	}
+	return l.arms.MMA
+}
+
+func (l *lowerer) decodeArm(class string) DecodeArm {
+	if p, ok := l.picked("attn_decode", class); ok {
+		return DecodeArmOf(p)
+	}
+	return l.arms.Decode
+}
+
+func (l *lowerer) prefillArm(class string) PrefillArm {
+	if p, ok := l.picked("attn_prefill", class); ok {
+		return PrefillArmOf(p)
+	}
+	return l.arms.Prefill
+}

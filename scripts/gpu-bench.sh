@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# GPU speed: synthesizes llama2-7b (q4_k_m, f16) and llama3.2-1b (f16) on the
+# GPU machine and runs `memra bench --device cuda --roofline -p 512 -n 128 -r 5`
+# on each; on the q4_k_m model also the batch sweep -b 1,2,4,8,16,32,64 with a
+# plot, and --untuned for tuned vs untuned. Logs, JSON and the SVG go under
+# $OUT (or /tmp/memra-bench); the docs/PERFORMANCE.md rows are printed last.
+#
+# Build here first (no GPU needed), then on the GPU machine:
+#   make gpu-build                     # .gpu/memra
+#   scripts/gpu-bench.sh [BIN]         # BIN defaults to .gpu/memra
+# Budget: about 8 minutes on an H200 (each step has a timeout).
+set -u
+cd "$(dirname "$0")/.."
+BIN=${1:-${BIN:-.gpu/memra}}
+OUT=${OUT:-/tmp/memra-bench}
+MODELS=${MODELS:-/tmp/memra-models}
+mkdir -p "$OUT" "$MODELS"
+export MEMRA_NVRTC_DIR=${MEMRA_NVRTC_DIR:-/usr/local/cuda/targets/x86_64-linux/lib}
+summary=()
+failed=0
+
+# step NAME SECONDS CMD…: run CMD under a timeout, output in $OUT/NAME.log.
+step() {
+	local name=$1 limit=$2 t0 rc
+	shift 2
+	t0=$(date +%s)
+	timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+	rc=$?
+	local r=pass
+	[ $rc -ne 0 ] && r="FAIL($rc)" && failed=1
+	summary+=("$(printf '%-28s %-9s %4ss' "$name" "$r" $(($(date +%s) - t0)))")
+	echo "$name: $r ($(($(date +%s) - t0)) s)" >&2
+	return $rc
+}
+
+# synth PRESET QUANT [EXTRA…]: write $MODELS/PRESET-QUANT.gguf once.
+synth() {
+	local preset=$1 quant=$2 f="$MODELS/$1-$2.gguf"
+	shift 2
+	[ -s "$f" ] && return 0
+	step "synth-$preset-$quant" 240 "$BIN" synth --preset "$preset" --quant "$quant" --quiet -o "$f.tmp" "$@" && mv "$f.tmp" "$f"
+}
+
+# bench NAME MODEL SECONDS [EXTRA…]: the standard bench with roofline, rows and JSON.
+bench() {
+	local name=$1 model=$2 limit=$3
+	shift 3
+	step "bench-$name" "$limit" "$BIN" bench "$model" --device cuda --roofline -p 512 -n 128 -r 5 \
+		--no-progress --perf-rows --json "$OUT/bench-$name.json" "$@"
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1 || true
+
+Q4="$MODELS/llama2-7b-q4_k_m.gguf"
+F16_7B="$MODELS/llama2-7b-f16.gguf"
+F16_1B="$MODELS/llama3.2-1b-f16.gguf"
+
+# Small and fast first, so a slow f16 7B synth cannot starve the rest.
+synth llama2-7b q4_k_m --weights blocks
+synth llama3.2-1b f16
+[ -s "$Q4" ] && bench llama2-7b-q4_k_m "$Q4" 150 -b 1,2,4,8,16,32,64 --plot "$OUT/llama2-7b-q4_k_m-batch.svg"
+[ -s "$Q4" ] && bench llama2-7b-q4_k_m-untuned "$Q4" 60 --untuned
+[ -s "$F16_1B" ] && bench llama3.2-1b-f16 "$F16_1B" 60
+synth llama2-7b f16
+[ -s "$F16_7B" ] && bench llama2-7b-f16 "$F16_7B" 90
+
+echo
+echo "== steps"
+printf '%s\n' "${summary[@]}"
+echo
+for f in "$OUT"/bench-*.log; do
+	[ -e "$f" ] || continue
+	grep -h '^roofline:' "$f" | sed "s|^|$(basename "$f" .log): |"
+done
+echo
+echo "| date | commit | card (driver) | model: preset, quant, file bytes | test | batch | N | median | min–max | roofline % | notes |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+for f in "$OUT"/bench-*.log; do
+	[ -e "$f" ] || continue
+	grep -h '^| 2[0-9][0-9][0-9]-' "$f"
+done
+exit $failed
