@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/memra-ai/memra/serve/plugin"
 	"github.com/memra-ai/memra/serve/tools"
 )
 
@@ -243,6 +245,10 @@ func renderChat(m *Model, req *chatRequest, plan agentPlan) ([]int32, string, *a
 	ctx.WriteByte('}')
 	text, err := m.Template.Render(ctx.Bytes())
 	if err != nil {
+		if pluginFailed(err) {
+			return nil, "", &apiError{Status: http.StatusInternalServerError, Type: typeServer,
+				Message: "the chat template plugin failed: " + err.Error()}
+		}
 		return nil, "", badRequest("messages", "the chat template failed on these messages: %v", err)
 	}
 	ids := tok.Encode(text, false, true)
@@ -253,6 +259,18 @@ func renderChat(m *Model, req *chatRequest, plan agentPlan) ([]int32, string, *a
 		return nil, "", badRequest("messages", "the rendered prompt is empty")
 	}
 	return ids, text, nil
+}
+
+// pluginFailed tells a template plugin's own failure (a trap, a timeout, no
+// free instance…), a 500, from a template refusing the messages, a 400.
+func pluginFailed(err error) bool {
+	for _, e := range []error{plugin.ErrPluginTrap, plugin.ErrPluginTimeout, plugin.ErrPluginMemory,
+		plugin.ErrPluginOutput, plugin.ErrPluginBusy, plugin.ErrClosed} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 func writeJSONString(b *bytes.Buffer, s string) {

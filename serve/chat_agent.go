@@ -98,9 +98,9 @@ func (s *Server) planAgent(m *Model, req *chatRequest, p *genParams) (agentPlan,
 		return plan, noVocab("tool_choice", m)
 	}
 	if len(phases) == 1 {
-		p.newMask = func() runtime.Mask { return grammar.NewSamplerMask(phases[0], mv.vocab) }
+		p.newMask = func() (runtime.Mask, error) { return grammar.NewSamplerMask(phases[0], mv.vocab), nil }
 	} else {
-		p.newMask = func() runtime.Mask { return tools.NewChainMask(mv.vocab, mv.eog, phases...) }
+		p.newMask = func() (runtime.Mask, error) { return tools.NewChainMask(mv.vocab, mv.eog, phases...), nil }
 	}
 	return plan, nil
 }

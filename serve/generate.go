@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/memra-ai/memra/runtime"
+	"github.com/memra-ai/memra/serve/plugin"
 )
 
 // choiceEvent is one engine event tagged with the choice it belongs to.
@@ -23,50 +24,82 @@ type choiceEvent struct {
 type generation struct {
 	events  <-chan choiceEvent // merged, closed when every choice ended
 	choices int
-	prompts []int // prompt tokens of each choice
+	prompts []int          // prompt tokens of each choice
+	masks   []runtime.Mask // each choice's constraint, or nil
+}
+
+// maskErr returns the failure that ended choice i's grammar plugin early
+// (a trap, a timeout), if any. Call it after the choice's Done event: the
+// engine sets it before sending that event. The built-in masks' Err is not
+// consulted: it was never part of a response.
+func (g *generation) maskErr(i int) error {
+	if m, ok := g.masks[i].(*plugin.Matcher); ok {
+		return m.Err()
+	}
+	return nil
+}
+
+// closeMask releases a mask that holds resources (a grammar plugin's
+// Matcher); the engine must be done with it.
+func closeMask(m runtime.Mask) {
+	if c, ok := m.(interface{ Close() }); ok {
+		c.Close()
+	}
 }
 
 // start submits prompts × p.n engine requests (choice index = prompt·n + j)
-// under ctx. On the first refusal it cancels what it already submitted.
+// under ctx. Every choice's mask is made first, so a grammar plugin that
+// refuses its source fails the request before anything runs. On the first
+// refusal it returns; the caller cancels ctx, which ends what was already
+// submitted. Each mask is closed once its sequence's channel is closed.
 func (s *Server) start(ctx context.Context, p *genParams, prompts [][]int32) (*generation, *apiError) {
-	type sub struct {
-		index int
-		ch    <-chan runtime.Event
-	}
-	var subs []sub
 	g := &generation{choices: len(prompts) * p.n}
+	reqs := make([]runtime.Request, 0, g.choices)
 	for pi, prompt := range prompts {
 		for j := 0; j < p.n; j++ {
-			idx := pi*p.n + j
-			ch, err := p.model.Engine.Submit(ctx, p.runtimeRequest(prompt, idx))
+			req, err := p.runtimeRequest(prompt, pi*p.n+j)
 			if err != nil {
-				return nil, s.engineError(err, len(prompt), p)
+				for _, r := range reqs {
+					closeMask(r.Mask)
+				}
+				return nil, pluginMaskError(err)
 			}
-			subs = append(subs, sub{idx, ch})
+			reqs = append(reqs, req)
 			g.prompts = append(g.prompts, len(prompt))
+			g.masks = append(g.masks, req.Mask)
 		}
 	}
-	out := make(chan choiceEvent, 2*len(subs))
+	out := make(chan choiceEvent, 2*len(reqs))
 	var wg sync.WaitGroup
-	for _, sb := range subs {
+	defer func() {
+		go func() {
+			wg.Wait()
+			close(out)
+		}()
+	}()
+	for idx, req := range reqs {
+		ch, err := p.model.Engine.Submit(ctx, req)
+		if err != nil {
+			for _, r := range reqs[idx:] {
+				closeMask(r.Mask)
+			}
+			return nil, s.engineError(err, len(req.Prompt), p)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ev := range sb.ch {
+			defer closeMask(req.Mask)
+			for ev := range ch {
 				select {
-				case out <- choiceEvent{sb.index, ev}:
+				case out <- choiceEvent{idx, ev}:
 				case <-ctx.Done():
-					for range sb.ch { // the engine ends the sequence and closes
+					for range ch { // the engine ends the sequence and closes
 					}
 					return
 				}
 			}
 		}()
 	}
-	go func() {
-		wg.Wait()
-		close(out)
-	}()
 	g.events = out
 	return g, nil
 }

@@ -44,7 +44,9 @@ type commonFields struct {
 	// ResponseFormat is OpenAI's response_format: text, json_object or
 	// json_schema, enforced while decoding.
 	ResponseFormat json.RawMessage `json:"response_format"`
-	// Grammar is a GBNF grammar (llama.cpp's field), enforced while decoding.
+	// Grammar is a GBNF grammar (llama.cpp's field) as a string, or
+	// {"plugin": NAME, "source": "…"} for a grammar plugin; enforced while
+	// decoding.
 	Grammar json.RawMessage `json:"grammar"`
 }
 
@@ -64,8 +66,10 @@ type genParams struct {
 	ignoreEOS    bool
 	logprobs     bool
 	topLogprobs  int
-	// newMask, when set, gives each choice its own constraint.
-	newMask func() runtime.Mask
+	// newMask, when set, gives each choice its own constraint. A mask with
+	// a Close method (a grammar plugin's Matcher) is closed when its
+	// sequence has ended.
+	newMask func() (runtime.Mask, error)
 }
 
 // decodeBody reads the JSON body into v, mapping every failure to a 4xx.
@@ -266,8 +270,9 @@ func tooLong(promptTokens, maxTokens, ctxLen int) *apiError {
 			ctxLen, promptTokens+maxTokens, promptTokens, maxTokens)}
 }
 
-// runtimeRequest builds the engine request of choice i.
-func (p *genParams) runtimeRequest(prompt []int32, i int) runtime.Request {
+// runtimeRequest builds the engine request of choice i; the error is the
+// mask's (a grammar plugin that refused its source).
+func (p *genParams) runtimeRequest(prompt []int32, i int) (runtime.Request, error) {
 	s := p.sampling
 	if s.Seed != nil && i > 0 {
 		seed := *s.Seed + uint64(i) // n > 1 with a seed: distinct but reproducible choices
@@ -275,7 +280,10 @@ func (p *genParams) runtimeRequest(prompt []int32, i int) runtime.Request {
 	}
 	var mask runtime.Mask
 	if p.newMask != nil {
-		mask = p.newMask()
+		var err error
+		if mask, err = p.newMask(); err != nil {
+			return runtime.Request{}, err
+		}
 	}
 	return runtime.Request{
 		Mask:        mask,
@@ -286,5 +294,5 @@ func (p *genParams) runtimeRequest(prompt []int32, i int) runtime.Request {
 		IgnoreEOS:   p.ignoreEOS,
 		Logprobs:    p.logprobs,
 		TopLogprobs: p.topLogprobs,
-	}
+	}, nil
 }

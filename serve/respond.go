@@ -109,6 +109,20 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p *genParams, 
 			}
 		}
 		if ev.Done {
+			if err := g.maskErr(ce.index); err != nil {
+				// The constraint failed mid-generation (a grammar plugin
+				// trapped or timed out): the output is not what was asked.
+				cancel()
+				s.log.Error("grammar plugin failed", "model", p.model.ID, "id", h.id, "err", err)
+				ae := &apiError{Status: http.StatusInternalServerError, Type: typeServer, Param: "grammar",
+					Message: "the grammar plugin failed during generation, so the output was abandoned: " + err.Error()}
+				if sse != nil {
+					sse.fail(ae)
+				} else {
+					writeError(w, ae)
+				}
+				return
+			}
 			c.finish = ev.Finish
 			c.completion = ev.Usage.CompletionTokens
 			if sse != nil {

@@ -1,7 +1,8 @@
 // Package serve is memra's OpenAI-compatible HTTP server: chat and text
 // completions (blocking and SSE streaming), model listing, bearer-key auth,
 // Prometheus metrics, admission (429 with Retry-After when the engine's
-// running and queued slots are full) and graceful drain.
+// running and queued slots are full) and graceful drain. Chat templates and
+// grammars can also come from WebAssembly plugins (Config.Plugins).
 //
 // The server drives engines through the small Engine interface, so its tests
 // run against a deterministic fake and production against runtime.Engine.
@@ -20,6 +21,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/memra-ai/memra/serve/plugin"
 )
 
 // Defaults of Config.
@@ -40,6 +43,11 @@ type Config struct {
 	Logger            *slog.Logger  // nil = slog.Default()
 	StartTime         time.Time     // "created" of models without one; zero = now
 	AllowPublicNoAuth bool          // tests only: skip the bind check
+	// Plugins are the loaded WebAssembly plugins (nil = none): a template
+	// plugin replaces the Template of the model it names, and grammar
+	// plugins serve requests' "grammar": {"plugin": NAME, "source": …}.
+	// The caller keeps ownership and closes the Set after the server stops.
+	Plugins *plugin.Set
 }
 
 // Server is the HTTP API over one or more models.
@@ -52,6 +60,7 @@ type Server struct {
 	metrics *metrics
 	handler http.Handler
 	cons    *constraints // vocabularies and compiled schemas of structured output
+	plugins *plugin.Set  // never nil: an empty Set when none are configured
 
 	base       context.Context // cancelled to end every in-flight request
 	cancelBase context.CancelFunc
@@ -106,11 +115,35 @@ func New(cfg Config) (*Server, error) {
 		s.models = append(s.models, m)
 		s.byID[m.ID] = m
 	}
+	if err := s.usePlugins(cfg.Plugins); err != nil {
+		return nil, err
+	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s.models)
 	s.cons = newConstraints()
 	s.handler = s.routes()
 	return s, nil
+}
+
+// usePlugins checks that every template plugin names a served model and
+// installs it as that model's template.
+func (s *Server) usePlugins(set *plugin.Set) error {
+	if set == nil {
+		var err error
+		if set, err = plugin.Open(context.Background(), plugin.SetConfig{}); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	}
+	if err := set.CheckModels(s.modelIDs()); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	for _, m := range s.models {
+		if t, ok := set.Template(m.ID); ok {
+			m.Template = t
+		}
+	}
+	s.plugins = set
+	return nil
 }
 
 // CheckBind refuses a non-loopback host when no API keys are configured.

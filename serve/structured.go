@@ -12,6 +12,7 @@ import (
 
 	"github.com/memra-ai/memra/runtime"
 	"github.com/memra-ai/memra/serve/grammar"
+	"github.com/memra-ai/memra/serve/plugin"
 	"github.com/memra-ai/memra/serve/tools"
 )
 
@@ -118,7 +119,8 @@ func noVocab(param string, m *Model) *apiError {
 	return badRequest(param, "%s needs token bytes, which model %q's tokenizer does not give", param, m.ID)
 }
 
-// structured reads response_format and grammar into p.newMask.
+// structured reads response_format and grammar into p.newMask. A grammar
+// string is GBNF; an object names a grammar plugin.
 func (s *Server) structured(m *Model, c *commonFields, p *genParams) *apiError {
 	rf := bytes.TrimSpace(c.ResponseFormat)
 	gr := bytes.TrimSpace(c.Grammar)
@@ -147,9 +149,12 @@ func (s *Server) structured(m *Model, c *commonFields, p *genParams) *apiError {
 		if g != nil {
 			return badRequest("grammar", "grammar and response_format cannot be combined")
 		}
+		if gr[0] == '{' {
+			return s.pluginGrammar(m, gr, p)
+		}
 		var text string
 		if err := json.Unmarshal(gr, &text); err != nil {
-			return badRequest("grammar", "grammar must be a string of GBNF rules")
+			return badRequest("grammar", "grammar must be a string of GBNF rules or an object {\"plugin\": NAME, \"source\": …}")
 		}
 		var err error
 		if g, err = grammar.FromGBNF(text); err != nil {
@@ -164,6 +169,42 @@ func (s *Server) structured(m *Model, c *commonFields, p *genParams) *apiError {
 	if mv == nil {
 		return noVocab(param, m)
 	}
-	p.newMask = func() runtime.Mask { return grammar.NewSamplerMask(g, mv.vocab) }
+	p.newMask = func() (runtime.Mask, error) { return grammar.NewSamplerMask(g, mv.vocab), nil }
 	return nil
+}
+
+// pluginGrammar installs a grammar plugin's mask for "grammar": {"plugin":
+// NAME, "source": …}. The object is checked here; each choice's Matcher is
+// started when the request is submitted (pluginMaskError maps its errors).
+func (s *Server) pluginGrammar(m *Model, raw json.RawMessage, p *genParams) *apiError {
+	if _, err := plugin.ParseGrammarRequest(raw); err != nil {
+		return badRequest("grammar", "grammar: %v", err)
+	}
+	src, ok := m.Engine.Tokenizer().(plugin.TokenSource)
+	if !ok {
+		return noVocab("grammar", m)
+	}
+	raw = bytes.Clone(raw)
+	set := s.plugins
+	p.newMask = func() (runtime.Mask, error) {
+		mt, err := set.NewMask(raw, src)
+		if err != nil {
+			return nil, err // a nil *Matcher must not become a non-nil Mask
+		}
+		return mt, nil
+	}
+	return nil
+}
+
+// pluginMaskError maps a failure to start a grammar plugin's Matcher: the
+// request's fault (a malformed object, an unknown plugin, a source the
+// plugin refuses) is a 400, anything else (a trap, a timeout) a 500.
+func pluginMaskError(err error) *apiError {
+	switch {
+	case errors.Is(err, plugin.ErrBadGrammarRequest), errors.Is(err, plugin.ErrUnknown),
+		errors.Is(err, plugin.ErrPluginError):
+		return badRequest("grammar", "grammar: %v", err)
+	}
+	return &apiError{Status: http.StatusInternalServerError, Type: typeServer, Param: "grammar",
+		Message: "grammar plugin failed: " + err.Error()}
 }

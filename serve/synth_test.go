@@ -41,18 +41,21 @@ func synthServer(t testing.TB) *testServer {
 }
 
 // TestSynthLlama3StructuredOutput is the done-when of structured output:
-// 4 outputs (seeds) for each of the 50 schemas of serve/grammar's
+// outputs (2 seeds) for each of the 50 schemas of serve/grammar's
 // testdata, at temperature 1 over a real 128k vocabulary with random
-// weights, all validate; and GBNF grammars likewise. Outputs cut by
-// max_tokens are counted apart and must be a minority.
+// weights, all validate; and GBNF grammars likewise (4 seeds). Outputs cut
+// by max_tokens are counted apart and must be a minority. It is the
+// package's slowest test (every token samples from 128k logits), so it
+// runs beside the others; the seed counts keep it to ~10–20 s on 2 cores.
 func TestSynthLlama3StructuredOutput(t *testing.T) {
+	t.Parallel()
 	srv := synthServer(t)
 	files, err := filepath.Glob("grammar/testdata/schemas/*.json")
 	require.NoError(t, err)
 	require.Len(t, files, 50)
-	seeds := 4
+	seeds, gbnfSeeds := 2, 4
 	if testing.Short() {
-		files, seeds = files[:10], 2
+		files, seeds, gbnfSeeds = files[:10], 1, 2
 	}
 	type job struct {
 		name, body, schema string
@@ -74,7 +77,7 @@ func TestSynthLlama3StructuredOutput(t *testing.T) {
 		"names":      {"root ::= name (\", \" name){0,4}\nname ::= [A-Z] [a-z]{1,9}", `^[A-Z][a-z]{1,9}(, [A-Z][a-z]{1,9}){0,4}$`},
 	} {
 		q, _ := json.Marshal(g[0])
-		for seed := 0; seed < seeds; seed++ {
+		for seed := 0; seed < gbnfSeeds; seed++ {
 			jobs = append(jobs, job{name: name, regex: g[1],
 				body: fmt.Sprintf(`{"model":"synth","prompt":"x","temperature":1,"seed":%d,"max_tokens":96,"grammar":%s}`, seed, q)})
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/memra-ai/memra/runtime/load/builtin"
 	"github.com/memra-ai/memra/serve"
 	"github.com/memra-ai/memra/serve/chat"
+	"github.com/memra-ai/memra/serve/plugin"
 )
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
@@ -43,6 +44,8 @@ type serveOptions struct {
 	drainTimeout   time.Duration
 	maxBody        int64
 	retryAfter     time.Duration
+	templatePlugin []string
+	grammarPlugin  []string
 }
 
 func newServeCmd() *cobra.Command {
@@ -59,7 +62,8 @@ without extension; --model alias=path (repeatable) or MEMRA_MODELS="a=path,b=pat
 picks the alias. Without any model the embedded default (` + builtin.Name + `) is served.
 
 The server refuses to listen on a non-loopback --host without API keys
-(--api-keys-file or MEMRA_API_KEYS). SIGTERM or SIGINT drains: new requests get
+(--api-keys-file or MEMRA_API_KEYS). --template-plugin and --grammar-plugin load
+WebAssembly chat-template and grammar plugins (docs/PLUGINS.md). SIGTERM or SIGINT drains: new requests get
 503, running ones finish (up to --drain-timeout), then the server exits 0.
 See docs/SERVING.md and docs/FLAGS.md.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -82,6 +86,10 @@ See docs/SERVING.md and docs/FLAGS.md.`,
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "how long a drain waits for running requests before cancelling them")
 	f.Int64Var(&o.maxBody, "max-body", serve.DefaultMaxBody, "request body limit in bytes; larger bodies get 413")
 	f.DurationVar(&o.retryAfter, "retry-after", serve.DefaultRetryAfter, "Retry-After sent with 429 and 503 responses")
+	f.StringSliceVar(&o.templatePlugin, "template-plugin", nil,
+		"MODEL=FILE.wasm: the chat template of served model MODEL is this WebAssembly plugin (repeatable)")
+	f.StringSliceVar(&o.grammarPlugin, "grammar-plugin", nil,
+		`NAME=FILE.wasm: a grammar plugin requests use as "grammar": {"plugin": NAME, "source": …} (repeatable)`)
 	return cmd
 }
 
@@ -179,8 +187,16 @@ func runServe(cmd *cobra.Command, args []string, o *serveOptions) error {
 		models = append(models, m)
 		log.Info("model loaded", "alias", sp.alias, "path", sp.path, "context", m.Engine.Info().ContextLength)
 	}
+	plugins, err := plugin.Open(cmd.Context(), plugin.SetConfig{Templates: o.templatePlugin, Grammars: o.grammarPlugin})
+	if err != nil {
+		return err
+	}
+	defer plugins.Close()
+	if n := len(o.templatePlugin) + len(o.grammarPlugin); n > 0 {
+		log.Info("plugins loaded", "template", o.templatePlugin, "grammar", o.grammarPlugin)
+	}
 	srv, err := serve.New(serve.Config{Models: models, Host: o.host, APIKeys: keys, MaxBody: o.maxBody,
-		RetryAfter: o.retryAfter, Logger: log})
+		RetryAfter: o.retryAfter, Logger: log, Plugins: plugins})
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs the openai-npm test suite against a real `memra serve`: builds memra,
-# synthesizes a small qwen3 model, starts an open server (the embedded model,
-# plus the qwen3 one as "qwen3") and a keyed one on free loopback ports, waits for /ready, runs `node --test`, and always stops
-# the servers.
+# Runs the openai-npm test suite against a real `memra serve`: builds memra
+# and the WebAssembly plugins (`make plugins` plus the test-only
+# testdata/testplugin), synthesizes a small qwen3 model, starts an open
+# server (the embedded model, plus the qwen3 one as "qwen3"), a keyed one and
+# one with plugins on free loopback ports, waits for /ready, runs
+# `node --test`, and always stops the servers.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,6 +21,11 @@ cleanup() {
 trap cleanup EXIT
 
 (cd "$root" && go build -o "$tmp/memra" ./cmd/memra)
+# The example plugins (the same lines as `make plugins`) and the test plugin.
+wasm() { (cd "$root" && GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 go build -trimpath -buildmode=c-shared -o "$1" "$2"); }
+wasm "$root/bin/plugins/chatml.wasm" ./serve/plugin/examples/chatml
+wasm "$root/bin/plugins/regex.wasm" ./serve/plugin/examples/regex
+wasm "$tmp/testplugin.wasm" ./serve/npmtest/testdata/testplugin
 if [ ! -d "$here/node_modules/openai" ]; then
 	(cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
 fi
@@ -57,20 +64,27 @@ wait_ready() {
 
 open_port=$(free_port)
 keyed_port=$(free_port)
+plugin_port=$(free_port)
 key="sk-npmtest-$RANDOM$RANDOM"
 start open "$open_port" stories260K --model "qwen3=$tmp/qwen3.gguf"
 start keyed "$keyed_port" --api-keys "$key"
+start plugins "$plugin_port" --template-plugin "stories260K=$tmp/testplugin.wasm" \
+	--grammar-plugin "test=$tmp/testplugin.wasm" --grammar-plugin "regex=$root/bin/plugins/regex.wasm"
 wait_ready open "$open_port"
 wait_ready keyed "$keyed_port"
+wait_ready plugins "$plugin_port"
 
 status=0
 MEMRA_URL="http://127.0.0.1:$open_port/v1" \
 	MEMRA_KEYED_URL="http://127.0.0.1:$keyed_port/v1" \
+	MEMRA_PLUGIN_URL="http://127.0.0.1:$plugin_port/v1" \
 	MEMRA_KEY="$key" \
 	MEMRA_AGENT_MODEL=qwen3 \
 	node --test --test-concurrency=1 "$here"/*.test.mjs || status=$?
 if [ "$status" -ne 0 ]; then
-	echo "--- server log (open) ---" >&2
-	tail -n 50 "$tmp/open.log" >&2
+	for name in open plugins; do
+		echo "--- server log ($name) ---" >&2
+		tail -n 50 "$tmp/$name.log" >&2
+	done
 fi
 exit "$status"
