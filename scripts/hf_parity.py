@@ -23,9 +23,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 
-def memra_logits(memra, model_dir, device, steps, prompt_ids, out):
+def memra_logits(memra, model_dir, device, steps, prompt_ids, out, extra):
     cmd = [memra, "logits", model_dir, "--device", device, "--steps", str(steps),
-           "--prompt-ids", " ".join(map(str, prompt_ids)), "-o", out]
+           "--prompt-ids", " ".join(map(str, prompt_ids)), "-o", out] + extra
     subprocess.run(cmd, check=True)
     with open(os.path.join(out, "ids.txt")) as f:
         prompt = [int(x) for x in f.readline().split()]
@@ -55,6 +55,8 @@ def main():
     ap.add_argument("--prompt-ids", default="1 450 4996 17354 1701 29916 432 17204 975 278 17366 11203")
     ap.add_argument("--min-cos", type=float, default=0.999)
     ap.add_argument("--dtype", default="float32", help="transformers compute dtype")
+    ap.add_argument("--exact", action="store_true",
+                    help="memra with a float32 KV cache and float32 prefill (its exact configuration)")
     ap.add_argument("--tie-tol", type=float, default=0.0,
                     help="accept a different greedy token when transformers' logits of the two differ by at most this")
     args = ap.parse_args()
@@ -64,7 +66,8 @@ def main():
         with tempfile.TemporaryDirectory() as tmp:
             # Keep prompt ids inside every vocabulary we synthesize.
             prompt_ids = [int(x) for x in args.prompt_ids.split()]
-            prompt, gen, ml = memra_logits(args.memra, d, args.device, args.steps, prompt_ids, tmp)
+            prompt, gen, ml = memra_logits(args.memra, d, args.device, args.steps, prompt_ids, tmp,
+                                           ["--exact"] if args.exact else [])
         seq = prompt + gen[:-1]
         hl = hf_logits(d, seq, dtype)
         n = len(prompt)

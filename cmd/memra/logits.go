@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memra-ai/memra/runtime"
+	"github.com/memra-ai/memra/runtime/cuda"
 )
 
 func init() { rootCmd.AddCommand(newLogitsCmd()) }
@@ -24,6 +25,7 @@ func init() { rootCmd.AddCommand(newLogitsCmd()) }
 func newLogitsCmd() *cobra.Command {
 	var promptIDs, prompt, device, out string
 	var steps, threads int
+	var exact bool
 	cmd := &cobra.Command{
 		Use:    "logits MODEL -o DIR",
 		Short:  "Greedy-decode and write every step's logits (for parity checks)",
@@ -55,7 +57,15 @@ func newLogitsCmd() *cobra.Command {
 			if len(ids) == 0 {
 				return fmt.Errorf("logits: empty prompt (give --prompt or --prompt-ids)")
 			}
-			b, err := newBackend(m, device, threads, 1)
+			var b runtime.Backend
+			if exact && strings.HasPrefix(device, "cuda") {
+				// The exact GPU configuration: a float32 KV cache and float32
+				// GEMV prefill, the same arithmetic as the CPU reference.
+				b, err = cuda.NewBackend(m, cuda.BackendOptions{MaxSeqs: 1, Cache: "f32", PrefillGEMV: true,
+					Context: len(ids) + steps})
+			} else {
+				b, err = newBackend(m, device, threads, 1)
+			}
 			if err != nil {
 				return err
 			}
@@ -74,6 +84,7 @@ func newLogitsCmd() *cobra.Command {
 	f.StringVar(&device, "device", "", deviceHelp)
 	f.IntVarP(&threads, "threads", "t", 0, "CPU threads (0: all cores)")
 	f.StringVarP(&out, "output", "o", "", "output folder: ids.txt and logits.f32 (steps × vocab, little-endian)")
+	f.BoolVar(&exact, "exact", false, "on cuda: float32 KV cache and float32 prefill (the CPU reference's arithmetic)")
 	cmd.MarkFlagRequired("output")
 	return cmd
 }
