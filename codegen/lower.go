@@ -113,7 +113,8 @@ func Lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 		val: map[int]view{}, done: map[int]bool{}, arms: opts.Arms.WithDefaults()}
 	l.p = &Program{Model: g.Name, Arch: g.Arch, Class: opts.Class, MaxTokens: opts.MaxTokens, MaxSeqs: opts.MaxSeqs,
 		Context: opts.Context, Cache: opts.Cache, Layers: g.Consts["layers"],
-		KVWidth: g.Consts["heads_kv"] * g.Consts["head_dim"], Vocab: g.Consts["vocab"], Logits: -1, Argmax: -1}
+		KVWidth: g.Consts["heads_kv"] * g.Consts["head_dim"], Vocab: g.Consts["vocab"], Logits: -1, Argmax: -1,
+		HiddenIn: -1, HiddenOut: -1}
 	for _, n := range g.Nodes {
 		if l.done[n.ID] {
 			continue
@@ -122,8 +123,18 @@ func Lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 			return nil, fmt.Errorf("%w: %%%d %v: %w", ErrLower, n.ID, n.Op, err)
 		}
 	}
-	if l.p.Logits < 0 {
+	if l.p.Logits < 0 && l.p.HiddenOut < 0 {
 		return nil, fmt.Errorf("%w: graph has no output", ErrLower)
+	}
+	// A stage's boundary buffers live through the whole launch sequence:
+	// hidden_in is filled before the first launch, hidden_out read after
+	// the last.
+	bufs := l.p.Buffers.Buffers
+	if b := l.p.HiddenIn; b >= 0 {
+		bufs[b].First, bufs[b].Last = 0, max(bufs[b].Last, 0)
+	}
+	if b := l.p.HiddenOut; b >= 0 {
+		bufs[b].Last = len(l.p.Launches) - 1
 	}
 	l.p.Buffers.place(opts.MaxTokens, opts.MaxSeqs)
 	if err := l.p.Buffers.Check(); err != nil {
@@ -162,6 +173,22 @@ func (l *lowerer) node(n *ir.Node) error {
 		return l.lastTokens(n)
 	case ir.OpOutput:
 		return l.output(n)
+	case ir.OpHiddenIn:
+		E := n.Int("dim")
+		b := l.buffer("hidden_in", ir.T, E)
+		l.p.HiddenIn = b
+		l.val[n.ID] = view{buf: b, width: E, stride: E}
+		return nil
+	case ir.OpHiddenOut:
+		v, err := l.valueOf(n.Args[0])
+		if err != nil {
+			return err
+		}
+		if !v.contiguous() {
+			return fmt.Errorf("hidden_out of a strided value")
+		}
+		l.p.HiddenOut = v.buf
+		return nil
 	}
 	return fmt.Errorf("no lowering outside a fusion group")
 }

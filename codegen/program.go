@@ -188,6 +188,12 @@ type Program struct {
 	Weights   []WeightRef
 	Logits    int // buffer holding the [S][Vocab] logits
 	Argmax    int // buffer holding the [S] int32 argmax, or -1
+	// HiddenIn is the [T][E] buffer a pipeline stage after the first reads
+	// its hidden_in from (filled before the launches), or -1.
+	HiddenIn int
+	// HiddenOut is the [T][E] buffer holding a pipeline stage's hidden_out
+	// after the launches (a stage before the last: Logits is -1), or -1.
+	HiddenOut int
 }
 
 // Dims returns the symbolic sizes of launch l in a step of T tokens over S
@@ -275,7 +281,14 @@ func (p *Program) String() string {
 		fmt.Fprintf(&b, "  L%d k%d rows=%v grid(%d,%d,%d) block(%d) smem %d (%s)  ; %s\n", i, l.Kernel, l.Rows,
 			g.Grid[0], g.Grid[1], g.Grid[2], g.Block[0], g.Shared, strings.Join(args, ", "), strings.Join(nodes, " "))
 	}
-	fmt.Fprintf(&b, "logits b%d", p.Logits)
+	if p.HiddenIn >= 0 {
+		fmt.Fprintf(&b, "hidden_in b%d, ", p.HiddenIn)
+	}
+	if p.HiddenOut >= 0 {
+		fmt.Fprintf(&b, "hidden_out b%d", p.HiddenOut)
+	} else {
+		fmt.Fprintf(&b, "logits b%d", p.Logits)
+	}
 	if p.Argmax >= 0 {
 		fmt.Fprintf(&b, ", argmax b%d", p.Argmax)
 	}

@@ -238,3 +238,35 @@ func (n *Node) Ints(name string) []int { return attr[[]int](n, name) }
 
 // DType returns the dtype.Type attribute name.
 func (n *Node) DType(name string) dtype.Type { return attr[dtype.Type](n, name) }
+
+// Result returns the graph's last node when it is in the output group (the
+// logits' output, or hidden_out for a pipeline stage), or nil.
+func (g *Graph) Result() *Node {
+	if len(g.Nodes) == 0 || g.Nodes[len(g.Nodes)-1].Op.Group() != GroupOutput {
+		return nil
+	}
+	return g.Nodes[len(g.Nodes)-1]
+}
+
+// Node returns the first node applying op, or nil.
+func (g *Graph) Node(op Op) *Node {
+	for _, n := range g.Nodes {
+		if n.Op == op {
+			return n
+		}
+	}
+	return nil
+}
+
+// CacheLayers returns the layers whose KV cache the graph writes (the layer
+// attribute of its kv_write nodes), in graph order: [0, layers) for a whole
+// model, the stage's range for a pipeline stage.
+func (g *Graph) CacheLayers() []int {
+	var ls []int
+	for _, n := range g.Nodes {
+		if n.Op == OpKVWrite {
+			ls = append(ls, n.Int("layer"))
+		}
+	}
+	return ls
+}

@@ -25,6 +25,13 @@ var opTable = [...]opDef{
 		Doc: "I32[T]: pos(t), the position of token t within its sequence.",
 	},
 	{
+		Name: "hidden_in", Group: GroupLeaf,
+		Attrs: []AttrSpec{{"dim", AttrInt}},
+		Shape: shapeHiddenIn, Type: typeF32,
+		Doc: "F32[T,dim]: the residual stream entering a pipeline stage, row t for token t of the step (the tokens order above); " +
+			"its value is the previous stage's hidden_out of the same step, bit for bit.",
+	},
+	{
 		Name: "weight", Group: GroupLeaf,
 		Attrs: []AttrSpec{{"name", AttrString}, {"type", AttrDType}, {"ne", AttrInts}},
 		Shape: shapeWeight, Type: typeWeight,
@@ -140,5 +147,12 @@ var opTable = [...]opDef{
 		Args:  []Operand{{"logits", ArgF32, false}},
 		Shape: shapeOutput, Type: typeF32,
 		Doc: "F32[S,V]: the step's result, the logits after the last token of each sequence; exactly one, the last node.",
+	},
+	{
+		Name: "hidden_out", Group: GroupOutput, Effect: true,
+		Args:  []Operand{{"x", ArgF32, false}},
+		Shape: shapeHiddenOut, Type: typeF32,
+		Doc: "F32[T,E]: the result of a pipeline stage that is not the last: y = x, the residual stream after the stage's last layer " +
+			"for every token of the step, the next stage's hidden_in; a graph has exactly one output-group node, the last.",
 	},
 }

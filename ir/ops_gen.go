@@ -14,6 +14,8 @@ const (
 	OpTokens
 	// OpPositions (positions): I32[T]: pos(t), the position of token t within its sequence.
 	OpPositions
+	// OpHiddenIn (hidden_in): F32[T,dim]: the residual stream entering a pipeline stage, row t for token t of the step (the tokens order above); its value is the previous stage's hidden_out of the same step, bit for bit.
+	OpHiddenIn
 	// OpWeight (weight): type[ne reversed]: the named model tensor, stored as type with GGUF dims ne (ne[0] contiguous); its value has row-major shape [ne[n-1],…,ne[0]], so a matrix of ne [in,out] is out rows of in elements.
 	OpWeight
 	// OpEmbed (embed): F32[T,E]: y[t,:] = table[ids[t],:] dequantised; table is any dtype with shape [V,E]; an id outside [0,V) is an error at run time.
@@ -44,6 +46,8 @@ const (
 	OpAttention
 	// OpOutput (output): F32[S,V]: the step's result, the logits after the last token of each sequence; exactly one, the last node.
 	OpOutput
+	// OpHiddenOut (hidden_out): F32[T,E]: the result of a pipeline stage that is not the last: y = x, the residual stream after the stage's last layer for every token of the step, the next stage's hidden_in; a graph has exactly one output-group node, the last.
+	OpHiddenOut
 
 	// NumOps is the number of ops, OpInvalid included.
 	NumOps
@@ -53,6 +57,7 @@ var opNames = [NumOps]string{
 	OpInvalid:    "invalid",
 	OpTokens:     "tokens",
 	OpPositions:  "positions",
+	OpHiddenIn:   "hidden_in",
 	OpWeight:     "weight",
 	OpEmbed:      "embed",
 	OpReshape:    "reshape",
@@ -68,6 +73,7 @@ var opNames = [NumOps]string{
 	OpKVWrite:    "kv_write",
 	OpAttention:  "attention",
 	OpOutput:     "output",
+	OpHiddenOut:  "hidden_out",
 }
 
 // String returns the op's text-form spelling.
@@ -82,6 +88,7 @@ var opByName = map[string]Op{
 	"invalid":     OpInvalid,
 	"tokens":      OpTokens,
 	"positions":   OpPositions,
+	"hidden_in":   OpHiddenIn,
 	"weight":      OpWeight,
 	"embed":       OpEmbed,
 	"reshape":     OpReshape,
@@ -97,6 +104,7 @@ var opByName = map[string]Op{
 	"kv_write":    OpKVWrite,
 	"attention":   OpAttention,
 	"output":      OpOutput,
+	"hidden_out":  OpHiddenOut,
 }
 
 // LookupOp returns the op spelled name in the text form.

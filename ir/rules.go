@@ -444,4 +444,19 @@ func shapeOutput(n *Node) (Shape, error) {
 	return x.Shape, nil
 }
 
+func shapeHiddenIn(n *Node) (Shape, error) {
+	if n.Int("dim") <= 0 {
+		return nil, ruleErr(n, "dim %d must be positive", n.Int("dim"))
+	}
+	return Shape{T, Dim(n.Int("dim"))}, nil
+}
+
+func shapeHiddenOut(n *Node) (Shape, error) {
+	x := n.Args[0]
+	if len(x.Shape) != 2 || x.Shape[0] != T || x.Shape[1].Symbolic() {
+		return nil, ruleErr(n, "x has shape %v, want [T,E]", x.Shape)
+	}
+	return x.Shape, nil
+}
+
 func itoa(i int) string { return fmt.Sprint(i) }

@@ -9,7 +9,8 @@ import (
 // naming the node and the rule: node numbering and order (operands defined
 // before use), each op's operand count and kinds, attributes and their kinds,
 // the type and shape each op's rules derive, one kv_write per layer, exactly
-// one output as the last node, and well-formed fusion annotations.
+// one output-group node (output, or hidden_out for a pipeline stage) as the
+// last node, and well-formed fusion annotations.
 func Verify(g *Graph) error {
 	if g.err != nil {
 		return fmt.Errorf("%w: construction: %w", ErrVerify, g.err)
@@ -53,17 +54,16 @@ func Verify(g *Graph) error {
 				return fail("layer %d's cache is already written by %%%d", l, prev)
 			}
 			layers[l] = i
-		case OpOutput:
-			if i != len(g.Nodes)-1 {
-				return fail("output must be the last node")
-			}
+		}
+		if n.Op.Group() == GroupOutput && i != len(g.Nodes)-1 {
+			return fail("%v must be the last node", n.Op)
 		}
 		if (n.Kernel == 0) != (n.Role == "") || !slices.Contains([]string{"", "prologue", "main", "epilogue"}, n.Role) {
 			return fail("fusion annotation kernel=%d role=%q is malformed", n.Kernel, n.Role)
 		}
 	}
-	if g.Nodes[len(g.Nodes)-1].Op != OpOutput {
-		return fmt.Errorf("%w: the last node is %v, not output", ErrVerify, g.Nodes[len(g.Nodes)-1].Op)
+	if last := g.Nodes[len(g.Nodes)-1]; last.Op.Group() != GroupOutput {
+		return fmt.Errorf("%w: the last node is %v, not output or hidden_out", ErrVerify, last.Op)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/memra-ai/memra/runtime"
 	"github.com/memra-ai/memra/runtime/cuda"
 	"github.com/memra-ai/memra/runtime/load"
+	"github.com/memra-ai/memra/runtime/pipeline"
 )
 
 func init() { rootCmd.AddCommand(newBenchCmd()) }
@@ -31,6 +32,7 @@ type benchOptions struct {
 	perfRows          bool
 	jsonPath          string
 	plotPath          string
+	pp                ppOptions
 }
 
 func newBenchCmd() *cobra.Command {
@@ -73,6 +75,7 @@ bytes read per step × steps/s) against the copy rate and pp as TFLOP/s
 	f.BoolVar(&o.perfRows, "perf-rows", false, "print a docs/PERFORMANCE.md row per test")
 	f.StringVar(&o.jsonPath, "json", "", "write the raw results to this JSON file")
 	f.StringVar(&o.plotPath, "plot", "", "draw decode tok/s against batch size to this SVG file")
+	addPPFlags(cmd, &o.pp)
 	cmd.AddCommand(newBenchServeCmd())
 	return cmd
 }
@@ -128,13 +131,25 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 	if err != nil {
 		return nil, err
 	}
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+	if o.pp.enabled() {
+		if o.roofline {
+			return nil, fmt.Errorf("bench: --roofline measures one GPU; not with --pp-stages")
+		}
+		device, pp := "cpu", o.pp
+		if ord >= 0 {
+			device = "cuda"
+		}
+		pp.logf = logf
+		return newPipelineBackend(m, device, o.threads, maxSeqs, pp, cuda.BackendOptions{Context: ctxLen,
+			PrefillTokens: max(o.prompt, 512), Untuned: o.untuned, Logf: logf})
+	}
 	if ord < 0 {
 		if o.roofline {
 			return nil, fmt.Errorf("bench: --roofline needs a CUDA device")
 		}
 		return newBackend(m, "cpu", o.threads, maxSeqs)
 	}
-	logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
 	return cuda.NewBackend(m, cuda.BackendOptions{Device: ord, MaxSeqs: maxSeqs, Context: ctxLen,
 		PrefillTokens: max(o.prompt, 512), Untuned: o.untuned, Logf: logf})
 }
@@ -214,6 +229,11 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 	for i, bs := range batches {
 		tgs[i] = &benchResult{test: tgName, batch: bs, tg: true}
 	}
+	pstats, isPipe := b.(interface{ Stats() pipeline.Stats })
+	var before pipeline.Stats
+	if isPipe {
+		before = pstats.Stats()
+	}
 	for range o.reps {
 		dpp, dtg, err := benchOnce(ctx, b, tokens[:p], o.gen)
 		if err != nil {
@@ -241,6 +261,9 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 	if bar != nil {
 		_ = bar.Finish()
 	}
+	if isPipe {
+		reportPipeline(stderr, before, pstats.Stats())
+	}
 	var results []benchResult
 	for _, r := range append([]*benchResult{pp}, tgs...) {
 		if len(r.rates) > 0 {
@@ -254,6 +277,22 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 		}
 	}
 	return rep.write(stdout)
+}
+
+// reportPipeline prints the pipeline's boundary copy time and stage busy
+// times over the timed repetitions (after minus before).
+func reportPipeline(w io.Writer, before, after pipeline.Stats) {
+	steps := after.Steps - before.Steps
+	copyT := after.Boundary - before.Boundary
+	per := time.Duration(0)
+	if steps > 0 {
+		per = copyT / time.Duration(steps)
+	}
+	fmt.Fprintf(w, "pipeline: %d steps, %d micro-batches; boundary copy %.3f ms in all, %.1f µs per step\n",
+		steps, after.MicroBatches-before.MicroBatches, ms(copyT), float64(per.Nanoseconds())/1000)
+	for i := range after.StageBusy {
+		fmt.Fprintf(w, "pipeline: stage %d busy %.3f ms\n", i+1, ms(after.StageBusy[i]-before.StageBusy[i]))
+	}
 }
 
 func maxOf(v []int) int {

@@ -38,6 +38,7 @@ type runOptions struct {
 	stop      []string
 	ignoreEOS bool
 	printIDs  bool
+	pp        ppOptions
 }
 
 func newRunCmd() *cobra.Command {
@@ -80,6 +81,7 @@ temperature (0 = greedy), top-k, top-p and min-p.`,
 	f.StringArrayVar(&o.stop, "stop", nil, "stop string (repeatable)")
 	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating past end-of-text tokens")
 	f.BoolVar(&o.printIDs, "print-ids", false, "print the generated token ids on stderr (debugging)")
+	addPPFlags(cmd, &o.pp)
 	return cmd
 }
 
@@ -97,13 +99,21 @@ const deviceHelp = "device to run on: cpu, cuda or cuda:N (default: cuda when a 
 
 // newBackend builds the backend of device for m: "cpu", "cuda" or "cuda:N";
 // "" picks cuda when cuda.Available() reports a usable GPU, else cpu.
-// maxSeqs bounds the sequences holding a KV cache at once.
-func newBackend(m *load.Model, device string, threads, maxSeqs int) (runtime.Backend, error) {
+// maxSeqs bounds the sequences holding a KV cache at once. With pp
+// enabled the model is split into pipeline stages (cpu: two CPU stages;
+// cuda: one GPU per --pp-devices ordinal).
+func newBackend(m *load.Model, device string, threads, maxSeqs int, pp ...ppOptions) (runtime.Backend, error) {
 	if device == "" || device == "auto" {
 		device = "cpu"
 		if cuda.Available() == nil {
 			device = "cuda"
 		}
+	}
+	if len(pp) > 0 && pp[0].enabled() {
+		if device != "cpu" && device != "cuda" {
+			return nil, fmt.Errorf("device %q: with --pp-stages use --device cuda and --pp-devices, or --device cpu", device)
+		}
+		return newPipelineBackend(m, device, threads, maxSeqs, pp[0], cuda.BackendOptions{})
 	}
 	switch {
 	case device == "cpu":
@@ -138,7 +148,8 @@ func runGenerate(cmd *cobra.Command, modelArg string, o *runOptions) error {
 	if err != nil {
 		return err
 	}
-	b, err := newBackend(m, o.device, o.threads, 1)
+	o.pp.logf = func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+	b, err := newBackend(m, o.device, o.threads, 1, o.pp)
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,7 @@ type serveOptions struct {
 	retryAfter     time.Duration
 	templatePlugin []string
 	grammarPlugin  []string
+	pp             ppOptions
 }
 
 func newServeCmd() *cobra.Command {
@@ -90,6 +91,7 @@ See docs/SERVING.md and docs/FLAGS.md.`,
 		"MODEL=FILE.wasm: the chat template of served model MODEL is this WebAssembly plugin (repeatable)")
 	f.StringSliceVar(&o.grammarPlugin, "grammar-plugin", nil,
 		`NAME=FILE.wasm: a grammar plugin requests use as "grammar": {"plugin": NAME, "source": …} (repeatable)`)
+	addPPFlags(cmd, &o.pp)
 	return cmd
 }
 
@@ -229,7 +231,7 @@ func openServed(sp modelSpec, o *serveOptions) (serve.Model, func(), error) {
 		m.Close()
 		return serve.Model{}, nil, fmt.Errorf("model %s (%s) has no tokenizer", sp.alias, m.Path)
 	}
-	b, err := newBackend(m, o.device, o.threads, o.maxRunning)
+	b, err := newBackend(m, o.device, o.threads, o.maxRunning, o.pp)
 	if err != nil {
 		m.Close()
 		return serve.Model{}, nil, fmt.Errorf("model %s: %w", sp.alias, err)

@@ -65,9 +65,10 @@ func normalize(hp ir.HParams, w Weights) (ir.HParams, error) {
 	return hp, nil
 }
 
-// newDecoder starts a graph with the step inputs, the embedding lookup and
-// the shared rope frequency factors.
-func newDecoder(hp ir.HParams, w Weights) (*decoder, *ir.Node, error) {
+// newDecoder starts a graph with the step inputs, the shared rope
+// frequency factors and the residual stream entering layer first: the
+// embedding lookup of the tokens for first = 0, else a hidden_in.
+func newDecoder(hp ir.HParams, w Weights, first int) (*decoder, *ir.Node, error) {
 	hp, err := normalize(hp, w)
 	if err != nil {
 		return nil, nil, err
@@ -77,6 +78,13 @@ func newDecoder(hp ir.HParams, w Weights) (*decoder, *ir.Node, error) {
 	for name, v := range map[string]int{"embd": k.E, "heads": k.H, "heads_kv": k.Hkv, "head_dim": k.D,
 		"ffn": k.F, "vocab": k.V, "layers": k.L, "rope_dims": k.R} {
 		d.g.Consts[name] = v
+	}
+	if first > 0 {
+		d.pos = d.g.Add(ir.OpPositions, nil)
+		if _, _, ok := w.Lookup("rope_freqs.weight"); ok {
+			d.freqs = d.weight("rope_freqs.weight", k.R/2)
+		}
+		return d, d.g.Add(ir.OpHiddenIn, ir.Attrs{"dim": k.E}), d.err
 	}
 	d.tokens = d.g.Add(ir.OpTokens, nil)
 	d.pos = d.g.Add(ir.OpPositions, nil)
@@ -219,16 +227,23 @@ func (d *decoder) block(x *ir.Node, l int, o layerOpts) *ir.Node {
 }
 
 // finish appends the final norm, the output projection (token_embd when the
-// model has no output.weight) and the output node.
-func (d *decoder) finish(x *ir.Node) (*ir.Graph, error) {
+// model has no output.weight) and the output node; a stage that does not
+// end the model (last < layers) ends with hidden_out instead.
+func (d *decoder) finish(x *ir.Node, last int) (*ir.Graph, error) {
 	k := d.dims()
-	x = d.norm(d.g.Add(ir.OpLastTokens, nil, x), "output_norm.weight")
-	out := d.embd
-	if _, _, ok := d.w.Lookup("output.weight"); ok {
-		out = d.weight("output.weight", k.E, k.V)
+	if last < k.L {
+		d.g.Add(ir.OpHiddenOut, nil, x)
+	} else {
+		x = d.norm(d.g.Add(ir.OpLastTokens, nil, x), "output_norm.weight")
+		out := d.embd
+		if _, _, ok := d.w.Lookup("output.weight"); ok {
+			out = d.weight("output.weight", k.E, k.V)
+		} else if out == nil {
+			out = d.weight("token_embd.weight", k.E, k.V) // tied, in a later stage
+		}
+		logits := d.g.Add(ir.OpMatmul, nil, x, out)
+		d.g.Add(ir.OpOutput, nil, logits)
 	}
-	logits := d.g.Add(ir.OpMatmul, nil, x, out)
-	d.g.Add(ir.OpOutput, nil, logits)
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -238,16 +253,21 @@ func (d *decoder) finish(x *ir.Node) (*ir.Graph, error) {
 	return d.g, nil
 }
 
-// buildDecoder builds the whole standard decoder with per-layer options.
-func buildDecoder(hp ir.HParams, w Weights, o layerOpts) (*ir.Graph, error) {
-	d, x, err := newDecoder(hp, w)
+// buildDecoder builds the standard decoder's layers [first, last) with
+// per-layer options; [0, layers) is the whole model. A partial stage
+// records its range in the consts stage_first and stage_last.
+func buildDecoder(hp ir.HParams, w Weights, o layerOpts, first, last int) (*ir.Graph, error) {
+	d, x, err := newDecoder(hp, w, first)
 	if err != nil {
 		return nil, err
 	}
-	for l := 0; l < d.hp.Layers; l++ {
+	if first > 0 || last < d.hp.Layers {
+		d.g.Consts["stage_first"], d.g.Consts["stage_last"] = first, last
+	}
+	for l := first; l < last; l++ {
 		x = d.block(x, l, o)
 	}
-	return d.finish(x)
+	return d.finish(x, last)
 }
 
 // f64 widens a float32 hyperparameter to the float64 of its shortest

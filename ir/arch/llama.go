@@ -8,7 +8,7 @@ import "github.com/memra-ai/memra/ir"
 // 3.1 rope scaling from rope_freqs.weight or hp.RopeScaling, a SwiGLU FFN,
 // and tied embeddings when the model has no output.weight.
 func init() {
-	Register("llama", func(hp ir.HParams, w Weights) (*ir.Graph, error) {
-		return buildDecoder(hp, w, layerOpts{})
+	Register("llama", func(hp ir.HParams, w Weights, first, last int) (*ir.Graph, error) {
+		return buildDecoder(hp, w, layerOpts{}, first, last)
 	})
 }

@@ -6,7 +6,7 @@ import "github.com/memra-ai/memra/ir"
 // (blk.N.attn_{q,k,v}.bias) and rotate-half RoPE (set by the loader in
 // hp.RopeStyle).
 func init() {
-	Register("qwen2", func(hp ir.HParams, w Weights) (*ir.Graph, error) {
-		return buildDecoder(hp, w, layerOpts{qkvBias: true})
+	Register("qwen2", func(hp ir.HParams, w Weights, first, last int) (*ir.Graph, error) {
+		return buildDecoder(hp, w, layerOpts{qkvBias: true}, first, last)
 	})
 }

@@ -56,6 +56,7 @@ type Backend struct {
 	seqs   map[runtime.SeqID]*kvCache
 	tokens *ir.Node
 	pos    *ir.Node
+	hidden *ir.Node // hidden_in of a pipeline stage after the first, else nil
 	result [][]float32
 	closed bool
 }
@@ -67,7 +68,13 @@ var _ runtime.Backend = (*Backend)(nil)
 // the tensors of src. Weight bytes are used in place; only 1-D weights
 // (norms, biases) are converted to float32.
 func NewFromSource(hp ir.HParams, src Source, opts Options) (*Backend, error) {
-	g, err := arch.Build(hp, src)
+	return newBackend(hp, src, 0, hp.Layers, opts)
+}
+
+// newBackend prepares the executor of the pipeline stage of layers
+// [first, last) (the whole model for 0, hp.Layers).
+func newBackend(hp ir.HParams, src Source, first, last int, opts Options) (*Backend, error) {
+	g, err := arch.BuildStage(hp, src, first, last)
 	if err != nil {
 		return nil, err
 	}
@@ -88,14 +95,18 @@ func NewFromSource(hp ir.HParams, src Source, opts Options) (*Backend, error) {
 			b.tokens = n
 		case ir.OpPositions:
 			b.pos = n
+		case ir.OpHiddenIn:
+			b.hidden = n
 		}
 	}
-	if b.tokens == nil || b.pos == nil {
-		return nil, fmt.Errorf("%w: graph has no tokens or positions input", ir.ErrVerify)
+	if (b.tokens == nil) == (b.hidden == nil) || b.pos == nil {
+		return nil, fmt.Errorf("%w: graph has no tokens (or hidden_in) or positions input", ir.ErrVerify)
 	}
 	b.e = newExec(g, weights, opts.Threads)
-	b.info = runtime.ModelInfo{Name: hp.Name, Arch: hp.Arch, VocabSize: int(g.Output().Shape[1]),
-		ContextLength: hp.ContextLength, Device: "cpu"}
+	b.info = runtime.ModelInfo{Name: hp.Name, Arch: hp.Arch, ContextLength: hp.ContextLength, Device: "cpu"}
+	if out := g.Output(); out != nil {
+		b.info.VocabSize = int(out.Shape[1])
+	}
 	return b, nil
 }
 
@@ -136,22 +147,45 @@ func (b *Backend) Graph() *ir.Graph { return b.e.g }
 
 // Step runs one forward pass over batch; see runtime.Backend.
 func (b *Backend) Step(ctx context.Context, batch []runtime.SeqStep) ([][]float32, error) {
+	if b.hidden != nil || b.e.g.Output() == nil {
+		return nil, fmt.Errorf("%w: a pipeline stage steps through StepStage", ErrBatch)
+	}
+	if err := b.forward(ctx, batch, nil); err != nil {
+		return nil, err
+	}
+	return b.logitsOf(batch), nil
+}
+
+// forward runs the graph over batch; hidden is the value of hidden_in (nil
+// for a graph that starts from tokens).
+func (b *Backend) forward(ctx context.Context, batch []runtime.SeqStep, hidden []float32) error {
 	if b.closed {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	if err := b.plan(batch); err != nil {
-		return nil, err
+		return err
+	}
+	if b.hidden != nil {
+		if want := b.e.step.T * int(b.hidden.Shape[1]); len(hidden) != want {
+			return fmt.Errorf("%w: %d hidden floats for %d tokens of width %v", ErrBatch, len(hidden), b.e.step.T, b.hidden.Shape[1])
+		}
+		b.e.f32[b.hidden.ID] = hidden
 	}
 	st := &b.e.step
 	for s, e := range batch {
 		st.caches[s].n = e.Pos // truncate; extended below on success
 	}
 	if err := b.e.run(ctx.Err); err != nil {
-		return nil, err
+		return err
 	}
 	for s := range batch {
 		st.caches[s].n = st.length[s]
 	}
+	return nil
+}
+
+// logitsOf returns the logits rows of the last forward step, in batch order.
+func (b *Backend) logitsOf(batch []runtime.SeqStep) [][]float32 {
 	logits := b.e.f32[b.e.g.Output().ID]
 	V := b.info.VocabSize
 	b.result = b.result[:0]
@@ -162,7 +196,7 @@ func (b *Backend) Step(ctx context.Context, batch []runtime.SeqStep) ([][]float3
 		}
 		b.result = append(b.result, l)
 	}
-	return b.result, nil
+	return b.result
 }
 
 // plan checks batch and lays out the step: token order, positions, caches.
@@ -172,7 +206,10 @@ func (b *Backend) plan(batch []runtime.SeqStep) error {
 	}
 	st := &b.e.step
 	*st = layout{seqOf: st.seqOf[:0], pos: st.pos[:0], last: st.last[:0], length: st.length[:0], caches: st.caches[:0]}
-	toks := b.e.i32[b.tokens.ID][:0]
+	var toks []int32
+	if b.tokens != nil {
+		toks = b.e.i32[b.tokens.ID][:0]
+	}
 	fresh := 0
 	for s, e := range batch {
 		if len(e.Tokens) == 0 {
@@ -218,7 +255,9 @@ func (b *Backend) plan(batch []runtime.SeqStep) error {
 		st.caches = append(st.caches, c)
 	}
 	st.T, st.S = len(st.seqOf), len(batch)
-	b.e.i32[b.tokens.ID] = toks
+	if b.tokens != nil {
+		b.e.i32[b.tokens.ID] = toks
+	}
 	b.e.i32[b.pos.ID] = st.pos
 	return nil
 }

@@ -36,6 +36,8 @@ func init() {
 		ir.OpKVWrite:    kvWrite,
 		ir.OpAttention:  attention,
 		ir.OpOutput:     output,
+		ir.OpHiddenIn:   leaf, // set by the stage's step (stage.go)
+		ir.OpHiddenOut:  output,
 	}
 }
 

@@ -104,6 +104,9 @@ type Backend struct {
 	free  []int // free slots
 	trash int   // the slot padded rows write to
 
+	stage   *stageIO // the boundary of a pipeline stage (stage.go), or nil
+	rowBase int      // tokens of the running step before the current launch sequence
+
 	host    []byte // staging for the inputs
 	logits  []float32
 	result  [][]float32
@@ -148,11 +151,16 @@ func (o *BackendOptions) fill(hp ir.HParams) (dtype.Type, error) {
 // Lower builds m's graph and lowers it for both step classes with opts
 // (filled with defaults), as NewBackend does.
 func Lower(m *load.Model, opts BackendOptions) (decode, prefill *codegen.Program, err error) {
+	return lowerStage(m, opts, 0, m.HParams.Layers)
+}
+
+// lowerStage is Lower for the pipeline stage of layers [first, last).
+func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, prefill *codegen.Program, err error) {
 	cache, err := opts.fill(m.HParams)
 	if err != nil {
 		return nil, nil, err
 	}
-	g, err := arch.Build(m.HParams, m)
+	g, err := arch.BuildStage(m.HParams, m, first, last)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -183,6 +191,12 @@ func Lower(m *load.Model, opts BackendOptions) (decode, prefill *codegen.Program
 // the device memory, uploads the weights (in their stored types) and
 // allocates the KV cache slots and activations.
 func NewBackend(m *load.Model, opts BackendOptions) (*Backend, error) {
+	return newBackend(m, opts, 0, m.HParams.Layers)
+}
+
+// newBackend builds the backend of the pipeline stage of layers
+// [first, last) (the whole model for 0, layers).
+func newBackend(m *load.Model, opts BackendOptions, first, last int) (*Backend, error) {
 	if _, err := opts.fill(m.HParams); err != nil {
 		return nil, err
 	}
@@ -197,7 +211,7 @@ func NewBackend(m *load.Model, opts BackendOptions) (*Backend, error) {
 	if !opts.Untuned && opts.Pick == nil {
 		opts.Pick = tunedPicker(opts.Tunedb, DeviceKey(info), opts.Logf)
 	}
-	decode, prefill, err := Lower(m, opts)
+	decode, prefill, err := lowerStage(m, opts, first, last)
 	if err != nil {
 		return nil, errors.Join(err, dev.Close())
 	}
@@ -229,6 +243,9 @@ func (b *Backend) load(m *load.Model, target string) error {
 	weights, wbytes := uniqueWeights(dec, pre)
 	arena := max(dec.Buffers.ArenaBytes, pre.Buffers.ArenaBytes)
 	cacheBytes := dec.CacheBytes(b.opts.MaxSeqs + 1)
+	per := cacheBytes / int64(2*dec.Layers)
+	cached := cacheLayers(dec) // a pipeline stage caches only its own layers
+	cacheBytes = per * 2 * int64(len(cached))
 	need := wbytes + cacheBytes + arena + int64(codegen.NumInputs)*int64(b.inCap)*4
 	return b.dev.Do(func(c *Ctx) error {
 		free, total, err := c.MemInfo()
@@ -265,8 +282,8 @@ func (b *Backend) load(m *load.Model, target string) error {
 		if b.inputs, err = b.alloc(c, int(codegen.NumInputs)*b.inCap*4); err != nil {
 			return err
 		}
-		per := cacheBytes / int64(2*dec.Layers)
-		for l := 0; l < dec.Layers; l++ {
+		b.kc, b.vc = make([]DevicePtr, dec.Layers), make([]DevicePtr, dec.Layers)
+		for _, l := range cached {
 			k, err := b.alloc(c, int(per))
 			if err != nil {
 				return err
@@ -275,7 +292,7 @@ func (b *Backend) load(m *load.Model, target string) error {
 			if err != nil {
 				return err
 			}
-			b.kc, b.vc = append(b.kc, k), append(b.vc, v)
+			b.kc[l], b.vc[l] = k, v
 		}
 		// Synchronous copies from pageable memory and memsets may still be
 		// in flight; the step stream does not wait for the legacy stream.

@@ -72,6 +72,7 @@ func (b *Backend) step(ctx context.Context, batch []runtime.SeqStep, greedy bool
 		b.logits = make([]float32, b.opts.MaxSeqs*V)
 	}
 	b.result, b.greedy = b.result[:0], b.greedy[:0]
+	b.rowBase = 0
 	states := make([]*seqState, len(batch))
 	for i, e := range batch {
 		s := b.seqs[e.Seq]
@@ -95,6 +96,7 @@ func (b *Backend) step(ctx context.Context, batch []runtime.SeqStep, greedy bool
 			return err
 		}
 		err := b.run(cur, greedy)
+		b.rowBase += curT
 		cur, curT = cur[:0], 0
 		return err
 	}
@@ -155,10 +157,15 @@ func (b *Backend) run(pieces []piece, greedy bool) error {
 	}
 	b.fillInputs(pieces, rowsT, rowsS)
 	V := b.info.VocabSize
-	logitsBuf := ps.p.Buffers.Buffers[ps.p.Logits]
 	return b.dev.Do(func(c *Ctx) error {
 		if err := c.CopyHtoDAsync(b.inputs, b.host, b.stream); err != nil {
 			return err
+		}
+		if b.stage != nil && ps.p.HiddenIn >= 0 {
+			dst := b.arena + DevicePtr(ps.p.Buffers.Buffers[ps.p.HiddenIn].Offset)
+			if err := b.stage.fill(c, b.stream, dst, b.rowBase, T); err != nil {
+				return err
+			}
 		}
 		if bucket > 0 {
 			g, err := b.graph(c, ps, bucket)
@@ -178,6 +185,11 @@ func (b *Backend) run(pieces []piece, greedy bool) error {
 		if err := c.StreamSync(b.stream); err != nil {
 			return err
 		}
+		if b.stage != nil && ps.p.HiddenOut >= 0 {
+			src := b.arena + DevicePtr(ps.p.Buffers.Buffers[ps.p.HiddenOut].Offset)
+			return b.stage.send(c, b.stream, src, b.rowBase, T)
+		}
+		logitsBuf := ps.p.Buffers.Buffers[ps.p.Logits]
 		if greedy {
 			am := ps.p.Buffers.Buffers[ps.p.Argmax]
 			ids := make([]int32, S)

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/memra-ai/memra/runtime"
+)
+
+// TestPPBackendCPU builds the embedded model with --pp-stages 2 on the CPU
+// (balanced split and an explicit one) and wants the greedy tokens of the
+// single backend; a bad split is refused.
+func TestPPBackendCPU(t *testing.T) {
+	m, err := openModel("")
+	require.NoError(t, err)
+	defer m.Close()
+	run := func(b runtime.Backend) []int32 {
+		defer b.Close()
+		step := runtime.SeqStep{Seq: 1, Tokens: []int32{1, 403, 407}, Logits: true}
+		var ids []int32
+		for range 16 {
+			out, err := b.Step(context.Background(), []runtime.SeqStep{step})
+			require.NoError(t, err)
+			id := int32(0)
+			for i, v := range out[0] {
+				if v > out[0][id] {
+					id = int32(i)
+				}
+			}
+			ids = append(ids, id)
+			step.Pos += len(step.Tokens)
+			step.Tokens = []int32{id}
+		}
+		return ids
+	}
+	one, err := newBackend(m, "cpu", 1, 1)
+	require.NoError(t, err)
+	want := run(one)
+	for _, split := range []int{0, 1, m.HParams.Layers - 1} {
+		b, err := newBackend(m, "cpu", 2, 1, ppOptions{stages: 2, split: split})
+		require.NoError(t, err)
+		require.Contains(t, b.Info().Device, "cpu+cpu")
+		require.Equal(t, want, run(b), "split %d", split)
+	}
+	_, err = newBackend(m, "cpu", 2, 1, ppOptions{stages: 2, split: m.HParams.Layers})
+	require.ErrorContains(t, err, "--pp-split")
+	_, err = newBackend(m, "cpu", 2, 1, ppOptions{stages: 3})
+	require.ErrorContains(t, err, "only 2 stages")
+}
