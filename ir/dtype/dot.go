@@ -32,11 +32,11 @@ func Dot(t Type, row []byte, x []float32) float32 {
 	case Q4_1:
 		return dotQ4_1(row, x)
 	case Q5_0:
-		return dotQ5_0(row, x)
+		return dotQ5_0Fast(row, x)
 	case Q5_1:
 		return dotQ5_1(row, x)
 	case Q8_0:
-		return dotQ8_0(row, x)
+		return dotQ8_0Fast(row, x)
 	case Q8_1:
 		return dotQ8_1(row, x)
 	case Q2_K:
@@ -44,11 +44,11 @@ func Dot(t Type, row []byte, x []float32) float32 {
 	case Q3_K:
 		return dotQ3K(row, x)
 	case Q4_K:
-		return dotQ4K(row, x)
+		return dotQ4KFast(row, x)
 	case Q5_K:
 		return dotQ5K(row, x)
 	case Q6_K:
-		return dotQ6K(row, x)
+		return dotQ6KFast(row, x)
 	case Q8_K:
 		return dotQ8K(row, x)
 	case IQ4_NL:

@@ -114,6 +114,7 @@ func (e *exec) attendRun(q, y []float32, t0, t1, g, w int, a attnShape) {
 	// Scores: each cached K row converted once for all queries, four rows
 	// at a time (four independent sums, each in element order).
 	for j0 := 0; j0 < span; j0 += 4 {
+		clearUpper()
 		nj := min(4, span-j0)
 		for jj := range nj {
 			j := j0 + jj
@@ -152,6 +153,7 @@ func (e *exec) attendRun(q, y []float32, t0, t1, g, w int, a attnShape) {
 	}
 	// Softmax per query.
 	for i := range nq {
+		clearUpper()
 		p := sc[i*span : i*span+spanQ(i)]
 		mx := math.Inf(-1)
 		for _, v := range p {
@@ -168,6 +170,7 @@ func (e *exec) attendRun(q, y []float32, t0, t1, g, w int, a attnShape) {
 	// at a time; every accumulator still adds its terms in row order.
 	clear(acc)
 	for j0 := 0; j0 < span; j0 += 4 {
+		clearUpper()
 		nj := min(4, span-j0)
 		for jj := range nj {
 			j := j0 + jj

@@ -15,3 +15,6 @@ func dot4x2(w, x0, x1 []float32, o *[8]float32) { dot4x2Scalar(w, x0, x1, o) }
 
 // dotF32 is the float32 dot product of two equal-length vectors.
 func dotF32(a, b []float32) float32 { return dotF32Scalar(a, b) }
+
+// clearUpper is a no-op without vector kernels.
+func clearUpper() {}

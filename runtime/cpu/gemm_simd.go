@@ -12,6 +12,22 @@ var simdKernels = archsimd.X86.AVX2() && archsimd.X86.FMA()
 // (vector decoding of a tile plus the 4×2 kernel wins from two tokens on).
 const dotPathMaxTokens = 1
 
+// clearUpper clears the upper halves of the vector registers (VZEROUPPER).
+// Go's scalar float code is SSE, which runs up to ~100× slower while the
+// upper state is dirty (measured here: math.Exp 6 ns → 900 ns). Besides our
+// vector kernels, Go 1.26's asynchronous preemption leaves it dirty in
+// GOEXPERIMENT=simd builds on AVX-512 CPUs (it restores full ZMM registers),
+// even in goroutines that never ran vector code; so scalar loops of the
+// executor call this every few hundred elements (cost: one instruction).
+func clearUpper() {
+	if hasAVX {
+		archsimd.ClearAVXUpperBits()
+	}
+}
+
+// hasAVX guards VZEROUPPER, which CPUs without AVX lack.
+var hasAVX = archsimd.X86.AVX()
+
 // dot4x2 sets o[2i+j] to the dot product of row i of w (four rows of
 // len(x0)) with x_j.
 func dot4x2(w, x0, x1 []float32, o *[8]float32) {

@@ -8,6 +8,11 @@ import (
 	"github.com/memra-ai/memra/ir/dtype"
 )
 
+// upperChunk is how many elements elementwise kernels process between calls
+// of clearUpper (see gemm_simd.go): after a preemption has left the vector
+// state dirty, at most this many run slowly.
+const upperChunk = 256
+
 // leaf ops hold values set by Step (tokens, positions) or at load (weights).
 func leaf(*exec, *ir.Node) error { return nil }
 
@@ -16,6 +21,7 @@ func embed(e *exec, n *ir.Node) error {
 	y := e.out(n)
 	E := w.cols
 	for t, id := range ids {
+		clearUpper()
 		if id < 0 || int(id) >= w.rows {
 			return fmt.Errorf("%w: token %d of the step is id %d, vocabulary has %d", ErrToken, t, id, w.rows)
 		}
@@ -45,32 +51,44 @@ func siluF(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) 
 
 func silu(e *exec, n *ir.Node) error {
 	x, y := e.in(n, 0), e.out(n)
-	for i, v := range x {
-		y[i] = siluF(v)
+	for i0 := 0; i0 < len(y); i0 += upperChunk {
+		clearUpper()
+		for i := i0; i < min(i0+upperChunk, len(y)); i++ {
+			y[i] = siluF(x[i])
+		}
 	}
 	return nil
 }
 
 func add(e *exec, n *ir.Node) error {
 	x, z, y := e.in(n, 0), e.in(n, 1), e.out(n)
-	for i := range y {
-		y[i] = x[i] + z[i]
+	for i0 := 0; i0 < len(y); i0 += upperChunk {
+		clearUpper()
+		for i := i0; i < min(i0+upperChunk, len(y)); i++ {
+			y[i] = x[i] + z[i]
+		}
 	}
 	return nil
 }
 
 func mul(e *exec, n *ir.Node) error {
 	x, z, y := e.in(n, 0), e.in(n, 1), e.out(n)
-	for i := range y {
-		y[i] = x[i] * z[i]
+	for i0 := 0; i0 < len(y); i0 += upperChunk {
+		clearUpper()
+		for i := i0; i < min(i0+upperChunk, len(y)); i++ {
+			y[i] = x[i] * z[i]
+		}
 	}
 	return nil
 }
 
 func swiglu(e *exec, n *ir.Node) error {
 	g, u, y := e.in(n, 0), e.in(n, 1), e.out(n)
-	for i := range y {
-		y[i] = siluF(g[i]) * u[i]
+	for i0 := 0; i0 < len(y); i0 += upperChunk {
+		clearUpper()
+		for i := i0; i < min(i0+upperChunk, len(y)); i++ {
+			y[i] = siluF(g[i]) * u[i]
+		}
 	}
 	return nil
 }
@@ -78,8 +96,11 @@ func swiglu(e *exec, n *ir.Node) error {
 func biasAdd(e *exec, n *ir.Node) error {
 	x, b, y := e.in(n, 0), e.weights[n.Args[1].ID].vec, e.out(n)
 	N := len(b)
-	for i := range y {
-		y[i] = x[i] + b[i%N]
+	for i0 := 0; i0 < len(y); i0 += upperChunk {
+		clearUpper()
+		for i := i0; i < min(i0+upperChunk, len(y)); i++ {
+			y[i] = x[i] + b[i%N]
+		}
 	}
 	return nil
 }
@@ -88,6 +109,7 @@ func rmsNorm(e *exec, n *ir.Node) error {
 	x, w, y := e.in(n, 0), e.weights[n.Args[1].ID].vec, e.out(n)
 	D, eps := len(w), n.Float("eps")
 	for r := 0; r < len(y)/D; r++ {
+		clearUpper()
 		xr, yr := x[r*D:(r+1)*D], y[r*D:(r+1)*D]
 		ss := 0.0
 		for _, v := range xr {
@@ -110,6 +132,7 @@ func rope(e *exec, n *ir.Node) error {
 	copy(y, x)
 	half := p.Dims / 2
 	for t := range pos {
+		clearUpper()
 		angle0 := float64(pos[t]) * p.PositionScale()
 		for i := 0; i < half; i++ {
 			sin, cos := math.Sincos(angle0 * th[i])

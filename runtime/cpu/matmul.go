@@ -30,9 +30,10 @@ func matmul(e *exec, n *ir.Node) error {
 	M := len(x) / w.cols
 	if M <= dotPathMaxTokens {
 		matmulDot(e, w, x, y, M)
-		return nil
+	} else {
+		matmulTiled(e, w, x, y, M)
 	}
-	matmulTiled(e, w, x, y, M)
+	clearUpper()
 	return nil
 }
 
@@ -43,6 +44,7 @@ func matmulDot(e *exec, w *weight, x, y []float32, M int) {
 	grain := max(1, 65536/(K*max(M, 1)))
 	e.parallel(N, grain, func(_, lo, hi int) {
 		for r := lo; r < hi; r++ {
+			clearUpper()
 			row := w.row(r)
 			for m := 0; m < M; m++ {
 				y[m*N+r] = dtype.Dot(w.t, row, x[m*K:(m+1)*K])
@@ -68,6 +70,7 @@ func matmulTiled(e *exec, w *weight, x, y []float32, M int) {
 		wt := (*buf)[:tileRows*K]
 		decoded := -1
 		for it := lo; it < hi; it++ {
+			clearUpper()
 			rt, tb := it/tokBlocks, it%tokBlocks
 			r0 := rt * tileRows
 			r1 := min(r0+tileRows, N)
