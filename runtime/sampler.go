@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 )
@@ -20,6 +21,19 @@ var ErrNoCandidates = errors.New("runtime: no token left to sample")
 type Mask interface {
 	Apply(logits []float32)
 	Accept(token int32)
+}
+
+// BitsetMask is a Mask that can also give the tokens it allows as a
+// bitset, so the sampler reads the logits of allowed tokens only instead
+// of writing -Inf over every other one of a large vocabulary. The two
+// forms must agree: a token's bit is set exactly when Apply leaves its
+// logit alone.
+type BitsetMask interface {
+	Mask
+	// AllowedBits writes into dst, grown as needed, the tokens allowed next
+	// (bit id%64 of word id/64) and returns it; ids past the returned words
+	// are not allowed.
+	AllowedBits(dst []uint64) []uint64
 }
 
 // Sampler chooses the next token of one sequence from the model's logits.
@@ -56,6 +70,7 @@ type Sampler struct {
 	nPrompt int     // how many of history are prompt tokens
 
 	scratch []float32
+	bits    []uint64
 	cands   []candidate
 	counts  map[int32]int
 }
@@ -122,6 +137,9 @@ func (s *Sampler) Sample(logits []float32) (int32, error) {
 // candidates applies steps 1–9 of the order documented on Sampler and
 // returns the surviving tokens with their probabilities, most likely first.
 func (s *Sampler) candidates(logits []float32) ([]candidate, error) {
+	if bm, ok := s.mask.(BitsetMask); ok {
+		return s.maskedCandidates(logits, bm)
+	}
 	x := append(s.scratch[:0], logits...)
 	s.scratch = x
 	if s.mask != nil {
@@ -135,21 +153,15 @@ func (s *Sampler) candidates(logits []float32) ([]candidate, error) {
 	s.applyPenalties(x)
 
 	cands := s.cands[:0]
-	if s.p.Temperature <= 0 || math.IsNaN(float64(s.p.Temperature)) {
+	if s.greedy() {
 		best, bestV := int32(-1), float32(math.Inf(-1))
 		for i, v := range x {
 			if v > bestV {
 				best, bestV = int32(i), v
 			}
 		}
-		if best < 0 {
-			return nil, ErrNoCandidates
-		}
-		cands = append(cands, candidate{id: best, logit: bestV, p: 1})
-		s.cands = cands
-		return cands, nil
+		return s.argmax(best, bestV)
 	}
-
 	invT := 1 / s.p.Temperature
 	for i, v := range x {
 		if !math.IsInf(float64(v), -1) && !math.IsNaN(float64(v)) {
@@ -157,6 +169,80 @@ func (s *Sampler) candidates(logits []float32) ([]candidate, error) {
 		}
 	}
 	s.cands = cands
+	return s.filter(cands)
+}
+
+// maskedCandidates is candidates for a BitsetMask: the same steps over the
+// allowed tokens only, in id order as the full scan visits them. A token
+// the mask rules out would be -Inf after every step, so leaving it out
+// changes nothing.
+func (s *Sampler) maskedCandidates(logits []float32, bm BitsetMask) ([]candidate, error) {
+	s.bits = bm.AllowedBits(s.bits)
+	cands := s.cands[:0]
+	for w, word := range s.bits {
+		for ; word != 0; word &= word - 1 {
+			id := w*64 + bits.TrailingZeros64(word)
+			if id >= len(logits) {
+				break
+			}
+			cands = append(cands, candidate{id: int32(id), logit: logits[id]})
+		}
+	}
+	s.cands = cands
+	// find returns the candidate of id, or nil when id is not allowed.
+	find := func(id int32) *candidate {
+		i, ok := slices.BinarySearchFunc(cands, id, func(c candidate, id int32) int { return int(c.id - id) })
+		if !ok {
+			return nil
+		}
+		return &cands[i]
+	}
+	for id, b := range s.p.LogitBias {
+		if c := find(id); c != nil {
+			c.logit += b
+		}
+	}
+	s.eachPenalty(len(logits), func(id int32, n int) {
+		if c := find(id); c != nil {
+			c.logit = s.penalize(c.logit, n)
+		}
+	})
+	if s.greedy() {
+		best, bestV := int32(-1), float32(math.Inf(-1))
+		for _, c := range cands {
+			if c.logit > bestV {
+				best, bestV = c.id, c.logit
+			}
+		}
+		return s.argmax(best, bestV)
+	}
+	invT := 1 / s.p.Temperature
+	keep := cands[:0]
+	for _, c := range cands {
+		if v := c.logit; !math.IsInf(float64(v), -1) && !math.IsNaN(float64(v)) {
+			keep = append(keep, candidate{id: c.id, logit: v * invT})
+		}
+	}
+	return s.filter(keep)
+}
+
+// greedy reports whether step 5 applies: the argmax is the token.
+func (s *Sampler) greedy() bool {
+	return s.p.Temperature <= 0 || math.IsNaN(float64(s.p.Temperature))
+}
+
+// argmax returns the greedy choice best (-1: none) as the only candidate.
+func (s *Sampler) argmax(best int32, bestV float32) ([]candidate, error) {
+	if best < 0 {
+		return nil, ErrNoCandidates
+	}
+	cands := append(s.cands[:0], candidate{id: best, logit: bestV, p: 1})
+	s.cands = cands
+	return cands, nil
+}
+
+// filter applies steps 7–9 to the temperature-scaled cands.
+func (s *Sampler) filter(cands []candidate) ([]candidate, error) {
 	if len(cands) == 0 {
 		return nil, ErrNoCandidates
 	}
@@ -202,9 +288,15 @@ func (s *Sampler) candidates(logits []float32) ([]candidate, error) {
 // applyPenalties applies the repetition, presence and frequency penalties
 // over the window of history the parameters select.
 func (s *Sampler) applyPenalties(x []float32) {
+	s.eachPenalty(len(x), func(id int32, n int) { x[id] = s.penalize(x[id], n) })
+}
+
+// eachPenalty calls f for every token id < vocab the penalties touch, with
+// its count among the output tokens of the window (0: seen in the prompt
+// only). It calls nothing when no penalty is set.
+func (s *Sampler) eachPenalty(vocab int, f func(id int32, n int)) {
 	rep := s.p.RepeatPenalty
-	useRep := rep > 0 && rep != 1
-	if !useRep && s.p.PresencePenalty == 0 && s.p.FrequencyPenalty == 0 {
+	if !(rep > 0 && rep != 1) && s.p.PresencePenalty == 0 && s.p.FrequencyPenalty == 0 {
 		return
 	}
 	start := 0
@@ -214,7 +306,7 @@ func (s *Sampler) applyPenalties(x []float32) {
 	clear(s.counts)
 	for i := start; i < len(s.history); i++ {
 		id := s.history[i]
-		if id < 0 || int(id) >= len(x) {
+		if id < 0 || int(id) >= vocab {
 			continue
 		}
 		if i >= s.nPrompt {
@@ -224,19 +316,23 @@ func (s *Sampler) applyPenalties(x []float32) {
 		}
 	}
 	for id, n := range s.counts {
-		v := x[id]
-		if useRep {
-			if v > 0 {
-				v /= rep
-			} else {
-				v *= rep
-			}
-		}
-		if n > 0 {
-			v -= s.p.PresencePenalty + s.p.FrequencyPenalty*float32(n)
-		}
-		x[id] = v
+		f(id, n)
 	}
+}
+
+// penalize applies the penalties to logit v of a token counted n times.
+func (s *Sampler) penalize(v float32, n int) float32 {
+	if rep := s.p.RepeatPenalty; rep > 0 && rep != 1 {
+		if v > 0 {
+			v /= rep
+		} else {
+			v *= rep
+		}
+	}
+	if n > 0 {
+		v -= s.p.PresencePenalty + s.p.FrequencyPenalty*float32(n)
+	}
+	return v
 }
 
 // softmax fills p of cands with their softmax over cands.

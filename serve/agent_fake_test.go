@@ -112,6 +112,7 @@ func newAgentServer(t *testing.T, e Engine, src string, last *json.RawMessage) *
 }
 
 const (
-	hermesSource = `{{ '<tool_call>' }}{% if enable_thinking %}<think>{% endif %}`
-	llamaSource  = `<|start_header_id|>{"name": function name, "parameters": …}`
+	hermesSource  = `{{ '<tool_call>' }}{% if enable_thinking %}<think>{% endif %}`
+	llamaSource   = `<|start_header_id|>{"name": function name, "parameters": …}`
+	mistralSource = `[TOOL_CALLS]{{ tool_calls|tojson }}`
 )

@@ -23,6 +23,7 @@ func chatBody(extra string) string {
 type streamedMessage struct {
 	content, reasoning string
 	calls              []map[string]string
+	fragments          []int // argument deltas per call
 	finish             string
 }
 
@@ -52,12 +53,15 @@ func assemble(t *testing.T, chunks []any) streamedMessage {
 					require.Equal(t, "function", tc["type"])
 					require.Equal(t, "", fn["arguments"])
 					m.calls = append(m.calls, map[string]string{"name": fn["name"].(string)})
+					m.fragments = append(m.fragments, 0)
 					continue
 				}
 				require.Less(t, i, len(m.calls))
 				require.NotContains(t, tc, "id")
 				require.NotContains(t, fn, "name")
+				require.NotEmpty(t, fn["arguments"])
 				m.calls[i]["arguments"] += fn["arguments"].(string)
+				m.fragments[i]++
 			}
 		}
 	}
@@ -78,7 +82,15 @@ func TestToolCallParsing(t *testing.T) {
 			[]map[string]string{{"name": "get_weather", "arguments": `{"city":"Paris"}`}, {"name": "get_weather", "arguments": `{"city":"Rome"}`}}, "tool_calls"},
 		{"hermes text and call", hermesSource, "Checking.\n<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call>", "Checking.",
 			[]map[string]string{{"name": "get_weather", "arguments": `{}`}}, "tool_calls"},
-		{"hermes malformed", hermesSource, "<tool_call>{\"name\": \"get_weather\", \"arguments\": {</tool_call>", "<tool_call>{\"name\": \"get_weather\", \"arguments\": {</tool_call>", nil, "stop"},
+		{"hermes malformed", hermesSource, "<tool_call>{\"name\": \"get_weather\" \"arguments\": {}}</tool_call>", "<tool_call>{\"name\": \"get_weather\" \"arguments\": {}}</tool_call>", nil, "stop"},
+		{"hermes malformed once streamed", hermesSource, "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", </tool_call>", nil,
+			[]map[string]string{{"name": "get_weather", "arguments": `{"city":"Paris"}`}}, "tool_calls"},
+		{"hermes escapes and unicode", hermesSource, "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"S\\u00e3o \\\"Paulo\\\" é 東京 😀\"}}</tool_call>", nil,
+			[]map[string]string{{"name": "get_weather", "arguments": `{"city":"S\u00e3o \"Paulo\" é 東京 😀"}`}}, "tool_calls"},
+		{"llama3 parallel", llamaSource, "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}; {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Bergen\"}}", nil,
+			[]map[string]string{{"name": "get_weather", "arguments": `{"city":"Oslo"}`}, {"name": "get_weather", "arguments": `{"city":"Bergen"}`}}, "tool_calls"},
+		{"mistral parallel", mistralSource, "One moment.[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lyon\"}}, {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Nice\"}}]", "One moment.",
+			[]map[string]string{{"name": "get_weather", "arguments": `{"city":"Lyon"}`}, {"name": "get_weather", "arguments": `{"city":"Nice"}`}}, "tool_calls"},
 		{"llama3", llamaSource, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}", nil,
 			[]map[string]string{{"name": "get_weather", "arguments": `{"city":"Oslo"}`}}, "tool_calls"},
 		{"plain text", hermesSource, "It is sunny.", "It is sunny.", nil, "stop"},
@@ -125,6 +137,11 @@ func TestToolCallParsing(t *testing.T) {
 					require.Empty(t, m.calls)
 				} else {
 					require.Equal(t, tc.calls, m.calls)
+				}
+				if chunk == 1 {
+					for i, n := range m.fragments {
+						require.GreaterOrEqual(t, n, max(2, len(m.calls[i]["arguments"])/2), "call %d: arguments stream token by token", i)
+					}
 				}
 			})
 		}

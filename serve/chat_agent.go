@@ -274,8 +274,9 @@ func (c *chatShape) finish(h *respHeader, index int, reason string) []any {
 }
 
 // pieces turns reasoning text and parsed parts into chunk choices: one for
-// the reasoning, one per run of content, and two per call (its header with
-// empty arguments, then the arguments), as OpenAI streams them.
+// the reasoning, one per run of content, and per call, as OpenAI streams
+// them, a header (index, id, type, name, empty arguments) as soon as the
+// call is certain, then its arguments fragment by fragment.
 func (c *chatShape) pieces(h *respHeader, index int, st *chatStream, reasoning string, parts []tools.Delta) []chatChunkChoice {
 	var out []chatChunkChoice
 	if reasoning != "" {
@@ -290,18 +291,21 @@ func (c *chatShape) pieces(h *respHeader, index int, st *chatStream, reasoning s
 		}
 	}
 	for _, part := range parts {
-		if part.Call == nil {
+		switch {
+		case part.Name != "":
+			flush()
+			i := st.calls
+			st.calls++
+			out = append(out, chatChunkChoice{Index: index, Delta: chatDelta{ToolCalls: []toolCall{{Index: &i,
+				ID: newID("call_"), Type: "function", Function: toolFunction{Name: part.Name}}}}})
+		case part.Args != "":
+			flush()
+			i := st.calls - 1
+			out = append(out, chatChunkChoice{Index: index, Delta: chatDelta{ToolCalls: []toolCall{{Index: &i,
+				Function: toolFunction{Arguments: part.Args}}}}})
+		default:
 			text.WriteString(part.Content)
-			continue
 		}
-		flush()
-		i := st.calls
-		st.calls++
-		out = append(out,
-			chatChunkChoice{Index: index, Delta: chatDelta{ToolCalls: []toolCall{{Index: &i, ID: newID("call_"),
-				Type: "function", Function: toolFunction{Name: part.Call.Name}}}}},
-			chatChunkChoice{Index: index, Delta: chatDelta{ToolCalls: []toolCall{{Index: &i,
-				Function: toolFunction{Arguments: part.Call.Arguments}}}}})
 	}
 	flush()
 	return out

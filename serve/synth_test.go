@@ -134,30 +134,3 @@ func TestSynthLlama3StructuredOutput(t *testing.T) {
 	t.Logf("%d outputs, %d validated, %d cut by max_tokens %v", len(jobs), len(jobs)-total, total, names)
 	require.Less(t, total*3, len(jobs), "at most a third may be cut by max_tokens")
 }
-
-// BenchmarkSynthDecode measures decode tokens/s at batch 1 on the
-// synthesized llama3 model (128k vocabulary), with and without a
-// json_schema mask (go test -bench SynthDecode -run X ./serve/).
-func BenchmarkSynthDecode(b *testing.B) {
-	srv := synthServer(b)
-	t := &testing.T{} // srv.do's helper receiver; failures are checked with b
-	schema, err := os.ReadFile("grammar/testdata/schemas/48_invoice.json")
-	require.NoError(b, err)
-	for _, bc := range []struct{ name, extra string }{
-		{"plain", `"ignore_eos":true`},
-		{"json_schema", `"response_format":{"type":"json_schema","json_schema":{"name":"s","schema":` + string(schema) + `}}`},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			tokens := 0
-			for i := 0; b.Loop(); i++ {
-				body := fmt.Sprintf(`{"model":"synth","prompt":"x","temperature":1,"seed":%d,"max_tokens":128,%s}`, i, bc.extra)
-				status, _, raw := srv.do(t, "POST", "/v1/completions", body)
-				require.Equal(b, 200, status, string(raw))
-				var resp struct{ Usage usage }
-				require.NoError(b, json.Unmarshal(raw, &resp))
-				tokens += resp.Usage.CompletionTokens
-			}
-			b.ReportMetric(float64(tokens)/b.Elapsed().Seconds(), "tok/s")
-		})
-	}
-}

@@ -172,6 +172,7 @@ func gbnfLiteral(s string) string {
 // only where the last phase may end. A rejected token leaves only eog.
 type ChainMask struct {
 	phases []*grammar.Matcher
+	v      *grammar.Vocabulary
 	cur    int
 	eog    []int32
 	err    error
@@ -183,7 +184,7 @@ func NewChainMask(v *grammar.Vocabulary, eog []int32, gs ...*grammar.Grammar) *C
 	if len(gs) == 0 {
 		panic("BUG: NewChainMask without grammars")
 	}
-	c := &ChainMask{eog: eog}
+	c := &ChainMask{eog: eog, v: v}
 	for _, g := range gs {
 		c.phases = append(c.phases, grammar.NewMatcher(g, v))
 	}
@@ -216,6 +217,33 @@ func (c *ChainMask) Apply(logits []float32) {
 			}
 		}
 	}
+}
+
+// AllowedBits implements runtime.BitsetMask: the tokens Apply leaves alone.
+func (c *ChainMask) AllowedBits(dst []uint64) []uint64 {
+	if w := c.v.Words(); cap(dst) < w {
+		dst = make([]uint64, w)
+	} else {
+		dst = dst[:w]
+	}
+	if c.err != nil {
+		clear(dst)
+		for _, t := range c.eog {
+			if int(t)>>6 < len(dst) {
+				dst[t>>6] |= 1 << (t & 63)
+			}
+		}
+		return dst
+	}
+	c.phases[c.cur].Mask(dst)
+	if c.cur < len(c.phases)-1 {
+		for _, t := range c.eog {
+			if int(t)>>6 < len(dst) {
+				dst[t>>6] &^= 1 << (t & 63)
+			}
+		}
+	}
+	return dst
 }
 
 // Accept implements runtime.Mask.

@@ -3,7 +3,8 @@
 // template), and reasoning text between <think> and </think>. Parsers come
 // in a blocking form (Parse, SplitReasoning) and an incremental one for
 // streaming (Parser, Reasoner) that holds back text that may still turn out
-// to be a call marker or a think tag. CallGrammar builds the constraint
+// to be a call marker or a think tag, and streams a call's arguments
+// fragment by fragment once the call is certain. CallGrammar builds the constraint
 // that makes a model emit a well-formed call for tool_choice "required" or
 // a named function.
 package tools

@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -45,7 +46,9 @@ var parseCases = []parseCase{
 	{"hermes string arguments", Hermes, "<tool_call>{\"name\": \"a\", \"arguments\": \"{\\\"q\\\": 1}\"}</tool_call>", "",
 		[]Call{{"a", `{"q":1}`}}},
 	{"hermes unclosed but whole", Hermes, "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}", "", []Call{{"a", `{}`}}},
-	{"hermes malformed", Hermes, "<tool_call>\n{\"name\": \"a\", \"arguments\": {\n</tool_call>", "<tool_call>\n{\"name\": \"a\", \"arguments\": {\n</tool_call>", nil},
+	{"hermes malformed before the arguments", Hermes, "<tool_call>\n{\"name\": \"a\", \"arguments\" {}}\n</tool_call>", "<tool_call>\n{\"name\": \"a\", \"arguments\" {}}\n</tool_call>", nil},
+	{"hermes malformed after the arguments began", Hermes, "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"q\": [1,\n</tool_call>tail", "tail",
+		[]Call{{"a", `{"q":[1]}`}}},
 	{"hermes no name", Hermes, "<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>", nil},
 	{"hermes partial marker at end", Hermes, "a <tool", "a <tool", nil},
 	{"llama json", Llama3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}", "",
@@ -71,42 +74,65 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// assemble joins deltas into content and calls as a client does, checking
+// that each delta sets one field and that arguments follow a call start.
+func assemble(t testing.TB, deltas []Delta) (string, []Call) {
+	var content strings.Builder
+	var calls []Call
+	for _, d := range deltas {
+		set := 0
+		for _, s := range []string{d.Content, d.Name, d.Args} {
+			if s != "" {
+				set++
+			}
+		}
+		require.Equal(t, 1, set, "a delta sets exactly one field: %+v", d)
+		switch {
+		case d.Name != "":
+			calls = append(calls, Call{Name: d.Name})
+		case d.Args != "":
+			require.NotEmpty(t, calls, "arguments before any call")
+			calls[len(calls)-1].Arguments += d.Args
+		default:
+			content.WriteString(d.Content)
+		}
+	}
+	return content.String(), calls
+}
+
+// feed runs text through a new Parser in pieces of size bytes.
+func feed(f Family, text string, size int) []Delta {
+	p := NewParser(f)
+	var out []Delta
+	for i := 0; i < len(text); i += size {
+		out = append(out, p.Add(text[i:min(i+size, len(text))])...)
+	}
+	return append(out, p.Flush()...)
+}
+
 // TestParserChunks feeds every case in pieces of every size: the result
 // must not depend on where the chunks break.
 func TestParserChunks(t *testing.T) {
 	for _, tc := range parseCases {
 		for size := 1; size <= 7; size++ {
-			p := NewParser(tc.f)
-			var parts []Delta
-			for i := 0; i < len(tc.text); i += size {
-				parts = append(parts, p.Add(tc.text[i:min(i+size, len(tc.text))])...)
-			}
-			parts = append(parts, p.Flush()...)
-			var content strings.Builder
-			var calls []Call
-			for _, d := range parts {
-				if d.Call != nil {
-					calls = append(calls, *d.Call)
-				} else {
-					require.NotEmpty(t, d.Content, "%s: empty content delta", tc.name)
-					require.NotContains(t, d.Content, hermesOpen+"\n{\"name\": \"a\", \"arguments\": {}}",
-						"%s: a whole call leaked as content", tc.name)
-					content.WriteString(d.Content)
-				}
-			}
-			require.Equal(t, tc.content, content.String(), "%s size %d", tc.name, size)
+			content, calls := assemble(t, feed(tc.f, tc.text, size))
+			require.NotContains(t, content, hermesOpen+"\n{\"name\": \"a\", \"arguments\": {}}",
+				"%s: a whole call leaked as content", tc.name)
+			require.Equal(t, tc.content, content, "%s size %d", tc.name, size)
 			require.Equal(t, tc.calls, calls, "%s size %d", tc.name, size)
 		}
 	}
 }
 
-// TestParserHoldsMarker: content streams at once, except a possible marker start.
+// TestParserHoldsMarker: content streams at once, except a possible marker
+// start; the call starts as soon as its name and arguments' '{' are read.
 func TestParserHoldsMarker(t *testing.T) {
 	p := NewParser(Hermes)
 	require.Equal(t, []Delta{{Content: "Hi"}}, p.Add("Hi <tool"))
 	require.Empty(t, p.Add("_call>{\"name\":"))
-	d := p.Add("\"f\",\"arguments\":{}}</tool_call>")
-	require.Equal(t, []Delta{{Call: &Call{"f", "{}"}}}, d)
+	require.Empty(t, p.Add("\"f\",\"arguments\":"))
+	require.Equal(t, []Delta{{Name: "f"}, {Args: "{"}}, p.Add(" {"))
+	require.Equal(t, []Delta{{Args: "}"}}, p.Add("}}</tool_call>"))
 	require.Empty(t, p.Flush())
 	require.Equal(t, 1, p.Calls())
 }
@@ -115,30 +141,20 @@ func FuzzParse(f *testing.F) {
 	for _, tc := range parseCases {
 		f.Add(int(tc.f), tc.text, 3)
 	}
+	for _, tc := range streamCases {
+		f.Add(int(tc.f), tc.text, 2)
+	}
 	f.Fuzz(func(t *testing.T, fam int, text string, size int) {
 		fm := Family(((fam % 4) + 4) % 4)
 		if size < 1 {
 			size = 1
 		}
 		wantContent, wantCalls := Parse(fm, text)
-		p := NewParser(fm)
-		var content strings.Builder
-		var calls []Call
-		for i := 0; i <= len(text); i += size {
-			for _, d := range p.Add(text[i:min(i+size, len(text))]) {
-				if d.Call != nil {
-					calls = append(calls, *d.Call)
-				}
-				content.WriteString(d.Content)
-			}
-		}
-		for _, d := range p.Flush() {
-			if d.Call != nil {
-				calls = append(calls, *d.Call)
-			}
-			content.WriteString(d.Content)
-		}
-		require.Equal(t, wantContent, content.String())
+		content, calls := assemble(t, feed(fm, text, size))
+		require.Equal(t, wantContent, content)
 		require.Equal(t, wantCalls, calls)
+		for _, c := range calls {
+			require.True(t, json.Valid([]byte(c.Arguments)), "arguments %q", c.Arguments)
+		}
 	})
 }
