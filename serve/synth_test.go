@@ -41,19 +41,19 @@ func synthServer(t testing.TB) *testServer {
 }
 
 // TestSynthLlama3StructuredOutput is the done-when of structured output:
-// outputs (2 seeds) for each of the 50 schemas of serve/grammar's
+// outputs (4 seeds: 200 in all) for each of the 50 schemas of serve/grammar's
 // testdata, at temperature 1 over a real 128k vocabulary with random
 // weights, all validate; and GBNF grammars likewise (4 seeds). Outputs cut
 // by max_tokens are counted apart and must be a minority. It is the
 // package's slowest test (every token samples from 128k logits), so it
-// runs beside the others; the seed counts keep it to ~10–20 s on 2 cores.
+// runs beside the others.
 func TestSynthLlama3StructuredOutput(t *testing.T) {
 	t.Parallel()
 	srv := synthServer(t)
 	files, err := filepath.Glob("grammar/testdata/schemas/*.json")
 	require.NoError(t, err)
 	require.Len(t, files, 50)
-	seeds, gbnfSeeds := 2, 4
+	seeds, gbnfSeeds := 4, 4
 	if testing.Short() {
 		files, seeds, gbnfSeeds = files[:10], 1, 2
 	}
