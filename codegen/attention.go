@@ -53,6 +53,17 @@ func (s AttnShape) defines(w *Writer) {
 type DecodeArm struct {
 	Threads int // threads per block of the partial kernel
 	Chunk   int // keys per split
+	// Live selects how the splits follow the sequence's live KV length
+	// (read from kv_len on the device, so the launch geometry stays that of
+	// the capacity and graph replay holds):
+	//   0: fixed CHUNK-key splits; an empty split writes a zero output and a
+	//      neutral (max −inf, sum 0) pair; the combine reads every split.
+	//   1: fixed CHUNK-key splits; an empty split writes only the neutral
+	//      pair and exits; the combine reads only the live splits.
+	//   2: as 1, with the live length spread over all splits: chunk =
+	//      min(CHUNK, ⌈len/splits⌉ rounded up to 32, at least 32), so short contexts use
+	//      every block instead of the first few.
+	Live int
 }
 
 // DefaultDecodeArm is the arm used before tuning.
@@ -63,7 +74,7 @@ var DecodeKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 1
 
 // Validate reports whether a is well formed.
 func (a DecodeArm) Validate() error {
-	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.Chunk < 32 || a.Chunk > 4096 {
+	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.Chunk < 32 || a.Chunk > 4096 || a.Live < 0 || a.Live > 2 {
 		return fmt.Errorf("%w: decode attention arm %+v", ErrUnsupported, a)
 	}
 	return nil
@@ -74,8 +85,32 @@ func DecodeArms() []DecodeArm {
 	return enumerate(DecodeKnobs, func(v map[string]int) DecodeArm { return DecodeArm{Threads: v["threads"], Chunk: v["chunk"]} }, DecodeArm.Validate)
 }
 
+// DecodeLiveKnobs is the search space of the live-length arms (Live 1
+// and 2), tuned as family "attn_decode_live" so that the attn_decode space
+// and its recorded entries stay as they are.
+var DecodeLiveKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 128, 256, 512, 1024}}, {"live", []int{1, 2}}}
+
+// DefaultDecodeLiveArm is the live-length arm used before tuning.
+var DefaultDecodeLiveArm = DecodeArm{Threads: 128, Chunk: 256, Live: 2}
+
 // String is the arm's short name used in kernel names and tables.
-func (a DecodeArm) String() string { return fmt.Sprintf("t%d_c%d", a.Threads, a.Chunk) }
+func (a DecodeArm) String() string {
+	if a.Live != 0 {
+		return fmt.Sprintf("t%d_c%d_l%d", a.Threads, a.Chunk, a.Live)
+	}
+	return fmt.Sprintf("t%d_c%d", a.Threads, a.Chunk)
+}
+
+// liveChunk writes the device expression of the keys per split into
+// "const int chunk": CHUNK, or for Live 2 the live length spread over the
+// splits. The partial and the combine kernels share it.
+func (a DecodeArm) liveChunk(w *Writer) {
+	if a.Live == 2 {
+		w.Line("const int chunk = min(CHUNK, max(32, ((len + splits - 1) / splits + 31) & ~31));")
+		return
+	}
+	w.Line("const int chunk = CHUNK;")
+}
 
 // Splits returns the number of KV splits for a key length.
 func (a DecodeArm) Splits(kvLen int) int { return max(1, ceilDiv(kvLen, a.Chunk)) }
@@ -121,11 +156,21 @@ func DecodeAttention(s AttnShape, arm DecodeArm) (partial, combine *Kernel, err 
 			w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;")
 			w.Line("pdl_wait();")
 			w.Line("const int len = kv_len[seq];")
-			w.Line("const int j0 = split * CHUNK;")
-			w.Line("const int n = min(CHUNK, len - j0);")
+			if arm.Live == 0 {
+				w.Line("const int j0 = split * CHUNK;")
+				w.Line("const int n = min(CHUNK, len - j0);")
+			} else {
+				arm.liveChunk(w)
+				w.Line("const int j0 = split * chunk;")
+				w.Line("const int n = min(chunk, len - j0);")
+			}
 			w.Line("const size_t po = ((size_t)(seq * HQ + h) * splits + split);")
 			w.If("n <= 0", func() {
-				w.For("d", "threadIdx.x", "HD", fmt.Sprint(arm.Threads), 0, func() { w.Line("part_o[po * HD + d] = 0.f;") })
+				if arm.Live == 0 {
+					w.For("d", "threadIdx.x", "HD", fmt.Sprint(arm.Threads), 0, func() { w.Line("part_o[po * HD + d] = 0.f;") })
+				} else {
+					w.Comment("past the live length: a neutral partial (the combine never reads its output)")
+				}
 				w.If("threadIdx.x == 0", func() {
 					w.Linef("part_ml[2 * po] = %s;", cfloat(float32(math.Inf(-1))))
 					w.Line("part_ml[2 * po + 1] = 0.f;")
@@ -178,15 +223,26 @@ func DecodeAttention(s AttnShape, arm DecodeArm) (partial, combine *Kernel, err 
 		{"float* __restrict__", "out"}, {"int", "splits"}}
 	csrc := source(fmt.Sprintf("split-KV decode attention, combine: %s, %v", s.tag(), arm), []string{"types", "pdl"}, func(w *Writer) {
 		s.defines(w)
+		if arm.Live != 0 {
+			w.Linef("#define CHUNK %d", arm.Chunk)
+		}
 		w.Blank()
 		w.Emit(Func{Name: cname, Global: true, LaunchBounds: s.HeadDim, Params: cparams, Body: func(w *Writer) {
 			w.Line("const int h = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;")
 			w.Line("pdl_wait();")
 			w.Line("const size_t p0 = (size_t)(seq * HQ + h) * splits;")
+			live := "splits"
+			if arm.Live != 0 {
+				w.Line("const int len = kv_len[seq];")
+				arm.liveChunk(w)
+				w.Comment("only the splits holding keys; neutral partials (sum 0) are skipped as well")
+				w.Line("const int live = min(splits, (len + chunk - 1) / chunk);")
+				live = "live"
+			}
 			w.Linef("float m = %s;", cfloat(float32(math.Inf(-1))))
-			w.For("i", "0", "splits", "1", 0, func() { w.Line("m = fmaxf(m, part_ml[2 * (p0 + i)]);") })
+			w.For("i", "0", live, "1", 0, func() { w.Line("m = fmaxf(m, part_ml[2 * (p0 + i)]);") })
 			w.Line("float num = 0.f, den = 0.f;")
-			w.For("i", "0", "splits", "1", 0, func() {
+			w.For("i", "0", live, "1", 0, func() {
 				w.Line("const float l = part_ml[2 * (p0 + i) + 1];")
 				w.If("l > 0.f", func() {
 					w.Line("const float wgt = l * expf(part_ml[2 * (p0 + i)] - m);")

@@ -57,6 +57,13 @@ func ProductClass(t dtype.Type, n, k int, residual bool) string {
 	return c
 }
 
+// GemmSmallClass is the class of the small-batch product GemmSmall: the
+// same identity as ProductClass (e.g. "q4_k_n6144_k4096_res"), recorded
+// under its own family "gemm_small".
+func GemmSmallClass(t dtype.Type, n, k int, residual bool) string {
+	return ProductClass(t, n, k, residual)
+}
+
 // ArmPicker chooses the arm of one kernel from its family and shape class
 // (a tunedb lookup, typically). ok false leaves the kernel on the arm of
 // LowerOptions.Arms (the family default when that is zero).
@@ -103,11 +110,25 @@ func (l *lowerer) mmaArm(class string) MMAArm {
 	return l.arms.MMA
 }
 
+// decodeArm looks a live-length arm (Arms.Decode.Live ≠ 0) up in the
+// "attn_decode_live" space, so a tuned fixed-split arm never replaces it.
 func (l *lowerer) decodeArm(class string) DecodeArm {
-	if p, ok := l.picked("attn_decode", class); ok {
+	family := "attn_decode"
+	if l.arms.Decode.Live != 0 {
+		family = "attn_decode_live"
+	}
+	if p, ok := l.picked(family, class); ok {
 		return DecodeArmOf(p)
 	}
 	return l.arms.Decode
+}
+
+// gemmSmallArm returns the arm of the small-batch product of class.
+func (l *lowerer) gemmSmallArm(class string) GemmSmallArm {
+	if p, ok := l.picked("gemm_small", class); ok {
+		return GemmSmallArmOf(p)
+	}
+	return l.arms.GemmSmall
 }
 
 func (l *lowerer) prefillArm(class string) PrefillArm {

@@ -55,6 +55,15 @@ func TestCompileGate(t *testing.T) {
 		require.NoError(t, err)
 		ks = append(ks, g, m)
 	}
+	// layout-1 (repacked) GEMV arms, one per repacked type (1000 rows: ragged for 3 and 16 rows per block)
+	for i, t2 := range codegen.RepackTypes {
+		arm := []codegen.GEMVArm{{Threads: 96, RowsPerBlock: 3, Unroll: 1}, {Threads: 256, RowsPerBlock: 8, Unroll: 4},
+			{Threads: 512, RowsPerBlock: 16, Unroll: 8}, {Threads: 128, RowsPerBlock: 2, Unroll: 2}}[i]
+		arm.SharedX, arm.Layout = 1, 1
+		g, err := codegen.GEMV(t2, 1000, 512, i%2 == 0, arm)
+		require.NoError(t, err)
+		ks = append(ks, g)
+	}
 	r, err := codegen.RMSNormAdd(s.Hidden, s.Eps, false, codegen.BlockArm{Threads: 1024})
 	require.NoError(t, err)
 	ks = append(ks, r)

@@ -12,6 +12,9 @@ type GEMVArm struct {
 	RowsPerBlock int // output rows per block; Threads/RowsPerBlock threads (whole warps) per row
 	Unroll       int // unroll factor of the loop over a row's 32-element units
 	SharedX      int // 1: stage the activation row in shared memory; 0: read it from global memory
+	// Layout is the weight layout the kernel reads: 0 the file's, 1 the
+	// repacked planes of Repack (RepackTypes only; needs SharedX 1).
+	Layout int
 }
 
 // DefaultGEMVArm is the arm used before tuning: one warp per row, 8 rows per
@@ -24,12 +27,14 @@ var GEMVKnobs = []Knob{
 	{"rows_per_block", []int{1, 2, 4, 8, 16}},
 	{"unroll", []int{1, 2, 4, 8}},
 	{"shared_x", []int{0, 1}},
+	{"layout", []int{0, 1}},
 }
 
 // Validate reports whether a is well formed.
 func (a GEMVArm) Validate() error {
 	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.RowsPerBlock <= 0 ||
-		a.Threads%a.RowsPerBlock != 0 || (a.Threads/a.RowsPerBlock)%32 != 0 || a.Unroll <= 0 || a.SharedX < 0 || a.SharedX > 1 {
+		a.Threads%a.RowsPerBlock != 0 || (a.Threads/a.RowsPerBlock)%32 != 0 || a.Unroll <= 0 || a.SharedX < 0 || a.SharedX > 1 ||
+		a.Layout < 0 || a.Layout > 1 || (a.Layout == 1 && a.SharedX != 1) {
 		return fmt.Errorf("%w: gemv arm %+v", ErrUnsupported, a)
 	}
 	return nil
@@ -38,13 +43,29 @@ func (a GEMVArm) Validate() error {
 // GEMVArms lists every valid GEMVArm of the search space.
 func GEMVArms() []GEMVArm {
 	return enumerate(GEMVKnobs, func(v map[string]int) GEMVArm {
-		return GEMVArm{Threads: v["threads"], RowsPerBlock: v["rows_per_block"], Unroll: v["unroll"], SharedX: v["shared_x"]}
+		return GEMVArmOf(v)
 	}, GEMVArm.Validate)
 }
 
 // String is the arm's short name used in kernel names and tables.
 func (a GEMVArm) String() string {
-	return fmt.Sprintf("t%d_r%d_u%d_s%d", a.Threads, a.RowsPerBlock, a.Unroll, a.SharedX)
+	s := fmt.Sprintf("t%d_r%d_u%d_s%d", a.Threads, a.RowsPerBlock, a.Unroll, a.SharedX)
+	if a.Layout != 0 {
+		s += fmt.Sprintf("_l%d", a.Layout)
+	}
+	return s
+}
+
+// ValidFor reports whether a is well formed for weights of type t: layout
+// 1 needs a repacked layout of t.
+func (a GEMVArm) ValidFor(t dtype.Type) error {
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	if a.Layout == 1 && !Repackable(t) {
+		return fmt.Errorf("%w: gemv layout 1 for %v (have %v)", ErrUnsupported, t, RepackTypes)
+	}
+	return nil
 }
 
 // GEMV returns the matrix-vector product y = W·x for W of n rows of k
@@ -54,15 +75,19 @@ func (a GEMVArm) String() string {
 //	gemv(const u8* W, const float* x, float* y, int m)
 //
 // With residual the product is added to y (y += W·x). grid (⌈n/rows⌉, m).
+// An arm of Layout 1 reads W in the layout of Repack(t, n, k, ·).
 func GEMV(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
 	if err := checkRow(t, k); err != nil {
 		return nil, err
 	}
-	if err := arm.Validate(); err != nil {
+	if err := arm.ValidFor(t); err != nil {
 		return nil, err
 	}
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: gemv with %d rows", ErrUnsupported, n)
+	}
+	if arm.Layout == 1 {
+		return gemvRepacked(t, n, k, residual, arm)
 	}
 	rowBytes, _ := t.RowBytes(k)
 	tpr := arm.Threads / arm.RowsPerBlock

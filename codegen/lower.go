@@ -26,6 +26,8 @@ type Arms struct {
 	Block   BlockArm
 	Decode  DecodeArm
 	Prefill PrefillArm
+	// GemmSmall is the arm of the small-batch products (LowerOptions.SmallBatch).
+	GemmSmall GemmSmallArm
 }
 
 // WithDefaults returns a with each zero field replaced by its family's
@@ -45,6 +47,9 @@ func (a Arms) WithDefaults() Arms {
 	}
 	if a.Prefill == (PrefillArm{}) {
 		a.Prefill = DefaultPrefillArm
+	}
+	if a.GemmSmall == (GemmSmallArm{}) {
+		a.GemmSmall = DefaultGemmSmallArm
 	}
 	return a
 }
@@ -68,6 +73,11 @@ type LowerOptions struct {
 	PrefillGEMV bool
 	// Argmax appends the greedy argmax of the logits.
 	Argmax bool
+	// SmallBatch makes decode programs of MaxSeqs ≥ 2 use the small-batch
+	// tensor-core product (GemmSmall: weights read once per step for the
+	// whole batch, activations rounded to bf16) instead of the GEMV. Off by
+	// default until measured.
+	SmallBatch bool
 }
 
 // view is where a node's value lives: floats [off, off+width) of each row
@@ -88,6 +98,8 @@ type lowerer struct {
 	val     map[int]view
 	done    map[int]bool
 	arms    Arms
+	// repacked marks the kernels that read their weight in layout 1
+	repacked map[int]bool
 }
 
 // Lower turns g (verified, after ir.RunPasses) into a Program for the step
@@ -110,7 +122,7 @@ func Lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 		return nil, err
 	}
 	l := &lowerer{g: g, o: opts, users: g.Users(), kernels: map[string]int{}, weights: map[string]int{},
-		val: map[int]view{}, done: map[int]bool{}, arms: opts.Arms.WithDefaults()}
+		val: map[int]view{}, done: map[int]bool{}, arms: opts.Arms.WithDefaults(), repacked: map[int]bool{}}
 	l.p = &Program{Model: g.Name, Arch: g.Arch, Class: opts.Class, MaxTokens: opts.MaxTokens, MaxSeqs: opts.MaxSeqs,
 		Context: opts.Context, Cache: opts.Cache, Layers: g.Consts["layers"],
 		KVWidth: g.Consts["heads_kv"] * g.Consts["head_dim"], Vocab: g.Consts["vocab"], Logits: -1, Argmax: -1,
@@ -123,6 +135,7 @@ func Lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 			return nil, fmt.Errorf("%w: %%%d %v: %w", ErrLower, n.ID, n.Op, err)
 		}
 	}
+	l.splitLayouts()
 	if l.p.Logits < 0 && l.p.HiddenOut < 0 {
 		return nil, fmt.Errorf("%w: graph has no output", ErrLower)
 	}

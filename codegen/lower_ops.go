@@ -50,8 +50,17 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	var err error
 	if l.o.Class == Prefill && !l.o.PrefillGEMV && rows == ir.T {
 		kern, err = l.kernel(MatMulMMA(t, n, k, residual, l.mmaArm(ProductClass(t, n, k, residual))))
+	} else if l.o.SmallBatch && l.o.Class == Decode && l.o.MaxSeqs >= 2 {
+		kern, err = l.kernel(GemmSmall(t, n, k, residual, l.gemmSmallArm(GemmSmallClass(t, n, k, residual))))
 	} else {
-		kern, err = l.kernel(GEMV(t, n, k, residual, l.gemvArm(ProductClass(t, n, k, residual))))
+		arm := l.gemvArm(ProductClass(t, n, k, residual))
+		if arm.Layout == 1 && !Repackable(t) {
+			arm.Layout = 0
+		}
+		kern, err = l.kernel(GEMV(t, n, k, residual, arm))
+		if err == nil && arm.Layout == 1 {
+			l.repacked[kern] = true
+		}
 	}
 	if err != nil {
 		return err

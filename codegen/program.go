@@ -141,6 +141,9 @@ type WeightRef struct {
 	PadCols int // elements per row on the device
 	Rope    ir.RopeParams
 	Factors string // rope frequency factors tensor, or ""
+	// Layout is the matrix's device layout: 0 the file's rows, 1 the
+	// planes of Repack (read by layout-1 GEMV arms). Same size either way.
+	Layout int
 }
 
 // Rows returns the rows (or elements, for vectors) on the device.
@@ -340,7 +343,11 @@ func (w *WeightRef) describe() string {
 		if w.PadCols != w.Cols {
 			cols += fmt.Sprintf("→%d", w.PadCols)
 		}
-		return fmt.Sprintf("%v matrix %d×%s = %s, %d bytes", w.Type, w.Rows(), cols, strings.Join(parts, " + "), w.Bytes())
+		rp := ""
+		if w.Layout == 1 {
+			rp = " repacked"
+		}
+		return fmt.Sprintf("%v%s matrix %d×%s = %s, %d bytes", w.Type, rp, w.Rows(), cols, strings.Join(parts, " + "), w.Bytes())
 	case WeightRope:
 		f := ""
 		if w.Factors != "" {

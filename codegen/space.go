@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/memra-ai/memra/ir/dtype"
 )
 
 // Point is one arm of a family's search space written as knob values by
@@ -41,6 +43,10 @@ type Space struct {
 	Family  string // family name, as in Kernel.Family (decode attention: "attn_decode")
 	Knobs   []Knob // the tuning dimensions and the values searched
 	Default Point  // the arm used when the tunedb has no entry
+	// optional are knobs a point may leave out, with the value implied
+	// then (knobs added after tunedbs were written: old points stay
+	// valid and keep their names). Arms leaves them out at that value.
+	optional Point
 	// check validates the typed arm built from a complete point.
 	check func(Point) error
 	// name returns the typed arm's short name.
@@ -51,15 +57,32 @@ type Space struct {
 // and meets the family's constraints. Values outside a knob's searched list
 // are accepted when the family's Validate accepts them.
 func (s Space) Valid(p Point) error {
-	if len(p) != len(s.Knobs) {
-		return fmt.Errorf("%w: %s arm %v: want knobs %s", ErrUnsupported, s.Family, p, s.knobNames())
-	}
-	for _, k := range s.Knobs {
-		if _, ok := p[k.Name]; !ok {
-			return fmt.Errorf("%w: %s arm %v: no knob %q", ErrUnsupported, s.Family, p, k.Name)
+	for name := range p {
+		if !slices.ContainsFunc(s.Knobs, func(k Knob) bool { return k.Name == name }) {
+			return fmt.Errorf("%w: %s arm %v: want knobs %s", ErrUnsupported, s.Family, p, s.knobNames())
 		}
 	}
-	return s.check(p)
+	full := Point{}
+	for _, k := range s.Knobs {
+		v, ok := p[k.Name]
+		if !ok {
+			if v, ok = s.optional[k.Name]; !ok {
+				return fmt.Errorf("%w: %s arm %v: no knob %q", ErrUnsupported, s.Family, p, k.Name)
+			}
+		}
+		full[k.Name] = v
+	}
+	return s.check(full)
+}
+
+// canonical returns p without the optional knobs at their implied value.
+func (s Space) canonical(p Point) Point {
+	for k, v := range s.optional {
+		if w, ok := p[k]; ok && w == v {
+			delete(p, k)
+		}
+	}
+	return p
 }
 
 // ArmName returns the family's short name of arm p (e.g. "t256_r8_u4_s1"),
@@ -73,7 +96,7 @@ func (s Space) ArmName(p Point) string {
 
 // Arms lists every valid arm of the space in a stable order.
 func (s Space) Arms() []Point {
-	return enumerate(s.Knobs, func(v map[string]int) Point { return Point(v) }, s.Valid)
+	return enumerate(s.Knobs, func(v map[string]int) Point { return s.canonical(Point(v)) }, s.Valid)
 }
 
 // Size is the number of valid arms.
@@ -90,9 +113,14 @@ func (s Space) knobNames() string {
 // Point returns a as a Point.
 func (a BlockArm) Point() Point { return Point{"threads": a.Threads} }
 
-// Point returns a as a Point.
+// Point returns a as a Point; layout 0 (the file's) is left out, as in
+// points written before the knob existed.
 func (a GEMVArm) Point() Point {
-	return Point{"threads": a.Threads, "rows_per_block": a.RowsPerBlock, "unroll": a.Unroll, "shared_x": a.SharedX}
+	p := Point{"threads": a.Threads, "rows_per_block": a.RowsPerBlock, "unroll": a.Unroll, "shared_x": a.SharedX}
+	if a.Layout != 0 {
+		p["layout"] = a.Layout
+	}
+	return p
 }
 
 // Point returns a as a Point.
@@ -100,8 +128,14 @@ func (a MMAArm) Point() Point {
 	return Point{"bm": a.BM, "bn": a.BN, "warps_m": a.WarpsM, "warps_n": a.WarpsN}
 }
 
-// Point returns a as a Point.
-func (a DecodeArm) Point() Point { return Point{"threads": a.Threads, "chunk": a.Chunk} }
+// Point returns a as a Point ("live" only for the live-length arms, whose
+// space is "attn_decode_live").
+func (a DecodeArm) Point() Point {
+	if a.Live != 0 {
+		return Point{"threads": a.Threads, "chunk": a.Chunk, "live": a.Live}
+	}
+	return Point{"threads": a.Threads, "chunk": a.Chunk}
+}
 
 // Point returns a as a Point.
 func (a PrefillArm) Point() Point { return Point{"warps": a.Warps} }
@@ -111,7 +145,7 @@ func BlockArmOf(p Point) BlockArm { return BlockArm{Threads: p["threads"]} }
 
 // GEMVArmOf returns the GEMVArm p describes (missing knobs are zero).
 func GEMVArmOf(p Point) GEMVArm {
-	return GEMVArm{Threads: p["threads"], RowsPerBlock: p["rows_per_block"], Unroll: p["unroll"], SharedX: p["shared_x"]}
+	return GEMVArm{Threads: p["threads"], RowsPerBlock: p["rows_per_block"], Unroll: p["unroll"], SharedX: p["shared_x"], Layout: p["layout"]}
 }
 
 // MMAArmOf returns the MMAArm p describes (missing knobs are zero).
@@ -120,7 +154,9 @@ func MMAArmOf(p Point) MMAArm {
 }
 
 // DecodeArmOf returns the DecodeArm p describes (missing knobs are zero).
-func DecodeArmOf(p Point) DecodeArm { return DecodeArm{Threads: p["threads"], Chunk: p["chunk"]} }
+func DecodeArmOf(p Point) DecodeArm {
+	return DecodeArm{Threads: p["threads"], Chunk: p["chunk"], Live: p["live"]}
+}
 
 // PrefillArmOf returns the PrefillArm p describes (missing knobs are zero).
 func PrefillArmOf(p Point) PrefillArm { return PrefillArm{Warps: p["warps"]} }
@@ -147,9 +183,36 @@ func Spaces() []Space {
 		block("argmax"),
 		armSpace("attn_decode", DecodeKnobs, DefaultDecodeArm.Point(), DecodeArmOf),
 		armSpace("attn_prefill", PrefillKnobs, DefaultPrefillArm.Point(), PrefillArmOf),
-		armSpace("gemv", GEMVKnobs, DefaultGEMVArm.Point(), GEMVArmOf),
+		gemvSpace(),
 		armSpace("mma", MMAKnobs, DefaultMMAArm.Point(), MMAArmOf),
+		armSpace("gemm_small", GemmSmallKnobs, DefaultGemmSmallArm.Point(), GemmSmallArmOf),
+		armSpace("attn_decode_live", DecodeLiveKnobs, DefaultDecodeLiveArm.Point(), DecodeArmOf),
 	}
+}
+
+// gemvSpace is the gemv family's space over every weight type: layout 1
+// arms are valid for some types only (see GEMVSpaceFor).
+func gemvSpace() Space {
+	s := armSpace("gemv", GEMVKnobs, DefaultGEMVArm.Point(), GEMVArmOf)
+	s.optional = Point{"layout": 0}
+	return s
+}
+
+// GEMVSpaceFor is the gemv space of products with weights of type t: the
+// layout knob searches 1 only when t has a repacked layout, and Valid
+// rejects layout 1 arms for other types.
+func GEMVSpaceFor(t dtype.Type) Space {
+	s := gemvSpace()
+	if !Repackable(t) {
+		s.Knobs = slices.Clone(s.Knobs)
+		for i, k := range s.Knobs {
+			if k.Name == "layout" {
+				s.Knobs[i] = Knob{Name: k.Name, Values: []int{0}}
+			}
+		}
+	}
+	s.check = func(p Point) error { return GEMVArmOf(p).ValidFor(t) }
+	return s
 }
 
 // SpaceFamilies lists the family names of Spaces, in order.

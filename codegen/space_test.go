@@ -23,6 +23,14 @@ func TestSpacesMatchTypedArms(t *testing.T) {
 	for _, a := range PrefillArms() {
 		typed["attn_prefill"] = append(typed["attn_prefill"], a.String())
 	}
+	for _, a := range GemmSmallArms() {
+		typed["gemm_small"] = append(typed["gemm_small"], a.String())
+	}
+	for _, a := range enumerate(DecodeLiveKnobs, func(v map[string]int) DecodeArm {
+		return DecodeArm{Threads: v["threads"], Chunk: v["chunk"], Live: v["live"]}
+	}, DecodeArm.Validate) {
+		typed["attn_decode_live"] = append(typed["attn_decode_live"], a.String())
+	}
 	for _, s := range Spaces() {
 		t.Run(s.Family, func(t *testing.T) {
 			want, ok := typed[s.Family]

@@ -63,6 +63,12 @@ type Case struct {
 	kernels func(arm codegen.Point) ([]*codegen.Kernel, error)
 	setup   func(r *rand.Rand) (*inputs, error)
 	seed    uint64
+	// space, when set, replaces the family's search space (gemv: the
+	// layout knob restricted to the case's weight type)
+	space *codegen.Space
+	// capacity, when positive, is the key count decode attention's splits
+	// cover (the lowering's context) instead of the longest sequence.
+	capacity int
 
 	once sync.Once
 	in   *inputs
@@ -74,6 +80,9 @@ func (c *Case) ID() string { return c.Family + "/" + c.Class }
 
 // Space returns the family's search space.
 func (c *Case) Space() codegen.Space {
+	if c.space != nil {
+		return *c.space
+	}
 	s, err := codegen.SpaceByName(c.Family)
 	if err != nil {
 		panic("BUG: check case of unknown family " + c.Family)

@@ -23,8 +23,22 @@ func TestKernelCheckCases(t *testing.T) {
 		labels = append(labels, c.Label+" "+c.DType)
 	}
 	require.Equal(t, []string{"rmsnorm f32", "rope_kv f16 cache", "swiglu f32", "argmax f32", "attn_decode f16 cache", "attn_prefill f16 cache",
-		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemv/down q4_k",
-		"embedding f16", "gemv/qkv f16", "mma/qkv f16", "gemv/down f16"}, labels)
+		"attn_decode_live f16 cache",
+		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemm_small/qkv q4_k", "gemv/down q4_k",
+		"embedding f16", "gemv/qkv f16", "mma/qkv f16", "gemm_small/qkv f16", "gemv/down f16"}, labels)
+	for _, c := range cs {
+		switch c.Family {
+		case "gemm_small":
+			l, err := c.Launch(c.Space().Default)
+			require.NoError(t, err)
+			require.Equal(t, 8, l.Dims.Tokens)
+		case "attn_decode_live":
+			l, err := c.Launch(c.Space().Default)
+			require.NoError(t, err)
+			require.Equal(t, 4096, l.Dims.KVLen, "splits cover the capacity, not the longest sequence")
+			require.Equal(t, codegen.DefaultDecodeLiveArm.Splits(4096), l.Args[0][7].Scalar)
+		}
+	}
 }
 
 // TestCompareDetectsWrongOutput feeds each case's reference-shaped outputs:
@@ -75,7 +89,8 @@ func TestTuneCasesUnique(t *testing.T) {
 		seen[c.ID()] = true
 	}
 	for _, id := range []string{"gemv/q4_k_n6144_k4096", "gemv/q4_k_n4096_k14336_res", "gemv/q4_k_n28672_k4096", "gemv/q4_k_n128256_k4096",
-		"mma/q4_k_n6144_k4096", "attn_decode/h32_8_d128_f16", "rope_kv/inter_h32_8_d128_r128_f16", "rmsnorm/d4096"} {
+		"mma/q4_k_n6144_k4096", "attn_decode/h32_8_d128_f16", "gemm_small/q4_k_n6144_k4096", "gemm_small/q4_k_n4096_k14336_res",
+		"attn_decode_live/h32_8_d128_f16", "rope_kv/inter_h32_8_d128_r128_f16", "rmsnorm/d4096"} {
 		require.True(t, seen[id], id)
 	}
 	require.Len(t, Tasks(append(cs, cs...)), len(cs))

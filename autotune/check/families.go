@@ -217,11 +217,11 @@ func Decode(shape string, as codegen.AttnShape, lens []int32, seed uint64) *Case
 				if err != nil {
 					return nil, err
 				}
-				splits := codegen.DecodeArmOf(arm).Splits(maxLen)
+				splits := codegen.DecodeArmOf(arm).Splits(max(maxLen, c.capacity))
 				po := fbuf(make([]float32, seqs*as.Heads*splits*as.HeadDim))
 				pml := fbuf(make([]float32, seqs*as.Heads*splits*2))
 				lb, out := ibuf(lens), fbuf(make([]float32, seqs*as.Heads*as.HeadDim))
-				return &Launch{Kernels: ks, Dims: codegen.Dims{Seqs: seqs, KVLen: maxLen}, Args: [][]Arg{
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Seqs: seqs, KVLen: max(maxLen, c.capacity)}, Args: [][]Arg{
 					{b(fbuf(q)), b(&Buf{Data: kcb}), b(&Buf{Data: vcb}), b(ibuf(base)), b(lb), b(po), b(pml), s(splits)},
 					{b(po), b(pml), b(lb), b(out), s(splits)},
 				}, Outs: []*Buf{out}}, nil
@@ -324,6 +324,10 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 	dt := strings.ToLower(t.String())
 	class := codegen.ProductClass(t, n, k, residual)
 	c := &Case{Family: family, Label: family + "/" + use, Shape: shape, DType: dt, Class: class, Use: use, Tol: 1e-4, seed: seed}
+	if family == "gemv" {
+		sp := codegen.GEMVSpaceFor(t)
+		c.space = &sp
+	}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		if family == "mma" {
 			return one(codegen.MatMulMMA(t, n, k, residual, codegen.MMAArmOf(arm)))
@@ -341,6 +345,8 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 			y0 = randn(r, m*n)
 		}
 		ref := lazy(func() ([]float32, error) { return refMatMul(t, n, k, W, x, m, y0, family == "mma") })
+		// layout-1 GEMV arms read W repacked; the reference reads the file's layout
+		packed := lazy(func() ([]byte, error) { return codegen.Repack(t, n, k, W) })
 		return &inputs{
 			launch: func(arm codegen.Point) (*Launch, error) {
 				ks, err := c.Kernels(arm)
@@ -351,8 +357,14 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 				if residual {
 					y = fbuf(y0)
 				}
+				wb := W
+				if family == "gemv" && codegen.GEMVArmOf(arm).Layout == 1 {
+					if wb, err = packed(); err != nil {
+						return nil, err
+					}
+				}
 				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
-					Args: [][]Arg{{b(&Buf{Data: W}), b(fbuf(x)), b(y), s(m)}}, Outs: []*Buf{y}}, nil
+					Args: [][]Arg{{b(&Buf{Data: wb}), b(fbuf(x)), b(y), s(m)}}, Outs: []*Buf{y}}, nil
 			},
 			compare: func(outs [][]byte) (float64, error) {
 				want, err := ref()

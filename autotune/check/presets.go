@@ -1,6 +1,8 @@
 package check
 
 import (
+	"slices"
+
 	"github.com/memra-ai/memra/codegen"
 	"github.com/memra-ai/memra/ir/dtype"
 )
@@ -19,13 +21,15 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 		Argmax(s.Name, s.Vocab, tokens, seed),
 		Decode(s.Name, s.Attn(dtype.F16), []int32{1100, 333}, seed),
 		Prefill(s.Name, s.Attn(dtype.F16), 48, 16, seed),
+		DecodeLive(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1}, 4096, seed),
 	}
 	qkv := (s.Heads + 2*s.HeadsKV) * s.HeadDim
 	for _, t := range types {
 		if rowOK(t, s.Hidden) {
 			cs = append(cs, Embedding(s.Name, t, s.Hidden, seed),
 				Product(s.Name, "gemv", "qkv", t, qkv, s.Hidden, 1, true, seed),
-				Product(s.Name, "mma", "qkv", t, qkv, s.Hidden, 64, true, seed))
+				Product(s.Name, "mma", "qkv", t, qkv, s.Hidden, 64, true, seed),
+				GemmSmall(s.Name, "qkv", t, qkv, s.Hidden, 8, true, seed))
 		}
 		if rowOK(t, s.FFN) {
 			cs = append(cs, Product(s.Name, "gemv", "down", t, s.Hidden, s.FFN, 1, true, seed))
@@ -53,6 +57,7 @@ type Sizes struct {
 	DecodeTokens  int     // rows of the decode-step families (norm, RoPE, SwiGLU, GEMV): batch size
 	PrefillTokens int     // rows of the MMA products and prefill attention
 	DecodeKV      []int32 // key counts of the decode-attention sequences
+	SmallTokens   int     // rows of the gemm_small products (0: SmallBatchTokens)
 }
 
 // DefaultSizes: batch-1 decode at a 4096-token context, 256-token prefill chunks.
@@ -71,6 +76,11 @@ func TuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 		Argmax(s.Name, s.Vocab, z.DecodeTokens, seed),
 		Decode(s.Name, s.Attn(dtype.F16), z.DecodeKV, seed),
 		Prefill(s.Name, s.Attn(dtype.F16), z.PrefillTokens, 0, seed),
+		DecodeLive(s.Name, s.Attn(dtype.F16), z.DecodeKV, 4*int(slices.Max(z.DecodeKV)), seed),
+	}
+	small := z.SmallTokens
+	if small <= 0 {
+		small = SmallBatchTokens
 	}
 	qd := s.Heads * s.HeadDim
 	products := []struct {
@@ -95,6 +105,10 @@ func TuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 		if !seen[g.ID()] {
 			seen[g.ID()] = true
 			cs = append(cs, g)
+		}
+		if gs := GemmSmall(s.Name, p.use, p.t, p.n, p.k, small, p.residual, seed); !seen[gs.ID()] {
+			seen[gs.ID()] = true
+			cs = append(cs, gs)
 		}
 		if p.prefill {
 			m := Product(s.Name, "mma", p.use, p.t, p.n, p.k, z.PrefillTokens, p.residual, seed)

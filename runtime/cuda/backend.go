@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 
 	"github.com/memra-ai/memra/codegen"
@@ -44,6 +46,13 @@ type BackendOptions struct {
 	PrefillTokens int
 	NoGraphs      bool // decode with plain launches instead of CUDA graphs
 	NoPDL         bool // launch without programmatic dependent launch
+	// SmallBatch runs decode products of batches ≥ 2 on the tensor-core
+	// small-batch family (gemm_small) instead of GEMV; off by default until
+	// measured (MEMRA_SMALL_BATCH=1 in memra's commands).
+	SmallBatch bool
+	// DecodeLive selects decode attention over the live KV length (1, 2)
+	// instead of the whole capacity (0, default); MEMRA_DECODE_LIVE.
+	DecodeLive int
 	// PrefillGEMV uses the float32 GEMV for prefill products instead of the
 	// bf16 tensor-core product (exact against the CPU, slower).
 	PrefillGEMV bool
@@ -168,7 +177,11 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 		return nil, nil, err
 	}
 	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
-		PrefillGEMV: opts.PrefillGEMV, Argmax: true}
+		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch}
+	if opts.DecodeLive != 0 {
+		base.Arms.Decode = codegen.DefaultDecodeArm
+		base.Arms.Decode.Live = opts.DecodeLive
+	}
 	if opts.Untuned {
 		base.Arms, base.Pick = codegen.Arms{}, nil
 	}
@@ -197,6 +210,7 @@ func NewBackend(m *load.Model, opts BackendOptions) (*Backend, error) {
 // newBackend builds the backend of the pipeline stage of layers
 // [first, last) (the whole model for 0, layers).
 func newBackend(m *load.Model, opts BackendOptions, first, last int) (*Backend, error) {
+	envOptions(&opts)
 	if _, err := opts.fill(m.HParams); err != nil {
 		return nil, err
 	}
@@ -426,4 +440,16 @@ func (b *Backend) StepGreedy(ctx context.Context, batch []runtime.SeqStep) ([]in
 		return nil, err
 	}
 	return b.greedy, nil
+}
+
+// envOptions applies the environment switches of arms that are not yet
+// defaults (they become tunedb choices once measured): MEMRA_SMALL_BATCH=1
+// and MEMRA_DECODE_LIVE=1|2.
+func envOptions(o *BackendOptions) {
+	if os.Getenv("MEMRA_SMALL_BATCH") == "1" {
+		o.SmallBatch = true
+	}
+	if v, err := strconv.Atoi(os.Getenv("MEMRA_DECODE_LIVE")); err == nil && v > 0 {
+		o.DecodeLive = v
+	}
 }

@@ -11,7 +11,7 @@ import (
 
 // weightKey identifies a device weight across programs.
 func weightKey(w *codegen.WeightRef) string {
-	return fmt.Sprintf("%d|%s|%v|%d|%+v|%s|%v", w.Kind, w.Name, w.Type, w.PadCols, w.Parts, w.Factors, w.Rope)
+	return fmt.Sprintf("%d|%s|%v|%d|%+v|%s|%v|%d", w.Kind, w.Name, w.Type, w.PadCols, w.Parts, w.Factors, w.Rope, w.Layout)
 }
 
 // uniqueWeights returns the distinct weights of the programs and their bytes.
@@ -83,6 +83,12 @@ func (b *Backend) upload(c *Ctx, m *load.Model, w *codegen.WeightRef) (DevicePtr
 		if err != nil {
 			return 0, fmt.Errorf("%w: %s: %w", ErrWeight, w.Name, err)
 		}
+		if w.Layout == 1 {
+			if err := b.uploadRepacked(c, m, w, p); err != nil {
+				return 0, err
+			}
+			return p, nil
+		}
 		off := 0
 		for _, part := range w.Parts {
 			data, err := tensor(m, part.Name, w.Type, []int{w.Cols, part.Rows})
@@ -137,4 +143,29 @@ func (b *Backend) upload(c *Ctx, m *load.Model, w *codegen.WeightRef) (DevicePtr
 		panic(fmt.Sprintf("BUG: weight kind %d", w.Kind))
 	}
 	return p, nil
+}
+
+// uploadRepacked fills p with matrix w in the repacked layout of
+// codegen.Repack (layout-1 GEMVs): the parts' rows are gathered on the
+// host, repacked as one matrix and copied at once.
+func (b *Backend) uploadRepacked(c *Ctx, m *load.Model, w *codegen.WeightRef, p DevicePtr) error {
+	if w.PadCols != w.Cols {
+		return fmt.Errorf("%w: %s: repacked rows cannot be padded (%d → %d)", ErrWeight, w.Name, w.Cols, w.PadCols)
+	}
+	host := make([]byte, 0, w.Bytes())
+	for _, part := range w.Parts {
+		if part.PadRows != part.Rows {
+			return fmt.Errorf("%w: %s: repacked part %s cannot be padded (%d → %d rows)", ErrWeight, w.Name, part.Name, part.Rows, part.PadRows)
+		}
+		data, err := tensor(m, part.Name, w.Type, []int{w.Cols, part.Rows})
+		if err != nil {
+			return err
+		}
+		host = append(host, data...)
+	}
+	packed, err := codegen.Repack(w.Type, w.Rows(), w.Cols, host)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrWeight, w.Name, err)
+	}
+	return c.CopyHtoD(p, packed)
 }

@@ -1,0 +1,36 @@
+package check
+
+import (
+	"strings"
+
+	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// SmallBatchTokens is the batch gemm_small cases run at when Sizes leaves
+// SmallTokens zero.
+const SmallBatchTokens = 16
+
+// GemmSmall is the small-batch tensor-core product (family "gemm_small")
+// of m tokens with n weight rows of k elements of type t, checked against
+// RefMatMul with bf16 rounding (the kernel rounds weights and activations
+// to bf16). use names the product for display.
+func GemmSmall(shape, use string, t dtype.Type, n, k, m int, residual bool, seed uint64) *Case {
+	c := Product(shape, "mma", use, t, n, k, m, residual, seed) // same inputs and bf16 reference
+	c.Family, c.Label, c.Class = "gemm_small", "gemm_small/"+use, codegen.GemmSmallClass(t, n, k, residual)
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		return one(codegen.GemmSmall(t, n, k, residual, codegen.GemmSmallArmOf(arm)))
+	}
+	return c
+}
+
+// DecodeLive is split-KV decode attention with a live-length arm (family
+// "attn_decode_live"): splits cover capacity keys, as lowering launches
+// them, while the sequences hold lens keys.
+func DecodeLive(shape string, as codegen.AttnShape, lens []int32, capacity int, seed uint64) *Case {
+	c := Decode(shape, as, lens, seed)
+	c.Family, c.Label = "attn_decode_live", "attn_decode_live"
+	c.DType = strings.ToLower(as.Cache.String()) + " cache"
+	c.capacity = capacity
+	return c
+}

@@ -1,0 +1,180 @@
+package codegen
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// repackGolden is the layout-1 arm pinned by its golden file.
+var repackGolden = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 1}
+
+func TestGEMVRepackedGolden(t *testing.T) {
+	k, err := GEMV(dtype.Q4_K, 512, 256, false, repackGolden)
+	require.NoError(t, err)
+	require.Equal(t, "gemv_q4_k_n512_k256_t256_r8_u4_s1_l1", k.Name)
+	path := filepath.Join("testdata", k.Name+".cu")
+	if *update {
+		require.NoError(t, os.WriteFile(path, []byte(k.Source), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test ./codegen -run TestGEMVRepackedGolden -update")
+	require.Equal(t, string(want), k.Source)
+}
+
+func TestGEMVRepackedKernels(t *testing.T) {
+	for _, ty := range RepackTypes {
+		for _, res := range []bool{false, true} {
+			k, err := GEMV(ty, 1000, 512, res, GEMVArm{Threads: 128, RowsPerBlock: 2, Unroll: 8, SharedX: 1, Layout: 1})
+			require.NoError(t, err, ty)
+			require.NotContains(t, k.Source, "#include")
+			require.Contains(t, k.Source, "rp_"+typeTag(ty)+"(")
+			require.True(t, strings.HasSuffix(k.Name, "_l1"), k.Name)
+			require.Equal(t, res, strings.Contains(k.Source, "] += acc;"))
+			// the first weight loads come before the PDL wait, the activations after
+			wait := strings.Index(k.Source, "    pdl_wait();")
+			require.Positive(t, wait)
+			require.Less(t, strings.Index(k.Source, "q[i] = "), wait)
+			require.Greater(t, strings.Index(k.Source, "= xg[i];"), wait)
+			g := k.Launch(Dims{Tokens: 3})
+			require.Equal(t, [3]uint32{500, 3, 1}, g.Grid)
+			require.Equal(t, uint32(4*512), g.Shared)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		t    dtype.Type
+		arm  GEMVArm
+	}{
+		{"type without layout", dtype.Q5_K, repackGolden},
+		{"float type", dtype.F16, repackGolden},
+		{"global activations", dtype.Q4_K, GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 0, Layout: 1}},
+		{"layout 2", dtype.Q4_K, GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := GEMV(tc.t, 512, 256, false, tc.arm)
+			require.ErrorIs(t, err, ErrUnsupported)
+		})
+	}
+}
+
+func TestGEMVSpaceLayout(t *testing.T) {
+	sp, err := SpaceByName("gemv")
+	require.NoError(t, err)
+	names := map[string]bool{}
+	for _, p := range sp.Arms() {
+		names[sp.ArmName(p)] = true
+		if p["layout"] == 1 {
+			require.Equal(t, 1, p["shared_x"], p)
+		} else {
+			require.NotContains(t, p, "layout", "layout 0 is left out, as in old points")
+		}
+	}
+	require.True(t, names["t256_r8_u4_s1_l1"])
+	require.True(t, names["t256_r8_u4_s1"])
+	require.False(t, names["t256_r8_u4_s0_l1"])
+	require.Equal(t, "t256_r8_u4_s1", sp.ArmName(sp.Default))
+	tests := []struct {
+		name string
+		p    Point
+		ok   bool
+	}{
+		{"old point without layout", Point{"threads": 256, "rows_per_block": 8, "unroll": 4, "shared_x": 1}, true},
+		{"explicit layout 0", Point{"threads": 256, "rows_per_block": 8, "unroll": 4, "shared_x": 1, "layout": 0}, true},
+		{"layout 1", repackGolden.Point(), true},
+		{"layout 1 global x", Point{"threads": 256, "rows_per_block": 8, "unroll": 4, "shared_x": 0, "layout": 1}, false},
+		{"layout 3", Point{"threads": 256, "rows_per_block": 8, "unroll": 4, "shared_x": 1, "layout": 3}, false},
+		{"unknown knob", Point{"threads": 256, "rows_per_block": 8, "unroll": 4, "shared_x": 1, "lay": 1}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.ok {
+				require.NoError(t, sp.Valid(tc.p))
+			} else {
+				require.ErrorIs(t, sp.Valid(tc.p), ErrUnsupported)
+			}
+		})
+	}
+	require.Equal(t, repackGolden, GEMVArmOf(repackGolden.Point()))
+
+	q4 := GEMVSpaceFor(dtype.Q4_K)
+	f16 := GEMVSpaceFor(dtype.F16)
+	require.NoError(t, q4.Valid(repackGolden.Point()))
+	require.ErrorIs(t, f16.Valid(repackGolden.Point()), ErrUnsupported)
+	require.NoError(t, f16.Valid(DefaultGEMVArm.Point()))
+	require.Equal(t, sp.Size(), q4.Size())
+	require.Less(t, f16.Size(), q4.Size())
+	for _, p := range f16.Arms() {
+		require.NotContains(t, p, "layout")
+	}
+}
+
+// TestLowerRepacked lowers a tied-embedding model with a picker choosing
+// layout 1 for every GEMV: products read repacked weights, and the tied
+// table gets a repacked twin for the output GEMV while the embedding keeps
+// the file's layout.
+func TestLowerRepacked(t *testing.T) {
+	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
+	opts := LowerOptions{Class: Decode, MaxSeqs: 2, Context: 256, Cache: dtype.F16}
+	base, err := Lower(g, opts)
+	require.NoError(t, err)
+	opts.Pick = func(family, class string) (Point, bool) {
+		if family == "gemv" {
+			return repackGolden.Point(), true
+		}
+		return nil, false
+	}
+	p, err := Lower(g, opts)
+	require.NoError(t, err)
+	require.Len(t, p.Weights, len(base.Weights)+1, "one twin: the tied embedding")
+	require.Equal(t, len(base.Launches), len(p.Launches))
+	var gemvs, twins int
+	for i, ln := range p.Launches {
+		k := p.Kernels[ln.Kernel]
+		for _, a := range ln.Args {
+			if a.Kind != ArgWeight {
+				continue
+			}
+			w := p.Weights[a.Index]
+			if k.Family == "gemv" {
+				gemvs++
+				require.True(t, strings.HasSuffix(k.Name, "_l1"), k.Name)
+				require.Equal(t, 1, w.Layout, "%s reads %s", k.Name, w.Name)
+				bw := base.Weights[base.Launches[i].Args[0].Index]
+				require.Equal(t, bw.Name, w.Name)
+				require.Equal(t, bw.Parts, w.Parts)
+				if w.Name == "token_embd.weight" {
+					twins++
+				}
+			} else {
+				require.Equal(t, 0, w.Layout, "%s reads %s", k.Name, w.Name)
+			}
+		}
+	}
+	var baseGEMVs int
+	for _, ln := range base.Launches {
+		if base.Kernels[ln.Kernel].Family == "gemv" {
+			baseGEMVs++
+		}
+	}
+	require.Equal(t, baseGEMVs, gemvs)
+	require.Greater(t, gemvs, 2*smallQwen3.Layers)
+	require.Equal(t, 1, twins)
+	require.Contains(t, p.String(), "repacked")
+	require.NotContains(t, base.String(), "repacked")
+
+	// a picked layout-1 arm for a type without a repacked layout falls back to layout 0
+	f16, err := Lower(buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.F16, dtype.F16)), opts)
+	require.NoError(t, err)
+	for _, k := range f16.Kernels {
+		require.False(t, strings.HasSuffix(k.Name, "_l1"), k.Name)
+	}
+	for _, w := range f16.Weights {
+		require.Equal(t, 0, w.Layout)
+	}
+}

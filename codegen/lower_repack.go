@@ -1,0 +1,53 @@
+package codegen
+
+// splitLayouts gives each matrix the device layout its readers need: a
+// weight read only by layout-1 GEMVs is marked repacked; one read by both
+// layout-1 GEMVs and other kernels (a tied embedding, a layout-0 product)
+// gets a repacked twin that the layout-1 launches read instead.
+func (l *lowerer) splitLayouts() {
+	if len(l.repacked) == 0 {
+		return
+	}
+	plain := map[int]bool{}  // weights some other launch reads
+	packed := map[int]bool{} // weights a layout-1 launch reads
+	for _, ln := range l.p.Launches {
+		for _, a := range ln.Args {
+			if a.Kind == ArgWeight {
+				if l.repacked[ln.Kernel] {
+					packed[a.Index] = true
+				} else {
+					plain[a.Index] = true
+				}
+			}
+		}
+	}
+	twin := map[int]int{}
+	for w := range len(l.p.Weights) { // in order: the twins' indices are stable
+		if !packed[w] {
+			continue
+		}
+		if l.p.Weights[w].Kind != WeightMatrix {
+			panic("BUG: layout-1 GEMV of a non-matrix weight " + l.p.Weights[w].Name)
+		}
+		if !plain[w] {
+			l.p.Weights[w].Layout = 1
+			continue
+		}
+		rw := l.p.Weights[w]
+		rw.Parts = append([]WeightPart(nil), rw.Parts...)
+		rw.Layout = 1
+		l.p.Weights = append(l.p.Weights, rw)
+		twin[w] = len(l.p.Weights) - 1
+	}
+	for i := range l.p.Launches {
+		ln := &l.p.Launches[i]
+		if !l.repacked[ln.Kernel] {
+			continue
+		}
+		for j, a := range ln.Args {
+			if t, ok := twin[a.Index]; ok && a.Kind == ArgWeight {
+				ln.Args[j].Index = t
+			}
+		}
+	}
+}
