@@ -157,7 +157,11 @@ func requireRel(t testing.TB, want, got []float32, tol float64, msg string) {
 // Q8_0, ≥ 0.99 for Q6_K, ≥ 0.97 for Q4_K. Q4_K's bound is looser than the
 // 0.99 first planned: one Q4_K product of Gaussian weights already has cosine
 // ≈ 0.998 (TestProductQuantisationError), and an untrained random 2-layer
-// model compounds ~16 such products (measured 0.975–0.99).
+// model compounds ~16 such products (measured 0.975–0.99). The other types
+// the quantiser writes are bounded the same way, from their measured error
+// (one product's cosine ≈ 1 − RMSE²/2 with the RMSE of dtype's error table):
+// the 5-bit types ≥ 0.99, the other 4-bit types ≥ 0.965, Q3_K ≥ 0.9 and
+// Q2_K ≥ 0.65 (measured 0.705–0.872 over the three families).
 func TestQuantisedTwins(t *testing.T) {
 	prompt := []int32{1, 17, 42, 99, 5, 250}
 	for _, hp := range []ir.HParams{smallLlama, smallQwen2, smallQwen3} {
@@ -167,7 +171,9 @@ func TestQuantisedTwins(t *testing.T) {
 		for _, c := range []struct {
 			t   dtype.Type
 			cos float64
-		}{{dtype.F16, 0.999}, {dtype.BF16, 0.999}, {dtype.Q8_0, 0.999}, {dtype.Q6_K, 0.99}, {dtype.Q4_K, 0.97}} {
+		}{{dtype.F16, 0.999}, {dtype.BF16, 0.999}, {dtype.Q8_0, 0.999}, {dtype.Q6_K, 0.99}, {dtype.Q4_K, 0.97},
+			{dtype.Q5_K, 0.99}, {dtype.Q5_0, 0.99}, {dtype.Q5_1, 0.99}, {dtype.Q4_0, 0.965}, {dtype.Q4_1, 0.965},
+			{dtype.IQ4_NL, 0.965}, {dtype.IQ4_XS, 0.965}, {dtype.Q3_K, 0.9}, {dtype.Q2_K, 0.65}} {
 			t.Run(hp.Arch+"/"+c.t.String(), func(t *testing.T) {
 				b, err := NewFromSource(hp, randomModel(t, hp, c.t, 7), Options{Threads: 2})
 				require.NoError(t, err)
@@ -209,7 +215,9 @@ func TestProductQuantisationError(t *testing.T) {
 	for _, c := range []struct {
 		t   dtype.Type
 		cos float64
-	}{{dtype.F16, 0.99999}, {dtype.BF16, 0.9999}, {dtype.Q8_0, 0.9999}, {dtype.Q6_K, 0.9995}, {dtype.Q4_K, 0.995}} {
+	}{{dtype.F16, 0.99999}, {dtype.BF16, 0.9999}, {dtype.Q8_0, 0.9999}, {dtype.Q6_K, 0.9995}, {dtype.Q4_K, 0.995},
+		{dtype.Q5_K, 0.998}, {dtype.Q5_0, 0.998}, {dtype.Q5_1, 0.998}, {dtype.Q4_0, 0.995}, {dtype.Q4_1, 0.996},
+		{dtype.IQ4_NL, 0.996}, {dtype.IQ4_XS, 0.996}, {dtype.Q3_K, 0.985}, {dtype.Q2_K, 0.955}} {
 		require.GreaterOrEqual(t, cosine(ref, product(c.t)), c.cos, c.t.String())
 	}
 }
