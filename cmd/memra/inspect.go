@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memra-ai/memra/ir"
+	"github.com/memra-ai/memra/ir/arch"
 	"github.com/memra-ai/memra/runtime/load"
 	"github.com/memra-ai/memra/runtime/load/builtin"
 )
@@ -35,7 +36,17 @@ func newInspectCmd() *cobra.Command {
 				return err
 			}
 			defer m.Close()
-			return writeInspect(cmd.OutOrStdout(), m)
+			if err := writeInspect(cmd.OutOrStdout(), m); err != nil {
+				return err
+			}
+			// After the listing, say whether the model would run: a
+			// missing or misshapen tensor is what inspect is asked to find.
+			if len(m.Tensors) > 0 {
+				if _, err := arch.Build(m.HParams, m); err != nil {
+					return fmt.Errorf("model %s cannot run: %w", m.Path, err)
+				}
+			}
+			return nil
 		},
 	}
 }

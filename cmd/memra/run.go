@@ -103,6 +103,15 @@ const deviceHelp = "device to run on: cpu, cuda or cuda:N (default: cuda when a 
 // enabled the model is split into pipeline stages (cpu: two CPU stages;
 // cuda: one GPU per --pp-devices ordinal).
 func newBackend(m *load.Model, device string, threads, maxSeqs int, pp ...ppOptions) (runtime.Backend, error) {
+	b, err := newDeviceBackend(m, device, threads, maxSeqs, pp...)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", m.Path, err)
+	}
+	return b, nil
+}
+
+// newDeviceBackend is newBackend without the model's path in errors.
+func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, pp ...ppOptions) (runtime.Backend, error) {
 	if device == "" || device == "auto" {
 		device = "cpu"
 		if cuda.Available() == nil {
@@ -208,6 +217,9 @@ func runGenerate(cmd *cobra.Command, modelArg string, o *runOptions) error {
 func buildPrompt(m *load.Model, tok *tokenizer.Tokenizer, o *runOptions) ([]int32, error) {
 	if !o.chat {
 		if o.prompt == "" {
+			if tok.BOS() < 0 {
+				return nil, fmt.Errorf("model %s has no BOS token to start from; give a --prompt", m.Path)
+			}
 			return []int32{tok.BOS()}, nil
 		}
 		return tok.Encode(o.prompt, true, false), nil

@@ -264,7 +264,7 @@ func buildDecoder(hp ir.HParams, w Weights, o layerOpts, first, last int) (*ir.G
 	if first > 0 || last < d.hp.Layers {
 		d.g.Consts["stage_first"], d.g.Consts["stage_last"] = first, last
 	}
-	for l := first; l < last; l++ {
+	for l := first; l < last && d.err == nil; l++ { // stop at the first bad tensor: a lying layer count must not build millions of layers
 		x = d.block(x, l, o)
 	}
 	return d.finish(x, last)

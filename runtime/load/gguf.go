@@ -33,8 +33,38 @@ func fromGGUF(path string, f *gguf.File) (*Model, error) {
 			return nil, fmt.Errorf("%s: tokenizer: %w", path, err)
 		}
 		m.Tokenizer = tok
+		if err := checkSpecialTokens(path, f); err != nil {
+			return nil, err
+		}
+	}
+	if len(m.Tensors) > 0 { // a vocabulary-only file has metadata to tokenize with, nothing to run
+		k := ggufKeys(hp.Arch)
+		if err := checkHParams(path, hp, k); err != nil {
+			return nil, err
+		}
+		if err := checkTensors(path, m, k); err != nil {
+			return nil, err
+		}
 	}
 	return m, nil
+}
+
+// checkSpecialTokens rejects a BOS or EOS id outside the token list: the
+// tokenizer would drop it silently, and generation would start from no
+// token or never stop.
+func checkSpecialTokens(path string, f *gguf.File) error {
+	toks, _ := f.Strings("tokenizer.ggml.tokens")
+	for _, key := range []string{"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"} {
+		v, ok := f.Lookup(key)
+		if !ok {
+			continue
+		}
+		id, ok := v.Uint()
+		if !ok || id >= uint64(len(toks)) {
+			return fmt.Errorf("%w: %s: %s = %v is not a token id (the vocabulary has %d tokens)", ErrMetadata, path, key, v, len(toks))
+		}
+	}
+	return nil
 }
 
 // ggufMeta reads typed metadata, naming the file and key in errors.
@@ -75,8 +105,11 @@ func (g *ggufMeta) uint(suffix string, def int) (int, error) {
 		return int(xs[0]), nil
 	}
 	u, ok := v.Uint()
-	if !ok || u > 1<<31 {
+	if !ok {
 		return 0, g.errf(key, "want a non-negative integer, have %v (%v)", v, v.Type)
+	}
+	if u > 1<<31 {
+		return 0, g.errf(key, "%d is out of range", u)
 	}
 	return int(u), nil
 }
@@ -102,7 +135,15 @@ func (g *ggufMeta) hparams(m *Model) (ir.HParams, error) {
 	var hp ir.HParams
 	arch, ok := g.f.String("general.architecture")
 	if !ok || arch == "" {
+		if v, present := g.f.Lookup("general.architecture"); present {
+			return hp, g.errf("general.architecture", "want a non-empty string, have %v (%v)", v, v.Type)
+		}
 		return hp, g.errf("general.architecture", "required string key is missing")
+	}
+	if len(m.Tensors) > 0 {
+		if err := checkArch(g.path, "general.architecture", arch); err != nil {
+			return hp, err
+		}
 	}
 	g.arch = arch
 	hp.Arch = arch
@@ -136,6 +177,9 @@ func (g *ggufMeta) hparams(m *Model) (ir.HParams, error) {
 	var err error
 	if hp.HeadsKV, err = g.uint("attention.head_count_kv", hp.Heads); err != nil {
 		return hp, err
+	}
+	if _, ok := g.f.Lookup(arch + ".attention.key_length"); !ok && hp.Embedding%hp.Heads != 0 {
+		return hp, g.errf(arch+".attention.head_count", "%d heads do not divide the hidden size %d (and no key_length gives the head size)", hp.Heads, hp.Embedding)
 	}
 	if hp.HeadDim, err = g.uint("attention.key_length", hp.Embedding/hp.Heads); err != nil {
 		return hp, err
@@ -195,6 +239,15 @@ func (g *ggufMeta) ropeScaling() (ir.RopeScaling, error) {
 // else the token count.
 func (g *ggufMeta) vocabSize(m *Model) (int, error) {
 	if t, ok := m.Tensors["token_embd.weight"]; ok && len(t.Shape) == 2 {
+		if _, ok := g.f.Lookup(g.arch + ".vocab_size"); ok {
+			n, err := g.uint("vocab_size", 0)
+			if err != nil {
+				return 0, err
+			}
+			if n != t.Shape[1] {
+				return 0, fmt.Errorf("%w: %s: %s.vocab_size = %d, but token_embd.weight has shape %v (its columns are the vocabulary)", ErrMismatch, g.path, g.arch, n, t.Shape)
+			}
+		}
 		return t.Shape[1], nil
 	}
 	if _, ok := g.f.Lookup(g.arch + ".vocab_size"); ok {

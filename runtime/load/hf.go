@@ -103,7 +103,13 @@ func (m *Model) fillHF(dir, cfgPath string, cfg *hfConfig, set *safetensors.Set)
 	}
 	m.HParams = hp
 	m.FileType = hfFileType(m, fp8)
-	return m.hfTokenizer(dir)
+	if err := m.hfTokenizer(dir); err != nil {
+		return err
+	}
+	if err := checkHParams(cfgPath, hp, hfKeys); err != nil {
+		return err
+	}
+	return checkTensors(dir, m, hfKeys)
 }
 
 // hfHParams maps config.json to HParams.

@@ -26,6 +26,9 @@ var (
 	ErrMetadata = errors.New("load: missing or bad metadata")
 	ErrArch     = errors.New("load: unsupported architecture")
 	ErrTensor   = errors.New("load: bad tensor")
+	// ErrMismatch: the metadata contradicts the tensors' shapes (a hidden
+	// size, head or block count, vocabulary size the weights do not have).
+	ErrMismatch = errors.New("load: metadata does not match the tensors")
 )
 
 // Formats reported in Model.Format.
