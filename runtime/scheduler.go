@@ -2,7 +2,9 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 )
 
 // sequence is one request inside the scheduler. Only the loop goroutine
@@ -247,6 +249,12 @@ func (s *sequence) plainGreedy() bool {
 func (e *Engine) sample(s *sequence, logits []float32) bool {
 	tok, err := s.sampler.Sample(logits)
 	if err != nil {
+		if errors.Is(err, ErrNoCandidates) && s.req.Mask == nil && !anyFinite(logits) {
+			// Nothing constrained the choice, yet no logit is a number: the
+			// model computed NaN or −Inf everywhere (corrupt weights, say).
+			err = fmt.Errorf("%w: %s produced no finite logit (NaN or -Inf everywhere); its weights may be corrupt",
+				ErrBackend, e.info.Name)
+		}
 		e.retire(s, Event{Err: fmt.Errorf("sequence %d: %w", s.id, err)})
 		return true
 	}
@@ -366,4 +374,14 @@ func (e *Engine) publish(running []*sequence) {
 	e.stats.Running = len(running)
 	e.stats.KVTokensUsed = kv
 	e.mu.Unlock()
+}
+
+// anyFinite reports whether some value of x is a finite number.
+func anyFinite(x []float32) bool {
+	for _, v := range x {
+		if !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) {
+			return true
+		}
+	}
+	return false
 }

@@ -207,7 +207,11 @@ func runServe(cmd *cobra.Command, args []string, o *serveOptions) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	log.Info("serving", "url", "http://"+ln.Addr().String(), "auth", n > 0)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	base := cmd.Context()
+	if base == nil {
+		base = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(base, syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := srv.Run(ctx, ln, o.drainTimeout); err != nil && !errors.Is(err, context.Canceled) {
 		return err
