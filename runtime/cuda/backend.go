@@ -442,10 +442,14 @@ func (b *Backend) StepGreedy(ctx context.Context, batch []runtime.SeqStep) ([]in
 	return b.greedy, nil
 }
 
-// envOptions applies the environment switches of arms that are not yet
-// defaults (they become tunedb choices once measured): MEMRA_SMALL_BATCH=1
-// and MEMRA_DECODE_LIVE=1|2.
+// envOptions applies the environment switches: MEMRA_KV_CACHE=f16|bf16|f32
+// (the KV cache element type, when the caller chose none), and arms that
+// are not yet defaults (they become tunedb choices once measured):
+// MEMRA_SMALL_BATCH=1 and MEMRA_DECODE_LIVE=1|2.
 func envOptions(o *BackendOptions) {
+	if v := os.Getenv("MEMRA_KV_CACHE"); v != "" && o.Cache == "" {
+		o.Cache = v
+	}
 	if os.Getenv("MEMRA_SMALL_BATCH") == "1" {
 		o.SmallBatch = true
 	}
