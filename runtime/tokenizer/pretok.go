@@ -2,7 +2,6 @@ package tokenizer
 
 import (
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/dlclark/regexp2"
 )
@@ -64,10 +63,28 @@ func canonicalPre(pre string) (string, bool) {
 type preTokenizer struct {
 	patterns []string
 	res      []*regexp2.Regexp
+	// fast[i], when not nil, is a hand-written splitter that gives the
+	// same pieces as res[i] (see pretok_fast.go); res[i] is kept as the
+	// reference.
+	fast []splitFunc
 }
 
+// newPreTokenizer compiles patterns; a pattern with a hand-written
+// splitter uses it instead of the regex.
 func newPreTokenizer(patterns []string) (*preTokenizer, error) {
-	p := &preTokenizer{patterns: patterns}
+	p, err := newRegexPreTokenizer(patterns)
+	if err != nil {
+		return nil, err
+	}
+	for i, pat := range patterns {
+		p.fast[i] = fastSplitters[pat]
+	}
+	return p, nil
+}
+
+// newRegexPreTokenizer compiles patterns and uses regexp2 for all of them.
+func newRegexPreTokenizer(patterns []string) (*preTokenizer, error) {
+	p := &preTokenizer{patterns: patterns, fast: make([]splitFunc, len(patterns))}
 	for _, pat := range patterns {
 		re, err := regexp2.Compile(pat, regexp2.None)
 		if err != nil {
@@ -78,8 +95,8 @@ func newPreTokenizer(patterns []string) (*preTokenizer, error) {
 	return p, nil
 }
 
-// split calls emit for every piece of text, in order. text must be valid
-// UTF-8; pieces are substrings of it.
+// split calls emit for every piece of text, in order; pieces are
+// substrings of text. An invalid UTF-8 byte counts as one U+FFFD.
 func (p *preTokenizer) split(text string, emit func(string)) {
 	if len(p.res) == 0 {
 		if text != "" {
@@ -95,12 +112,23 @@ func (p *preTokenizer) splitLevel(level int, text string, emit func(string)) {
 		emit(text)
 		return
 	}
-	runes := []rune(text)
-	// off[i] is the byte offset of rune i (regexp2 reports rune offsets).
-	off := make([]int, len(runes)+1)
-	for i, r := range runes {
-		off[i+1] = off[i] + utf8.RuneLen(r)
+	if f := p.fast[level]; f != nil {
+		if level+1 == len(p.res) {
+			f(text, emit)
+		} else {
+			f(text, func(piece string) { p.splitLevel(level+1, piece, emit) })
+		}
+		return
 	}
+	runes := make([]rune, 0, len(text))
+	// off[i] is the byte offset of rune i (regexp2 reports rune offsets);
+	// ranging over text keeps invalid bytes one byte wide.
+	off := make([]int, 0, len(text)+1)
+	for i, r := range text {
+		runes = append(runes, r)
+		off = append(off, i)
+	}
+	off = append(off, len(text))
 	last := 0
 	m, err := p.res[level].FindRunesMatch(runes)
 	for m != nil && err == nil {
