@@ -140,19 +140,6 @@ func emitHelpers(w *Writer, names []string) {
 	}
 }
 
-// unitBytes is the storage of one 32-element unit for the block-32 and
-// scalar types; K-quants address units inside their 256-element blocks.
-func unitBytes(t dtype.Type) int {
-	switch t {
-	case dtype.F32:
-		return 128
-	case dtype.F16, dtype.BF16:
-		return 64
-	default:
-		return t.BlockBytes()
-	}
-}
-
 // emitDequant writes dq32_<type>(row, u, v): elements 32u..32u+31 of a
 // stored row, as floats, into v[0..31].
 func emitDequant(w *Writer, t dtype.Type) {

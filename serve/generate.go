@@ -151,7 +151,6 @@ func (t *tokenTimer) tokens(n int) {
 	if !t.started {
 		t.started = true
 		t.m.ttft.WithLabelValues(t.model).Observe(now.Sub(t.start).Seconds())
-		n--
 	} else if n > 0 {
 		per := now.Sub(t.last).Seconds() / float64(n)
 		for range n {

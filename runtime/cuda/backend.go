@@ -116,12 +116,11 @@ type Backend struct {
 	stage   *stageIO // the boundary of a pipeline stage (stage.go), or nil
 	rowBase int      // tokens of the running step before the current launch sequence
 
-	host    []byte // staging for the inputs
-	logits  []float32
-	result  [][]float32
-	greedy  []int32
-	scratch []byte
-	closed  bool
+	host   []byte // staging for the inputs
+	logits []float32
+	result [][]float32
+	greedy []int32
+	closed bool
 }
 
 var (

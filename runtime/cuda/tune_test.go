@@ -163,12 +163,3 @@ func TestLowerClassesMatchTuneCases(t *testing.T) {
 		})
 	}
 }
-
-func keys(m map[string]bool) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}

@@ -47,11 +47,6 @@ func (p *ggufParts) dropKV(key string) {
 	p.KVs = slices.DeleteFunc(p.KVs, func(kv gguf.KV) bool { return kv.Key == key })
 }
 
-// dropTensor removes a tensor.
-func (p *ggufParts) dropTensor(name string) {
-	p.Tensors = slices.DeleteFunc(p.Tensors, func(t ggufTensor) bool { return t.Name == name })
-}
-
 // tensor returns the named tensor for editing.
 func (p *ggufParts) tensor(name string) *ggufTensor {
 	for i := range p.Tensors {

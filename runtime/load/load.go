@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 
@@ -185,14 +184,4 @@ func OpenGGUFBytes(name string, data []byte) (*Model, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return fromGGUF(name, f)
-}
-
-// sortedNames returns the keys of m, sorted.
-func sortedNames[V any](m map[string]V) []string {
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	return names
 }

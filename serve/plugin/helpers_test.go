@@ -197,14 +197,3 @@ func rawTemplate(v int32, body []byte) []byte {
 
 // okRender returns the data segment's "\x00hi".
 var okRender = i64c(2048<<32 | 3)
-
-// rawGrammar is a grammar plugin whose memra_grammar_step runs step.
-func rawGrammar(step []byte) []byte {
-	fns := append(abiFuncs(ABIVersion),
-		wfunc{name: "memra_grammar_set_vocab", params: []byte{tI32, tI32}, results: []byte{tI32}, body: i32c(0)},
-		wfunc{name: "memra_grammar_new", params: []byte{tI32, tI32}, results: []byte{tI32}, body: i32c(1)},
-		wfunc{name: "memra_grammar_step", params: []byte{tI32, tI32}, results: []byte{tI64}, body: step},
-		wfunc{name: "memra_grammar_free", params: []byte{tI32}},
-	)
-	return rawModule([]byte("err"), fns...)
-}
