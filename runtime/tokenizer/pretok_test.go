@@ -296,3 +296,17 @@ func BenchmarkSplitLlama3Regex(b *testing.B) {
 	require.NoError(b, err)
 	benchSplit(b, p.split)
 }
+
+// Every named pre-tokenizer compiles. deepseek-llm's letter ranges hold
+// Greek extended code points (U+1F5F–U+1F7D, U+1FD0–U+1FD3, U+1FD6–U+1FDB)
+// whose upper ends NFC-normalise to lower code points, which once turned
+// them into reversed ranges.
+func TestEveryPreCompiles(t *testing.T) {
+	for name, pats := range prePatterns {
+		_, err := newPreTokenizer(pats)
+		require.NoError(t, err, name)
+	}
+	p, err := newPreTokenizer(prePatterns["deepseek-llm"])
+	require.NoError(t, err)
+	require.Equal(t, "a\u1f7db c", strings.Join(pieces(p.split, "a\u1f7db c"), ""))
+}
