@@ -320,7 +320,7 @@ func stepNext(ctx context.Context, b runtime.Backend, batch []runtime.SeqStep, n
 		return err
 	}
 	for i := range batch {
-		next[i] = argmax(logits[i])
+		next[i] = runtime.Argmax(logits[i])
 	}
 	return nil
 }
@@ -386,16 +386,6 @@ func benchBatch(ctx context.Context, b runtime.Backend, prompt []int32, n, gen i
 		}
 	}
 	return time.Since(t0), nil
-}
-
-func argmax(x []float32) int32 {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return int32(best)
 }
 
 // writeMarkdownTable writes rows (the first is the header) as a markdown

@@ -104,7 +104,7 @@ func greedyLogits(ctx context.Context, b runtime.Backend, prompt []int32, steps 
 			return nil, nil, fmt.Errorf("step %d: %w", i, err)
 		}
 		l := append([]float32(nil), out[0]...)
-		tok := argmax(l)
+		tok := runtime.Argmax(l)
 		all = append(all, l)
 		gen = append(gen, tok)
 		step = runtime.SeqStep{Seq: 1, Pos: len(prompt) + i, Tokens: []int32{tok}, Logits: true}

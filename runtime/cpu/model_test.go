@@ -115,29 +115,9 @@ func decode(t testing.TB, b *Backend, seq runtime.SeqID, prompt []int32, n int) 
 		require.NoError(t, err)
 		out = append(out, append([]float32(nil), res[0]...))
 		pos += len(toks)
-		toks = []int32{argmax(res[0])}
+		toks = []int32{runtime.Argmax(res[0])}
 	}
 	return out
-}
-
-func argmax(v []float32) int32 {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return int32(best)
-}
-
-func cosine(a, b []float32) float64 {
-	var ab, aa, bb float64
-	for i := range a {
-		ab += float64(a[i]) * float64(b[i])
-		aa += float64(a[i]) * float64(a[i])
-		bb += float64(b[i]) * float64(b[i])
-	}
-	return ab / math.Sqrt(aa*bb)
 }
 
 // requireRel checks max|a−b| ≤ tol·max|b|.
@@ -182,10 +162,10 @@ func TestQuantisedTwins(t *testing.T) {
 				for i, w := range want {
 					res, err := b.Step(context.Background(), []runtime.SeqStep{{Seq: 1, Pos: pos, Tokens: toks, Logits: true}})
 					require.NoError(t, err)
-					cs := cosine(w, res[0])
+					cs := runtime.Cosine(w, res[0])
 					require.GreaterOrEqual(t, cs, c.cos, "step %d", i)
 					pos += len(toks)
-					toks = []int32{argmax(w)}
+					toks = []int32{runtime.Argmax(w)}
 				}
 			})
 		}
@@ -218,7 +198,7 @@ func TestProductQuantisationError(t *testing.T) {
 	}{{dtype.F16, 0.99999}, {dtype.BF16, 0.9999}, {dtype.Q8_0, 0.9999}, {dtype.Q6_K, 0.9995}, {dtype.Q4_K, 0.995},
 		{dtype.Q5_K, 0.998}, {dtype.Q5_0, 0.998}, {dtype.Q5_1, 0.998}, {dtype.Q4_0, 0.995}, {dtype.Q4_1, 0.996},
 		{dtype.IQ4_NL, 0.996}, {dtype.IQ4_XS, 0.996}, {dtype.Q3_K, 0.985}, {dtype.Q2_K, 0.955}} {
-		require.GreaterOrEqual(t, cosine(ref, product(c.t)), c.cos, c.t.String())
+		require.GreaterOrEqual(t, runtime.Cosine(ref, product(c.t)), c.cos, c.t.String())
 	}
 }
 

@@ -59,7 +59,7 @@ func TestStories260K(t *testing.T) {
 	steps := decode(t, b, 1, []int32{1}, len(want)-1)
 	var got []int32
 	for _, l := range steps {
-		got = append(got, argmax(l))
+		got = append(got, runtime.Argmax(l))
 	}
 	require.Equal(t, want, got)
 

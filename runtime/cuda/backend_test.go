@@ -108,12 +108,6 @@ func TestBucket(t *testing.T) {
 	require.Equal(t, 0, b.bucket(3))
 }
 
-func TestCosineArgmax(t *testing.T) {
-	require.InDelta(t, 1, Cosine([]float32{1, 2}, []float32{2, 4}), 1e-12)
-	require.InDelta(t, 0, Cosine([]float32{1, 0}, []float32{0, 1}), 1e-12)
-	require.Equal(t, int32(1), Argmax([]float32{1, 3, 3}))
-}
-
 // TestGPUStories: greedy decode of stories260K from BOS on the GPU gives the
 // reference ids, with logits cosine ≥ 0.999 against the CPU at every step,
 // and the device argmax path gives the same ids.
@@ -243,8 +237,8 @@ func TestGPUBatchEqualsAlone(t *testing.T) {
 			// a batch's prefill tiles differ from a lone sequence's, so step 0
 			// agrees to bf16 accuracy (cosine 0.999988 measured on the H200),
 			// decode steps to float32 accuracy.
-			require.GreaterOrEqual(t, Cosine(batched[i][k], one[0][k]), 0.9999, "sequence %d step %d", i, k)
-			require.Equal(t, Argmax(batched[i][k]), Argmax(one[0][k]), "sequence %d step %d", i, k)
+			require.GreaterOrEqual(t, runtime.Cosine(batched[i][k], one[0][k]), 0.9999, "sequence %d step %d", i, k)
+			require.Equal(t, runtime.Argmax(batched[i][k]), runtime.Argmax(one[0][k]), "sequence %d step %d", i, k)
 		}
 	}
 }

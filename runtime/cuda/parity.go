@@ -65,8 +65,8 @@ func Parity(ctx context.Context, ref, got runtime.Backend, prompts [][]int32, st
 			if len(saved[i]) == 0 || len(gl[i]) != len(saved[i]) {
 				return rep, fmt.Errorf("step %d sequence %d: %d logits, reference %d", step, i, len(gl[i]), len(saved[i]))
 			}
-			rep.MinCosine = math.Min(rep.MinCosine, Cosine(saved[i], gl[i]))
-			r, g := Argmax(saved[i]), Argmax(gl[i])
+			rep.MinCosine = math.Min(rep.MinCosine, runtime.Cosine(saved[i], gl[i]))
+			r, g := runtime.Argmax(saved[i]), runtime.Argmax(gl[i])
 			if r != g {
 				rep.Mismatches++
 				rep.MaxGap = math.Max(rep.MaxGap, float64(saved[i][r]-saved[i][g]))
@@ -77,33 +77,4 @@ func Parity(ctx context.Context, ref, got runtime.Backend, prompts [][]int32, st
 		}
 	}
 	return rep, nil
-}
-
-// Cosine returns the cosine similarity of a and b (1 when both are zero).
-func Cosine(a, b []float32) float64 {
-	var ab, aa, bb float64
-	for i := range a {
-		x, y := float64(a[i]), float64(b[i])
-		ab += x * y
-		aa += x * x
-		bb += y * y
-	}
-	if aa == 0 && bb == 0 {
-		return 1
-	}
-	if aa == 0 || bb == 0 || math.IsNaN(ab) {
-		return 0
-	}
-	return ab / math.Sqrt(aa*bb)
-}
-
-// Argmax returns the index of the largest value (the lowest on ties).
-func Argmax(v []float32) int32 {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return int32(best)
 }

@@ -22,16 +22,6 @@ type trace struct {
 	tokens [][]int32
 }
 
-func argmax(l []float32) int32 {
-	best := 0
-	for i, v := range l {
-		if v > l[best] {
-			best = i
-		}
-	}
-	return int32(best)
-}
-
 // greedy prefills prompts (one sequence each, in one step) and decodes
 // steps tokens greedily for all of them together, recording every step.
 func greedy(t *testing.T, b runtime.Backend, prompts [][]int32, steps int) trace {
@@ -51,7 +41,7 @@ func greedy(t *testing.T, b runtime.Backend, prompts [][]int32, steps int) trace
 		for i, l := range out {
 			require.NotEmpty(t, l)
 			ls = append(ls, append([]float32(nil), l...))
-			id := argmax(l)
+			id := runtime.Argmax(l)
 			ids = append(ids, id)
 			batch[i].Pos += len(batch[i].Tokens)
 			batch[i].Tokens = []int32{id}
