@@ -229,6 +229,35 @@ func GGUFName(hf string) (string, bool) {
 	return "blk." + num + "." + g + "." + suffix, true
 }
 
+// HFName maps a GGUF tensor name (llama/qwen2/qwen3 layout) back to its
+// Hugging Face name; false for names with no checkpoint counterpart (such
+// as rope_freqs.weight). It is the inverse of GGUFName.
+func HFName(gguf string) (string, bool) {
+	switch gguf {
+	case "token_embd.weight":
+		return "model.embed_tokens.weight", true
+	case "output_norm.weight":
+		return "model.norm.weight", true
+	case "output.weight":
+		return "lm_head.weight", true
+	}
+	rest, ok := strings.CutPrefix(gguf, "blk.")
+	if !ok {
+		return "", false
+	}
+	num, rest, ok := strings.Cut(rest, ".")
+	dot := strings.LastIndexByte(rest, '.')
+	if !ok || dot < 0 {
+		return "", false
+	}
+	for hf, g := range hfLayerNames {
+		if g == rest[:dot] {
+			return "model.layers." + num + "." + hf + rest[dot:], true
+		}
+	}
+	return "", false
+}
+
 // mapHFTensors adds the checkpoint's tensors under GGUF names. It reports
 // whether FP8 weights were found (and are presented as BF16).
 func (m *Model) mapHFTensors(set *safetensors.Set, cfg *hfConfig) (fp8 bool, err error) {

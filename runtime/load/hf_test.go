@@ -364,3 +364,22 @@ func TestGGUFName(t *testing.T) {
 		require.Equal(t, want, got, hf)
 	}
 }
+
+// HFName is GGUFName's inverse for every tensor of the three families.
+func TestHFNameInvertsGGUFName(t *testing.T) {
+	names := []string{"token_embd.weight", "output_norm.weight", "output.weight"}
+	for _, g := range hfLayerNames {
+		names = append(names, "blk.7."+g+".weight", "blk.12."+g+".bias")
+	}
+	for _, g := range names {
+		hf, ok := HFName(g)
+		require.True(t, ok, g)
+		back, ok := GGUFName(hf)
+		require.True(t, ok, hf)
+		require.Equal(t, g, back)
+	}
+	for _, g := range []string{"rope_freqs.weight", "blk.x", "blk.1.nope.weight"} {
+		_, ok := HFName(g)
+		require.False(t, ok, g)
+	}
+}

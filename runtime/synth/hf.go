@@ -5,44 +5,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/memra-ai/memra/ir/dtype"
 	"github.com/memra-ai/memra/runtime/format/safetensors"
+	"github.com/memra-ai/memra/runtime/load"
 	"github.com/memra-ai/memra/runtime/tokenizer"
 )
 
 // hfShardBytes bounds one safetensors shard of a written checkpoint.
 const hfShardBytes = 2 << 30
-
-// hfName maps a GGUF tensor name back to its Hugging Face name.
-func hfName(gguf string) (string, error) {
-	switch gguf {
-	case "token_embd.weight":
-		return "model.embed_tokens.weight", nil
-	case "output_norm.weight":
-		return "model.norm.weight", nil
-	case "output.weight":
-		return "lm_head.weight", nil
-	}
-	layerParts := map[string]string{
-		"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-		"attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
-		"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-		"ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
-	}
-	rest, ok := strings.CutPrefix(gguf, "blk.")
-	if ok {
-		num, rest, ok2 := strings.Cut(rest, ".")
-		dot := strings.LastIndexByte(rest, '.')
-		if ok2 && dot > 0 {
-			if p, ok3 := layerParts[rest[:dot]]; ok3 {
-				return "model.layers." + num + "." + p + rest[dot:], nil
-			}
-		}
-	}
-	return "", fmt.Errorf("synth: no Hugging Face name for tensor %s", gguf)
-}
 
 var hfArchitectures = map[string]string{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
@@ -183,9 +154,9 @@ func (pl *Plan) writeHFWeights(dir, st string, o Options) error {
 		if t.spec.kind == kindFreqs {
 			continue // Llama 3.1 frequencies come from config.json's rope_scaling
 		}
-		name, err := hfName(t.Name)
-		if err != nil {
-			return err
+		name, ok := load.HFName(t.Name)
+		if !ok {
+			return fmt.Errorf("synth: no Hugging Face name for tensor %s", t.Name)
 		}
 		size := int64(t.spec.elems()) * int64(safetensors.ElemSize(hfDType(st, t)))
 		if len(cur) > 0 && curBytes+size > hfShardBytes {
