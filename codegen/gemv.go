@@ -138,31 +138,38 @@ func GEMV(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
 					w.Line("acc += v[4 * i] * q.x + v[4 * i + 1] * q.y + v[4 * i + 2] * q.z + v[4 * i + 3] * q.w;")
 				})
 			})
-			w.Line("acc = warp_sum(acc);")
-			if tpr > 32 {
-				w.Linef("__shared__ float part[%d];", arm.Threads/32)
-				w.If("(threadIdx.x & 31) == 0", func() { w.Line("part[threadIdx.x >> 5] = acc;") })
-				w.Line("__syncthreads();")
-				w.If("lane == 0", func() {
-					w.Line("const float* pr = part + (threadIdx.x >> 5);")
-					w.For("i", "1", fmt.Sprint(tpr/32), "1", -1, func() { w.Line("acc += pr[i];") })
-				})
-			}
-			store := "lane == 0"
-			if n%arm.RowsPerBlock != 0 {
-				store = "lane == 0 && r < N"
-			}
-			w.If(store, func() {
-				op := "="
-				if residual {
-					op = "+="
-				}
-				w.Linef("y[(size_t)blockIdx.y * N + r] %s acc;", op)
-			})
+			gemvRowStore(w, arm, tpr, n, residual)
 			w.Line("pdl_launch();")
 		}})
 	})
 	return &Kernel{Family: "gemv", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(ceilDiv(n, arm.RowsPerBlock), d.Tokens, 1), Block: dim3(arm.Threads, 1, 1), Shared: uint32(shared)}
 	}}, nil
+}
+
+// gemvRowStore emits the end of a GEMV row shared by every layout: the
+// warp (and, past 32 threads a row, the block) sum of acc, and the store of
+// row r of y, added to y for a residual epilogue.
+func gemvRowStore(w *Writer, arm GEMVArm, tpr, n int, residual bool) {
+	w.Line("acc = warp_sum(acc);")
+	if tpr > 32 {
+		w.Linef("__shared__ float part[%d];", arm.Threads/32)
+		w.If("(threadIdx.x & 31) == 0", func() { w.Line("part[threadIdx.x >> 5] = acc;") })
+		w.Line("__syncthreads();")
+		w.If("lane == 0", func() {
+			w.Line("const float* pr = part + (threadIdx.x >> 5);")
+			w.For("i", "1", fmt.Sprint(tpr/32), "1", -1, func() { w.Line("acc += pr[i];") })
+		})
+	}
+	store := "lane == 0"
+	if n%arm.RowsPerBlock != 0 {
+		store = "lane == 0 && r < N"
+	}
+	w.If(store, func() {
+		op := "="
+		if residual {
+			op = "+="
+		}
+		w.Linef("y[(size_t)blockIdx.y * N + r] %s acc;", op)
+	})
 }

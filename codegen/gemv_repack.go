@@ -247,27 +247,7 @@ func gemvRepacked(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, 
 				w.If("u >= UPR", func() { w.Line("break;") })
 				load()
 			})
-			w.Line("acc = warp_sum(acc);")
-			if tpr > 32 {
-				w.Linef("__shared__ float part[%d];", arm.Threads/32)
-				w.If("(threadIdx.x & 31) == 0", func() { w.Line("part[threadIdx.x >> 5] = acc;") })
-				w.Line("__syncthreads();")
-				w.If("lane == 0", func() {
-					w.Line("const float* pr = part + (threadIdx.x >> 5);")
-					w.For("i", "1", fmt.Sprint(tpr/32), "1", -1, func() { w.Line("acc += pr[i];") })
-				})
-			}
-			store := "lane == 0"
-			if n%arm.RowsPerBlock != 0 {
-				store = "lane == 0 && r < N"
-			}
-			w.If(store, func() {
-				op := "="
-				if residual {
-					op = "+="
-				}
-				w.Linef("y[(size_t)blockIdx.y * N + r] %s acc;", op)
-			})
+			gemvRowStore(w, arm, tpr, n, residual)
 			w.Line("pdl_launch();")
 		}})
 	})
