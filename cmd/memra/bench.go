@@ -29,6 +29,7 @@ type benchOptions struct {
 	noProgress        bool
 	batches           string
 	roofline, untuned bool
+	profile           bool
 	perfRows          bool
 	jsonPath          string
 	plotPath          string
@@ -71,6 +72,7 @@ bytes read per step × steps/s) against the copy rate and pp as TFLOP/s
 	f.BoolVar(&o.noProgress, "no-progress", false, "hide the progress bar")
 	f.StringVarP(&o.batches, "batch", "b", "1", "decode batch sizes of the tg test, comma separated (e.g. 1,2,4,8)")
 	f.BoolVar(&o.roofline, "roofline", false, "report bandwidth and TFLOP/s against a copy and a matmul measured in the same run (CUDA)")
+	f.BoolVar(&o.profile, "profile", false, "after the tests, time every kernel of one decode step per batch size and print where the step's time goes (CUDA)")
 	f.BoolVar(&o.untuned, "untuned", false, "use every kernel family's default arm instead of the tunedb (CUDA)")
 	f.BoolVar(&o.perfRows, "perf-rows", false, "print a docs/PERFORMANCE.md row per test")
 	f.StringVar(&o.jsonPath, "json", "", "write the raw results to this JSON file")
@@ -276,7 +278,25 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 			return err
 		}
 	}
-	return rep.write(stdout)
+	if err := rep.write(stdout); err != nil {
+		return err
+	}
+	if o.profile {
+		cb, ok := b.(*cuda.Backend)
+		if !ok {
+			return fmt.Errorf("bench: --profile needs the CUDA backend")
+		}
+		for i, bs := range batches {
+			step := 0.0
+			if r := tgs[i]; len(r.rates) > 0 {
+				step = float64(bs) / medianOf(r.rates)
+			}
+			if err := profileDecode(ctx, stdout, cb, tokens[:p], bs, o.reps, step); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // reportPipeline prints the pipeline's boundary copy time and stage busy

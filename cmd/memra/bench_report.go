@@ -149,10 +149,7 @@ func (r *benchReport) rows() []benchRow {
 	for _, res := range r.results {
 		s := slices.Clone(res.rates)
 		slices.Sort(s)
-		med := s[len(s)/2]
-		if len(s)%2 == 0 {
-			med = (s[len(s)/2-1] + s[len(s)/2]) / 2
-		}
+		med := medianOf(s)
 		row := benchRow{Test: res.test, Batch: res.batch, N: len(s), Rates: res.rates, Median: med, Min: s[0], Max: s[len(s)-1]}
 		if r.roof != nil {
 			if res.tg {

@@ -121,6 +121,8 @@ type Backend struct {
 	result [][]float32
 	greedy []int32
 	closed bool
+
+	prof *profiler // set during ProfileDecode
 }
 
 var (

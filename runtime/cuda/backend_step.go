@@ -167,7 +167,11 @@ func (b *Backend) run(pieces []piece, greedy bool) error {
 				return err
 			}
 		}
-		if bucket > 0 {
+		if b.prof != nil {
+			if err := b.profileLaunches(c, ps, rowsT, rowsS); err != nil {
+				return err
+			}
+		} else if bucket > 0 {
 			g, err := b.graph(c, ps, bucket)
 			if err != nil {
 				return err
