@@ -67,7 +67,7 @@ type DecodeArm struct {
 }
 
 // DefaultDecodeArm is the arm used before tuning.
-var DefaultDecodeArm = DecodeArm{Threads: 128, Chunk: 256}
+var DefaultDecodeArm = DecodeArm{Threads: 256, Chunk: 64}
 
 // DecodeKnobs is the search space of DecodeArm.
 var DecodeKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 128, 256, 512, 1024}}}
@@ -91,7 +91,7 @@ func DecodeArms() []DecodeArm {
 var DecodeLiveKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 128, 256, 512, 1024}}, {"live", []int{1, 2}}}
 
 // DefaultDecodeLiveArm is the live-length arm used before tuning.
-var DefaultDecodeLiveArm = DecodeArm{Threads: 128, Chunk: 256, Live: 2}
+var DefaultDecodeLiveArm = DecodeArm{Threads: 256, Chunk: 128, Live: 2}
 
 // String is the arm's short name used in kernel names and tables.
 func (a DecodeArm) String() string {
@@ -116,19 +116,27 @@ func (a DecodeArm) liveChunk(w *Writer) {
 func (a DecodeArm) Splits(kvLen int) int { return max(1, ceilDiv(kvLen, a.Chunk)) }
 
 // DecodeAttention returns the two kernels of flash-decoding for one query
-// token per sequence. The partial kernel handles (query head, split, seq):
+// token per sequence. The partial kernel handles (kv head, split, seq), all
+// GROUP query heads of the kv head at once, so each key and value row is
+// read once per group:
 //
 //	attn_part(const float* q, const cache_t* kc, const cache_t* vc,
 //	          const int* kv_base, const int* kv_len, float* part_o, float* part_ml, int splits)
 //
-// writing the split's normalised output part_o [seq][head][split][HD] and
-// its (max, sum) pair part_ml; keys of sequence s are cache rows
-// kv_base[s] .. kv_base[s]+kv_len[s]-1. The combine kernel merges the splits
-// by log-sum-exp into out [seq][HQ·HD]:
+// writing each query head's normalised split output part_o
+// [seq][head][split][HD] and its (max, sum) pair part_ml; keys of sequence s
+// are cache rows kv_base[s] .. kv_base[s]+kv_len[s]-1. The combine kernel
+// merges the splits by log-sum-exp into out [seq][HQ·HD]:
 //
 //	attn_combine(const float* part_o, const float* part_ml, const int* kv_len, float* out, int splits)
 //
 // splits is the launch-time split count, DecodeArm.Splits(Dims.KVLen).
+//
+// Within a block, lane groups of LPK lanes each take one key row per step
+// (16-byte loads where the head fits, see decodeTiling), reduce the score
+// with shuffles inside the group, and keep an online softmax (running max,
+// sum and rescaled output slice) over their keys; the groups of a warp are
+// merged with shuffles, the warps through shared memory.
 func DecodeAttention(s AttnShape, arm DecodeArm) (partial, combine *Kernel, err error) {
 	if err := s.validate(); err != nil {
 		return nil, nil, err
@@ -141,19 +149,29 @@ func DecodeAttention(s AttnShape, arm DecodeArm) (partial, combine *Kernel, err 
 	pparams := []Param{{"const float* __restrict__", "q"}, {"const " + ct + "* __restrict__", "kc"}, {"const " + ct + "* __restrict__", "vc"},
 		{"const int* __restrict__", "kv_base"}, {"const int* __restrict__", "kv_len"}, {"float* __restrict__", "part_o"},
 		{"float* __restrict__", "part_ml"}, {"int", "splits"}}
-	nw := arm.Threads / 32
+	tl := decodeTile(s, arm.Threads)
+	group := s.Heads / s.HeadsKV
 	psrc := source(fmt.Sprintf("split-KV decode attention, partials: %s, %v", s.tag(), arm), append(cacheHelpers(s.Cache), "warp", "pdl"), func(w *Writer) {
 		s.defines(w)
 		w.Linef("#define CHUNK %d", arm.Chunk)
-		w.Linef("#define NW %d", nw)
+		w.Linef("#define THREADS %d", arm.Threads)
+		w.Linef("#define NW %d", arm.Threads/32)
+		w.Linef("#define VEC %d // cache elements per vector load", tl.vec)
+		w.Linef("#define LPK %d // lanes per key row", tl.lpk)
+		w.Linef("#define KPW %d // keys per warp step", tl.kpw())
+		w.Linef("#define NV %d // vector loads per lane per row", tl.nv)
+		w.Linef("#define EPL %d // head elements per lane", tl.epl())
+		w.Linef("#define HT %d // query heads per pass", tl.ht)
+		w.Linef("#define U %d // keys in flight per lane group", tl.u)
+		w.Line("#define MNEG (-3.0e38f) // running max before any key: exp(MNEG - x) is 0, exp(MNEG - MNEG) is 1")
 		w.Blank()
+		raw := emitVecLoad(w, s.Cache, tl.vec)
 		w.Emit(Func{Name: pname, Global: true, LaunchBounds: arm.Threads, Params: pparams, Body: func(w *Writer) {
-			w.Line("__shared__ float qs[HD];")
-			w.Line("__shared__ float sc[CHUNK];")
-			w.Line("__shared__ float red[32];")
-			w.Line("const int h = blockIdx.x, split = blockIdx.y, seq = blockIdx.z;")
-			w.Line("const int kvh = h / GROUP;")
+			w.Line("__shared__ float so[NW][HT][HD]; // each warp's output accumulator")
+			w.Line("__shared__ float sm[NW][HT], sl[NW][HT], sw[NW][HT]; // each warp's max and sum; merge weights")
+			w.Line("const int kvh = blockIdx.x, split = blockIdx.y, seq = blockIdx.z;")
 			w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;")
+			w.Line("const int grp = lane / LPK, gl = lane % LPK; // the lane's key slot in the warp step, its place in the row")
 			w.Line("pdl_wait();")
 			w.Line("const int len = kv_len[seq];")
 			if arm.Live == 0 {
@@ -164,70 +182,157 @@ func DecodeAttention(s AttnShape, arm DecodeArm) (partial, combine *Kernel, err 
 				w.Line("const int j0 = split * chunk;")
 				w.Line("const int n = min(chunk, len - j0);")
 			}
-			w.Line("const size_t po = ((size_t)(seq * HQ + h) * splits + split);")
+			w.Comment("query head kvh * GROUP + g writes partial po0 + g * splits")
+			w.Line("const size_t po0 = (size_t)(seq * HQ + kvh * GROUP) * splits + split;")
 			w.If("n <= 0", func() {
 				if arm.Live == 0 {
-					w.For("d", "threadIdx.x", "HD", fmt.Sprint(arm.Threads), 0, func() { w.Line("part_o[po * HD + d] = 0.f;") })
+					w.For("e", "threadIdx.x", "GROUP * HD", "THREADS", 0, func() { w.Line("part_o[(po0 + (size_t)(e / HD) * splits) * HD + e % HD] = 0.f;") })
 				} else {
-					w.Comment("past the live length: a neutral partial (the combine never reads its output)")
+					w.Comment("past the live length: neutral partials (the combine never reads their outputs)")
 				}
-				w.If("threadIdx.x == 0", func() {
-					w.Linef("part_ml[2 * po] = %s;", cfloat(float32(math.Inf(-1))))
-					w.Line("part_ml[2 * po + 1] = 0.f;")
+				w.For("g", "threadIdx.x", "GROUP", "THREADS", 0, func() {
+					w.Linef("part_ml[2 * (po0 + (size_t)g * splits)] = %s;", cfloat(float32(math.Inf(-1))))
+					w.Line("part_ml[2 * (po0 + (size_t)g * splits) + 1] = 0.f;")
 				})
 				w.Line("return;")
 			})
-			w.For("d", "threadIdx.x", "HD", fmt.Sprint(arm.Threads), 0, func() { w.Line("qs[d] = q[(size_t)seq * QSTRIDE + h * HD + d] * SCALE;") })
-			w.Line("__syncthreads();")
-			w.Line("const size_t row0 = (size_t)(kv_base[seq] + j0) * HKV * HD + kvh * HD;")
-			w.Comment("scores: one warp per key")
-			w.For("j", "warp", "n", "NW", 0, func() {
-				w.Linef("const %s* kr = kc + row0 + (size_t)j * HKV * HD;", ct)
-				w.Line("float a = 0.f;")
-				w.For("d", "lane", "HD", "32", -1, func() { w.Linef("a += qs[d] * %s;", cacheLoad(s.Cache, "kr[d]")) })
-				w.Line("a = warp_sum(a);")
-				w.If("lane == 0", func() { w.Line("sc[j] = a;") })
-			})
-			w.Line("__syncthreads();")
-			w.Linef("float mx = %s;", cfloat(float32(math.Inf(-1))))
-			w.For("j", "threadIdx.x", "n", fmt.Sprint(arm.Threads), 0, func() { w.Line("mx = fmaxf(mx, sc[j]);") })
-			blockReduce(w, "mx", "m", "max", arm.Threads)
-			w.Line("__syncthreads();")
-			w.Line("float l = 0.f;")
-			w.For("j", "threadIdx.x", "n", fmt.Sprint(arm.Threads), 0, func() {
-				w.Line("const float p = expf(sc[j] - m);")
-				w.Line("sc[j] = p;")
-				w.Line("l += p;")
-			})
-			blockReduce(w, "l", "sum", "sum", arm.Threads)
-			w.Comment("output: one thread per head dimension")
-			w.For("d", "threadIdx.x", "HD", fmt.Sprint(arm.Threads), 0, func() {
-				w.Line("float o = 0.f;")
-				w.Linef("const %s* vr = vc + row0 + d;", ct)
-				w.For("j", "0", "n", "1", 4, func() { w.Linef("o += sc[j] * %s;", cacheLoad(s.Cache, "vr[(size_t)j * HKV * HD]")) })
-				w.Line("part_o[po * HD + d] = o / sum;")
-			})
-			w.If("threadIdx.x == 0", func() {
-				w.Line("part_ml[2 * po] = m;")
-				w.Line("part_ml[2 * po + 1] = sum;")
-			})
+			w.Comment("this lane's first element of key 0 of the split")
+			w.Line("const size_t row0 = (size_t)(kv_base[seq] + j0) * HKV * HD + kvh * HD + gl * VEC;")
+			pass := func() {
+				w.Line("float qr[HT][EPL], acc[HT][EPL], m[HT], l[HT];")
+				w.For("hh", "0", "HT", "1", -1, func() {
+					w.Line("const float* qh = q + (size_t)seq * QSTRIDE + (kvh * GROUP + hp + hh) * HD;")
+					w.For("i", "0", "NV", "1", -1, func() {
+						w.For("t", "0", "VEC", "1", -1, func() {
+							w.Line("qr[hh][i * VEC + t] = qh[(i * LPK + gl) * VEC + t] * SCALE;")
+							w.Line("acc[hh][i * VEC + t] = 0.f;")
+						})
+					})
+					w.Line("m[hh] = MNEG;")
+					w.Line("l[hh] = 0.f;")
+				})
+				w.Comment("key slots of the warp: jb + u * KPW + grp; the bound is warp-uniform, so every lane reaches each shuffle")
+				w.For("jb", "warp * (KPW * U)", "n", "NW * KPW * U", 0, func() {
+					w.Linef("%s kr[U][NV], vr[U][NV];", raw)
+					w.For("u", "0", "U", "1", -1, func() {
+						w.Comment("slots past the split's end reload its last key (in bounds) and are masked below")
+						w.Line("const size_t r = row0 + (size_t)min(jb + u * KPW + grp, n - 1) * (HKV * HD);")
+						w.For("i", "0", "NV", "1", -1, func() {
+							w.Linef("kr[u][i] = *(const %s*)(kc + r + i * (LPK * VEC));", raw)
+							w.Linef("vr[u][i] = *(const %s*)(vc + r + i * (LPK * VEC));", raw)
+						})
+					})
+					w.Line("float sc[U][HT];")
+					w.For("u", "0", "U", "1", -1, func() {
+						w.Line("float kf[EPL];")
+						w.For("i", "0", "NV", "1", -1, func() { w.Line("ld_vec(kr[u][i], kf + i * VEC);") })
+						w.For("hh", "0", "HT", "1", -1, func() {
+							w.Line("float a = 0.f;")
+							w.For("e", "0", "EPL", "1", -1, func() { w.Line("a += qr[hh][e] * kf[e];") })
+							w.Line("#pragma unroll")
+							w.Block("for (int o = LPK / 2; o > 0; o >>= 1)", func() { w.Line("a += __shfl_xor_sync(0xffffffffu, a, o);") })
+							w.Linef("sc[u][hh] = jb + u * KPW + grp < n ? a : %s;", cfloat(float32(math.Inf(-1))))
+						})
+					})
+					w.Comment("online softmax: rescale the running sum and output to the new max")
+					w.For("hh", "0", "HT", "1", -1, func() {
+						w.Line("float mx = m[hh];")
+						w.For("u", "0", "U", "1", -1, func() { w.Line("mx = fmaxf(mx, sc[u][hh]);") })
+						w.Line("const float corr = expf(m[hh] - mx);")
+						w.Line("m[hh] = mx;")
+						w.Line("l[hh] *= corr;")
+						w.For("e", "0", "EPL", "1", -1, func() { w.Line("acc[hh][e] *= corr;") })
+						w.For("u", "0", "U", "1", -1, func() {
+							w.Line("sc[u][hh] = expf(sc[u][hh] - mx);")
+							w.Line("l[hh] += sc[u][hh];")
+						})
+					})
+					w.For("u", "0", "U", "1", -1, func() {
+						w.Line("float vf[EPL];")
+						w.For("i", "0", "NV", "1", -1, func() { w.Line("ld_vec(vr[u][i], vf + i * VEC);") })
+						w.For("hh", "0", "HT", "1", -1, func() {
+							w.For("e", "0", "EPL", "1", -1, func() { w.Line("acc[hh][e] += sc[u][hh] * vf[e];") })
+						})
+					})
+				})
+				w.Comment("merge the warp's lane groups (all lanes take part); each group then holds the warp's state")
+				w.Line("#pragma unroll")
+				w.Block("for (int o = LPK; o < 32; o <<= 1)", func() {
+					w.For("hh", "0", "HT", "1", -1, func() {
+						w.Line("const float mo = __shfl_xor_sync(0xffffffffu, m[hh], o), lo = __shfl_xor_sync(0xffffffffu, l[hh], o);")
+						w.Line("const float mx = fmaxf(m[hh], mo), a = expf(m[hh] - mx), b = expf(mo - mx);")
+						w.Line("m[hh] = mx;")
+						w.Line("l[hh] = l[hh] * a + lo * b;")
+						w.For("e", "0", "EPL", "1", -1, func() {
+							w.Line("acc[hh][e] = acc[hh][e] * a + __shfl_xor_sync(0xffffffffu, acc[hh][e], o) * b;")
+						})
+					})
+				})
+				w.If("lane < LPK", func() {
+					w.For("hh", "0", "HT", "1", -1, func() {
+						w.For("i", "0", "NV", "1", -1, func() {
+							w.For("t", "0", "VEC", "1", -1, func() { w.Line("so[warp][hh][(i * LPK + gl) * VEC + t] = acc[hh][i * VEC + t];") })
+						})
+					})
+				})
+				w.If("lane == 0", func() {
+					w.For("hh", "0", "HT", "1", -1, func() {
+						w.Line("sm[warp][hh] = m[hh];")
+						w.Line("sl[warp][hh] = l[hh];")
+					})
+				})
+				w.Line("__syncthreads();")
+				w.Comment("merge the warps: warp 0 holds key 0, so the max is finite and the sum positive")
+				w.If("threadIdx.x < HT", func() {
+					w.Line("const int hh = threadIdx.x;")
+					w.Line("float mx = sm[0][hh], sum = 0.f;")
+					w.For("v", "1", "NW", "1", -1, func() { w.Line("mx = fmaxf(mx, sm[v][hh]);") })
+					w.For("v", "0", "NW", "1", -1, func() {
+						w.Line("sw[v][hh] = expf(sm[v][hh] - mx);")
+						w.Line("sum += sl[v][hh] * sw[v][hh];")
+					})
+					w.For("v", "0", "NW", "1", -1, func() { w.Line("sw[v][hh] /= sum;") })
+					w.Line("const size_t po = po0 + (size_t)(hp + hh) * splits;")
+					w.Line("part_ml[2 * po] = mx;")
+					w.Line("part_ml[2 * po + 1] = sum;")
+				})
+				w.Line("__syncthreads();")
+				w.For("e", "threadIdx.x", "HT * HD", "THREADS", 0, func() {
+					w.Line("const int hh = e / HD, d = e % HD;")
+					w.Line("float o = 0.f;")
+					w.For("v", "0", "NW", "1", -1, func() { w.Line("o += so[v][hh][d] * sw[v][hh];") })
+					w.Line("part_o[(po0 + (size_t)(hp + hh) * splits) * HD + d] = o;")
+				})
+			}
+			if tl.ht == group {
+				w.Line("const int hp = 0; // one pass: all GROUP heads")
+				pass()
+			} else {
+				w.Comment("GROUP / HT passes over the split's keys (the repeat reads hit L2)")
+				w.Line("#pragma unroll 1")
+				w.Block("for (int hp = 0; hp < GROUP; hp += HT)", func() {
+					pass()
+					w.Line("__syncthreads(); // shared memory is reused by the next pass")
+				})
+			}
 			w.Line("pdl_launch();")
 		}})
 	})
 	partial = &Kernel{Family: "attn_decode", Name: pname, Source: psrc, Params: pparams, Launch: func(d Dims) Geometry {
-		return Geometry{Grid: dim3(s.Heads, arm.Splits(d.KVLen), d.Seqs), Block: dim3(arm.Threads, 1, 1)}
+		return Geometry{Grid: dim3(s.HeadsKV, arm.Splits(d.KVLen), d.Seqs), Block: dim3(arm.Threads, 1, 1)}
 	}}
 
 	cname := fmt.Sprintf("attn_combine_%s_%s", s.tag(), arm)
 	cparams := []Param{{"const float* __restrict__", "part_o"}, {"const float* __restrict__", "part_ml"}, {"const int* __restrict__", "kv_len"},
 		{"float* __restrict__", "out"}, {"int", "splits"}}
-	csrc := source(fmt.Sprintf("split-KV decode attention, combine: %s, %v", s.tag(), arm), []string{"types", "pdl"}, func(w *Writer) {
+	csrc := source(fmt.Sprintf("split-KV decode attention, combine: %s, %v", s.tag(), arm), []string{"types", "warp", "pdl"}, func(w *Writer) {
 		s.defines(w)
 		if arm.Live != 0 {
 			w.Linef("#define CHUNK %d", arm.Chunk)
 		}
 		w.Blank()
 		w.Emit(Func{Name: cname, Global: true, LaunchBounds: s.HeadDim, Params: cparams, Body: func(w *Writer) {
+			w.Line("__shared__ float red[32];")
 			w.Line("const int h = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;")
 			w.Line("pdl_wait();")
 			w.Line("const size_t p0 = (size_t)(seq * HQ + h) * splits;")
@@ -239,16 +344,17 @@ func DecodeAttention(s AttnShape, arm DecodeArm) (partial, combine *Kernel, err 
 				w.Line("const int live = min(splits, (len + chunk - 1) / chunk);")
 				live = "live"
 			}
-			w.Linef("float m = %s;", cfloat(float32(math.Inf(-1))))
-			w.For("i", "0", live, "1", 0, func() { w.Line("m = fmaxf(m, part_ml[2 * (p0 + i)]);") })
+			w.Comment("the max over the splits, read in parallel")
+			w.Linef("float mx = %s;", cfloat(float32(math.Inf(-1))))
+			w.For("i", "threadIdx.x", live, "HD", 0, func() { w.Line("mx = fmaxf(mx, part_ml[2 * (p0 + i)]);") })
+			blockReduce(w, "mx", "m", "max", s.HeadDim)
+			w.Comment("every split read holds a written output (zeros for an empty one), so the loads need no branch")
 			w.Line("float num = 0.f, den = 0.f;")
-			w.For("i", "0", live, "1", 0, func() {
+			w.For("i", "0", live, "1", 4, func() {
 				w.Line("const float l = part_ml[2 * (p0 + i) + 1];")
-				w.If("l > 0.f", func() {
-					w.Line("const float wgt = l * expf(part_ml[2 * (p0 + i)] - m);")
-					w.Line("num += wgt * part_o[(p0 + i) * HD + d];")
-					w.Line("den += wgt;")
-				})
+				w.Line("const float wgt = l > 0.f ? l * expf(part_ml[2 * (p0 + i)] - m) : 0.f;")
+				w.Line("num += wgt * part_o[(p0 + i) * HD + d];")
+				w.Line("den += wgt;")
 			})
 			w.Line("out[(size_t)seq * HQ * HD + h * HD + d] = den > 0.f ? num / den : 0.f;")
 			w.Line("pdl_launch();")
@@ -258,4 +364,75 @@ func DecodeAttention(s AttnShape, arm DecodeArm) (partial, combine *Kernel, err 
 		return Geometry{Grid: dim3(s.Heads, d.Seqs, 1), Block: dim3(s.HeadDim, 1, 1)}
 	}}
 	return partial, combine, nil
+}
+
+// emitVecLoad writes ld_vec(r, v): the vec cache elements of one raw vector
+// load r as floats into v, and returns the raw load's C type.
+func emitVecLoad(w *Writer, t dtype.Type, vec int) string {
+	eb := 2
+	if t == dtype.F32 {
+		eb = 4
+	}
+	raw, words := map[int]string{16: "uint4", 8: "uint2", 4: "u32"}[vec*eb], map[int][]string{16: {"r.x", "r.y", "r.z", "r.w"}, 8: {"r.x", "r.y"}, 4: {"r"}}[vec*eb]
+	w.Comment("The %d cache elements of one %d-byte load as floats.", vec, vec*eb)
+	w.Emit(Func{Name: "ld_vec", Params: []Param{{raw, "r"}, {"float*", "v"}}, Body: func(w *Writer) {
+		for i, x := range words {
+			switch t {
+			case dtype.F32:
+				w.Linef("v[%d] = __uint_as_float(%s);", i, x)
+			default:
+				w.Linef("v[%d] = %s;", 2*i, cacheLoad(t, "(u16)("+x+" & 0xffffu)"))
+				w.Linef("v[%d] = %s;", 2*i+1, cacheLoad(t, "(u16)("+x+" >> 16)"))
+			}
+		}
+	}})
+	return raw
+}
+
+// decodeTiling is how the partial kernel spreads a key row over a warp: a
+// group of lpk lanes reads one row of HD elements with nv vector loads of
+// vec elements each (lane gl of the group owns the elements
+// (i·lpk + gl)·vec .. +vec of every row, i < nv), so a warp reads 32/lpk keys
+// per step and each lane holds nv·vec elements of q and of the output
+// accumulator per query head. ht query heads (a divisor of GROUP) are handled
+// per pass over the split's keys; u keys per lane group are loaded at once.
+type decodeTiling struct {
+	vec, lpk, nv, ht, u int
+}
+
+func (t decodeTiling) kpw() int { return 32 / t.lpk }   // keys per warp step
+func (t decodeTiling) epl() int { return t.nv * t.vec } // head elements per lane
+
+// decodeTile picks the tiling for shape s and a block of threads threads:
+// the most query heads per pass (each lane holding at most 32 q elements
+// and the per-warp partial outputs at most 32 KB of shared memory), then the
+// widest loads.
+func decodeTile(s AttnShape, threads int) decodeTiling {
+	eb := 2
+	if s.Cache == dtype.F32 {
+		eb = 4
+	}
+	group, nw := s.Heads/s.HeadsKV, threads/32
+	var best decodeTiling
+	for lb := 16; lb >= 4 && lb >= eb; lb /= 2 {
+		t := decodeTiling{vec: lb / eb, lpk: 1}
+		nvec := s.HeadDim / t.vec
+		for t.lpk < 32 && nvec%(2*t.lpk) == 0 {
+			t.lpk *= 2
+		}
+		t.nv = nvec / t.lpk
+		t.ht = 1
+		for h := group; h > 1; h-- {
+			if group%h == 0 && h*t.epl() <= 32 && nw*h*s.HeadDim*4 <= 32<<10 {
+				t.ht = h
+				break
+			}
+		}
+		if best.vec == 0 || t.ht > best.ht || (t.ht == best.ht && best.epl() > 32 && t.epl() < best.epl()) {
+			best = t
+		}
+	}
+	// about 64 bytes of K (and as much of V) per lane in flight, at most 32 scores held
+	best.u = max(1, min(8, 64/(best.nv*best.vec*eb), 32/best.ht))
+	return best
 }

@@ -122,24 +122,66 @@ func Concat(widths []int, arm BlockArm) (*Kernel, error) {
 		w.Blank()
 		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
 			w.Line("pdl_wait();")
-			w.Linef("const int i = blockIdx.x * %d + threadIdx.x;", arm.Threads)
+			w.Comment("elements 4g..4g+3 of the output row")
+			w.Linef("const int g = blockIdx.x * %d + threadIdx.x;", arm.Threads)
 			w.Line("const size_t r = blockIdx.y;")
-			w.Line("float v = 0.f;")
-			off := 0
-			for i, wd := range widths {
-				cond := fmt.Sprintf("i >= %d && i < %d", off, off+wd)
-				if i == 0 {
-					cond = fmt.Sprintf("i < %d", wd)
+			// part lookup: v = element i of the row, from the source holding it
+			chain := func(i, v string, vec bool) {
+				var conds []string
+				var bodies []func()
+				off := 0
+				for p, wd := range widths {
+					p, wd, o := p, wd, off
+					conds = append(conds, fmt.Sprintf("%s < %d", i, off+wd))
+					idx := fmt.Sprintf("%s - %d", i, o)
+					if o == 0 {
+						idx = i
+					}
+					bodies = append(bodies, func() {
+						if vec {
+							w.Linef("%s = ((const float4*)(src%d + r * %d))[(%s) / 4];", v, p, wd, idx)
+						} else {
+							w.Linef("%s = src%d[r * %d + %s];", v, p, wd, idx)
+						}
+					})
+					off += wd
 				}
-				w.If(cond, func() { w.Linef("v = src%d[r * %d + i - %d];", i, wd, off) })
-				off += wd
+				// the last part takes the rest of the row (i < TOTAL)
+				n := len(conds) - 1
+				ifChain(w, conds[:n], bodies[:n], bodies[n])
 			}
-			w.If("i < TOTAL", func() { w.Line("out[r * TOTAL + i] = v;") })
+			scalar := func() {
+				w.For("i", "4 * g", "min(4 * g + 4, TOTAL)", "1", 0, func() {
+					w.Line("float v;")
+					chain("i", "v", false)
+					w.Line("out[r * TOTAL + i] = v;")
+				})
+			}
+			vec := true // every part a whole number of float4s
+			for _, wd := range widths {
+				vec = vec && wd%4 == 0
+			}
+			w.If("4 * g < TOTAL", func() {
+				if !vec {
+					scalar()
+					return
+				}
+				ptrs := []string{"out"}
+				for i := range widths {
+					ptrs = append(ptrs, fmt.Sprintf("src%d", i))
+				}
+				w.IfElse(aligned16(ptrs...), func() {
+					w.Line("const int i = 4 * g;")
+					w.Line("float4 v;")
+					chain("i", "v", true)
+					w.Line("((float4*)(out + r * TOTAL))[g] = v;")
+				}, scalar)
+			})
 			w.Line("pdl_launch();")
 		}})
 	})
 	return &Kernel{Family: "concat", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
-		return Geometry{Grid: dim3(ceilDiv(total, arm.Threads), d.Tokens, 1), Block: dim3(arm.Threads, 1, 1)}
+		return Geometry{Grid: dim3(ceilDiv(total, 4*arm.Threads), d.Tokens, 1), Block: dim3(arm.Threads, 1, 1)}
 	}}, nil
 }
 

@@ -96,11 +96,29 @@ func (l *lowerer) blockArm(family, class string) BlockArm {
 
 // gemvArm, mmaArm, decodeArm and prefillArm return the arm of their
 // family's kernel of class.
-func (l *lowerer) gemvArm(class string) GEMVArm {
+// gemvArm is the GEMV arm of a product with weights of type t: the tunedb's
+// pick, else Arms.GEMVQuant for repacked types and Arms.GEMV for others.
+// The exact configuration (PrefillGEMV) never takes an int8-activation arm.
+func (l *lowerer) gemvArm(class string, t dtype.Type, k int) GEMVArm {
+	arm := l.arms.GEMV
 	if p, ok := l.picked("gemv", class); ok {
-		return GEMVArmOf(p)
+		arm = GEMVArmOf(p)
+	} else if Repackable(t) {
+		arm = l.arms.GEMVQuant
 	}
-	return l.arms.GEMV
+	if arm.XQ == 1 && l.o.PrefillGEMV {
+		arm = l.arms.GEMV
+		if arm.XQ == 1 {
+			arm = DefaultGEMVArm
+		}
+	}
+	if arm.Layout == 1 && !Repackable(t) {
+		arm = GEMVArm{Threads: arm.Threads, RowsPerBlock: arm.RowsPerBlock, Unroll: arm.Unroll, SharedX: arm.SharedX}
+	}
+	for arm.XQ == 1 && arm.BatchRows > 1 && xqShared(k, arm.BatchRows) > xqMaxShared {
+		arm.BatchRows /= 2 // long rows: fewer activation rows fit shared memory
+	}
+	return arm
 }
 
 func (l *lowerer) mmaArm(class string) MMAArm {

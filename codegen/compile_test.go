@@ -64,6 +64,21 @@ func TestCompileGate(t *testing.T) {
 		require.NoError(t, err)
 		ks = append(ks, g)
 	}
+	// half-precision GEMVs with activations in shared memory (coalesced chunks), ragged rows
+	for i, t2 := range []dtype.Type{dtype.F16, dtype.BF16} {
+		g, err := codegen.GEMV(t2, 1000, 544, i == 0, codegen.GEMVArm{Threads: 96, RowsPerBlock: 3, Unroll: 4, SharedX: 1})
+		require.NoError(t, err)
+		ks = append(ks, g)
+	}
+	// int8-activation GEMV arms, one per repacked type, with 1 to 8 activation rows a block
+	for i, t2 := range codegen.RepackTypes {
+		arm := []codegen.GEMVArm{{Threads: 96, RowsPerBlock: 3, Unroll: 1, BatchRows: 1}, {Threads: 256, RowsPerBlock: 8, Unroll: 4, BatchRows: 2},
+			{Threads: 512, RowsPerBlock: 16, Unroll: 2, BatchRows: 8}, {Threads: 128, RowsPerBlock: 4, Unroll: 2, BatchRows: 4}}[i]
+		arm.SharedX, arm.Layout, arm.XQ = 1, 1, 1
+		g, err := codegen.GEMV(t2, 1000, 512, i%2 == 0, arm)
+		require.NoError(t, err)
+		ks = append(ks, g)
+	}
 	r, err := codegen.RMSNormAdd(s.Hidden, s.Eps, false, codegen.BlockArm{Threads: 1024})
 	require.NoError(t, err)
 	ks = append(ks, r)

@@ -121,6 +121,6 @@ func TestDecodeLiveArm(t *testing.T) {
 		}
 	}
 	require.ErrorIs(t, DecodeArm{Threads: 128, Chunk: 256, Live: 3}.Validate(), ErrUnsupported)
-	require.Equal(t, "t128_c256", DefaultDecodeArm.String(), "live 0 keeps today's names")
-	require.Equal(t, Point{"threads": 128, "chunk": 256}, DefaultDecodeArm.Point())
+	require.Equal(t, "t256_c64", DefaultDecodeArm.String(), "live 0 arms have no live suffix")
+	require.Equal(t, Point{"threads": 256, "chunk": 64}, DefaultDecodeArm.Point())
 }

@@ -15,11 +15,24 @@ type GEMVArm struct {
 	// Layout is the weight layout the kernel reads: 0 the file's, 1 the
 	// repacked planes of Repack (RepackTypes only; needs SharedX 1).
 	Layout int
+	// XQ 1 quantises the activations to int8 in shared memory and takes
+	// dp4a products (gemv_xq.go; layout 1, one warp a row, tolerance XQTol).
+	XQ int
+	// BatchRows is the activation rows a block serves with one weight read:
+	// 1 to 16 with XQ 1, 0 otherwise (one row).
+	BatchRows int
 }
+
+func (a GEMVArm) batchRows() int { return max(1, a.BatchRows) }
 
 // DefaultGEMVArm is the arm used before tuning: one warp per row, 8 rows per
 // block, activations in shared memory.
 var DefaultGEMVArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1}
+
+// DefaultXQArm is the arm of products with repacked weight types
+// (Arms.GEMVQuant) before tuning: int8 activations, a warp a row, up to 16
+// decode rows a block (fewer where rows are too long for shared memory).
+var DefaultXQArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 16}
 
 // GEMVKnobs is the search space of GEMVArm.
 var GEMVKnobs = []Knob{
@@ -28,13 +41,17 @@ var GEMVKnobs = []Knob{
 	{"unroll", []int{1, 2, 4, 8}},
 	{"shared_x", []int{0, 1}},
 	{"layout", []int{0, 1}},
+	{"xq", []int{0, 1}},
+	{"batch_rows", []int{0, 1, 2, 4, 8, 16}},
 }
 
 // Validate reports whether a is well formed.
 func (a GEMVArm) Validate() error {
 	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.RowsPerBlock <= 0 ||
 		a.Threads%a.RowsPerBlock != 0 || (a.Threads/a.RowsPerBlock)%32 != 0 || a.Unroll <= 0 || a.SharedX < 0 || a.SharedX > 1 ||
-		a.Layout < 0 || a.Layout > 1 || (a.Layout == 1 && a.SharedX != 1) {
+		a.Layout < 0 || a.Layout > 1 || (a.Layout == 1 && a.SharedX != 1) ||
+		a.XQ < 0 || a.XQ > 1 || (a.XQ == 1 && (a.Layout != 1 || a.Threads/a.RowsPerBlock != 32)) ||
+		(a.XQ == 0 && a.BatchRows != 0) || (a.XQ == 1 && (a.BatchRows < 1 || a.BatchRows > 16)) {
 		return fmt.Errorf("%w: gemv arm %+v", ErrUnsupported, a)
 	}
 	return nil
@@ -52,6 +69,9 @@ func (a GEMVArm) String() string {
 	s := fmt.Sprintf("t%d_r%d_u%d_s%d", a.Threads, a.RowsPerBlock, a.Unroll, a.SharedX)
 	if a.Layout != 0 {
 		s += fmt.Sprintf("_l%d", a.Layout)
+	}
+	if a.XQ != 0 {
+		s += fmt.Sprintf("_q%d", a.batchRows())
 	}
 	return s
 }
@@ -86,8 +106,14 @@ func GEMV(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: gemv with %d rows", ErrUnsupported, n)
 	}
+	if arm.XQ == 1 {
+		return gemvXQ(t, n, k, residual, arm)
+	}
 	if arm.Layout == 1 {
 		return gemvRepacked(t, n, k, residual, arm)
+	}
+	if (t == dtype.F16 || t == dtype.BF16) && arm.SharedX == 1 {
+		return gemvHalf(t, n, k, residual, arm)
 	}
 	rowBytes, _ := t.RowBytes(k)
 	tpr := arm.Threads / arm.RowsPerBlock

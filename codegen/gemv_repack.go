@@ -147,18 +147,21 @@ func emitRepackHelpers(w *Writer, t dtype.Type) {
 			w.Line("return f16_to_f32(dh) * s;")
 		}})
 	case dtype.Q6_K:
-		w.Comment("One unit of a repacked Q6_K row: low 4 bits as in Q4_0, high 2 bits of element i in")
-		w.Comment("qh.x (i < 16) or qh.y (bits 2(i%%16)), scales sc (elements 0-15: low byte).")
+		w.Comment("One unit of a repacked Q6_K row: low 4 bits as in Q4_0, high 2 bits in qh placed")
+		w.Comment("beside them by q6_words (6-bit bytes); scales sc (elements 0-15: low byte).")
+		emitQ6Words(w)
 		w.Emit(Func{Name: "rp_q6_k", Return: "float", Params: []Param{{"uint4", "q"}, {"uint2", "qh"}, {"u16", "sc"}, {"u16", "dh"}, {"const float4*", "xs4"}, {"int", "g"}}, Body: func(w *Writer) {
 			w.Line("float s0 = 0.f, s1 = 0.f;")
 			for c := range 4 {
 				scope(w, func() {
+					w.Linef("u32 lo, hi;")
+					w.Linef("q6_words(%s, %s, %d, lo, hi);", words[c], []string{"qh.x", "qh.x", "qh.y", "qh.y"}[c], c&1)
 					w.Linef("const float4 a = rp_x(xs4, g, %d), h = rp_x(xs4, g, %d);", c, c+4)
-					six := func(shift int, hw string, i int) string {
-						return fmt.Sprintf("rp_q(((%s >> %d) & 15u) | (((%s >> %d) & 3u) << 4), 8388640.f)", words[c], shift, hw, 2*i)
+					six := func(word string, b int) string {
+						return fmt.Sprintf("rp_q((%s >> %d) & 255u, 8388640.f)", word, 8*b)
 					}
-					w.Linef("s0 += %s;", sum(func(b int) string { return six(8*b, "qh.x", 4*c+b) }, "a"))
-					w.Linef("s1 += %s;", sum(func(b int) string { return six(8*b+4, "qh.y", 4*c+b) }, "h"))
+					w.Linef("s0 += %s;", sum(func(b int) string { return six("lo", b) }, "a"))
+					w.Linef("s1 += %s;", sum(func(b int) string { return six("hi", b) }, "h"))
 				})
 			}
 			w.Line("const float d = f16_to_f32(dh);")
@@ -254,4 +257,17 @@ func gemvRepacked(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, 
 	return &Kernel{Family: "gemv", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(ceilDiv(n, arm.RowsPerBlock), d.Tokens, 1), Block: dim3(arm.Threads, 1, 1), Shared: uint32(4 * k)}
 	}}, nil
+}
+
+// emitQ6Words writes q6_words(l, h, odd, lo, hi): the 6-bit quants of one
+// 32-bit word l of a repacked Q6_K unit's low-bit plane, as four bytes each:
+// lo for its low nibbles (elements 4c..4c+3), hi for its high nibbles
+// (elements 16+4c..16+4c+3), with the high bits from word h of the unit's
+// high-bit plane (odd: l is an odd word c; see the layout in repack.go).
+func emitQ6Words(w *Writer) {
+	w.Emit(Func{Name: "q6_words", Params: []Param{{"u32", "l"}, {"u32", "h"}, {"int", "odd"}, {"u32&", "lo"}, {"u32&", "hi"}}, Body: func(w *Writer) {
+		w.Line("const u32 hl = odd ? h : h << 4, hh = odd ? h >> 2 : h << 2;")
+		w.Line("lo = (l & 0x0f0f0f0fu) | (hl & 0x30303030u);")
+		w.Line("hi = ((l >> 4) & 0x0f0f0f0fu) | (hh & 0x30303030u);")
+	}})
 }

@@ -120,7 +120,8 @@ func TestGEMVSpaceLayout(t *testing.T) {
 // the file's layout.
 func TestLowerRepacked(t *testing.T) {
 	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
-	opts := LowerOptions{Class: Decode, MaxSeqs: 2, Context: 256, Cache: dtype.F16}
+	// the base reads every weight in the file's layout
+	opts := LowerOptions{Class: Decode, MaxSeqs: 2, Context: 256, Cache: dtype.F16, Arms: Arms{GEMVQuant: DefaultGEMVArm}}
 	base, err := Lower(g, opts)
 	require.NoError(t, err)
 	opts.Pick = func(family, class string) (Point, bool) {

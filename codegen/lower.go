@@ -21,11 +21,15 @@ var (
 // Arms are the arms lowering uses per family; a zero field takes the
 // family's default.
 type Arms struct {
-	GEMV    GEMVArm
-	MMA     MMAArm
-	Block   BlockArm
-	Decode  DecodeArm
-	Prefill PrefillArm
+	GEMV GEMVArm
+	// GEMVQuant is the GEMV arm of products whose weights have a repacked
+	// layout (RepackTypes) when the tunedb has no entry; LowerOptions.PrefillGEMV
+	// (the exact configuration) uses GEMV instead of any int8-activation arm.
+	GEMVQuant GEMVArm
+	MMA       MMAArm
+	Block     BlockArm
+	Decode    DecodeArm
+	Prefill   PrefillArm
 	// GemmSmall is the arm of the small-batch products (LowerOptions.SmallBatch).
 	GemmSmall GemmSmallArm
 }
@@ -35,6 +39,9 @@ type Arms struct {
 func (a Arms) WithDefaults() Arms {
 	if a.GEMV == (GEMVArm{}) {
 		a.GEMV = DefaultGEMVArm
+	}
+	if a.GEMVQuant == (GEMVArm{}) {
+		a.GEMVQuant = DefaultXQArm
 	}
 	if a.MMA == (MMAArm{}) {
 		a.MMA = DefaultMMAArm

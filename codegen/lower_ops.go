@@ -53,10 +53,7 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	} else if l.o.SmallBatch && l.o.Class == Decode && l.o.MaxSeqs >= 2 {
 		kern, err = l.kernel(GemmSmall(t, n, k, residual, l.gemmSmallArm(GemmSmallClass(t, n, k, residual))))
 	} else {
-		arm := l.gemvArm(ProductClass(t, n, k, residual))
-		if arm.Layout == 1 && !Repackable(t) {
-			arm.Layout = 0
-		}
+		arm := l.gemvArm(ProductClass(t, n, k, residual), t, k)
 		kern, err = l.kernel(GEMV(t, n, k, residual, arm))
 		if err == nil && arm.Layout == 1 {
 			l.repacked[kern] = true

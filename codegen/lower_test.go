@@ -178,10 +178,11 @@ func TestLowerPlan(t *testing.T) {
 				require.Positive(t, p.Weights[i].Bytes(), p.Weights[i].Name)
 			}
 			require.Equal(t, p.Vocab, p.Buffers.Buffers[p.Logits].Width)
-			names := map[string]bool{}
+			names := map[string]bool{} // a weight's name and layout: a repacked twin is another upload
 			for _, w := range p.Weights {
-				require.False(t, names[w.Name], "weight %s uploaded twice", w.Name)
-				names[w.Name] = true
+				key := fmt.Sprintf("%s@%d", w.Name, w.Layout)
+				require.False(t, names[key], "weight %s uploaded twice", key)
+				names[key] = true
 			}
 		})
 	}

@@ -24,7 +24,10 @@ import (
 //	Q4_K: Q[rows][k/32][16]  unit j of a block = sub-block j: byte i low nibble element 32j+i, high 32j+16+i
 //	      H[rows][k/256][16]  the block's d, dmin and 12 scale bytes, as in the file
 //	Q6_K: L[rows][k/32][16]  unit j: byte i low nibble = low 4 bits of element 32j+i, high of 32j+16+i
-//	      H[rows][k/32][8]   unit j: u32 word w (0, 1), bits 2i..2i+1 = high 2 bits of element 32j+16w+i
+//	      H[rows][k/32][8]   unit j: the high 2 bits of its 32 elements; for element o = 16h + 4c + b
+//	                          (h: low or high nibble of L, c: L's 32-bit word, b: byte in it) byte
+//	                          4(c/2) + b, bits 2(2(c%2) + h); so (H word c/2 << 4, << 2, >> 0, >> 2) &
+//	                          0x30303030 puts them beside L word c's nibbles as 6-bit bytes
 //	      S[rows][k/256][16]  the block's int8 scales, as in the file (scale e/16 for element e)
 //	      D[rows][k/256] f16  the block's d
 
@@ -99,7 +102,8 @@ func Repack(t dtype.Type, rows, k int, data []byte) ([]byte, error) {
 					v := q6At(blk, e)
 					j, o := e/32, e%32
 					l[16*j+o%16] |= (v & 15) << (4 * (o / 16))
-					h[8*j+4*(o/16)+(o%16)/4] |= (v >> 4) << (2 * (o % 4))
+					c, b := (o%16)/4, o%4
+					h[8*j+4*(c/2)+b] |= (v >> 4) << (2 * (2*(c%2) + o/16))
 				}
 				copy(out[rows*nb*192+16*i:], blk[192:208])
 				copy(out[rows*nb*208+2*i:], blk[208:210])
@@ -166,8 +170,8 @@ func DequantizeRepacked(t dtype.Type, rows, k int, data []byte, dst []float32) e
 				l, h := data[128*i+16*j:], data[rows*nb*128+64*i+8*j:]
 				for o := range 32 {
 					lo := l[o%16] >> (4 * (o / 16)) & 15
-					w := binary.LittleEndian.Uint32(h[4*(o/16):])
-					hi := byte(w>>(2*(o%16))) & 3
+					c, b := (o%16)/4, o%4
+					hi := h[4*(c/2)+b] >> (2 * (2*(c%2) + o/16)) & 3
 					q := int(lo|hi<<4) - 32
 					e := 32*j + o
 					dst[256*i+e] = d * float32(int8(sc[e/16])) * float32(q)

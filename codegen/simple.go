@@ -71,10 +71,17 @@ func Embedding(t dtype.Type, dim int, arm BlockArm) (*Kernel, error) {
 			w.Line("const int tok = blockIdx.x;")
 			w.Line("const u8* row = table + (size_t)ids[tok] * ROW_BYTES;")
 			w.Line("float* o = out + (size_t)tok * DIM;")
+			w.Comment("a row of DIM (a multiple of 32) floats is 16-byte aligned when out is")
+			w.Line("const bool vec = " + aligned16("out") + ";")
 			w.For("u", "threadIdx.x", "DIM / 32", fmt.Sprint(arm.Threads), 0, func() {
 				w.Line("float v[32];")
 				w.Linef("%s(row, u, v);", dqFunc(t))
-				w.For("i", "0", "32", "1", -1, func() { w.Line("o[32 * u + i] = v[i];") })
+				w.IfElse("vec", func() {
+					w.Line("float4* o4 = (float4*)(o + 32 * u);")
+					w.For("i", "0", "8", "1", -1, func() { w.Line("o4[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);") })
+				}, func() {
+					w.For("i", "0", "32", "1", -1, func() { w.Line("o[32 * u + i] = v[i];") })
+				})
 			})
 			w.Line("pdl_launch();")
 		}})
@@ -135,38 +142,107 @@ func RMSNormAdd(dim int, eps float32, add bool, arm BlockArm) (*Kernel, error) {
 	src := source(fmt.Sprintf("%s: dim %d, eps %g, %v", tag, dim, eps, arm), []string{"types", "warp", "pdl"}, func(w *Writer) {
 		w.Linef("#define DIM %d", dim)
 		w.Linef("#define EPS %s", cfloat(eps))
+		nv := ceilDiv(dim/4, arm.Threads)
+		if rmsnormInRegisters(dim, arm.Threads) {
+			w.Linef("#define NV %d // float4s of the row per thread", nv)
+		}
 		w.Blank()
 		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
 			w.Line("__shared__ float red[32];")
-			w.Line("pdl_wait();")
-			w.Line("float4* xr = (float4*)(x + (size_t)blockIdx.x * DIM);")
-			if add {
-				w.Line("const float4* dr = (const float4*)(delta + (size_t)blockIdx.x * DIM);")
+			if rmsnormInRegisters(dim, arm.Threads) {
+				rmsnormRegisters(w, add, nv, dim/4%arm.Threads != 0, arm.Threads)
+			} else {
+				rmsnormTwoPass(w, add, arm.Threads)
 			}
-			w.Line("float ss = 0.f;")
-			w.For("i", "threadIdx.x", "DIM / 4", fmt.Sprint(arm.Threads), 0, func() {
-				w.Line("float4 v = xr[i];")
-				if add {
-					w.Line("float4 d = dr[i];")
-					w.Line("v.x += d.x; v.y += d.y; v.z += d.z; v.w += d.w;")
-					w.Line("xr[i] = v;")
-				}
-				w.Line("ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;")
-			})
-			blockReduce(w, "ss", "total", "sum", arm.Threads)
-			w.Line("const float r = rsqrtf(total / (float)DIM + EPS);")
-			w.Line("const float4* wr = (const float4*)w;")
-			w.Line("float4* yr = (float4*)(y + (size_t)blockIdx.x * DIM);")
-			w.For("i", "threadIdx.x", "DIM / 4", fmt.Sprint(arm.Threads), 0, func() {
-				w.Line("float4 v = xr[i], g = wr[i];")
-				w.Line("yr[i] = make_float4(v.x * r * g.x, v.y * r * g.y, v.z * r * g.z, v.w * r * g.w);")
-			})
 			w.Line("pdl_launch();")
 		}})
 	})
 	return &Kernel{Family: "rmsnorm", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(d.Tokens, 1, 1), Block: dim3(arm.Threads, 1, 1)}
 	}}, nil
+}
+
+// rmsnormInRegisters reports whether a thread's float4s of the row (and of
+// the weights) fit in registers: at most 8 per thread and 2048 per block.
+func rmsnormInRegisters(dim, threads int) bool {
+	nv := ceilDiv(dim/4, threads)
+	return nv <= 8 && nv*threads <= 2048
+}
+
+// rmsnormRegisters writes the RMSNorm body keeping the thread's nv float4s
+// of x and of the weights in registers: the weights (constant) are loaded
+// before pdl_wait, x (+ delta) once, so the row costs one round trip to
+// memory before the reduction and the stores after it.
+func rmsnormRegisters(w *Writer, add bool, nv int, ragged bool, threads int) {
+	guard := func(body func()) {
+		if ragged {
+			w.If("i < DIM / 4", body)
+		} else {
+			body()
+		}
+	}
+	w.Line("const float4* wr = (const float4*)w;")
+	w.Line("float4 g[NV], v[NV];")
+	w.Comment("the weights do not depend on the previous kernel")
+	w.For("k", "0", "NV", "1", -1, func() {
+		w.Linef("const int i = threadIdx.x + k * %d;", threads)
+		guard(func() { w.Line("g[k] = wr[i];") })
+	})
+	w.Line("pdl_wait();")
+	w.Line("float4* xr = (float4*)(x + (size_t)blockIdx.x * DIM);")
+	if add {
+		w.Line("const float4* dr = (const float4*)(delta + (size_t)blockIdx.x * DIM);")
+	}
+	w.Line("float ss = 0.f;")
+	w.For("k", "0", "NV", "1", -1, func() {
+		w.Linef("const int i = threadIdx.x + k * %d;", threads)
+		guard(func() {
+			w.Line("v[k] = xr[i];")
+			if add {
+				w.Line("const float4 d = dr[i];")
+				w.Line("v[k].x += d.x; v[k].y += d.y; v[k].z += d.z; v[k].w += d.w;")
+				w.Line("xr[i] = v[k];")
+			}
+			w.Line("ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;")
+		})
+	})
+	blockReduce(w, "ss", "total", "sum", threads)
+	w.Line("const float r = rsqrtf(total / (float)DIM + EPS);")
+	w.Line("float4* yr = (float4*)(y + (size_t)blockIdx.x * DIM);")
+	w.For("k", "0", "NV", "1", -1, func() {
+		w.Linef("const int i = threadIdx.x + k * %d;", threads)
+		guard(func() {
+			w.Line("yr[i] = make_float4(v[k].x * r * g[k].x, v[k].y * r * g[k].y, v[k].z * r * g[k].z, v[k].w * r * g[k].w);")
+		})
+	})
+}
+
+// rmsnormTwoPass writes the RMSNorm body for rows too long to keep in
+// registers: x is read again after the reduction.
+func rmsnormTwoPass(w *Writer, add bool, threads int) {
+	w.Line("pdl_wait();")
+	w.Line("float4* xr = (float4*)(x + (size_t)blockIdx.x * DIM);")
+	if add {
+		w.Line("const float4* dr = (const float4*)(delta + (size_t)blockIdx.x * DIM);")
+	}
+	w.Line("float ss = 0.f;")
+	w.For("i", "threadIdx.x", "DIM / 4", fmt.Sprint(threads), 0, func() {
+		w.Line("float4 v = xr[i];")
+		if add {
+			w.Line("float4 d = dr[i];")
+			w.Line("v.x += d.x; v.y += d.y; v.z += d.z; v.w += d.w;")
+			w.Line("xr[i] = v;")
+		}
+		w.Line("ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;")
+	})
+	blockReduce(w, "ss", "total", "sum", threads)
+	w.Line("const float r = rsqrtf(total / (float)DIM + EPS);")
+	w.Line("const float4* wr = (const float4*)w;")
+	w.Line("float4* yr = (float4*)(y + (size_t)blockIdx.x * DIM);")
+	w.For("i", "threadIdx.x", "DIM / 4", fmt.Sprint(threads), 0, func() {
+		w.Line("float4 v = xr[i], g = wr[i];")
+		w.Line("yr[i] = make_float4(v.x * r * g.x, v.y * r * g.y, v.z * r * g.z, v.w * r * g.w);")
+	})
 }
 
 // SwiGLU returns the kernel out = silu(gate) · up over rows laid out as
@@ -184,22 +260,49 @@ func SwiGLU(ffn int, arm BlockArm) (*Kernel, error) {
 	}
 	name := fmt.Sprintf("swiglu_f%d_%s", ffn, arm)
 	params := []Param{{"const float* __restrict__", "gu"}, {"float* __restrict__", "out"}, {"int", "rows"}}
+	vec := ffn%4 == 0 // four elements per thread
 	src := source(fmt.Sprintf("swiglu: ffn %d, %v", ffn, arm), []string{"types", "pdl"}, func(w *Writer) {
 		w.Linef("#define FFN %d", ffn)
 		w.Blank()
 		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
 			w.Line("pdl_wait();")
-			w.Linef("const int i = blockIdx.x * %d + threadIdx.x;", arm.Threads)
-			w.If("i < FFN", func() {
-				w.Line("const float* r = gu + (size_t)blockIdx.y * 2 * FFN;")
-				w.Line("const float g = r[i];")
-				w.Line("out[(size_t)blockIdx.y * FFN + i] = g / (1.f + expf(-g)) * r[FFN + i];")
+			w.Line("const float* r = gu + (size_t)blockIdx.y * 2 * FFN;")
+			w.Line("float* o = out + (size_t)blockIdx.y * FFN;")
+			if !vec {
+				w.Linef("const int i = blockIdx.x * %d + threadIdx.x;", arm.Threads)
+				w.If("i < FFN", func() {
+					w.Line("const float g = r[i];")
+					w.Line("o[i] = g / (1.f + expf(-g)) * r[FFN + i];")
+				})
+				w.Line("pdl_launch();")
+				return
+			}
+			w.Comment("elements 4q..4q+3; rows are 16-byte aligned when gu and out are")
+			w.Linef("const int q = blockIdx.x * %d + threadIdx.x;", arm.Threads)
+			w.If("q < FFN / 4", func() {
+				w.IfElse(aligned16("gu", "out"), func() {
+					w.Line("const float4 g = ((const float4*)r)[q], u = ((const float4*)(r + FFN))[q];")
+					w.Line("float4 y;")
+					for _, c := range []string{"x", "y", "z", "w"} {
+						w.Linef("y.%s = g.%s / (1.f + expf(-g.%s)) * u.%s;", c, c, c, c)
+					}
+					w.Line("((float4*)o)[q] = y;")
+				}, func() {
+					w.For("i", "4 * q", "4 * q + 4", "1", -1, func() {
+						w.Line("const float g = r[i];")
+						w.Line("o[i] = g / (1.f + expf(-g)) * r[FFN + i];")
+					})
+				})
 			})
 			w.Line("pdl_launch();")
 		}})
 	})
+	per := 1
+	if vec {
+		per = 4
+	}
 	return &Kernel{Family: "swiglu", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
-		return Geometry{Grid: dim3(ceilDiv(ffn, arm.Threads), d.Tokens, 1), Block: dim3(arm.Threads, 1, 1)}
+		return Geometry{Grid: dim3(ceilDiv(ffn, per*arm.Threads), d.Tokens, 1), Block: dim3(arm.Threads, 1, 1)}
 	}}, nil
 }
 
@@ -220,6 +323,7 @@ func Argmax(vocab int, arm BlockArm) (*Kernel, error) {
 	params := []Param{{"const float* __restrict__", "logits"}, {"int* __restrict__", "out"}, {"int", "rows"}}
 	src := source(fmt.Sprintf("argmax: vocab %d, %v", vocab, arm), []string{"types", "pdl"}, func(w *Writer) {
 		w.Linef("#define VOCAB %d", vocab)
+		w.Linef("#define ARGMAX_U %d // loads in flight per thread", argmaxU)
 		w.Blank()
 		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
 			w.Line("__shared__ float bv[32];")
@@ -228,10 +332,13 @@ func Argmax(vocab int, arm BlockArm) (*Kernel, error) {
 			w.Line("const float* r = logits + (size_t)blockIdx.x * VOCAB;")
 			w.Line("float best = r[0];")
 			w.Line("int idx = 0;")
-			w.For("i", "threadIdx.x", "VOCAB", fmt.Sprint(arm.Threads), 4, func() {
-				w.Line("const float v = r[i];")
-				w.If("v > best", func() { w.Line("best = v; idx = i;") })
-			})
+			w.Comment("each thread visits its elements in increasing index order and keeps the")
+			w.Comment("first of equal maxima; the ARGMAX_U loads of a round are in flight together")
+			if vocab%4 == 0 {
+				w.IfElse(aligned16("logits"), func() { argmaxScan(w, true, arm.Threads) }, func() { argmaxScan(w, false, arm.Threads) })
+			} else {
+				argmaxScan(w, false, arm.Threads)
+			}
 			w.Line("#pragma unroll")
 			w.Block("for (int o = 16; o > 0; o >>= 1)", func() {
 				w.Line("const float ov = __shfl_xor_sync(0xffffffffu, best, o);")
@@ -252,4 +359,36 @@ func Argmax(vocab int, arm BlockArm) (*Kernel, error) {
 	return &Kernel{Family: "argmax", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(d.Tokens, 1, 1), Block: dim3(arm.Threads, 1, 1)}
 	}}, nil
+}
+
+// argmaxU is the loads each argmax thread issues before comparing them.
+const argmaxU = 8
+
+// argmaxScan writes a thread's scan of row r into (best, idx): float4s of
+// the row (vec) or single floats, ARGMAX_U loads per round, compared in
+// increasing index order with a strict > (ties keep the lower index).
+func argmaxScan(w *Writer, vec bool, threads int) {
+	n, ty, load := "VOCAB", "float", "r"
+	if vec {
+		n, ty, load = "VOCAB / 4", "float4", "((const float4*)r)"
+	}
+	w.For("q0", "threadIdx.x", n, fmt.Sprintf("%d * ARGMAX_U", threads), 0, func() {
+		w.Linef("%s v[ARGMAX_U];", ty)
+		w.For("k", "0", "ARGMAX_U", "1", -1, func() {
+			w.Linef("const int q = q0 + k * %d;", threads)
+			w.If("q < "+n, func() { w.Linef("v[k] = %s[q];", load) })
+		})
+		w.For("k", "0", "ARGMAX_U", "1", -1, func() {
+			w.Linef("const int q = q0 + k * %d;", threads)
+			w.If("q < "+n, func() {
+				if !vec {
+					w.If("v[k] > best", func() { w.Line("best = v[k]; idx = q;") })
+					return
+				}
+				for e, c := range []string{"x", "y", "z", "w"} {
+					w.If(fmt.Sprintf("v[k].%s > best", c), func() { w.Linef("best = v[k].%s; idx = 4 * q + %d;", c, e) })
+				}
+			})
+		})
+	})
 }

@@ -120,6 +120,9 @@ func (a GEMVArm) Point() Point {
 	if a.Layout != 0 {
 		p["layout"] = a.Layout
 	}
+	if a.XQ != 0 {
+		p["xq"], p["batch_rows"] = a.XQ, a.BatchRows
+	}
 	return p
 }
 
@@ -145,7 +148,8 @@ func BlockArmOf(p Point) BlockArm { return BlockArm{Threads: p["threads"]} }
 
 // GEMVArmOf returns the GEMVArm p describes (missing knobs are zero).
 func GEMVArmOf(p Point) GEMVArm {
-	return GEMVArm{Threads: p["threads"], RowsPerBlock: p["rows_per_block"], Unroll: p["unroll"], SharedX: p["shared_x"], Layout: p["layout"]}
+	return GEMVArm{Threads: p["threads"], RowsPerBlock: p["rows_per_block"], Unroll: p["unroll"], SharedX: p["shared_x"], Layout: p["layout"],
+		XQ: p["xq"], BatchRows: p["batch_rows"]}
 }
 
 // MMAArmOf returns the MMAArm p describes (missing knobs are zero).
@@ -194,7 +198,7 @@ func Spaces() []Space {
 // arms are valid for some types only (see GEMVSpaceFor).
 func gemvSpace() Space {
 	s := armSpace("gemv", GEMVKnobs, DefaultGEMVArm.Point(), GEMVArmOf)
-	s.optional = Point{"layout": 0}
+	s.optional = Point{"layout": 0, "xq": 0, "batch_rows": 0}
 	return s
 }
 
@@ -206,7 +210,10 @@ func GEMVSpaceFor(t dtype.Type) Space {
 	if !Repackable(t) {
 		s.Knobs = slices.Clone(s.Knobs)
 		for i, k := range s.Knobs {
-			if k.Name == "layout" {
+			if k.Name == "layout" || k.Name == "xq" {
+				s.Knobs[i] = Knob{Name: k.Name, Values: []int{0}}
+			}
+			if k.Name == "batch_rows" {
 				s.Knobs[i] = Knob{Name: k.Name, Values: []int{0}}
 			}
 		}

@@ -58,7 +58,9 @@ type Case struct {
 	DType  string  // the dtype column, e.g. "q4_k" or "f16 cache"
 	Class  string  // shape class: the kernel identity without its arm
 	Use    string  // what a model uses it for ("qkv", "down", …); may be empty
-	Tol    float64 // the family's tolerance on RelErr
+	Tol    float64 // the family's tolerance on RelErr (TolOf: an arm's)
+	// ExtraArms are arms kernel-check runs besides the space's default.
+	ExtraArms []codegen.Point
 
 	kernels func(arm codegen.Point) ([]*codegen.Kernel, error)
 	setup   func(r *rand.Rand) (*inputs, error)
@@ -252,4 +254,13 @@ func refMatMul(t dtype.Type, n, k int, W []byte, x []float32, m int, y0 []float3
 	}
 	wg.Wait()
 	return y, errors.Join(errs...)
+}
+
+// TolOf is the tolerance of arm: the family's, or codegen.XQTol for the
+// GEMV arms that quantise activations to int8 (their own numerical class).
+func (c *Case) TolOf(arm codegen.Point) float64 {
+	if c.Family == "gemv" && arm["xq"] == 1 {
+		return max(c.Tol, codegen.XQTol)
+	}
+	return c.Tol
 }

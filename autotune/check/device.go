@@ -87,7 +87,7 @@ func (d *Device) Run(c *Case, arm codegen.Point, reps int) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Kernel: l.Kernels[0].Name, Tol: c.Tol}
+	res := Result{Kernel: l.Kernels[0].Name, Tol: c.TolOf(arm)}
 	images := make([][]byte, len(l.Kernels))
 	for i, k := range l.Kernels {
 		if images[i], err = d.image(k); err != nil {

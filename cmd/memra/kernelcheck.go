@@ -94,11 +94,12 @@ func runKernelCheck(cmd *cobra.Command, _ []string) error {
 	var rows []kcRow
 	for _, s := range shapes {
 		for _, c := range check.KernelCheckCases(s, types, seed) {
-			arm := c.Space().Default
-			row := kcRow{family: c.Label, shape: c.Shape, dtype: c.DType, arm: c.Space().ArmName(arm), tol: c.Tol}
-			res, err := d.Run(c, arm, reps)
-			row.kernel, row.relErr, row.us, row.err = res.Kernel, res.RelErr, res.TimeUS, err
-			rows = append(rows, row)
+			for _, arm := range append([]codegen.Point{c.Space().Default}, c.ExtraArms...) {
+				row := kcRow{family: c.Label, shape: c.Shape, dtype: c.DType, arm: c.Space().ArmName(arm), tol: c.TolOf(arm)}
+				res, err := d.Run(c, arm, reps)
+				row.kernel, row.relErr, row.us, row.err = res.Kernel, res.RelErr, res.TimeUS, err
+				rows = append(rows, row)
+			}
 		}
 	}
 	return printRows(cmd, rows, true)

@@ -37,6 +37,7 @@ static __device__ __forceinline__ void pdl_launch() {
 
 #define DIM 256
 #define EPS 9.99999975e-06f
+#define NV 1 // float4s of the row per thread
 
 extern "C" __global__ void __launch_bounds__(256) add_rmsnorm_d256_t256(
         float* __restrict__ x,
@@ -45,16 +46,30 @@ extern "C" __global__ void __launch_bounds__(256) add_rmsnorm_d256_t256(
         float* __restrict__ y,
         int rows) {
     __shared__ float red[32];
+    const float4* wr = (const float4*)w;
+    float4 g[NV], v[NV];
+    // the weights do not depend on the previous kernel
+    #pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int i = threadIdx.x + k * 256;
+        if (i < DIM / 4) {
+            g[k] = wr[i];
+        }
+    }
     pdl_wait();
     float4* xr = (float4*)(x + (size_t)blockIdx.x * DIM);
     const float4* dr = (const float4*)(delta + (size_t)blockIdx.x * DIM);
     float ss = 0.f;
-    for (int i = threadIdx.x; i < DIM / 4; i += 256) {
-        float4 v = xr[i];
-        float4 d = dr[i];
-        v.x += d.x; v.y += d.y; v.z += d.z; v.w += d.w;
-        xr[i] = v;
-        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    #pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int i = threadIdx.x + k * 256;
+        if (i < DIM / 4) {
+            v[k] = xr[i];
+            const float4 d = dr[i];
+            v[k].x += d.x; v[k].y += d.y; v[k].z += d.z; v[k].w += d.w;
+            xr[i] = v[k];
+            ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+        }
     }
     ss = warp_sum(ss);
     if ((threadIdx.x & 31) == 0) {
@@ -67,11 +82,13 @@ extern "C" __global__ void __launch_bounds__(256) add_rmsnorm_d256_t256(
         total += red[i];
     }
     const float r = rsqrtf(total / (float)DIM + EPS);
-    const float4* wr = (const float4*)w;
     float4* yr = (float4*)(y + (size_t)blockIdx.x * DIM);
-    for (int i = threadIdx.x; i < DIM / 4; i += 256) {
-        float4 v = xr[i], g = wr[i];
-        yr[i] = make_float4(v.x * r * g.x, v.y * r * g.y, v.z * r * g.z, v.w * r * g.w);
+    #pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int i = threadIdx.x + k * 256;
+        if (i < DIM / 4) {
+            yr[i] = make_float4(v[k].x * r * g[k].x, v[k].y * r * g[k].y, v[k].z * r * g[k].z, v[k].w * r * g[k].w);
+        }
     }
     pdl_launch();
 }

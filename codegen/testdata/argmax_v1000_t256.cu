@@ -20,6 +20,7 @@ static __device__ __forceinline__ void pdl_launch() {
 }
 
 #define VOCAB 1000
+#define ARGMAX_U 8 // loads in flight per thread
 
 extern "C" __global__ void __launch_bounds__(256) argmax_v1000_t256(
         const float* __restrict__ logits,
@@ -31,11 +32,56 @@ extern "C" __global__ void __launch_bounds__(256) argmax_v1000_t256(
     const float* r = logits + (size_t)blockIdx.x * VOCAB;
     float best = r[0];
     int idx = 0;
-    #pragma unroll 4
-    for (int i = threadIdx.x; i < VOCAB; i += 256) {
-        const float v = r[i];
-        if (v > best) {
-            best = v; idx = i;
+    // each thread visits its elements in increasing index order and keeps the
+    // first of equal maxima; the ARGMAX_U loads of a round are in flight together
+    if ((((size_t)logits) & 15) == 0) {
+        for (int q0 = threadIdx.x; q0 < VOCAB / 4; q0 += 256 * ARGMAX_U) {
+            float4 v[ARGMAX_U];
+            #pragma unroll
+            for (int k = 0; k < ARGMAX_U; ++k) {
+                const int q = q0 + k * 256;
+                if (q < VOCAB / 4) {
+                    v[k] = ((const float4*)r)[q];
+                }
+            }
+            #pragma unroll
+            for (int k = 0; k < ARGMAX_U; ++k) {
+                const int q = q0 + k * 256;
+                if (q < VOCAB / 4) {
+                    if (v[k].x > best) {
+                        best = v[k].x; idx = 4 * q + 0;
+                    }
+                    if (v[k].y > best) {
+                        best = v[k].y; idx = 4 * q + 1;
+                    }
+                    if (v[k].z > best) {
+                        best = v[k].z; idx = 4 * q + 2;
+                    }
+                    if (v[k].w > best) {
+                        best = v[k].w; idx = 4 * q + 3;
+                    }
+                }
+            }
+        }
+    } else {
+        for (int q0 = threadIdx.x; q0 < VOCAB; q0 += 256 * ARGMAX_U) {
+            float v[ARGMAX_U];
+            #pragma unroll
+            for (int k = 0; k < ARGMAX_U; ++k) {
+                const int q = q0 + k * 256;
+                if (q < VOCAB) {
+                    v[k] = r[q];
+                }
+            }
+            #pragma unroll
+            for (int k = 0; k < ARGMAX_U; ++k) {
+                const int q = q0 + k * 256;
+                if (q < VOCAB) {
+                    if (v[k] > best) {
+                        best = v[k]; idx = q;
+                    }
+                }
+            }
         }
     }
     #pragma unroll

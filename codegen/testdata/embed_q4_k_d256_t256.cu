@@ -76,12 +76,22 @@ extern "C" __global__ void __launch_bounds__(256) embed_q4_k_d256_t256(
     const int tok = blockIdx.x;
     const u8* row = table + (size_t)ids[tok] * ROW_BYTES;
     float* o = out + (size_t)tok * DIM;
+    // a row of DIM (a multiple of 32) floats is 16-byte aligned when out is
+    const bool vec = (((size_t)out) & 15) == 0;
     for (int u = threadIdx.x; u < DIM / 32; u += 256) {
         float v[32];
         dq32_q4_k(row, u, v);
-        #pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            o[32 * u + i] = v[i];
+        if (vec) {
+            float4* o4 = (float4*)(o + 32 * u);
+            #pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                o4[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+            }
+        } else {
+            #pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                o[32 * u + i] = v[i];
+            }
         }
     }
     pdl_launch();

@@ -36,6 +36,18 @@ static __device__ __forceinline__ void pdl_launch() {
 #define HD 64
 #define RD 64
 #define STRIDE 512
+#define NT 256
+#define PAIRS 32 // element pairs per head
+#define LANES 8 // head lanes per block
+#define PPT 1 // pairs per thread
+#define HPT 1 // heads per thread
+#define UNITS 8 // q, k and v heads per token
+#define UPB 8 // heads per block
+
+// Elements (a, b) of pair i of a head: rotated pairs first, then the tail.
+static __device__ __forceinline__ void rope_pair(int i, int& a, int& b) {
+    a = 2 * i; b = a + 1;
+}
 
 extern "C" __global__ void __launch_bounds__(256) rope_kv_inter_h4_2_d64_r64_f16_t256(
         float* __restrict__ qkv,
@@ -47,34 +59,64 @@ extern "C" __global__ void __launch_bounds__(256) rope_kv_inter_h4_2_d64_r64_f16
         int ntok) {
     pdl_wait();
     const int t = blockIdx.x;
+    const int lane = threadIdx.x / PAIRS, i0 = threadIdx.x % PAIRS;
     float* row = qkv + (size_t)t * STRIDE;
     const float p = (float)pos[t];
     const size_t crow = (size_t)slot[t] * HKV * HD;
-    // one pair of elements per iteration, over the q heads then the k heads
-    for (int idx = threadIdx.x; idx < (HQ + HKV) * (HD / 2); idx += 256) {
-        const int head = idx / (HD / 2), i = idx % (HD / 2);
-        int a, b;
-        a = 2 * i; b = a + 1;
-        float* h = row + head * HD;
-        float xa = h[a], xb = h[b];
+    int pa[PPT], pb[PPT];
+    float cs[PPT], sn[PPT];
+    // the angles of this thread's pairs, shared by all its heads
+    #pragma unroll
+    for (int j = 0; j < PPT; ++j) {
+        const int i = i0 + j * NT;
+        rope_pair(i, pa[j], pb[j]);
+        cs[j] = 1.f; sn[j] = 0.f;
         if (i < RD / 2) {
-            float sn, cs;
-            sincosf(p * inv_freq[i], &sn, &cs);
-            const float ra = xa * cs - xb * sn;
-            xb = xa * sn + xb * cs;
-            xa = ra;
-        }
-        if (head < HQ) {
-            h[a] = xa; h[b] = xb;
-        } else {
-            u16* kc = kcache + crow + (head - HQ) * HD;
-            kc[a] = f32_to_f16(xa);
-            kc[b] = f32_to_f16(xb);
+            sincosf(p * inv_freq[i], &sn[j], &cs[j]);
         }
     }
-    const float* v = row + (HQ + HKV) * HD;
-    for (int i = threadIdx.x; i < HKV * HD; i += 256) {
-        vcache[crow + i] = f32_to_f16(v[i]);
+    float xa[HPT][PPT], xb[HPT][PPT];
+    // load every head first: one round trip to memory
+    #pragma unroll
+    for (int k = 0; k < HPT; ++k) {
+        const int u = blockIdx.y * UPB + k * LANES + lane;
+        #pragma unroll
+        for (int j = 0; j < PPT; ++j) {
+            if (u < UNITS) {
+                const float* h = row + u * HD;
+                xa[k][j] = h[pa[j]]; xb[k][j] = h[pb[j]];
+            }
+        }
+    }
+    #pragma unroll
+    for (int k = 0; k < HPT; ++k) {
+        const int u = blockIdx.y * UPB + k * LANES + lane;
+        #pragma unroll
+        for (int j = 0; j < PPT; ++j) {
+            if (u < UNITS) {
+                float va = xa[k][j], vb = xb[k][j];
+                const int a = pa[j], b = pb[j];
+                if (u < HQ + HKV && i0 + j * NT < RD / 2) {
+                    const float ra = va * cs[j] - vb * sn[j];
+                    vb = va * sn[j] + vb * cs[j];
+                    va = ra;
+                }
+                if (u < HQ) {
+                    float* h = row + u * HD;
+                    h[a] = va; h[b] = vb;
+                } else {
+                    if (u < HQ + HKV) {
+                        u16* kc = kcache + crow + (u - HQ) * HD;
+                        kc[a] = f32_to_f16(va);
+                        kc[b] = f32_to_f16(vb);
+                    } else {
+                        u16* vc = vcache + crow + (u - HQ - HKV) * HD;
+                        vc[a] = f32_to_f16(va);
+                        vc[b] = f32_to_f16(vb);
+                    }
+                }
+            }
+        }
     }
     pdl_launch();
 }

@@ -26,11 +26,26 @@ extern "C" __global__ void __launch_bounds__(256) swiglu_f512_t256(
         float* __restrict__ out,
         int rows) {
     pdl_wait();
-    const int i = blockIdx.x * 256 + threadIdx.x;
-    if (i < FFN) {
-        const float* r = gu + (size_t)blockIdx.y * 2 * FFN;
-        const float g = r[i];
-        out[(size_t)blockIdx.y * FFN + i] = g / (1.f + expf(-g)) * r[FFN + i];
+    const float* r = gu + (size_t)blockIdx.y * 2 * FFN;
+    float* o = out + (size_t)blockIdx.y * FFN;
+    // elements 4q..4q+3; rows are 16-byte aligned when gu and out are
+    const int q = blockIdx.x * 256 + threadIdx.x;
+    if (q < FFN / 4) {
+        if ((((size_t)gu | (size_t)out) & 15) == 0) {
+            const float4 g = ((const float4*)r)[q], u = ((const float4*)(r + FFN))[q];
+            float4 y;
+            y.x = g.x / (1.f + expf(-g.x)) * u.x;
+            y.y = g.y / (1.f + expf(-g.y)) * u.y;
+            y.z = g.z / (1.f + expf(-g.z)) * u.z;
+            y.w = g.w / (1.f + expf(-g.w)) * u.w;
+            ((float4*)o)[q] = y;
+        } else {
+            #pragma unroll
+            for (int i = 4 * q; i < 4 * q + 4; ++i) {
+                const float g = r[i];
+                o[i] = g / (1.f + expf(-g)) * r[FFN + i];
+            }
+        }
     }
     pdl_launch();
 }

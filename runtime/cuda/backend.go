@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,8 +51,9 @@ type BackendOptions struct {
 	// small-batch family (gemm_small) instead of GEMV; off by default until
 	// measured (MEMRA_SMALL_BATCH=1 in memra's commands).
 	SmallBatch bool
-	// DecodeLive selects decode attention over the live KV length (1, 2)
-	// instead of the whole capacity (0, default); MEMRA_DECODE_LIVE.
+	// DecodeLive selects decode attention over the live KV length (1, 2;
+	// 0 is the default, 2) or over the whole capacity (-1);
+	// MEMRA_DECODE_LIVE (0 there means the capacity).
 	DecodeLive int
 	// PrefillGEMV uses the float32 GEMV for prefill products instead of the
 	// bf16 tensor-core product (exact against the CPU, slower).
@@ -179,12 +181,12 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 	}
 	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
 		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch}
-	if opts.DecodeLive != 0 {
-		base.Arms.Decode = codegen.DefaultDecodeArm
-		base.Arms.Decode.Live = opts.DecodeLive
-	}
 	if opts.Untuned {
 		base.Arms, base.Pick = codegen.Arms{}, nil
+	}
+	if live := cmp.Or(opts.DecodeLive, 2); live > 0 {
+		base.Arms.Decode = codegen.DefaultDecodeLiveArm
+		base.Arms.Decode.Live = live
 	}
 	d := base
 	d.Class = codegen.Decode
@@ -370,7 +372,13 @@ func (b *Backend) loadModules(c *Ctx, images map[string][]byte) error {
 				if f, err = c.Function(mod, k.Name); err != nil {
 					return err
 				}
+				// the most shared memory any launch asks for: some kernels size it by rows
 				g := k.Launch(codegen.Dims{Tokens: 1, Seqs: 1, KVLen: ps.p.Context})
+				for _, t := range []int{b.opts.MaxSeqs, b.opts.PrefillTokens} {
+					if gt := k.Launch(codegen.Dims{Tokens: t, Seqs: min(t, b.opts.MaxSeqs), KVLen: ps.p.Context}); gt.Shared > g.Shared {
+						g = gt
+					}
+				}
 				if g.SharedOverDefault() {
 					if err := c.SetMaxDynamicShared(f, int(g.Shared)); err != nil {
 						return fmt.Errorf("kernel %s: %d bytes of shared memory: %w", k.Name, g.Shared, err)
@@ -454,7 +462,38 @@ func envOptions(o *BackendOptions) {
 	if os.Getenv("MEMRA_SMALL_BATCH") == "1" {
 		o.SmallBatch = true
 	}
-	if v, err := strconv.Atoi(os.Getenv("MEMRA_DECODE_LIVE")); err == nil && v > 0 {
+	if v, err := strconv.Atoi(os.Getenv("MEMRA_DECODE_LIVE")); err == nil && v >= 0 && v <= 2 {
 		o.DecodeLive = v
+		if v == 0 {
+			o.DecodeLive = -1
+		}
 	}
+	if a, ok := gemvQuantArm(os.Getenv("MEMRA_GEMV_QUANT")); ok {
+		o.Arms.GEMVQuant = a
+	}
+}
+
+// gemvQuantArm parses MEMRA_GEMV_QUANT, the untuned GEMV of repacked weight
+// types: "file" (the float GEMV on the file's layout), "repack" (float,
+// repacked layout), "xq" or "xqN" (int8 activations, N decode rows a block,
+// default 8).
+func gemvQuantArm(v string) (codegen.GEMVArm, bool) {
+	a := codegen.DefaultXQArm
+	switch {
+	case v == "file":
+		return codegen.DefaultGEMVArm, true
+	case v == "repack":
+		a.XQ, a.BatchRows = 0, 0
+		return a, true
+	case v == "xq":
+		return a, true
+	case strings.HasPrefix(v, "xq"):
+		n, err := strconv.Atoi(v[2:])
+		if err != nil || n < 1 || n > 16 {
+			return a, false
+		}
+		a.BatchRows = n
+		return a, true
+	}
+	return a, false
 }

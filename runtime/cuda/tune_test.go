@@ -151,8 +151,8 @@ func TestLowerClassesMatchTuneCases(t *testing.T) {
 			}
 			// Every kernel lowering looks up is a task autotune tunes. Autotune
 			// also tunes the families that only non-default lowering switches
-			// use (gemm_small for batched decode, the live-length attention).
-			optIn := map[string]bool{"gemm_small": true, "attn_decode_live": true}
+			// use (gemm_small for batched decode, whole-capacity attention).
+			optIn := map[string]bool{"gemm_small": true, "attn_decode": true}
 			for k := range asked {
 				require.True(t, tuned[k], "lowering asks for %s, which autotune does not tune", k)
 			}

@@ -1,0 +1,41 @@
+package codegen_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// TestCompileDecodeAttentionTilings compiles the decode attention kernels
+// for shapes covering every tiling of the partial kernel (load widths 16, 8
+// and 4 bytes, 4 to 32 lanes per key, several loads per lane, one or several
+// passes over the query heads of a group) and every live mode.
+func TestCompileDecodeAttentionTilings(t *testing.T) {
+	nv := nvrtcOrSkip(t)
+	var ks []*codegen.Kernel
+	for _, c := range []struct {
+		heads, kv, hd int
+		cache         dtype.Type
+		arm           codegen.DecodeArm
+	}{
+		{32, 32, 128, dtype.F16, codegen.DecodeArm{Threads: 128, Chunk: 64}},
+		{32, 8, 128, dtype.F16, codegen.DecodeArm{Threads: 128, Chunk: 64, Live: 2}},
+		{32, 4, 128, dtype.BF16, codegen.DecodeArm{Threads: 256, Chunk: 512, Live: 1}},
+		{32, 2, 128, dtype.F16, codegen.DecodeArm{Threads: 64, Chunk: 64}},
+		{28, 4, 128, dtype.F32, codegen.DecodeArm{Threads: 128, Chunk: 128}},
+		{32, 32, 96, dtype.F16, codegen.DecodeArm{Threads: 128, Chunk: 256, Live: 2}},
+		{16, 16, 256, dtype.F32, codegen.DecodeArm{Threads: 256, Chunk: 64}},
+		{16, 2, 256, dtype.BF16, codegen.DecodeArm{Threads: 1024, Chunk: 1024}},
+		{8, 8, 32, dtype.F32, codegen.DecodeArm{Threads: 32, Chunk: 32}},
+		{12, 2, 224, dtype.F16, codegen.DecodeArm{Threads: 128, Chunk: 64}},
+	} {
+		s := codegen.AttnShape{Heads: c.heads, HeadsKV: c.kv, HeadDim: c.hd, QStride: (c.heads + 2*c.kv) * c.hd, Cache: c.cache}
+		p, cb, err := codegen.DecodeAttention(s, c.arm)
+		require.NoError(t, err)
+		ks = append(ks, p, cb)
+	}
+	compileAll(t, nv, "compute_90", ks)
+}

@@ -1,0 +1,370 @@
+package codegen
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// emuDecode mirrors DecodeAttention's partial and combine kernels lane by
+// lane in float32: the tiling of decodeTile, the warp-uniform key loop with
+// U slots per lane group (slots past the split's end reload its last key and
+// are masked), the shuffle butterflies of the score and of the warp merge,
+// the online softmax, the shared-memory merge of the warps and the combine.
+// It returns the combined output and the partials (part_o and part_ml start
+// as NaN, so what the partial kernel leaves unwritten stays NaN). Every
+// cache row read is checked to lie inside its sequence's live keys.
+func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32, base, lens []int32, kc, vc []float32) (out, po, pml []float32) {
+	tl := decodeTile(s, arm.Threads)
+	HD, G, HQ, HKV := s.HeadDim, s.Heads/s.HeadsKV, s.Heads, s.HeadsKV
+	NW, KPW, EPL := arm.Threads/32, tl.kpw(), tl.epl()
+	scale := s.scale()
+	exp := func(x float32) float32 { return float32(math.Exp(float64(x))) }
+	ninf := float32(math.Inf(-1))
+	const mneg = float32(-3.0e38)
+	seqs := len(lens)
+	nan := float32(math.NaN())
+	po = make([]float32, seqs*HQ*splits*HD)
+	pml = make([]float32, seqs*HQ*splits*2)
+	for i := range po {
+		po[i] = nan
+	}
+	for i := range pml {
+		pml[i] = nan
+	}
+	chunkOf := func(n int) int {
+		if arm.Live == 2 {
+			return min(arm.Chunk, max(32, ((n+splits-1)/splits+31)&^31))
+		}
+		return arm.Chunk
+	}
+	type lane struct {
+		qr, acc [][]float32 // [HT][EPL]
+		m, l    []float32
+	}
+	for seq := range seqs {
+		n0 := int(lens[seq])
+		chunk := chunkOf(n0)
+		for kvh := range HKV {
+			for split := range splits {
+				j0 := split * chunk
+				n := min(chunk, n0-j0)
+				p0 := (seq*HQ+kvh*G)*splits + split
+				if n <= 0 {
+					for g := range G {
+						p := p0 + g*splits
+						if arm.Live == 0 {
+							for d := range HD {
+								po[p*HD+d] = 0
+							}
+						}
+						pml[2*p], pml[2*p+1] = ninf, 0
+					}
+					continue
+				}
+				// cache element of lane gl's vector i, element t, of key j of the split
+				elem := func(j, gl, i, e int) int {
+					row := int(base[seq]) + j0 + j
+					require.True(t, row >= int(base[seq]) && row < int(base[seq])+n0, "row %d outside the live keys", row)
+					return row*HKV*HD + kvh*HD + (i*tl.lpk+gl)*tl.vec + e
+				}
+				for hp := 0; hp < G; hp += tl.ht {
+					so := make([][][]float32, NW) // [NW][HT][HD]
+					sm, sl := make([][]float32, NW), make([][]float32, NW)
+					for w := range NW {
+						var ls [32]lane
+						for ln := range ls {
+							gl := ln % tl.lpk
+							L := &ls[ln]
+							L.qr, L.acc = make([][]float32, tl.ht), make([][]float32, tl.ht)
+							L.m, L.l = make([]float32, tl.ht), make([]float32, tl.ht)
+							for hh := range tl.ht {
+								L.qr[hh], L.acc[hh] = make([]float32, EPL), make([]float32, EPL)
+								h := kvh*G + hp + hh
+								for i := range tl.nv {
+									for e := range tl.vec {
+										L.qr[hh][i*tl.vec+e] = q[seq*s.QStride+h*HD+(i*tl.lpk+gl)*tl.vec+e] * scale
+									}
+								}
+								L.m[hh] = mneg
+							}
+						}
+						for jb := w * KPW * tl.u; jb < n; jb += NW * KPW * tl.u {
+							kf := make([][][]float32, 32) // [lane][U][EPL]
+							vf := make([][][]float32, 32)
+							for ln := range 32 {
+								grp, gl := ln/tl.lpk, ln%tl.lpk
+								kf[ln], vf[ln] = make([][]float32, tl.u), make([][]float32, tl.u)
+								for u := range tl.u {
+									j := min(jb+u*KPW+grp, n-1)
+									kf[ln][u], vf[ln][u] = make([]float32, EPL), make([]float32, EPL)
+									for i := range tl.nv {
+										for e := range tl.vec {
+											x := elem(j, gl, i, e)
+											kf[ln][u][i*tl.vec+e], vf[ln][u][i*tl.vec+e] = kc[x], vc[x]
+										}
+									}
+								}
+							}
+							sc := make([][][]float32, 32) // [lane][U][HT]
+							for ln := range 32 {
+								sc[ln] = make([][]float32, tl.u)
+								for u := range tl.u {
+									sc[ln][u] = make([]float32, tl.ht)
+								}
+							}
+							for u := range tl.u {
+								for hh := range tl.ht {
+									var a [32]float32
+									for ln := range 32 {
+										for e := range EPL {
+											a[ln] += ls[ln].qr[hh][e] * kf[ln][u][e]
+										}
+									}
+									for o := tl.lpk / 2; o > 0; o >>= 1 {
+										var b [32]float32
+										for ln := range 32 {
+											b[ln] = a[ln] + a[ln^o]
+										}
+										a = b
+									}
+									for ln := range 32 {
+										if jb+u*KPW+ln/tl.lpk < n {
+											sc[ln][u][hh] = a[ln]
+										} else {
+											sc[ln][u][hh] = ninf
+										}
+									}
+								}
+							}
+							for ln := range 32 {
+								L := &ls[ln]
+								for hh := range tl.ht {
+									mx := L.m[hh]
+									for u := range tl.u {
+										mx = max(mx, sc[ln][u][hh])
+									}
+									corr := exp(L.m[hh] - mx)
+									L.m[hh] = mx
+									L.l[hh] *= corr
+									for e := range EPL {
+										L.acc[hh][e] *= corr
+									}
+									for u := range tl.u {
+										sc[ln][u][hh] = exp(sc[ln][u][hh] - mx)
+										L.l[hh] += sc[ln][u][hh]
+									}
+								}
+								for u := range tl.u {
+									for hh := range tl.ht {
+										for e := range EPL {
+											L.acc[hh][e] += sc[ln][u][hh] * vf[ln][u][e]
+										}
+									}
+								}
+							}
+						}
+						for o := tl.lpk; o < 32; o <<= 1 { // warp merge, simultaneous across lanes
+							var nx [32]lane
+							for ln := range 32 {
+								a, b := &ls[ln], &ls[ln^o]
+								nx[ln] = lane{qr: a.qr, acc: make([][]float32, tl.ht), m: make([]float32, tl.ht), l: make([]float32, tl.ht)}
+								for hh := range tl.ht {
+									mx := max(a.m[hh], b.m[hh])
+									wa, wb := exp(a.m[hh]-mx), exp(b.m[hh]-mx)
+									nx[ln].m[hh] = mx
+									nx[ln].l[hh] = a.l[hh]*wa + b.l[hh]*wb
+									nx[ln].acc[hh] = make([]float32, EPL)
+									for e := range EPL {
+										nx[ln].acc[hh][e] = a.acc[hh][e]*wa + b.acc[hh][e]*wb
+									}
+								}
+							}
+							ls = nx
+						}
+						so[w] = make([][]float32, tl.ht)
+						for hh := range tl.ht {
+							so[w][hh] = make([]float32, HD)
+							for i := range so[w][hh] {
+								so[w][hh][i] = nan // uninitialised shared memory
+							}
+							for ln := range tl.lpk {
+								for i := range tl.nv {
+									for e := range tl.vec {
+										so[w][hh][(i*tl.lpk+ln)*tl.vec+e] = ls[ln].acc[hh][i*tl.vec+e]
+									}
+								}
+							}
+						}
+						sm[w], sl[w] = ls[0].m, ls[0].l
+					}
+					for hh := range tl.ht {
+						mx, sum := sm[0][hh], float32(0)
+						sw := make([]float32, NW)
+						for w := 1; w < NW; w++ {
+							mx = max(mx, sm[w][hh])
+						}
+						for w := range NW {
+							sw[w] = exp(sm[w][hh] - mx)
+							sum += sl[w][hh] * sw[w]
+						}
+						for w := range NW {
+							sw[w] /= sum
+						}
+						p := p0 + (hp+hh)*splits
+						pml[2*p], pml[2*p+1] = mx, sum
+						for d := range HD {
+							var o float32
+							for w := range NW {
+								o += so[w][hh][d] * sw[w]
+							}
+							po[p*HD+d] = o
+						}
+					}
+				}
+			}
+		}
+	}
+	out = make([]float32, seqs*HQ*HD)
+	for seq := range seqs {
+		n0 := int(lens[seq])
+		live := splits
+		if arm.Live != 0 {
+			chunk := chunkOf(n0)
+			live = min(splits, (n0+chunk-1)/chunk)
+		}
+		for h := range HQ {
+			p0 := (seq*HQ + h) * splits
+			m := ninf
+			for i := range live {
+				m = max(m, pml[2*(p0+i)])
+			}
+			for d := range HD {
+				var num, den float32
+				for i := range live {
+					l := pml[2*(p0+i)+1]
+					var wgt float32
+					if l > 0 {
+						wgt = l * exp(pml[2*(p0+i)]-m)
+					}
+					num += wgt * po[(p0+i)*HD+d]
+					den += wgt
+				}
+				if den > 0 {
+					out[(seq*HQ+h)*HD+d] = num / den
+				}
+			}
+		}
+	}
+	return out, po, pml
+}
+
+func TestDecodeKernelEmulation(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	lens := []int32{1, 31, 32, 33, 500}
+	const capacity = 512
+	type cfg struct {
+		group, hd, threads int
+		cache              dtype.Type
+	}
+	cfgs := []cfg{
+		{1, 64, 128, dtype.F16}, {1, 128, 128, dtype.F16}, {4, 64, 128, dtype.F16}, {4, 128, 128, dtype.F16},
+		{1, 128, 64, dtype.F32}, {4, 128, 256, dtype.F32}, {8, 128, 128, dtype.BF16}, {16, 128, 128, dtype.F16},
+		{2, 96, 128, dtype.F16}, {1, 256, 256, dtype.F32}, {4, 32, 64, dtype.F16},
+	}
+	arms := []DecodeArm{{Chunk: 32}, {Chunk: 64}, {Chunk: 256}, {Chunk: 64, Live: 1}, {Chunk: 64, Live: 2}, {Chunk: 256, Live: 2}}
+	for _, c := range cfgs {
+		s := AttnShape{Heads: 2 * c.group, HeadsKV: 2, HeadDim: c.hd, QStride: 2*c.group*c.hd + 64, Cache: c.cache}
+		for _, a := range arms {
+			arm := DecodeArm{Threads: c.threads, Chunk: a.Chunk, Live: a.Live}
+			name := fmt.Sprintf("g%d_d%d_%v/%v", c.group, c.hd, c.cache, arm)
+			t.Run(name, func(t *testing.T) {
+				splits := arm.Splits(capacity)
+				base := make([]int32, len(lens))
+				for i := range base {
+					base[i] = int32(i*(capacity+5) + 3)
+				}
+				rows := len(lens)*(capacity+5) + 3
+				kc, vc := randF32(r, rows*s.HeadsKV*s.HeadDim), randF32(r, rows*s.HeadsKV*s.HeadDim)
+				q := randF32(r, len(lens)*s.QStride)
+				got, po, pml := emuDecode(t, s, arm, splits, q, base, lens, kc, vc)
+				want := RefAttention(s, q, base, lens, kc, vc)
+				require.Less(t, RelErr(got, want), 1e-5)
+				// the partials: written exactly where the contract says
+				chunk := arm.Chunk
+				for seq, n := range lens {
+					if arm.Live == 2 {
+						chunk = min(arm.Chunk, max(32, ((int(n)+splits-1)/splits+31)&^31))
+					}
+					for h := range s.Heads {
+						for sp := range splits {
+							p := (seq*s.Heads+h)*splits + sp
+							empty := sp*chunk >= int(n)
+							if empty {
+								require.True(t, math.IsInf(float64(pml[2*p]), -1) && pml[2*p+1] == 0, "neutral pair")
+							} else {
+								require.Greater(t, pml[2*p+1], float32(0))
+							}
+							for d := range s.HeadDim {
+								v := po[p*s.HeadDim+d]
+								switch {
+								case empty && arm.Live != 0:
+									require.True(t, math.IsNaN(float64(v)), "empty live split output written")
+								case empty:
+									require.Zero(t, v)
+								default:
+									require.False(t, math.IsNaN(float64(v)) || math.IsInf(float64(v), 0))
+								}
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+	// a sequence with no keys yields zeros, not NaN
+	s := AttnShape{Heads: 4, HeadsKV: 1, HeadDim: 64, QStride: 256, Cache: dtype.F16}
+	for _, live := range []int{0, 2} {
+		arm := DecodeArm{Threads: 128, Chunk: 64, Live: live}
+		z, _, _ := emuDecode(t, s, arm, 8, make([]float32, s.QStride), []int32{0}, []int32{0}, nil, nil)
+		for _, v := range z {
+			require.Zero(t, v)
+		}
+	}
+}
+
+func TestDecodeTile(t *testing.T) {
+	want := map[string]decodeTiling{
+		"g1_d128_f16_t128": {vec: 8, lpk: 16, nv: 1, ht: 1, u: 4},
+		"g4_d128_f16_t128": {vec: 8, lpk: 16, nv: 1, ht: 4, u: 4},
+		"g8_d128_f16_t128": {vec: 4, lpk: 32, nv: 1, ht: 8, u: 4},
+		"g1_d128_f32_t128": {vec: 4, lpk: 32, nv: 1, ht: 1, u: 4},
+		"g1_d96_f16_t128":  {vec: 8, lpk: 4, nv: 3, ht: 1, u: 1},
+		"g1_d64_f16_t128":  {vec: 8, lpk: 8, nv: 1, ht: 1, u: 4},
+	}
+	for _, g := range []int{1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 32} {
+		for hd := 32; hd <= 256; hd += 32 {
+			for _, c := range []dtype.Type{dtype.F32, dtype.F16, dtype.BF16} {
+				for _, th := range []int{32, 64, 128, 256, 512, 1024} {
+					s := AttnShape{Heads: g, HeadsKV: 1, HeadDim: hd, QStride: g * hd, Cache: c}
+					tl := decodeTile(s, th)
+					name := fmt.Sprintf("g%d_d%d_%s_t%d", g, hd, typeTag(c), th)
+					if w, ok := want[name]; ok {
+						require.Equal(t, w, tl, name)
+					}
+					require.Equal(t, hd, tl.lpk*tl.nv*tl.vec, name)
+					require.Zero(t, 32%tl.lpk, name)
+					require.Zero(t, g%tl.ht, name)
+					require.GreaterOrEqual(t, tl.u, 1, name)
+					require.LessOrEqual(t, tl.ht*tl.epl(), max(32, tl.epl()), name)
+					require.LessOrEqual(t, (th/32)*(tl.ht*hd+3*tl.ht)*4, 48<<10, "%s: static shared memory", name)
+				}
+			}
+		}
+	}
+}

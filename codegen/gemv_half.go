@@ -1,0 +1,88 @@
+package codegen
+
+import (
+	"fmt"
+
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// gemvHalf is the layout-0 GEMV of F16 and BF16 weights with activations in
+// shared memory: a row's threads read consecutive 16-byte chunks (8
+// elements), so each warp load instruction covers 512 contiguous bytes,
+// and each thread keeps arm.Unroll chunks in flight, the first ones issued
+// before the PDL wait (weights do not depend on the previous kernel).
+func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
+	if k%8 != 0 {
+		return nil, fmt.Errorf("%w: %v gemv with K %d (a multiple of 8)", ErrUnsupported, t, k)
+	}
+	conv := "f16_to_f32"
+	if t == dtype.BF16 {
+		conv = "bf16_to_f32"
+	}
+	tpr := arm.Threads / arm.RowsPerBlock
+	epi := ""
+	if residual {
+		epi = "_res"
+	}
+	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
+	params := []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"float* __restrict__", "y"}, {"int", "m"}}
+	src := source(fmt.Sprintf("gemv: %v weights, coalesced 16-byte chunks, N %d, K %d, residual %v, %v", t, n, k, residual, arm),
+		[]string{dqDeps(t)[0], "warp", "pdl"}, func(w *Writer) {
+			w.Comment("Chunk q (8 elements) against activations a (elements 0-3) and b (4-7).")
+			w.Emit(Func{Name: "half_dot8", Return: "float", Params: []Param{{"uint4", "q"}, {"float4", "a"}, {"float4", "b"}}, Body: func(w *Writer) {
+				w.Linef("float s = %s((u16)(q.x & 0xffffu)) * a.x + %s((u16)(q.x >> 16)) * a.y;", conv, conv)
+				w.Linef("s += %s((u16)(q.y & 0xffffu)) * a.z + %s((u16)(q.y >> 16)) * a.w;", conv, conv)
+				w.Linef("s += %s((u16)(q.z & 0xffffu)) * b.x + %s((u16)(q.z >> 16)) * b.y;", conv, conv)
+				w.Linef("s += %s((u16)(q.w & 0xffffu)) * b.z + %s((u16)(q.w >> 16)) * b.w;", conv, conv)
+				w.Line("return s;")
+			}})
+			w.Linef("#define N %d", n)
+			w.Linef("#define K %d", k)
+			w.Linef("#define CPR %d // 16-byte chunks per row", k/8)
+			w.Linef("#define TPR %d // threads per row", tpr)
+			w.Linef("#define RPB %d // rows per block", arm.RowsPerBlock)
+			w.Linef("#define U %d // chunks in flight per thread", arm.Unroll)
+			w.Blank()
+			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
+				w.Line("const int r = blockIdx.x * RPB + threadIdx.x / TPR;")
+				w.Line("const int lane = threadIdx.x % TPR;")
+				if n%arm.RowsPerBlock != 0 {
+					w.Comment("rows past N (last block only) read row N-1 and store nothing")
+					w.Line("const int rr = r < N ? r : N - 1;")
+				} else {
+					w.Line("const int rr = r;")
+				}
+				w.Line("const uint4* wr = (const uint4*)W + (size_t)rr * CPR;")
+				w.Line("uint4 q[U];")
+				load := func() {
+					w.For("i", "0", "U", "1", -1, func() {
+						w.Line("const int cc = c + i * TPR;")
+						w.If("cc < CPR", func() { w.Line("q[i] = wr[cc];") })
+					})
+				}
+				w.Line("int c = lane;")
+				w.Comment("the first weight loads do not wait for the previous kernel")
+				load()
+				w.Line("pdl_wait();")
+				w.Line("extern __shared__ float4 xs4[];")
+				w.Line("const float4* xg = (const float4*)(x + (size_t)blockIdx.y * K);")
+				w.For("i", "threadIdx.x", "K / 4", fmt.Sprint(arm.Threads), 0, func() { w.Line("xs4[i] = xg[i];") })
+				w.Line("__syncthreads();")
+				w.Line("float acc = 0.f;")
+				w.Block("for (;;)", func() {
+					w.For("i", "0", "U", "1", -1, func() {
+						w.Line("const int cc = c + i * TPR;")
+						w.If("cc < CPR", func() { w.Line("acc += half_dot8(q[i], xs4[2 * cc], xs4[2 * cc + 1]);") })
+					})
+					w.Line("c += U * TPR;")
+					w.If("c >= CPR", func() { w.Line("break;") })
+					load()
+				})
+				gemvRowStore(w, arm, tpr, n, residual)
+				w.Line("pdl_launch();")
+			}})
+		})
+	return &Kernel{Family: "gemv", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
+		return Geometry{Grid: dim3(ceilDiv(n, arm.RowsPerBlock), d.Tokens, 1), Block: dim3(arm.Threads, 1, 1), Shared: uint32(4 * k)}
+	}}, nil
+}

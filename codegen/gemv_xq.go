@@ -1,0 +1,275 @@
+package codegen
+
+import (
+	"fmt"
+
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// The int8-activation GEMV (GEMVArm.XQ 1, layout 1 only). Each block first
+// quantises its MB activation rows into shared memory, 32 elements at a
+// time, the way 8-bit block formats do: per group g of 32, dx = max|x|/127
+// and q = round(x/dx) in int8, beside the float sums of the group's two
+// halves' int8 sums and the group's float sum. A 16-byte weight unit then
+// meets its activations through dp4a (four int8 products an instruction)
+// instead of 32 float conversions and FMAs, so the product reads weights at
+// memory speed instead of being bound by instruction issue. Quants are
+// centred in integers before scaling (Q4_0 q-8, Q6_K q-32, Q4_K q-8 with
+// the rest of its offset times the float sum), so the rounding error scales
+// with the weights, not with their unsigned codes. The result differs from
+// the float product by the activations' rounding (relative L2 error ~6e-3
+// on random inputs, TestXQMirror), so it is its own numerical class:
+// autotune checks these arms against XQTol, and the exact configuration
+// never uses them.
+//
+// One weight load serves all MB activation rows of a block, so a batch of
+// decode rows costs little more weight traffic than one.
+
+// XQTol is the check tolerance (relative L2 error against the float
+// reference) of the int8-activation GEMV arms.
+const XQTol = 2e-2
+
+// xqMaxShared is the dynamic shared memory a block may use (sm_90: 227 KiB).
+const xqMaxShared = 227 << 10
+
+// xqShared returns the dynamic shared bytes of an int8-activation GEMV:
+// min(MB, m) rows of K int8 and K/32 float4 (dx, int8 sum of elements
+// 0-15, of 16-31, float sum of all 32).
+func xqShared(k, mb int) int { return mb * (k + k/2) }
+
+// xqDot is the per-unit dot of one weight type against one activation row:
+// the expression added to acc[r] (row pointers xr, mr), with its helper.
+var xqDot = map[dtype.Type]string{
+	dtype.Q4_0: "xq_q4_0(q[i], dh[i], xr, mt, uu)",
+	dtype.Q8_0: "xq_q8_0(q[i], dh[i], xr, mt, uu)",
+	dtype.Q4_K: "xq_q4_k(q[i], hd[i], xr, mt, uu)",
+	dtype.Q6_K: "xq_q6_k(q[i], qh[i], sc[i], dh[i], xr, mt, uu)",
+}
+
+// emitXQHelpers writes dp4a, the quantiser's packing and the unit dot of t.
+func emitXQHelpers(w *Writer, t dtype.Type) {
+	w.Comment("d = c + the dot product of the four signed bytes of a and b.")
+	w.Emit(Func{Name: "dp4a", Return: "int", Params: []Param{{"int", "a"}, {"int", "b"}, {"int", "c"}}, Body: func(w *Writer) {
+		w.Line("int d;")
+		w.Line(`asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));`)
+		w.Line("return d;")
+	}})
+	w.Comment("Four floats times inv, rounded to nearest, as int8 bytes of a word; their sum is added to is.")
+	w.Emit(Func{Name: "xq_pack4", Return: "u32", Params: []Param{{"float4", "v"}, {"float", "inv"}, {"int&", "is"}}, Body: func(w *Writer) {
+		w.Line("const int a = __float2int_rn(v.x * inv), b = __float2int_rn(v.y * inv);")
+		w.Line("const int c = __float2int_rn(v.z * inv), d = __float2int_rn(v.w * inv);")
+		w.Line("is += (a + b) + (c + d);")
+		w.Line("return ((u32)a & 255u) | (((u32)b & 255u) << 8) | (((u32)c & 255u) << 16) | ((u32)d << 24);")
+	}})
+	xs := []string{"x", "y", "z", "w"}
+	// dot writes s = Σ dp4a(word c of lo/hi, x0/x1 word c).
+	nib := func(w *Writer, acc, x, expr string) {
+		for c := range 4 {
+			w.Linef("%s = dp4a((int)(%s), %s.%s, %s);", acc, fmt.Sprintf(expr, "q."+xs[c]), x, xs[c], acc)
+		}
+	}
+	params := func(extra ...Param) []Param {
+		return append(extra, Param{"const int4*", "xr"}, Param{"const float4*", "mt"}, Param{"int", "uu"})
+	}
+	switch t {
+	case dtype.Q4_0, dtype.Q4_K:
+		ps := params(Param{"uint4", "q"}, Param{"u16", "dh"})
+		if t == dtype.Q4_K {
+			ps = params(Param{"uint4", "q"}, Param{"uint4", "hd"})
+		}
+		w.Comment("One repacked %v unit (32 elements: byte i holds element i low, 16 + i high) against group uu.", t)
+		w.Emit(Func{Name: "xq_" + typeTag(t), Return: "float", Params: ps, Body: func(w *Writer) {
+			w.Line("const int4 x0 = xr[2 * uu], x1 = xr[2 * uu + 1];")
+			w.Line("int s = 0;")
+			nib(w, "s", "x0", "%s & 0x0f0f0f0fu")
+			nib(w, "s", "x1", "(%s >> 4) & 0x0f0f0f0fu")
+			w.Line("const float4 m = mt[uu];")
+			w.Line("const float sc = (float)s - 8.f * (m.y + m.z); // Σ (q - 8) xq, exact")
+			if t == dtype.Q4_0 {
+				w.Line("return f16_to_f32(dh) * m.x * sc;")
+				return
+			}
+			w.Line("const int j = uu & 7, sh = 8 * (j & 3);")
+			w.Line("const u32 lo = (hd.y >> sh) & 63u, lm = (hd.z >> sh) & 63u;")
+			w.Line("const u32 hi = ((hd.w >> sh) & 15u) | (((hd.y >> (sh + 6)) & 3u) << 4);")
+			w.Line("const u32 hm = ((hd.w >> (sh + 4)) & 15u) | (((hd.z >> (sh + 6)) & 3u) << 4);")
+			w.Line("const float d = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);")
+			w.Line("const float mn = f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);")
+			w.Comment("Σ (d q - mn) x = d dx Σ (q - 8) xq + (8 d - mn) Σ x")
+			w.Line("return d * m.x * sc + (8.f * d - mn) * m.w;")
+		}})
+	case dtype.Q8_0:
+		w.Comment("One repacked Q8_0 unit (16 elements, half uu & 1 of group uu >> 1).")
+		w.Emit(Func{Name: "xq_q8_0", Return: "float", Params: params(Param{"uint4", "q"}, Param{"u16", "dh"}), Body: func(w *Writer) {
+			w.Line("const int4 xv = xr[uu];")
+			w.Line("int s = 0;")
+			nib(w, "s", "xv", "%s")
+			w.Line("return f16_to_f32(dh) * mt[uu >> 1].x * (float)s;")
+		}})
+	case dtype.Q6_K:
+		emitQ6Words(w)
+		w.Comment("One repacked Q6_K unit (32 elements, two int8 scales) against group uu.")
+		w.Emit(Func{Name: "xq_q6_k", Return: "float", Params: params(Param{"uint4", "q"}, Param{"uint2", "qh"}, Param{"u16", "sc"}, Param{"u16", "dh"}),
+			Body: func(w *Writer) {
+				w.Line("const int4 x0 = xr[2 * uu], x1 = xr[2 * uu + 1];")
+				w.Line("int s0 = 0, s1 = 0;")
+				for c := range 4 {
+					scope(w, func() {
+						w.Line("u32 lo, hi;")
+						w.Linef("q6_words(q.%s, qh.%s, %d, lo, hi);", xs[c], xs[c/2], c&1)
+						w.Linef("s0 = dp4a((int)lo, x0.%s, s0);", xs[c])
+						w.Linef("s1 = dp4a((int)hi, x1.%s, s1);", xs[c])
+					})
+				}
+				w.Line("const float4 m = mt[uu];")
+				w.Line("const float d = f16_to_f32(dh);")
+				w.Line("return d * m.x * ((float)(signed char)(sc & 0xffu) * ((float)s0 - 32.f * m.y) +")
+				w.Line("                  (float)(signed char)(sc >> 8) * ((float)s1 - 32.f * m.z));")
+			}})
+	default:
+		panic(fmt.Sprintf("BUG: no int8-activation GEMV for %v", t))
+	}
+}
+
+// emitXQStage writes the quantisation of the block's MB activation rows
+// into shared memory: thread c handles 8 floats, 4 consecutive threads a
+// group of 32 (the loop runs whole warps so every shuffle has its partner).
+func emitXQStage(w *Writer, threads int) {
+	w.Line("extern __shared__ uint4 xsm[];")
+	w.Line("signed char* xq8 = (signed char*)xsm;")
+	w.Comment("rows of this block; shared memory holds min(MB, m) rows (the launch sizes it so)")
+	w.Line("const int m0 = blockIdx.y * MB;")
+	w.Line("const int mrows = min(MB, m - m0);")
+	w.Line("float4* meta = (float4*)(xq8 + min(MB, m) * K);")
+	w.Line("const int qch = (mrows * (K / 8) + 31) & ~31; // whole warps")
+	w.Linef("for (int c = threadIdx.x; c < qch; c += %d) {", threads)
+	w.indent++
+	w.Line("const bool ok = c < mrows * (K / 8);")
+	w.Line("const int mr = c / (K / 8), e = (c % (K / 8)) * 8;")
+	w.Line("float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;")
+	w.If("ok", func() {
+		w.Line("const float4* xp = (const float4*)(x + (size_t)(m0 + mr) * K + e);")
+		w.Line("a = xp[0];")
+		w.Line("b = xp[1];")
+	})
+	w.Line("float am = fmaxf(fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))),")
+	w.Line("                 fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));")
+	w.Line("am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));")
+	w.Line("am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));")
+	w.Line("const float s8 = ((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w));")
+	w.Line("const float s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);")
+	w.Line("const float o16 = __shfl_xor_sync(0xffffffffu, s16, 2);")
+	w.Line("const float inv = am > 0.f ? 127.f / am : 0.f;")
+	w.Line("int is = 0;")
+	w.Line("const u32 pa = xq_pack4(a, inv, is), pb = xq_pack4(b, inv, is);")
+	w.Line("const int i16 = is + __shfl_xor_sync(0xffffffffu, is, 1);")
+	w.Line("const int io16 = __shfl_xor_sync(0xffffffffu, i16, 2);")
+	w.If("ok", func() {
+		w.Line("*(uint2*)(xq8 + mr * K + e) = make_uint2(pa, pb);")
+		w.If("(c & 3) == 0", func() {
+			w.Line("meta[mr * (K / 32) + e / 32] = make_float4(am * (1.f / 127.f), (float)i16, (float)io16, s16 + o16);")
+		})
+	})
+	w.indent--
+	w.Line("}")
+	w.Line("__syncthreads();")
+}
+
+// gemvXQ is GEMV for arm.XQ 1: W repacked (layout 1), activations
+// quantised to int8 in shared memory, arm.BatchRows activation rows per
+// block. grid (⌈n/rows⌉, ⌈m/MB⌉).
+func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
+	rt, ok := rpTypes[t]
+	if !ok || xqDot[t] == "" {
+		return nil, fmt.Errorf("%w: int8-activation gemv for %v", ErrUnsupported, t)
+	}
+	mb := arm.batchRows()
+	shared := xqShared(k, mb)
+	if k%32 != 0 || shared > xqMaxShared {
+		return nil, fmt.Errorf("%w: int8-activation gemv with K %d, %d rows a block (%d bytes of shared memory)", ErrUnsupported, k, mb, shared)
+	}
+	nb := k / t.BlockElems()
+	epi := ""
+	if residual {
+		epi = "_res"
+	}
+	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
+	params := []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"float* __restrict__", "y"}, {"int", "m"}}
+	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations, N %d, K %d, residual %v, %v", t, n, k, residual, arm), []string{"f16", "warp", "pdl"}, func(w *Writer) {
+		emitXQHelpers(w, t)
+		w.Linef("#define N %d", n)
+		w.Linef("#define K %d", k)
+		w.Linef("#define NB %d // blocks per row", nb)
+		w.Linef("#define UPR %d // 16-byte quant units per row", k/rt.unitElems)
+		for _, p := range rt.planes(n, nb) {
+			w.Raw(p)
+		}
+		w.Linef("#define RPB %d // rows per block, a warp each", arm.RowsPerBlock)
+		w.Linef("#define U %d // units in flight per thread", arm.Unroll)
+		w.Linef("#define MB %d // activation rows per block", mb)
+		w.Blank()
+		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
+			w.Line("const int r = blockIdx.x * RPB + (threadIdx.x >> 5);")
+			w.Line("const int lane = threadIdx.x & 31;")
+			if n%arm.RowsPerBlock != 0 {
+				w.Comment("rows past N (last block only) read row N-1 and store nothing")
+				w.Line("const int rr = r < N ? r : N - 1;")
+			} else {
+				w.Line("const int rr = r;")
+			}
+			for _, p := range rt.ptrs {
+				w.Line(p)
+			}
+			for _, p := range rt.regs {
+				w.Line(p)
+			}
+			load := func() {
+				w.For("i", "0", "U", "1", -1, func() {
+					w.Line("const int uu = u + i * 32;")
+					w.If("uu < UPR", func() {
+						for _, l := range rt.load {
+							w.Line(l)
+						}
+					})
+				})
+			}
+			w.Line("int u = lane;")
+			w.Comment("the first weight loads do not wait for the previous kernel")
+			load()
+			w.Line("pdl_wait();")
+			emitXQStage(w, arm.Threads)
+			w.Line("float acc[MB];")
+			w.For("j", "0", "MB", "1", -1, func() { w.Line("acc[j] = 0.f;") })
+			w.Block("for (;;)", func() {
+				w.For("i", "0", "U", "1", -1, func() {
+					w.Line("const int uu = u + i * 32;")
+					w.If("uu < UPR", func() {
+						w.For("j", "0", "MB", "1", -1, func() {
+							w.If("j < mrows", func() {
+								w.Line("const int4* xr = (const int4*)(xq8 + j * K);")
+								w.Line("const float4* mt = meta + j * (K / 32);")
+								w.Linef("acc[j] += %s;", xqDot[t])
+							})
+						})
+					})
+				})
+				w.Line("u += U * 32;")
+				w.If("u >= UPR", func() { w.Line("break;") })
+				load()
+			})
+			op := "="
+			if residual {
+				op = "+="
+			}
+			w.For("j", "0", "MB", "1", -1, func() {
+				w.Line("const float v = warp_sum(acc[j]);")
+				w.If("lane == 0 && r < N && j < mrows", func() { w.Linef("y[(size_t)(m0 + j) * N + r] %s v;", op) })
+			})
+			w.Line("pdl_launch();")
+		}})
+	})
+	return &Kernel{Family: "gemv", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
+		return Geometry{Grid: dim3(ceilDiv(n, arm.RowsPerBlock), ceilDiv(d.Tokens, mb), 1), Block: dim3(arm.Threads, 1, 1),
+			Shared: uint32(xqShared(k, max(1, min(mb, d.Tokens))))}
+	}}, nil
+}

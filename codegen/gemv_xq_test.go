@@ -1,0 +1,149 @@
+package codegen
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/memra-ai/memra/ir/dtype"
+	"github.com/stretchr/testify/require"
+)
+
+// xqQuantize mirrors the kernel's activation stage for one row: int8
+// quants and per group of 32 (dx, sum 0-15, sum 16-31, sum).
+func xqQuantize(x []float32) ([]int8, [][4]float32) {
+	q := make([]int8, len(x))
+	meta := make([][4]float32, len(x)/32)
+	for g := range meta {
+		xs := x[32*g : 32*g+32]
+		var am float32
+		for _, v := range xs {
+			am = max(am, float32(math.Abs(float64(v))))
+		}
+		inv := float32(0)
+		if am > 0 {
+			inv = 127 / am
+		}
+		var s [4]float32 // sums of the 8-float chunks
+		for c := range 4 {
+			ch := xs[8*c : 8*c+8]
+			s[c] = ((ch[0] + ch[1]) + (ch[2] + ch[3])) + ((ch[4] + ch[5]) + (ch[6] + ch[7]))
+		}
+		var is [2]int
+		for i, v := range xs {
+			q[32*g+i] = int8(math.RoundToEven(float64(v * inv)))
+			is[i/16] += int(q[32*g+i])
+		}
+		meta[g] = [4]float32{am * (1.0 / 127), float32(is[0]), float32(is[1]), (s[0] + s[1]) + (s[2] + s[3])}
+	}
+	return q, meta
+}
+
+// dp4a mirrors the PTX instruction: c + Σ signed bytes of a × b.
+func dp4a(a uint32, b []int8, c int32) int32 {
+	for i := range 4 {
+		c += int32(int8(a>>(8*i))) * int32(b[i])
+	}
+	return c
+}
+
+func le32(b []byte, i int) uint32 { return binary.LittleEndian.Uint32(b[4*i:]) }
+
+// xqRow mirrors the kernel's dot of repacked row r against quantised x.
+func xqRow(t dtype.Type, rows, k, r int, w []byte, xq []int8, meta [][4]float32) float32 {
+	nb := k / t.BlockElems()
+	f16 := func(b []byte) float32 { return dtype.F16ToF32(binary.LittleEndian.Uint16(b)) }
+	var acc float32
+	switch t {
+	case dtype.Q8_0:
+		for uu := range k / 16 {
+			q := w[(r*(k/16)+uu)*16:]
+			var s int32
+			for c := range 4 {
+				s = dp4a(le32(q, c), xq[16*uu+4*c:], s)
+			}
+			d := f16(w[rows*k+2*(r*nb+uu/2):])
+			acc += d * meta[uu/2][0] * float32(s)
+		}
+	case dtype.Q4_0, dtype.Q4_K, dtype.Q6_K:
+		for uu := range k / 32 {
+			q := w[(r*(k/32)+uu)*16:]
+			x0, x1 := xq[32*uu:], xq[32*uu+16:]
+			m := meta[uu]
+			switch t {
+			case dtype.Q4_0, dtype.Q4_K:
+				var s int32
+				for c := range 4 {
+					s = dp4a(le32(q, c)&0x0f0f0f0f, x0[4*c:], s)
+				}
+				for c := range 4 {
+					s = dp4a(le32(q, c)>>4&0x0f0f0f0f, x1[4*c:], s)
+				}
+				sc := float32(s) - 8*(m[1]+m[2])
+				if t == dtype.Q4_0 {
+					acc += f16(w[rows*nb*16+2*(r*nb+uu):]) * m[0] * sc
+					continue
+				}
+				hd := w[rows*nb*128+16*(r*nb+uu/8):]
+				ks, km := kScaleMin(uu%8, hd[4:16])
+				d, dm := f16(hd)*float32(ks), f16(hd[2:])*float32(km)
+				acc += d*m[0]*sc + (8*d-dm)*m[3]
+			case dtype.Q6_K:
+				h := w[rows*nb*128+8*(r*(k/32)+uu):]
+				var s0, s1 int32
+				for c := range 4 {
+					hw := le32(h, c/2)
+					hl, hh := hw<<4, hw<<2
+					if c%2 == 1 {
+						hl, hh = hw, hw>>2
+					}
+					l := le32(q, c)
+					lo := l&0x0f0f0f0f | hl&0x30303030
+					hi := l>>4&0x0f0f0f0f | hh&0x30303030
+					s0 = dp4a(lo, x0[4*c:], s0)
+					s1 = dp4a(hi, x1[4*c:], s1)
+				}
+				sc := w[rows*nb*192+2*(r*(k/32)+uu):]
+				d := f16(w[rows*nb*208+2*(r*nb+uu/8):])
+				acc += d * m[0] * (float32(int8(sc[0]))*(float32(s0)-32*m[1]) + float32(int8(sc[1]))*(float32(s1)-32*m[2]))
+			}
+		}
+	}
+	return acc
+}
+
+// TestXQMirror checks the int8-activation GEMV's arithmetic, mirrored in
+// Go over the repacked layout, against the float product on the file's
+// layout: within XQTol, and far from it (so the tolerance means something).
+func TestXQMirror(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, ty := range RepackTypes {
+		t.Run(ty.String(), func(t *testing.T) {
+			const rows, k = 64, 1024
+			src := make([]float32, rows*k)
+			for i := range src {
+				src[i] = float32(r.NormFloat64())
+			}
+			w, err := dtype.Quantize(ty, src)
+			require.NoError(t, err)
+			rp, err := Repack(ty, rows, k, w)
+			require.NoError(t, err)
+			x := make([]float32, k)
+			for i := range x {
+				x[i] = float32(r.NormFloat64())
+			}
+			xq, meta := xqQuantize(x)
+			rb, _ := ty.RowBytes(k)
+			got, want := make([]float32, rows), make([]float32, rows)
+			for i := range rows {
+				want[i] = dtype.Dot(ty, w[i*rb:(i+1)*rb], x)
+				got[i] = xqRow(ty, rows, k, i, rp, xq, meta)
+			}
+			e := RelErr(got, want)
+			t.Logf("%v: rel. L2 error %.3g", ty, e)
+			require.Less(t, e, XQTol/2)
+			require.Greater(t, e, 1e-5, "int8 activations cannot be exact")
+		})
+	}
+}
