@@ -115,10 +115,7 @@ func (l *lowerer) gemvArm(class string, t dtype.Type, k int) GEMVArm {
 	if arm.Layout == 1 && !Repackable(t) {
 		arm = GEMVArm{Threads: arm.Threads, RowsPerBlock: arm.RowsPerBlock, Unroll: arm.Unroll, SharedX: arm.SharedX}
 	}
-	for arm.XQ == 1 && arm.BatchRows > 1 && xqShared(k, arm.BatchRows) > xqMaxShared {
-		arm.BatchRows /= 2 // long rows: fewer activation rows fit shared memory
-	}
-	return arm
+	return FitXQ(arm, k)
 }
 
 func (l *lowerer) mmaArm(class string) MMAArm {

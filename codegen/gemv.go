@@ -29,10 +29,25 @@ func (a GEMVArm) batchRows() int { return max(1, a.BatchRows) }
 // block, activations in shared memory.
 var DefaultGEMVArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1}
 
-// DefaultXQArm is the arm of products with repacked weight types
-// (Arms.GEMVQuant) before tuning: int8 activations, a warp a row, up to 16
-// decode rows a block (fewer where rows are too long for shared memory).
+// DefaultRepackArm is the arm of products with repacked weight types
+// (Arms.GEMVQuant) before tuning: the float product on the repacked layout,
+// a warp a row. On the H200 it beat the file layout 2.3× and the
+// int8-activation arm at batch 1 (docs/PERFORMANCE.md).
+var DefaultRepackArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 1}
+
+// DefaultXQArm is the int8-activation arm (MEMRA_GEMV_QUANT=xq): a warp a
+// row, up to 16 decode rows a block (FitXQ: fewer where rows are too long
+// for shared memory).
 var DefaultXQArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 16}
+
+// FitXQ halves an int8-activation arm's BatchRows until its activation rows
+// of k elements fit shared memory.
+func FitXQ(a GEMVArm, k int) GEMVArm {
+	for a.XQ == 1 && a.BatchRows > 1 && xqShared(k, a.BatchRows) > xqMaxShared {
+		a.BatchRows /= 2
+	}
+	return a
+}
 
 // GEMVKnobs is the search space of GEMVArm.
 var GEMVKnobs = []Knob{

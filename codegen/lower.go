@@ -41,7 +41,7 @@ func (a Arms) WithDefaults() Arms {
 		a.GEMV = DefaultGEMVArm
 	}
 	if a.GEMVQuant == (GEMVArm{}) {
-		a.GEMVQuant = DefaultXQArm
+		a.GEMVQuant = DefaultRepackArm
 	}
 	if a.MMA == (MMAArm{}) {
 		a.MMA = DefaultMMAArm

@@ -27,34 +27,30 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 	for _, t := range types {
 		if rowOK(t, s.Hidden) {
 			cs = append(cs, Embedding(s.Name, t, s.Hidden, seed),
-				withQuantArms(Product(s.Name, "gemv", "qkv", t, qkv, s.Hidden, 1, true, seed), t),
+				withQuantArms(Product(s.Name, "gemv", "qkv", t, qkv, s.Hidden, 1, true, seed), t, s.Hidden),
 				Product(s.Name, "mma", "qkv", t, qkv, s.Hidden, 64, true, seed),
 				GemmSmall(s.Name, "qkv", t, qkv, s.Hidden, 8, true, seed))
 			if codegen.Repackable(t) {
-				c := withQuantArms(Product(s.Name, "gemv", "qkv", t, qkv, s.Hidden, 12, true, seed), t)
+				c := withQuantArms(Product(s.Name, "gemv", "qkv", t, qkv, s.Hidden, 12, true, seed), t, s.Hidden)
 				c.Label += "×12"
 				cs = append(cs, c)
 			}
 		}
 		if rowOK(t, s.FFN) {
-			cs = append(cs, withQuantArms(Product(s.Name, "gemv", "down", t, s.Hidden, s.FFN, 1, true, seed), t))
+			cs = append(cs, withQuantArms(Product(s.Name, "gemv", "down", t, s.Hidden, s.FFN, 1, true, seed), t, s.FFN))
 		}
 	}
 	return cs
 }
 
 // withQuantArms gives a GEMV case of a repacked weight type the extra arms
-// kernel-check runs besides the default: the float GEMV on the repacked
-// layout and the int8-activation GEMV (codegen.DefaultXQArm).
-func withQuantArms(c *Case, t dtype.Type) *Case {
-	if !codegen.Repackable(t) {
-		return c
-	}
-	rp := codegen.DefaultXQArm
-	rp.XQ, rp.BatchRows = 0, 0
-	c.ExtraArms = []codegen.Point{rp.Point(), codegen.DefaultXQArm.Point()}
-	if codegen.GEMVArmOf(c.Space().Default) == codegen.DefaultXQArm {
-		c.ExtraArms = []codegen.Point{codegen.DefaultGEMVArm.Point(), rp.Point()}
+// kernel-check runs besides the family default (the file's layout): the
+// float GEMV on the repacked layout (codegen.DefaultRepackArm, what
+// lowering uses untuned) and the int8-activation GEMV (codegen.DefaultXQArm,
+// fitted to the row length).
+func withQuantArms(c *Case, t dtype.Type, k int) *Case {
+	if codegen.Repackable(t) {
+		c.ExtraArms = []codegen.Point{codegen.DefaultRepackArm.Point(), codegen.FitXQ(codegen.DefaultXQArm, k).Point()}
 	}
 	return c
 }

@@ -475,16 +475,15 @@ func envOptions(o *BackendOptions) {
 
 // gemvQuantArm parses MEMRA_GEMV_QUANT, the untuned GEMV of repacked weight
 // types: "file" (the float GEMV on the file's layout), "repack" (float,
-// repacked layout), "xq" or "xqN" (int8 activations, N decode rows a block,
-// default 8).
+// repacked layout; the default), "xq" or "xqN" (int8 activations, N decode
+// rows a block, default 16).
 func gemvQuantArm(v string) (codegen.GEMVArm, bool) {
 	a := codegen.DefaultXQArm
 	switch {
 	case v == "file":
 		return codegen.DefaultGEMVArm, true
 	case v == "repack":
-		a.XQ, a.BatchRows = 0, 0
-		return a, true
+		return codegen.DefaultRepackArm, true
 	case v == "xq":
 		return a, true
 	case strings.HasPrefix(v, "xq"):
