@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # GPU speed: synthesizes llama2-7b (q4_k_m, f16) and llama3.2-1b (f16) on the
 # GPU machine and runs `memra bench --device cuda --roofline -p 512 -n 128 -r 5`
-# on each; on the q4_k_m model also the batch sweep -b 1,2,4,8,16,32,64 with a
-# plot, and --untuned for tuned vs untuned. Logs, JSON and the SVG go under
+# on each; on the q4_k_m model also the serving load test (`memra serve` +
+# `memra bench serve` at concurrency 1, 4, 16, 64; SERVE=0 skips it) and the
+# batch sweep -b 1,2,4,8,16,32,64 (-p 128 -n 32) with a plot; XQ=1 adds the
+# int8-activation GEMV (MEMRA_GEMV_QUANT=xq). Logs, JSON and SVGs go under
 # $OUT (or /tmp/memra-bench); the docs/PERFORMANCE.md rows are printed last.
 #
 # Build here first (no GPU needed), then on the GPU machine:
 #   make gpu-build                     # .gpu/memra
 #   scripts/gpu-bench.sh [BIN]         # BIN defaults to .gpu/memra
-# Budget: about 8 minutes on an H200 (each step has a timeout).
+# Budget: about 7 minutes on an H200 (each step has a timeout).
 set -u
 cd "$(dirname "$0")/.."
 BIN=${1:-${BIN:-.gpu/memra}}
@@ -55,15 +57,39 @@ Q4="$MODELS/llama2-7b-q4_k_m.gguf"
 F16_7B="$MODELS/llama2-7b-f16.gguf"
 F16_1B="$MODELS/llama3.2-1b-f16.gguf"
 
+# serve_bench: memra serve on the q4_k_m model, then `memra bench serve` at
+# concurrency 1, 4, 16, 64 (completions, 512-token prompts, 128 tokens each).
+serve_bench() {
+	"$BIN" serve --model "llama2-7b-q4_k_m=$Q4" --device cuda --port 8199 --max-running 64 >"$OUT/serve.log" 2>&1 &
+	local pid=$! i
+	trap 'kill -TERM $pid 2>/dev/null' EXIT
+	for i in $(seq 1 120); do
+		(exec 3<>/dev/tcp/127.0.0.1/8199) 2>/dev/null && break
+		kill -0 $pid 2>/dev/null || return 1
+		sleep 1
+	done
+	"$BIN" bench serve --url http://127.0.0.1:8199 --endpoint completions --concurrency 1,4,16,64 --duration 20s --out "$OUT/serve-bench"
+	local rc=$?
+	kill -TERM $pid
+	wait $pid
+	return $rc
+}
+
 # Small and fast first, so a slow f16 7B synth cannot starve the rest.
 synth llama2-7b q4_k_m --weights blocks
 synth llama3.2-1b f16
-[ -s "$Q4" ] && bench llama2-7b-q4_k_m "$Q4" 150 -b 1,2,4,8,16,32,64 --plot "$OUT/llama2-7b-q4_k_m-batch.svg"
-[ -s "$Q4" ] && bench llama2-7b-q4_k_m-untuned "$Q4" 60 --untuned
+[ -s "$Q4" ] && bench llama2-7b-q4_k_m "$Q4" 90
 [ -s "$F16_1B" ] && bench llama3.2-1b-f16 "$F16_1B" 60
+export -f serve_bench
+export BIN Q4 OUT
+[ -s "$Q4" ] && [ "${SERVE:-1}" = 1 ] && step serve-bench 150 bash -c serve_bench
+# batch sweep: shorter prompt and generation so batch 64 fits the step's time
+[ -s "$Q4" ] && step bench-llama2-7b-q4_k_m-batch 120 "$BIN" bench "$Q4" --device cuda --roofline -p 128 -n 32 -r 3 \
+	-b 1,2,4,8,16,32,64 --no-progress --perf-rows --json "$OUT/bench-batch.json" --plot "$OUT/llama2-7b-q4_k_m-batch.svg"
 synth llama2-7b f16
 [ -s "$F16_7B" ] && bench llama2-7b-f16 "$F16_7B" 90
-
+[ -s "$Q4" ] && [ -n "${XQ:-}" ] && MEMRA_GEMV_QUANT=xq step bench-llama2-7b-q4_k_m-xq 90 "$BIN" bench "$Q4" --device cuda --roofline \
+	-p 512 -n 128 -r 5 -b 1,16 --no-progress --perf-rows
 echo
 echo "== steps"
 printf '%s\n' "${summary[@]}"
@@ -72,6 +98,7 @@ for f in "$OUT"/bench-*.log; do
 	[ -e "$f" ] || continue
 	grep -h '^roofline:' "$f" | sed "s|^|$(basename "$f" .log): |"
 done
+[ -e "$OUT/serve-bench/serve-bench.md" ] && cat "$OUT/serve-bench/serve-bench.md"
 echo
 echo "| date | commit | card (driver) | model: preset, quant, file bytes | test | batch | N | median | min–max | roofline % | notes |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
