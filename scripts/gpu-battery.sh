@@ -8,7 +8,8 @@
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test
 #   scripts/gpu-battery.sh [quick|check|parity|bench|full]
-# EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality).
+# EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
+# NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
 # (about 3, 8 and 6 minutes on an H200); `quick` is a few minutes of everything; `full` is all.
 # Through the lent-GPU tool only 8 files come back: point OUT at a scratch folder and tar it.
@@ -83,7 +84,7 @@ hf() {
 	done
 	python3 scripts/hf_parity.py --memra "$BIN" --device cuda --steps 64 "$@" "${dirs[@]}"
 }
-if has parity; then
+if has parity && [ -z "${NO_HF:-}" ]; then
 	step hf-parity-exact hf --exact
 	[ -n "${EXACT_ONLY:-}" ] || step hf-parity-default hf --tie-tol 0.02
 fi
