@@ -70,10 +70,10 @@ func TestCompileGate(t *testing.T) {
 		require.NoError(t, err)
 		ks = append(ks, g)
 	}
-	// int8-activation GEMV arms, one per repacked type, with 1 to 8 activation rows a block
+	// int8-activation GEMV arms, one per repacked type, with 1 to 16 activation rows a block and 1 to 4 weight rows a warp
 	for i, t2 := range codegen.RepackTypes {
-		arm := []codegen.GEMVArm{{Threads: 96, RowsPerBlock: 3, Unroll: 1, BatchRows: 1}, {Threads: 256, RowsPerBlock: 8, Unroll: 4, BatchRows: 2},
-			{Threads: 512, RowsPerBlock: 16, Unroll: 2, BatchRows: 8}, {Threads: 128, RowsPerBlock: 4, Unroll: 2, BatchRows: 4}}[i]
+		arm := []codegen.GEMVArm{{Threads: 96, RowsPerBlock: 3, Unroll: 1, BatchRows: 1, RowsPerWarp: 2}, {Threads: 256, RowsPerBlock: 8, Unroll: 4, BatchRows: 2},
+			{Threads: 512, RowsPerBlock: 16, Unroll: 2, BatchRows: 8, RowsPerWarp: 4}, {Threads: 128, RowsPerBlock: 4, Unroll: 2, BatchRows: 16, RowsPerWarp: 2}}[i]
 		arm.SharedX, arm.Layout, arm.XQ = 1, 1, 1
 		g, err := codegen.GEMV(t2, 1000, 512, i%2 == 0, arm)
 		require.NoError(t, err)

@@ -2,6 +2,8 @@ package codegen
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/memra-ai/memra/ir/dtype"
 )
@@ -21,7 +23,14 @@ type GEMVArm struct {
 	// BatchRows is the activation rows a block serves with one weight read:
 	// 1 to 16 with XQ 1, 0 otherwise (one row).
 	BatchRows int
+	// RowsPerWarp is the weight rows each warp of an XQ 1 arm computes
+	// together, so that each activation load from shared memory serves all
+	// of them and the block's quantised rows serve RowsPerBlock×RowsPerWarp
+	// weight rows: 0 (one) or 2 or 4.
+	RowsPerWarp int
 }
+
+func (a GEMVArm) rowsPerWarp() int { return max(1, a.RowsPerWarp) }
 
 func (a GEMVArm) batchRows() int { return max(1, a.BatchRows) }
 
@@ -39,6 +48,12 @@ var DefaultRepackArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX
 // row, up to 16 decode rows a block (FitXQ: fewer where rows are too long
 // for shared memory).
 var DefaultXQArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 16}
+
+// DefaultXQBatchArm is the untuned arm of repacked products in decode
+// steps of two or more rows (Arms.GEMVBatch): int8 activations, 16 rows a
+// block per weight read, two weight rows a warp sharing each activation
+// load.
+var DefaultXQBatchArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 2, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 16, RowsPerWarp: 2}
 
 // FitXQ halves an int8-activation arm's BatchRows until its activation rows
 // of k elements fit shared memory.
@@ -58,6 +73,7 @@ var GEMVKnobs = []Knob{
 	{"layout", []int{0, 1}},
 	{"xq", []int{0, 1}},
 	{"batch_rows", []int{0, 1, 2, 4, 8, 16}},
+	{"rows_per_warp", []int{0, 2, 4}},
 }
 
 // Validate reports whether a is well formed.
@@ -66,7 +82,8 @@ func (a GEMVArm) Validate() error {
 		a.Threads%a.RowsPerBlock != 0 || (a.Threads/a.RowsPerBlock)%32 != 0 || a.Unroll <= 0 || a.SharedX < 0 || a.SharedX > 1 ||
 		a.Layout < 0 || a.Layout > 1 || (a.Layout == 1 && a.SharedX != 1) ||
 		a.XQ < 0 || a.XQ > 1 || (a.XQ == 1 && (a.Layout != 1 || a.Threads/a.RowsPerBlock != 32)) ||
-		(a.XQ == 0 && a.BatchRows != 0) || (a.XQ == 1 && (a.BatchRows < 1 || a.BatchRows > 16)) {
+		(a.XQ == 0 && a.BatchRows != 0) || (a.XQ == 1 && (a.BatchRows < 1 || a.BatchRows > 16)) ||
+		(a.RowsPerWarp != 0 && a.RowsPerWarp != 2 && a.RowsPerWarp != 4) || (a.RowsPerWarp != 0 && a.XQ != 1) {
 		return fmt.Errorf("%w: gemv arm %+v", ErrUnsupported, a)
 	}
 	return nil
@@ -88,7 +105,34 @@ func (a GEMVArm) String() string {
 	if a.XQ != 0 {
 		s += fmt.Sprintf("_q%d", a.batchRows())
 	}
+	if a.RowsPerWarp > 1 {
+		s += fmt.Sprintf("_w%d", a.RowsPerWarp)
+	}
 	return s
+}
+
+// ParseGEMVArm parses the String form of a GEMVArm, e.g.
+// "t256_r8_u4_s1_l1_q16_w2".
+func ParseGEMVArm(s string) (GEMVArm, error) {
+	var a GEMVArm
+	fields := map[byte]*int{'t': &a.Threads, 'r': &a.RowsPerBlock, 'u': &a.Unroll, 's': &a.SharedX, 'l': &a.Layout, 'q': &a.BatchRows, 'w': &a.RowsPerWarp}
+	for _, f := range strings.Split(s, "_") {
+		if len(f) < 2 || fields[f[0]] == nil {
+			return a, fmt.Errorf("%w: gemv arm %q: bad field %q", ErrUnsupported, s, f)
+		}
+		v, err := strconv.Atoi(f[1:])
+		if err != nil {
+			return a, fmt.Errorf("%w: gemv arm %q: bad field %q", ErrUnsupported, s, f)
+		}
+		*fields[f[0]] = v
+	}
+	if a.BatchRows > 0 {
+		a.XQ = 1
+	}
+	if a.RowsPerWarp == 1 {
+		a.RowsPerWarp = 0
+	}
+	return a, a.Validate()
 }
 
 // ValidFor reports whether a is well formed for weights of type t: layout

@@ -144,7 +144,9 @@ func TestLowerRepacked(t *testing.T) {
 			w := p.Weights[a.Index]
 			if k.Family == "gemv" {
 				gemvs++
-				require.True(t, strings.HasSuffix(k.Name, "_l1"), k.Name)
+				require.Contains(t, k.Name, "_l1", k.Name)
+				require.Positive(t, ln.One, "%s: a decode program of 2 sequences runs its own one-row kernel", k.Name)
+				require.True(t, strings.HasSuffix(p.Kernels[ln.One-1].Name, "_l1"), p.Kernels[ln.One-1].Name)
 				require.Equal(t, 1, w.Layout, "%s reads %s", k.Name, w.Name)
 				bw := base.Weights[base.Launches[i].Args[0].Index]
 				require.Equal(t, bw.Name, w.Name)
@@ -178,4 +180,37 @@ func TestLowerRepacked(t *testing.T) {
 	for _, w := range f16.Weights {
 		require.Equal(t, 0, w.Layout)
 	}
+}
+
+// TestLowerBatchArm: repacked products of decode programs of two or more
+// sequences launch the int8-activation arm for batches and the one-row arm
+// for a single row; one-sequence programs, the exact configuration and a
+// batch arm equal to the one-row arm keep a single kernel.
+func TestLowerBatchArm(t *testing.T) {
+	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
+	ones := func(o LowerOptions) (n int) {
+		p, err := Lower(g, o)
+		require.NoError(t, err)
+		for _, ln := range p.Launches {
+			if ln.One == 0 {
+				continue
+			}
+			n++
+			batch, one := p.Kernels[ln.Kernel], p.Kernels[ln.One-1]
+			require.Equal(t, batch.Params, one.Params)
+			require.Regexp(t, `_l1_q[0-9]+`, batch.Name)
+			require.NotRegexp(t, `_l1_q[0-9]+`, one.Name)
+			require.Equal(t, ln.One-1, ln.KernelFor(1))
+			require.Equal(t, ln.Kernel, ln.KernelFor(2))
+		}
+		return n
+	}
+	o := LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16}
+	require.Greater(t, ones(o), 2*smallQwen3.Layers)
+	o.MaxSeqs = 1
+	require.Zero(t, ones(o))
+	o.MaxSeqs, o.PrefillGEMV = 4, true
+	require.Zero(t, ones(o))
+	o.PrefillGEMV, o.Arms.GEMVBatch = false, DefaultRepackArm
+	require.Zero(t, ones(o))
 }

@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"regexp"
 
 	"github.com/memra-ai/memra/ir/dtype"
 )
@@ -131,9 +132,16 @@ func emitXQHelpers(w *Writer, t dtype.Type) {
 	}
 }
 
+// xqStageLoads is the chunks of 8 activations each thread of the
+// quantising stage loads before it processes them: the stage runs many
+// rounds at batch 16, and one load in flight a thread left it waiting on
+// L2 latency each round.
+const xqStageLoads = 4
+
 // emitXQStage writes the quantisation of the block's MB activation rows
 // into shared memory: thread c handles 8 floats, 4 consecutive threads a
-// group of 32 (the loop runs whole warps so every shuffle has its partner).
+// group of 32 (the loop runs whole warps so every shuffle has its partner),
+// with xqStageLoads chunks a thread loaded before any is processed.
 func emitXQStage(w *Writer, threads int) {
 	w.Line("extern __shared__ uint4 xsm[];")
 	w.Line("signed char* xq8 = (signed char*)xsm;")
@@ -142,32 +150,44 @@ func emitXQStage(w *Writer, threads int) {
 	w.Line("const int mrows = min(MB, m - m0);")
 	w.Line("float4* meta = (float4*)(xq8 + min(MB, m) * K);")
 	w.Line("const int qch = (mrows * (K / 8) + 31) & ~31; // whole warps")
-	w.Linef("for (int c = threadIdx.x; c < qch; c += %d) {", threads)
+	w.Linef("#define SL %d // chunks loaded a thread before processing", xqStageLoads)
+	w.Linef("for (int c0 = threadIdx.x; c0 < qch; c0 += SL * %d) {", threads)
 	w.indent++
-	w.Line("const bool ok = c < mrows * (K / 8);")
-	w.Line("const int mr = c / (K / 8), e = (c % (K / 8)) * 8;")
-	w.Line("float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;")
-	w.If("ok", func() {
-		w.Line("const float4* xp = (const float4*)(x + (size_t)(m0 + mr) * K + e);")
-		w.Line("a = xp[0];")
-		w.Line("b = xp[1];")
+	w.Line("float4 la[SL], lb[SL];")
+	w.For("s", "0", "SL", "1", -1, func() {
+		w.Linef("const int c = c0 + s * %d;", threads)
+		w.Line("la[s] = make_float4(0.f, 0.f, 0.f, 0.f);")
+		w.Line("lb[s] = la[s];")
+		w.If("c < mrows * (K / 8)", func() {
+			w.Line("const float4* xp = (const float4*)(x + (size_t)(m0 + c / (K / 8)) * K + (c % (K / 8)) * 8);")
+			w.Line("la[s] = xp[0];")
+			w.Line("lb[s] = xp[1];")
+		})
 	})
-	w.Line("float am = fmaxf(fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))),")
-	w.Line("                 fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));")
-	w.Line("am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));")
-	w.Line("am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));")
-	w.Line("const float s8 = ((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w));")
-	w.Line("const float s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);")
-	w.Line("const float o16 = __shfl_xor_sync(0xffffffffu, s16, 2);")
-	w.Line("const float inv = am > 0.f ? 127.f / am : 0.f;")
-	w.Line("int is = 0;")
-	w.Line("const u32 pa = xq_pack4(a, inv, is), pb = xq_pack4(b, inv, is);")
-	w.Line("const int i16 = is + __shfl_xor_sync(0xffffffffu, is, 1);")
-	w.Line("const int io16 = __shfl_xor_sync(0xffffffffu, i16, 2);")
-	w.If("ok", func() {
-		w.Line("*(uint2*)(xq8 + mr * K + e) = make_uint2(pa, pb);")
-		w.If("(c & 3) == 0", func() {
-			w.Line("meta[mr * (K / 32) + e / 32] = make_float4(am * (1.f / 127.f), (float)i16, (float)io16, s16 + o16);")
+	w.For("s", "0", "SL", "1", -1, func() {
+		w.Linef("const int c = c0 + s * %d;", threads)
+		w.If("c < qch", func() { // the same for the whole warp
+			w.Line("const bool ok = c < mrows * (K / 8);")
+			w.Line("const int mr = c / (K / 8), e = (c % (K / 8)) * 8;")
+			w.Line("const float4 a = la[s], b = lb[s];")
+			w.Line("float am = fmaxf(fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))),")
+			w.Line("                 fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));")
+			w.Line("am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));")
+			w.Line("am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));")
+			w.Line("const float s8 = ((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w));")
+			w.Line("const float s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);")
+			w.Line("const float o16 = __shfl_xor_sync(0xffffffffu, s16, 2);")
+			w.Line("const float inv = am > 0.f ? 127.f / am : 0.f;")
+			w.Line("int is = 0;")
+			w.Line("const u32 pa = xq_pack4(a, inv, is), pb = xq_pack4(b, inv, is);")
+			w.Line("const int i16 = is + __shfl_xor_sync(0xffffffffu, is, 1);")
+			w.Line("const int io16 = __shfl_xor_sync(0xffffffffu, i16, 2);")
+			w.If("ok", func() {
+				w.Line("*(uint2*)(xq8 + mr * K + e) = make_uint2(pa, pb);")
+				w.If("(c & 3) == 0", func() {
+					w.Line("meta[mr * (K / 32) + e / 32] = make_float4(am * (1.f / 127.f), (float)i16, (float)io16, s16 + o16);")
+				})
+			})
 		})
 	})
 	w.indent--
@@ -175,15 +195,25 @@ func emitXQStage(w *Writer, threads int) {
 	w.Line("__syncthreads();")
 }
 
+// xqRename gives the row pointers and weight registers of rpTypes' code
+// the suffix of weight row w of a warp's RowsPerWarp rows.
+var xqNames = regexp.MustCompile(`\b(qp|hp|lp|sp|dp|q|hd|qh|sc|dh|rr)\b`)
+
+func xqRename(code string, w int) string {
+	return xqNames.ReplaceAllString(code, fmt.Sprintf("${1}%d", w))
+}
+
 // gemvXQ is GEMV for arm.XQ 1: W repacked (layout 1), activations
 // quantised to int8 in shared memory, arm.BatchRows activation rows per
-// block. grid (⌈n/rows⌉, ⌈m/MB⌉).
+// block, each warp computing arm.RowsPerWarp consecutive weight rows.
+// grid (⌈n/(RowsPerBlock·RowsPerWarp)⌉, ⌈m/MB⌉).
 func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
 	rt, ok := rpTypes[t]
 	if !ok || xqDot[t] == "" {
 		return nil, fmt.Errorf("%w: int8-activation gemv for %v", ErrUnsupported, t)
 	}
 	mb := arm.batchRows()
+	rw := arm.rowsPerWarp()
 	shared := xqShared(k, mb)
 	if k%32 != 0 || shared > xqMaxShared {
 		return nil, fmt.Errorf("%w: int8-activation gemv with K %d, %d rows a block (%d bytes of shared memory)", ErrUnsupported, k, mb, shared)
@@ -204,31 +234,39 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error)
 		for _, p := range rt.planes(n, nb) {
 			w.Raw(p)
 		}
-		w.Linef("#define RPB %d // rows per block, a warp each", arm.RowsPerBlock)
-		w.Linef("#define U %d // units in flight per thread", arm.Unroll)
+		w.Linef("#define RPB %d // warps per block", arm.RowsPerBlock)
+		w.Linef("#define RW %d // weight rows per warp", rw)
+		w.Linef("#define U %d // units in flight per thread and row", arm.Unroll)
 		w.Linef("#define MB %d // activation rows per block", mb)
 		w.Blank()
 		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
-			w.Line("const int r = blockIdx.x * RPB + (threadIdx.x >> 5);")
+			w.Line("const int r0 = (blockIdx.x * RPB + (threadIdx.x >> 5)) * RW; // the warp's first row")
 			w.Line("const int lane = threadIdx.x & 31;")
-			if n%arm.RowsPerBlock != 0 {
+			clamp := n%(arm.RowsPerBlock*rw) != 0
+			if clamp {
 				w.Comment("rows past N (last block only) read row N-1 and store nothing")
-				w.Line("const int rr = r < N ? r : N - 1;")
-			} else {
-				w.Line("const int rr = r;")
 			}
-			for _, p := range rt.ptrs {
-				w.Line(p)
-			}
-			for _, p := range rt.regs {
-				w.Line(p)
+			for r := range rw {
+				if clamp {
+					w.Linef("const int rr%d = min(r0 + %d, N - 1);", r, r)
+				} else {
+					w.Linef("const int rr%d = r0 + %d;", r, r)
+				}
+				for _, p := range rt.ptrs {
+					w.Line(xqRename(p, r))
+				}
+				for _, p := range rt.regs {
+					w.Line(xqRename(p, r))
+				}
 			}
 			load := func() {
 				w.For("i", "0", "U", "1", -1, func() {
 					w.Line("const int uu = u + i * 32;")
 					w.If("uu < UPR", func() {
-						for _, l := range rt.load {
-							w.Line(l)
+						for r := range rw {
+							for _, l := range rt.load {
+								w.Line(xqRename(l, r))
+							}
 						}
 					})
 				})
@@ -238,8 +276,10 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error)
 			load()
 			w.Line("pdl_wait();")
 			emitXQStage(w, arm.Threads)
-			w.Line("float acc[MB];")
-			w.For("j", "0", "MB", "1", -1, func() { w.Line("acc[j] = 0.f;") })
+			w.Line("float acc[RW][MB];")
+			w.For("r", "0", "RW", "1", -1, func() {
+				w.For("j", "0", "MB", "1", -1, func() { w.Line("acc[r][j] = 0.f;") })
+			})
 			w.Block("for (;;)", func() {
 				w.For("i", "0", "U", "1", -1, func() {
 					w.Line("const int uu = u + i * 32;")
@@ -248,7 +288,9 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error)
 							w.If("j < mrows", func() {
 								w.Line("const int4* xr = (const int4*)(xq8 + j * K);")
 								w.Line("const float4* mt = meta + j * (K / 32);")
-								w.Linef("acc[j] += %s;", xqDot[t])
+								for r := range rw {
+									w.Linef("acc[%d][j] += %s;", r, xqRename(xqDot[t], r))
+								}
 							})
 						})
 					})
@@ -261,15 +303,17 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error)
 			if residual {
 				op = "+="
 			}
-			w.For("j", "0", "MB", "1", -1, func() {
-				w.Line("const float v = warp_sum(acc[j]);")
-				w.If("lane == 0 && r < N && j < mrows", func() { w.Linef("y[(size_t)(m0 + j) * N + r] %s v;", op) })
+			w.For("r", "0", "RW", "1", -1, func() {
+				w.For("j", "0", "MB", "1", -1, func() {
+					w.Line("const float v = warp_sum(acc[r][j]);")
+					w.If("lane == 0 && r0 + r < N && j < mrows", func() { w.Linef("y[(size_t)(m0 + j) * N + r0 + r] %s v;", op) })
+				})
 			})
 			w.Line("pdl_launch();")
 		}})
 	})
 	return &Kernel{Family: "gemv", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
-		return Geometry{Grid: dim3(ceilDiv(n, arm.RowsPerBlock), ceilDiv(d.Tokens, mb), 1), Block: dim3(arm.Threads, 1, 1),
+		return Geometry{Grid: dim3(ceilDiv(n, arm.RowsPerBlock*rw), ceilDiv(d.Tokens, mb), 1), Block: dim3(arm.Threads, 1, 1),
 			Shared: uint32(xqShared(k, max(1, min(mb, d.Tokens))))}
 	}}, nil
 }

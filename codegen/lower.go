@@ -26,6 +26,12 @@ type Arms struct {
 	// layout (RepackTypes) when the tunedb has no entry; LowerOptions.PrefillGEMV
 	// (the exact configuration) uses GEMV instead of any int8-activation arm.
 	GEMVQuant GEMVArm
+	// GEMVBatch is the GEMV arm of those products in decode programs of two
+	// or more sequences: their launches run it for steps of two or more
+	// rows and the GEMVQuant (or tunedb) arm for a single row (Launch.One).
+	// The zero value is DefaultXQBatchArm; GEMVBatch equal to the one-row arm
+	// keeps a single kernel. The exact configuration never uses it.
+	GEMVBatch GEMVArm
 	MMA       MMAArm
 	Block     BlockArm
 	Decode    DecodeArm
@@ -42,6 +48,9 @@ func (a Arms) WithDefaults() Arms {
 	}
 	if a.GEMVQuant == (GEMVArm{}) {
 		a.GEMVQuant = DefaultRepackArm
+	}
+	if a.GEMVBatch == (GEMVArm{}) {
+		a.GEMVBatch = DefaultXQBatchArm
 	}
 	if a.MMA == (MMAArm{}) {
 		a.MMA = DefaultMMAArm

@@ -57,6 +57,16 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 		kern, err = l.kernel(GEMV(t, n, k, residual, arm))
 		if err == nil && arm.Layout == 1 {
 			l.repacked[kern] = true
+			if batch, ok := l.batchArm(arm, k); ok {
+				one := kern
+				if kern, err = l.kernel(GEMV(t, n, k, residual, batch)); err != nil {
+					return err
+				}
+				l.repacked[kern] = true
+				l.launch(kern, rows, nodes, wArg(w), bufArg(x), bufArg(y), rowsArg())
+				l.p.Launches[len(l.p.Launches)-1].One = one + 1
+				return nil
+			}
 		}
 	}
 	if err != nil {
@@ -64,6 +74,20 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	}
 	l.launch(kern, rows, nodes, wArg(w), bufArg(x), bufArg(y), rowsArg())
 	return nil
+}
+
+// batchArm returns the arm of the product's launches at two or more rows
+// when it differs from the one-row arm one (a layout-1 product of a decode
+// program of two or more sequences, outside the exact configuration).
+func (l *lowerer) batchArm(one GEMVArm, k int) (GEMVArm, bool) {
+	if l.o.Class != Decode || l.o.MaxSeqs < 2 || l.o.PrefillGEMV {
+		return GEMVArm{}, false
+	}
+	b := FitXQ(l.arms.GEMVBatch, k)
+	if b.Layout != 1 || b == one {
+		return GEMVArm{}, false
+	}
+	return b, true
 }
 
 // matPart is one product of a fusion group.

@@ -105,6 +105,19 @@ type Launch struct {
 	Rows   ir.Dim // ir.T or ir.S: the Dims.Tokens the geometry and ArgRows use
 	Args   []Arg  // one per kernel parameter
 	Nodes  []int  // the IR nodes this launch computes
+	// One, when positive, is 1 + the index of the kernel launched instead
+	// when the step has a single row (batch-1 decode): a kernel with the
+	// same parameters and weight layout, tuned for one row.
+	One int
+}
+
+// KernelFor returns the index of the kernel l launches for a step whose
+// Dims.Tokens is rows.
+func (l *Launch) KernelFor(rows int) int {
+	if l.One > 0 && rows == 1 {
+		return l.One - 1
+	}
+	return l.Kernel
 }
 
 // WeightKind says how a device weight is built from model tensors.
@@ -281,7 +294,11 @@ func (p *Program) String() string {
 		for j, n := range l.Nodes {
 			nodes[j] = fmt.Sprintf("%%%d", n)
 		}
-		fmt.Fprintf(&b, "  L%d k%d rows=%v grid(%d,%d,%d) block(%d) smem %d (%s)  ; %s\n", i, l.Kernel, l.Rows,
+		one := ""
+		if l.One > 0 {
+			one = fmt.Sprintf(" (k%d at one row)", l.One-1)
+		}
+		fmt.Fprintf(&b, "  L%d k%d%s rows=%v grid(%d,%d,%d) block(%d) smem %d (%s)  ; %s\n", i, l.Kernel, one, l.Rows,
 			g.Grid[0], g.Grid[1], g.Grid[2], g.Block[0], g.Shared, strings.Join(args, ", "), strings.Join(nodes, " "))
 	}
 	if p.HiddenIn >= 0 {

@@ -123,6 +123,9 @@ func (a GEMVArm) Point() Point {
 	if a.XQ != 0 {
 		p["xq"], p["batch_rows"] = a.XQ, a.BatchRows
 	}
+	if a.RowsPerWarp != 0 {
+		p["rows_per_warp"] = a.RowsPerWarp
+	}
 	return p
 }
 
@@ -149,7 +152,7 @@ func BlockArmOf(p Point) BlockArm { return BlockArm{Threads: p["threads"]} }
 // GEMVArmOf returns the GEMVArm p describes (missing knobs are zero).
 func GEMVArmOf(p Point) GEMVArm {
 	return GEMVArm{Threads: p["threads"], RowsPerBlock: p["rows_per_block"], Unroll: p["unroll"], SharedX: p["shared_x"], Layout: p["layout"],
-		XQ: p["xq"], BatchRows: p["batch_rows"]}
+		XQ: p["xq"], BatchRows: p["batch_rows"], RowsPerWarp: p["rows_per_warp"]}
 }
 
 // MMAArmOf returns the MMAArm p describes (missing knobs are zero).
@@ -198,7 +201,7 @@ func Spaces() []Space {
 // arms are valid for some types only (see GEMVSpaceFor).
 func gemvSpace() Space {
 	s := armSpace("gemv", GEMVKnobs, DefaultGEMVArm.Point(), GEMVArmOf)
-	s.optional = Point{"layout": 0, "xq": 0, "batch_rows": 0}
+	s.optional = Point{"layout": 0, "xq": 0, "batch_rows": 0, "rows_per_warp": 0}
 	return s
 }
 
@@ -213,7 +216,7 @@ func GEMVSpaceFor(t dtype.Type) Space {
 			if k.Name == "layout" || k.Name == "xq" {
 				s.Knobs[i] = Knob{Name: k.Name, Values: []int{0}}
 			}
-			if k.Name == "batch_rows" {
+			if k.Name == "batch_rows" || k.Name == "rows_per_warp" {
 				s.Knobs[i] = Knob{Name: k.Name, Values: []int{0}}
 			}
 		}

@@ -61,6 +61,8 @@ type Case struct {
 	Tol    float64 // the family's tolerance on RelErr (TolOf: an arm's)
 	// ExtraArms are arms kernel-check runs besides the space's default.
 	ExtraArms []codegen.Point
+	// K is a product's row length (gemv, mma; 0 for other families).
+	K int
 
 	kernels func(arm codegen.Point) ([]*codegen.Kernel, error)
 	setup   func(r *rand.Rand) (*inputs, error)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -31,6 +32,8 @@ func init() {
 	cmd.Flags().Bool("compile-only", false, "only compile the kernels with NVRTC")
 	cmd.Flags().StringSlice("arch", nil, "NVRTC targets for --compile-only (default compute_90; e.g. sm_90a,sm_120a)")
 	cmd.Flags().Uint64("seed", 1, "random seed")
+	cmd.Flags().StringSlice("gemv-arms", nil, "extra GEMV arms of repacked weight types to check and time (e.g. t256_r8_u2_s1_l1_q16_w2)")
+	cmd.Flags().String("only", "", "check only the kernel families whose label contains this (e.g. gemv)")
 	cmd.Flags().Int("reps", 20, "timed samples per kernel (median reported); 0 checks without timing")
 	rootCmd.AddCommand(cmd)
 }
@@ -51,6 +54,16 @@ func runKernelCheck(cmd *cobra.Command, _ []string) error {
 	archs, _ := cmd.Flags().GetStringSlice("arch")
 	seed, _ := cmd.Flags().GetUint64("seed")
 	reps, _ := cmd.Flags().GetInt("reps")
+	only, _ := cmd.Flags().GetString("only")
+	armNames, _ := cmd.Flags().GetStringSlice("gemv-arms")
+	var extra []codegen.GEMVArm
+	for _, n := range armNames {
+		a, err := codegen.ParseGEMVArm(n)
+		if err != nil {
+			return err
+		}
+		extra = append(extra, a)
+	}
 	var shapes []codegen.Shape
 	for _, n := range shapeNames {
 		s, err := codegen.ShapeByName(n)
@@ -94,7 +107,16 @@ func runKernelCheck(cmd *cobra.Command, _ []string) error {
 	var rows []kcRow
 	for _, s := range shapes {
 		for _, c := range check.KernelCheckCases(s, types, seed) {
-			for _, arm := range append([]codegen.Point{c.Space().Default}, c.ExtraArms...) {
+			if only != "" && !strings.Contains(c.Label, only) {
+				continue
+			}
+			arms := append([]codegen.Point{c.Space().Default}, c.ExtraArms...)
+			if c.Family == "gemv" && len(c.ExtraArms) > 0 { // the repacked weight types
+				for _, a := range extra {
+					arms = append(arms, codegen.FitXQ(a, c.K).Point())
+				}
+			}
+			for _, arm := range arms {
 				row := kcRow{family: c.Label, shape: c.Shape, dtype: c.DType, arm: c.Space().ArmName(arm), tol: c.TolOf(arm)}
 				res, err := d.Run(c, arm, reps)
 				row.kernel, row.relErr, row.us, row.err = res.Kernel, res.RelErr, res.TimeUS, err

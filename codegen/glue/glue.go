@@ -99,12 +99,16 @@ func program(f *jen.File, p *codegen.Program) error {
 		for j, n := range l.Nodes {
 			nodes[j] = jen.Lit(n)
 		}
-		launches[i] = jen.Values(jen.Dict{
+		d := jen.Dict{
 			jen.Id("Kernel"): jen.Lit(l.Kernel),
 			jen.Id("Rows"):   rows,
 			jen.Id("Args"):   jen.Id(fmt.Sprintf("%sK%dArgs", pre, l.Kernel)).Values(vals...).Dot("Args").Call(),
 			jen.Id("Nodes"):  jen.Index().Int().Values(nodes...),
-		})
+		}
+		if l.One > 0 {
+			d[jen.Id("One")] = jen.Lit(l.One)
+		}
+		launches[i] = jen.Values(d)
 	}
 	f.Commentf("%sLaunches returns the %s program's launch sequence, in order.", pre, p.Class)
 	f.Func().Id(pre+"Launches").Params().Index().Qual(codegenPath, "Launch").Block(
@@ -116,7 +120,7 @@ func program(f *jen.File, p *codegen.Program) error {
 		})))
 	f.Commentf("%sGeometry returns the geometry of launch l of the %s program.", pre, p.Class)
 	f.Func().Id(pre+"Geometry").Params(jen.Id("l").Op("*").Qual(codegenPath, "Launch"), jen.Id("d").Qual(codegenPath, "Dims")).Qual(codegenPath, "Geometry").Block(
-		jen.Switch(jen.Id("l").Dot("Kernel")).BlockFunc(func(g *jen.Group) {
+		jen.Switch(jen.Id("l").Dot("KernelFor").Call(jen.Id("d").Dot("Tokens"))).BlockFunc(func(g *jen.Group) {
 			for i := range p.Kernels {
 				g.Case(jen.Lit(i)).Block(jen.Return(jen.Id(fmt.Sprintf("%sGeometry%d", pre, i)).Call(jen.Id("d"))))
 			}

@@ -347,7 +347,7 @@ func (b *Backend) compile(target string) (map[string][]byte, error) {
 			if _, ok := images[k.Name]; ok {
 				continue
 			}
-			img, _, err := cache.Compile(k.Source, k.Name+".cu", target, nil)
+			img, _, err := cache.Compile(k.Source, k.Name+".cu", target, compileOptions())
 			if err != nil {
 				return nil, fmt.Errorf("kernel %s: %w", k.Name, err)
 			}
@@ -454,7 +454,8 @@ func (b *Backend) StepGreedy(ctx context.Context, batch []runtime.SeqStep) ([]in
 // envOptions applies the environment switches: MEMRA_KV_CACHE=f16|bf16|f32
 // (the KV cache element type, when the caller chose none), and arms that
 // are not yet defaults (they become tunedb choices once measured):
-// MEMRA_SMALL_BATCH=1 and MEMRA_DECODE_LIVE=1|2.
+// MEMRA_SMALL_BATCH=1, MEMRA_DECODE_LIVE=1|2, MEMRA_GEMV_QUANT and
+// MEMRA_GEMV_BATCH (the batch-1 and batched decode GEMV of repacked types).
 func envOptions(o *BackendOptions) {
 	if v := os.Getenv("MEMRA_KV_CACHE"); v != "" && o.Cache == "" {
 		o.Cache = v
@@ -471,12 +472,27 @@ func envOptions(o *BackendOptions) {
 	if a, ok := gemvQuantArm(os.Getenv("MEMRA_GEMV_QUANT")); ok {
 		o.Arms.GEMVQuant = a
 	}
+	if a, ok := gemvQuantArm(os.Getenv("MEMRA_GEMV_BATCH")); ok {
+		o.Arms.GEMVBatch = a
+	}
+}
+
+// compileOptions are the NVRTC options of a model's kernels: MEMRA_PDL=early
+// defines MEMRA_PDL_EARLY (each kernel lets the next one launch right after
+// its own dependency wait instead of at its end; slower on the H200, see
+// docs/PERFORMANCE.md, kept for comparison).
+func compileOptions() []string {
+	if os.Getenv("MEMRA_PDL") == "early" {
+		return []string{"-DMEMRA_PDL_EARLY"}
+	}
+	return nil
 }
 
 // gemvQuantArm parses MEMRA_GEMV_QUANT, the untuned GEMV of repacked weight
 // types: "file" (the float GEMV on the file's layout), "repack" (float,
 // repacked layout; the default), "xq" or "xqN" (int8 activations, N decode
-// rows a block, default 16).
+// rows a block, default 16), or any arm in its String form
+// ("t256_r8_u2_s1_l1_q16_w2").
 func gemvQuantArm(v string) (codegen.GEMVArm, bool) {
 	a := codegen.DefaultXQArm
 	switch {
@@ -493,6 +509,9 @@ func gemvQuantArm(v string) (codegen.GEMVArm, bool) {
 		}
 		a.BatchRows = n
 		return a, true
+	}
+	if b, err := codegen.ParseGEMVArm(v); err == nil {
+		return b, true
 	}
 	return a, false
 }

@@ -254,8 +254,9 @@ func (b *Backend) fillInputs(pieces []piece, rowsT, rowsS int) {
 
 // launch queues one launch of ps for a step of T tokens over S sequences.
 func (b *Backend) launch(c *Ctx, ps *progState, l *codegen.Launch, T, S int) error {
-	k := ps.p.Kernels[l.Kernel]
 	d := ps.p.Dims(l, T, S)
+	ki := l.KernelFor(d.Tokens)
+	k := ps.p.Kernels[ki]
 	g := k.Launch(d)
 	args := make([]any, len(l.Args))
 	for i, a := range l.Args {
@@ -281,7 +282,7 @@ func (b *Backend) launch(c *Ctx, ps *progState, l *codegen.Launch, T, S int) err
 		}
 	}
 	cfg := LaunchConfig{Grid: g.Grid, Block: g.Block, Shared: g.Shared, Stream: b.stream, PDL: b.pdl}
-	if err := c.Launch(ps.fns[l.Kernel], cfg, args...); err != nil {
+	if err := c.Launch(ps.fns[ki], cfg, args...); err != nil {
 		return fmt.Errorf("kernel %s: %w", k.Name, err)
 	}
 	return nil

@@ -95,7 +95,7 @@ func (b *Backend) profileLaunches(c *Ctx, ps *progState, T, S int) error {
 	b.prof.times = b.prof.times[:0]
 	for i := range ps.p.Launches {
 		l := &ps.p.Launches[i]
-		k := ps.p.Kernels[l.Kernel]
+		k := ps.p.Kernels[l.KernelFor(ps.p.Dims(l, T, S).Tokens)]
 		var wb int64
 		for _, a := range l.Args {
 			if a.Kind == codegen.ArgWeight {
