@@ -38,10 +38,9 @@ func (a GEMVArm) batchRows() int { return max(1, a.BatchRows) }
 // block, activations in shared memory.
 var DefaultGEMVArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1}
 
-// DefaultRepackArm is the arm of products with repacked weight types
-// (Arms.GEMVQuant) before tuning: the float product on the repacked layout,
-// a warp a row. On the H200 it beat the file layout 2.3× and the
-// int8-activation arm at batch 1 (docs/PERFORMANCE.md).
+// DefaultRepackArm is the float product on the repacked layout, a warp a
+// row (MEMRA_GEMV_QUANT=repack): 2.3× the file layout on the H200, and
+// what the exact configuration's repacked products would take.
 var DefaultRepackArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 1}
 
 // DefaultXQArm is the int8-activation arm (MEMRA_GEMV_QUANT=xq): a warp a
@@ -49,11 +48,17 @@ var DefaultRepackArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX
 // for shared memory).
 var DefaultXQArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 16}
 
+// DefaultXQOneArm is the untuned arm of repacked products in one-row
+// decode steps (Arms.GEMVQuant): int8 activations, four weight rows a
+// warp sharing each activation load. On the H200 it decoded llama2-7b
+// q4_k_m 1.5× as fast as the float product on the same layout
+// (docs/PERFORMANCE.md).
+var DefaultXQOneArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 1, RowsPerWarp: 4}
+
 // DefaultXQBatchArm is the untuned arm of repacked products in decode
 // steps of two or more rows (Arms.GEMVBatch): int8 activations, 16 rows a
-// block per weight read, two weight rows a warp sharing each activation
-// load.
-var DefaultXQBatchArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 2, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 16, RowsPerWarp: 2}
+// block per weight read, four weight rows a warp.
+var DefaultXQBatchArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 16, RowsPerWarp: 4}
 
 // FitXQ halves an int8-activation arm's BatchRows until its activation rows
 // of k elements fit shared memory.

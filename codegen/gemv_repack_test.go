@@ -183,8 +183,8 @@ func TestLowerRepacked(t *testing.T) {
 }
 
 // TestLowerBatchArm: repacked products of decode programs of two or more
-// sequences launch the int8-activation arm for batches and the one-row arm
-// for a single row; one-sequence programs, the exact configuration and a
+// sequences launch the 16-row int8-activation arm for batches and the
+// one-row arm for a single row; one-sequence programs, the exact configuration and a
 // batch arm equal to the one-row arm keep a single kernel.
 func TestLowerBatchArm(t *testing.T) {
 	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
@@ -198,8 +198,8 @@ func TestLowerBatchArm(t *testing.T) {
 			n++
 			batch, one := p.Kernels[ln.Kernel], p.Kernels[ln.One-1]
 			require.Equal(t, batch.Params, one.Params)
-			require.Regexp(t, `_l1_q[0-9]+`, batch.Name)
-			require.NotRegexp(t, `_l1_q[0-9]+`, one.Name)
+			require.Regexp(t, `_l1_q16`, batch.Name)
+			require.Regexp(t, `_l1_q1_`, one.Name)
 			require.Equal(t, ln.One-1, ln.KernelFor(1))
 			require.Equal(t, ln.Kernel, ln.KernelFor(2))
 		}
@@ -211,6 +211,6 @@ func TestLowerBatchArm(t *testing.T) {
 	require.Zero(t, ones(o))
 	o.MaxSeqs, o.PrefillGEMV = 4, true
 	require.Zero(t, ones(o))
-	o.PrefillGEMV, o.Arms.GEMVBatch = false, DefaultRepackArm
+	o.PrefillGEMV, o.Arms.GEMVBatch = false, DefaultXQOneArm
 	require.Zero(t, ones(o))
 }

@@ -47,7 +47,7 @@ func (a Arms) WithDefaults() Arms {
 		a.GEMV = DefaultGEMVArm
 	}
 	if a.GEMVQuant == (GEMVArm{}) {
-		a.GEMVQuant = DefaultRepackArm
+		a.GEMVQuant = DefaultXQOneArm
 	}
 	if a.GEMVBatch == (GEMVArm{}) {
 		a.GEMVBatch = DefaultXQBatchArm

@@ -30,7 +30,7 @@ func TestKernelCheckCases(t *testing.T) {
 		if c.Family == "gemv" {
 			want := 0
 			if c.DType == "q4_k" {
-				want = 2 // the float GEMV on the repacked layout and the int8-activation one
+				want = 4 // the float GEMV on the repacked layout, the int8-activation one, the one-row and batch defaults
 			}
 			require.Len(t, c.ExtraArms, want, c.Label)
 			for _, a := range c.ExtraArms {

@@ -45,12 +45,14 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 
 // withQuantArms gives a GEMV case of a repacked weight type the extra arms
 // kernel-check runs besides the family default (the file's layout): the
-// float GEMV on the repacked layout (codegen.DefaultRepackArm, what
-// lowering uses untuned) and the int8-activation GEMV (codegen.DefaultXQArm,
-// fitted to the row length).
+// float GEMV on the repacked layout (codegen.DefaultRepackArm), the
+// int8-activation GEMV (codegen.DefaultXQArm, fitted to the row length) and
+// the untuned one-row and batch arms lowering uses (codegen.DefaultXQOneArm,
+// codegen.DefaultXQBatchArm).
 func withQuantArms(c *Case, t dtype.Type, k int) *Case {
 	if codegen.Repackable(t) {
-		c.ExtraArms = []codegen.Point{codegen.DefaultRepackArm.Point(), codegen.FitXQ(codegen.DefaultXQArm, k).Point()}
+		c.ExtraArms = []codegen.Point{codegen.DefaultRepackArm.Point(), codegen.FitXQ(codegen.DefaultXQArm, k).Point(),
+			codegen.DefaultXQOneArm.Point(), codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point()}
 	}
 	return c
 }
