@@ -79,6 +79,24 @@ func TestCompileGate(t *testing.T) {
 		require.NoError(t, err)
 		ks = append(ks, g)
 	}
+	// products with the RMSNorm fused into their staging: int8 activations (K of 544 for the
+	// 32-element block types: a warp's chunks may straddle rows) and f16/bf16
+	for i, t2 := range append(append([]dtype.Type(nil), codegen.RepackTypes...), dtype.F16, dtype.BF16) {
+		arm := codegen.DefaultXQBatchArm
+		if i%2 == 1 {
+			arm = codegen.DefaultXQOneArm
+		}
+		if t2 == dtype.F16 || t2 == dtype.BF16 {
+			arm = codegen.GEMVArm{Threads: 96, RowsPerBlock: 3, Unroll: 4, SharedX: 1}
+		}
+		k := 512
+		if t2.BlockElems() == 32 || t2 == dtype.F16 || t2 == dtype.BF16 {
+			k = 544
+		}
+		g, err := codegen.GEMVNorm(t2, 1000, k, false, arm, 1e-5)
+		require.NoError(t, err, t2)
+		ks = append(ks, g)
+	}
 	r, err := codegen.RMSNormAdd(s.Hidden, s.Eps, false, codegen.BlockArm{Threads: 1024})
 	require.NoError(t, err)
 	ks = append(ks, r)

@@ -152,6 +152,40 @@ func (a GEMVArm) ValidFor(t dtype.Type) error {
 	return nil
 }
 
+// NormFusable reports whether GEMVNorm has a kernel for arm with weights
+// of type t: the int8-activation arms and the f16/bf16 arms with
+// activations in shared memory, whose staging of x can normalise it.
+func NormFusable(t dtype.Type, arm GEMVArm) bool {
+	if arm.ValidFor(t) != nil {
+		return false
+	}
+	return arm.XQ == 1 || ((t == dtype.F16 || t == dtype.BF16) && arm.SharedX == 1 && arm.Layout == 0)
+}
+
+// GEMVNorm is GEMV of the RMS-normalised activations: y (+)= W·(x / rms(x)
+// · nw), the norm computed by each block while it stages its activation
+// rows, so the model's RMSNorm before a decode product needs no launch of
+// its own nor a buffer round trip:
+//
+//	gemv(const u8* W, const float* x, const float* nw, float* y, int m)
+//
+// Only for the arms of NormFusable.
+func GEMVNorm(t dtype.Type, n, k int, residual bool, arm GEMVArm, eps float32) (*Kernel, error) {
+	if err := checkRow(t, k); err != nil {
+		return nil, err
+	}
+	if !NormFusable(t, arm) {
+		return nil, fmt.Errorf("%w: gemv with the norm fused for %v and arm %v", ErrUnsupported, t, arm)
+	}
+	if n <= 0 || k%8 != 0 {
+		return nil, fmt.Errorf("%w: gemv with the norm fused, N %d, K %d", ErrUnsupported, n, k)
+	}
+	if arm.XQ == 1 {
+		return gemvXQ(t, n, k, residual, arm, &eps)
+	}
+	return gemvHalf(t, n, k, residual, arm, &eps)
+}
+
 // GEMV returns the matrix-vector product y = W·x for W of n rows of k
 // elements of type t (GGUF layout: each row contiguous), dequantised in
 // registers, for m activation rows x [m][k] → y [m][n]:
@@ -171,13 +205,13 @@ func GEMV(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
 		return nil, fmt.Errorf("%w: gemv with %d rows", ErrUnsupported, n)
 	}
 	if arm.XQ == 1 {
-		return gemvXQ(t, n, k, residual, arm)
+		return gemvXQ(t, n, k, residual, arm, nil)
 	}
 	if arm.Layout == 1 {
 		return gemvRepacked(t, n, k, residual, arm)
 	}
 	if (t == dtype.F16 || t == dtype.BF16) && arm.SharedX == 1 {
-		return gemvHalf(t, n, k, residual, arm)
+		return gemvHalf(t, n, k, residual, arm, nil)
 	}
 	rowBytes, _ := t.RowBytes(k)
 	tpr := arm.Threads / arm.RowsPerBlock

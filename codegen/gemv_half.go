@@ -11,7 +11,8 @@ import (
 // elements), so each warp load instruction covers 512 contiguous bytes,
 // and each thread keeps arm.Unroll chunks in flight, the first ones issued
 // before the PDL wait (weights do not depend on the previous kernel).
-func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
+// With eps set (GEMVNorm) the staged row is RMS-normalised on the way in.
+func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm, eps *float32) (*Kernel, error) {
 	if k%8 != 0 {
 		return nil, fmt.Errorf("%w: %v gemv with K %d (a multiple of 8)", ErrUnsupported, t, k)
 	}
@@ -24,9 +25,12 @@ func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, erro
 	if residual {
 		epi = "_res"
 	}
+	if eps != nil {
+		epi += "_norm"
+	}
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
-	params := []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"float* __restrict__", "y"}, {"int", "m"}}
-	src := source(fmt.Sprintf("gemv: %v weights, coalesced 16-byte chunks, N %d, K %d, residual %v, %v", t, n, k, residual, arm),
+	params := gemvParams(eps != nil)
+	src := source(fmt.Sprintf("gemv: %v weights, coalesced 16-byte chunks, N %d, K %d, residual %v, norm %v, %v", t, n, k, residual, eps != nil, arm),
 		[]string{dqDeps(t)[0], "warp", "pdl"}, func(w *Writer) {
 			w.Comment("Chunk q (8 elements) against activations a (elements 0-3) and b (4-7).")
 			w.Emit(Func{Name: "half_dot8", Return: "float", Params: []Param{{"uint4", "q"}, {"float4", "a"}, {"float4", "b"}}, Body: func(w *Writer) {
@@ -66,7 +70,15 @@ func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, erro
 				w.Line("pdl_wait();")
 				w.Line("extern __shared__ float4 xs4[];")
 				w.Line("const float4* xg = (const float4*)(x + (size_t)blockIdx.y * K);")
-				w.For("i", "threadIdx.x", "K / 4", fmt.Sprint(arm.Threads), 0, func() { w.Line("xs4[i] = xg[i];") })
+				if eps != nil {
+					emitRowNorm(w, arm.Threads, *eps)
+					w.For("i", "threadIdx.x", "K / 4", fmt.Sprint(arm.Threads), 0, func() {
+						w.Line("const float4 v = xg[i], g = ((const float4*)nw)[i];")
+						w.Line("xs4[i] = make_float4(v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z, v.w * inv * g.w);")
+					})
+				} else {
+					w.For("i", "threadIdx.x", "K / 4", fmt.Sprint(arm.Threads), 0, func() { w.Line("xs4[i] = xg[i];") })
+				}
 				w.Line("__syncthreads();")
 				w.Line("float acc = 0.f;")
 				w.Block("for (;;)", func() {
@@ -85,4 +97,32 @@ func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, erro
 	return &Kernel{Family: "gemv", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(ceilDiv(n, arm.RowsPerBlock), d.Tokens, 1), Block: dim3(arm.Threads, 1, 1), Shared: uint32(4 * k)}
 	}}, nil
+}
+
+// gemvParams are the GEMV kernel parameters, with the norm weight nw when
+// the RMSNorm is fused.
+func gemvParams(norm bool) []Param {
+	if norm {
+		return []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"const float* __restrict__", "nw"},
+			{"float* __restrict__", "y"}, {"int", "m"}}
+	}
+	return []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"float* __restrict__", "y"}, {"int", "m"}}
+}
+
+// emitRowNorm writes inv = 1 / rms of the block's activation row xg (K/4
+// float4s): each thread sums the squares of a strided share, warps reduce
+// by shuffles, then through shared memory.
+func emitRowNorm(w *Writer, threads int, eps float32) {
+	w.Linef("__shared__ float nsum[%d];", threads/32)
+	w.Line("float ss = 0.f;")
+	w.For("i", "threadIdx.x", "K / 4", fmt.Sprint(threads), 0, func() {
+		w.Line("const float4 v = xg[i];")
+		w.Line("ss += (v.x * v.x + v.y * v.y) + (v.z * v.z + v.w * v.w);")
+	})
+	w.Line("ss = warp_sum(ss);")
+	w.If("(threadIdx.x & 31) == 0", func() { w.Line("nsum[threadIdx.x >> 5] = ss;") })
+	w.Line("__syncthreads();")
+	w.Line("ss = 0.f;")
+	w.For("i", "0", fmt.Sprint(threads/32), "1", -1, func() { w.Line("ss += nsum[i];") })
+	w.Linef("const float inv = rsqrtf(ss / (float)K + %s);", cfloat(eps))
 }

@@ -214,3 +214,53 @@ func TestLowerBatchArm(t *testing.T) {
 	o.PrefillGEMV, o.Arms.GEMVBatch = false, DefaultXQOneArm
 	require.Zero(t, ones(o))
 }
+
+// TestLowerFusedNorm: in decode programs the RMSNorm before products with
+// GEMVNorm-capable arms (int8 activations; f16 with activations in shared
+// memory) runs inside them: no rmsnorm launches, the products read the
+// residual stream and the norm weight. NoFuseNorm, the exact configuration
+// and prefill keep the norm launches.
+func TestLowerFusedNorm(t *testing.T) {
+	family := func(p *Program, f string) (n int) {
+		for _, ln := range p.Launches {
+			if p.Kernels[ln.Kernel].Family == f {
+				n++
+			}
+		}
+		return n
+	}
+	norms := 2*smallQwen3.Layers + 1
+	for _, wt := range []dtype.Type{dtype.Q4_K, dtype.F16} {
+		g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, wt, wt))
+		o := LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16}
+		p, err := Lower(g, o)
+		require.NoError(t, err)
+		require.Zero(t, family(p, "rmsnorm"), wt)
+		fused := 0
+		for _, ln := range p.Launches {
+			k := p.Kernels[ln.Kernel]
+			if !strings.Contains(k.Name, "_norm") {
+				continue
+			}
+			fused++
+			require.Equal(t, "nw", k.Params[2].Name)
+			require.Equal(t, WeightVector, p.Weights[ln.Args[2].Index].Kind)
+			require.Equal(t, 0, p.Weights[ln.Args[2].Index].Layout)
+			if ln.One > 0 {
+				require.Equal(t, k.Params, p.Kernels[ln.One-1].Params)
+			}
+		}
+		require.Equal(t, norms, fused, wt)
+
+		for _, o2 := range []LowerOptions{{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16, NoFuseNorm: true},
+			{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16, PrefillGEMV: true},
+			{Class: Prefill, MaxTokens: 64, MaxSeqs: 2, Context: 256, Cache: dtype.F16}} {
+			p, err := Lower(g, o2)
+			require.NoError(t, err)
+			require.Equal(t, norms, family(p, "rmsnorm"), "%v %+v", wt, o2)
+			for _, k := range p.Kernels {
+				require.NotContains(t, k.Name, "_norm")
+			}
+		}
+	}
+}

@@ -142,7 +142,11 @@ const xqStageLoads = 4
 // into shared memory: thread c handles 8 floats, 4 consecutive threads a
 // group of 32 (the loop runs whole warps so every shuffle has its partner),
 // with xqStageLoads chunks a thread loaded before any is processed.
-func emitXQStage(w *Writer, threads int) {
+//
+// With eps set (GEMVNorm) a first pass sums each row's squares (rs, in
+// shared memory) and the quantising pass scales each element by the row's
+// 1/rms and the norm weight nw before quantising it.
+func emitXQStage(w *Writer, threads, k int, eps *float32) {
 	w.Line("extern __shared__ uint4 xsm[];")
 	w.Line("signed char* xq8 = (signed char*)xsm;")
 	w.Comment("rows of this block; shared memory holds min(MB, m) rows (the launch sizes it so)")
@@ -151,47 +155,86 @@ func emitXQStage(w *Writer, threads int) {
 	w.Line("float4* meta = (float4*)(xq8 + min(MB, m) * K);")
 	w.Line("const int qch = (mrows * (K / 8) + 31) & ~31; // whole warps")
 	w.Linef("#define SL %d // chunks loaded a thread before processing", xqStageLoads)
-	w.Linef("for (int c0 = threadIdx.x; c0 < qch; c0 += SL * %d) {", threads)
-	w.indent++
-	w.Line("float4 la[SL], lb[SL];")
-	w.For("s", "0", "SL", "1", -1, func() {
-		w.Linef("const int c = c0 + s * %d;", threads)
-		w.Line("la[s] = make_float4(0.f, 0.f, 0.f, 0.f);")
-		w.Line("lb[s] = la[s];")
-		w.If("c < mrows * (K / 8)", func() {
-			w.Line("const float4* xp = (const float4*)(x + (size_t)(m0 + c / (K / 8)) * K + (c % (K / 8)) * 8);")
-			w.Line("la[s] = xp[0];")
-			w.Line("lb[s] = xp[1];")
+	loads := func() {
+		w.Line("float4 la[SL], lb[SL];")
+		w.For("s", "0", "SL", "1", -1, func() {
+			w.Linef("const int c = c0 + s * %d;", threads)
+			w.Line("la[s] = make_float4(0.f, 0.f, 0.f, 0.f);")
+			w.Line("lb[s] = la[s];")
+			w.If("c < mrows * (K / 8)", func() {
+				w.Line("const float4* xp = (const float4*)(x + (size_t)(m0 + c / (K / 8)) * K + (c % (K / 8)) * 8);")
+				w.Line("la[s] = xp[0];")
+				w.Line("lb[s] = xp[1];")
+			})
 		})
-	})
-	w.For("s", "0", "SL", "1", -1, func() {
-		w.Linef("const int c = c0 + s * %d;", threads)
-		w.If("c < qch", func() { // the same for the whole warp
+	}
+	// pass writes one pass over the block's chunks of 8: SL loads a thread
+	// in flight, then body for each loaded chunk c (whole warps only).
+	pass := func(body func()) {
+		w.Linef("for (int c0 = threadIdx.x; c0 < qch; c0 += SL * %d) {", threads)
+		w.indent++
+		loads()
+		w.For("s", "0", "SL", "1", -1, func() {
+			w.Linef("const int c = c0 + s * %d;", threads)
+			w.If("c < qch", body) // the same for the whole warp
+		})
+		w.indent--
+		w.Line("}")
+	}
+	if eps != nil {
+		w.Comment("the rows' sums of squares, then 1/rms")
+		w.Line("__shared__ float rs[MB];")
+		w.If("threadIdx.x < MB", func() { w.Line("rs[threadIdx.x] = 0.f;") })
+		w.Line("__syncthreads();")
+		pass(func() {
 			w.Line("const bool ok = c < mrows * (K / 8);")
-			w.Line("const int mr = c / (K / 8), e = (c % (K / 8)) * 8;")
 			w.Line("const float4 a = la[s], b = lb[s];")
-			w.Line("float am = fmaxf(fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))),")
-			w.Line("                 fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));")
-			w.Line("am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));")
-			w.Line("am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));")
-			w.Line("const float s8 = ((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w));")
-			w.Line("const float s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);")
-			w.Line("const float o16 = __shfl_xor_sync(0xffffffffu, s16, 2);")
-			w.Line("const float inv = am > 0.f ? 127.f / am : 0.f;")
-			w.Line("int is = 0;")
-			w.Line("const u32 pa = xq_pack4(a, inv, is), pb = xq_pack4(b, inv, is);")
-			w.Line("const int i16 = is + __shfl_xor_sync(0xffffffffu, is, 1);")
-			w.Line("const int io16 = __shfl_xor_sync(0xffffffffu, i16, 2);")
+			w.Line("float ss = ((a.x * a.x + a.y * a.y) + (a.z * a.z + a.w * a.w)) + ((b.x * b.x + b.y * b.y) + (b.z * b.z + b.w * b.w));")
+			if k%256 == 0 {
+				w.Comment("K/8 is a multiple of 32: a warp's chunks lie in one row")
+				w.Line("ss = warp_sum(ss);")
+				w.If("ok && (threadIdx.x & 31) == 0", func() { w.Line("atomicAdd(&rs[c / (K / 8)], ss);") })
+			} else {
+				w.If("ok", func() { w.Line("atomicAdd(&rs[c / (K / 8)], ss);") })
+			}
+		})
+		w.Line("__syncthreads();")
+		w.If("threadIdx.x < mrows", func() { w.Linef("rs[threadIdx.x] = rsqrtf(rs[threadIdx.x] / (float)K + %s);", cfloat(*eps)) })
+		w.Line("__syncthreads();")
+	}
+	pass(func() {
+		w.Line("const bool ok = c < mrows * (K / 8);")
+		w.Line("const int mr = c / (K / 8), e = (c % (K / 8)) * 8;")
+		if eps != nil {
+			w.Line("float4 a = la[s], b = lb[s];")
 			w.If("ok", func() {
-				w.Line("*(uint2*)(xq8 + mr * K + e) = make_uint2(pa, pb);")
-				w.If("(c & 3) == 0", func() {
-					w.Line("meta[mr * (K / 32) + e / 32] = make_float4(am * (1.f / 127.f), (float)i16, (float)io16, s16 + o16);")
-				})
+				w.Line("const float r = rs[mr];")
+				w.Line("const float4 g0 = *(const float4*)(nw + e), g1 = *(const float4*)(nw + e + 4);")
+				w.Line("a = make_float4(a.x * r * g0.x, a.y * r * g0.y, a.z * r * g0.z, a.w * r * g0.w);")
+				w.Line("b = make_float4(b.x * r * g1.x, b.y * r * g1.y, b.z * r * g1.z, b.w * r * g1.w);")
+			})
+		} else {
+			w.Line("const float4 a = la[s], b = lb[s];")
+		}
+		w.Line("float am = fmaxf(fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))),")
+		w.Line("                 fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));")
+		w.Line("am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));")
+		w.Line("am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));")
+		w.Line("const float s8 = ((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w));")
+		w.Line("const float s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);")
+		w.Line("const float o16 = __shfl_xor_sync(0xffffffffu, s16, 2);")
+		w.Line("const float inv = am > 0.f ? 127.f / am : 0.f;")
+		w.Line("int is = 0;")
+		w.Line("const u32 pa = xq_pack4(a, inv, is), pb = xq_pack4(b, inv, is);")
+		w.Line("const int i16 = is + __shfl_xor_sync(0xffffffffu, is, 1);")
+		w.Line("const int io16 = __shfl_xor_sync(0xffffffffu, i16, 2);")
+		w.If("ok", func() {
+			w.Line("*(uint2*)(xq8 + mr * K + e) = make_uint2(pa, pb);")
+			w.If("(c & 3) == 0", func() {
+				w.Line("meta[mr * (K / 32) + e / 32] = make_float4(am * (1.f / 127.f), (float)i16, (float)io16, s16 + o16);")
 			})
 		})
 	})
-	w.indent--
-	w.Line("}")
 	w.Line("__syncthreads();")
 }
 
@@ -207,7 +250,8 @@ func xqRename(code string, w int) string {
 // quantised to int8 in shared memory, arm.BatchRows activation rows per
 // block, each warp computing arm.RowsPerWarp consecutive weight rows.
 // grid (⌈n/(RowsPerBlock·RowsPerWarp)⌉, ⌈m/MB⌉).
-func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
+// With eps set (GEMVNorm) the stage RMS-normalises the rows first.
+func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, eps *float32) (*Kernel, error) {
 	rt, ok := rpTypes[t]
 	if !ok || xqDot[t] == "" {
 		return nil, fmt.Errorf("%w: int8-activation gemv for %v", ErrUnsupported, t)
@@ -223,9 +267,12 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error)
 	if residual {
 		epi = "_res"
 	}
+	if eps != nil {
+		epi += "_norm"
+	}
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
-	params := []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"float* __restrict__", "y"}, {"int", "m"}}
-	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations, N %d, K %d, residual %v, %v", t, n, k, residual, arm), []string{"f16", "warp", "pdl"}, func(w *Writer) {
+	params := gemvParams(eps != nil)
+	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations, N %d, K %d, residual %v, norm %v, %v", t, n, k, residual, eps != nil, arm), []string{"f16", "warp", "pdl"}, func(w *Writer) {
 		emitXQHelpers(w, t)
 		w.Linef("#define N %d", n)
 		w.Linef("#define K %d", k)
@@ -275,7 +322,7 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error)
 			w.Comment("the first weight loads do not wait for the previous kernel")
 			load()
 			w.Line("pdl_wait();")
-			emitXQStage(w, arm.Threads)
+			emitXQStage(w, arm.Threads, k, eps)
 			w.Line("float acc[RW][MB];")
 			w.For("r", "0", "RW", "1", -1, func() {
 				w.For("j", "0", "MB", "1", -1, func() { w.Line("acc[r][j] = 0.f;") })

@@ -89,6 +89,12 @@ type LowerOptions struct {
 	PrefillGEMV bool
 	// Argmax appends the greedy argmax of the logits.
 	Argmax bool
+	// NoFuseNorm keeps each RMSNorm before decode products a launch of its
+	// own. By default a norm whose products all run GEMVNorm-capable arms
+	// (int8 activations, or f16/bf16 with activations in shared memory) is
+	// computed inside those products' activation staging (GEMVNorm); the
+	// exact configuration (PrefillGEMV) never fuses.
+	NoFuseNorm bool
 	// SmallBatch makes decode programs of MaxSeqs ≥ 2 use the small-batch
 	// tensor-core product (GemmSmall: weights read once per step for the
 	// whole batch, activations rounded to bf16) instead of the GEMV. Off by

@@ -39,7 +39,9 @@ func (l *lowerer) epilogue(mm *ir.Node) *ir.Node {
 
 // product emits y (+)= x·Wᵀ for device weight w of n rows of k elements of
 // type t: the tensor-core product for prefill token rows, the GEMV otherwise.
-func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, residual bool, nodes []int) error {
+// With norm set the GEMV normalises x first (GEMVNorm; fuseNorm said its
+// arms can).
+func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, residual bool, nodes []int, norm *normIn) error {
 	if !x.contiguous() || x.width != k {
 		return fmt.Errorf("product input is %d of %d floats at %d, want a contiguous row of %d", x.width, x.stride, x.off, k)
 	}
@@ -53,17 +55,21 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	} else if l.o.SmallBatch && l.o.Class == Decode && l.o.MaxSeqs >= 2 {
 		kern, err = l.kernel(GemmSmall(t, n, k, residual, l.gemmSmallArm(GemmSmallClass(t, n, k, residual))))
 	} else {
+		gemv := func(arm GEMVArm) (*Kernel, error) { return GEMV(t, n, k, residual, arm) }
+		if norm != nil {
+			gemv = func(arm GEMVArm) (*Kernel, error) { return GEMVNorm(t, n, k, residual, arm, norm.eps) }
+		}
 		arm := l.gemvArm(ProductClass(t, n, k, residual), t, k)
-		kern, err = l.kernel(GEMV(t, n, k, residual, arm))
+		kern, err = l.kernel(gemv(arm))
 		if err == nil && arm.Layout == 1 {
 			l.repacked[kern] = true
 			if batch, ok := l.batchArm(arm, k); ok {
 				one := kern
-				if kern, err = l.kernel(GEMV(t, n, k, residual, batch)); err != nil {
+				if kern, err = l.kernel(gemv(batch)); err != nil {
 					return err
 				}
 				l.repacked[kern] = true
-				l.launch(kern, rows, nodes, wArg(w), bufArg(x), bufArg(y), rowsArg())
+				l.launch(kern, rows, nodes, l.gemvArgs(w, x, y, norm)...)
 				l.p.Launches[len(l.p.Launches)-1].One = one + 1
 				return nil
 			}
@@ -72,8 +78,20 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	if err != nil {
 		return err
 	}
-	l.launch(kern, rows, nodes, wArg(w), bufArg(x), bufArg(y), rowsArg())
+	if norm != nil && l.p.Kernels[kern].Family != "gemv" {
+		panic("BUG: fused norm on a " + l.p.Kernels[kern].Family + " product")
+	}
+	l.launch(kern, rows, nodes, l.gemvArgs(w, x, y, norm)...)
 	return nil
+}
+
+// gemvArgs are the arguments of a product launch (GEMV, MMA, gemm_small),
+// with the norm weight after x for GEMVNorm.
+func (l *lowerer) gemvArgs(w int, x, y view, norm *normIn) []Arg {
+	if norm != nil {
+		return []Arg{wArg(w), bufArg(x), wArg(norm.w), bufArg(y), rowsArg()}
+	}
+	return []Arg{wArg(w), bufArg(x), bufArg(y), rowsArg()}
 }
 
 // batchArm returns the arm of the product's launches at two or more rows
@@ -155,14 +173,6 @@ func (l *lowerer) normGroup(n *ir.Node) error {
 		return fmt.Errorf("rms_norm of a strided value")
 	}
 	rows := n.Shape[0]
-	kn, err := l.kernel(RMSNormAdd(x.width, float32(n.Float("eps")), false, l.blockArm("rmsnorm", RMSNormClass(x.width, false))))
-	if err != nil {
-		return err
-	}
-	nb := l.buffer("norm", rows, x.width)
-	nv := view{buf: nb, width: x.width, stride: x.width}
-	l.launch(kn, rows, []int{n.ID}, bufArg(x), nullArg(), wArg(l.vectorOf(n.Args[1])), bufArg(nv), rowsArg())
-
 	var parts []matPart
 	for _, mm := range l.users[n.ID] {
 		if mm.Op != ir.OpMatmul || mm.Args[0] != n || mm.Kernel != n.Kernel {
@@ -174,6 +184,18 @@ func (l *lowerer) normGroup(n *ir.Node) error {
 		}
 		parts = append(parts, p)
 	}
+	eps := float32(n.Float("eps"))
+	if l.fuseNorm(parts, x.width) {
+		return l.fusedProducts(parts, x, rows, &normIn{w: l.vectorOf(n.Args[1]), eps: eps, node: n.ID})
+	}
+	kn, err := l.kernel(RMSNormAdd(x.width, eps, false, l.blockArm("rmsnorm", RMSNormClass(x.width, false))))
+	if err != nil {
+		return err
+	}
+	nb := l.buffer("norm", rows, x.width)
+	nv := view{buf: nb, width: x.width, stride: x.width}
+	l.launch(kn, rows, []int{n.ID}, bufArg(x), nullArg(), wArg(l.vectorOf(n.Args[1])), bufArg(nv), rowsArg())
+
 	if len(parts) == 1 && parts[0].residual != nil {
 		return l.residualProduct(parts[0], nv, rows)
 	}
@@ -185,13 +207,51 @@ func (l *lowerer) normGroup(n *ir.Node) error {
 			return fmt.Errorf("%s has rows of %d, the norm gives %d", p.name, p.k, x.width)
 		}
 	}
-	return l.fusedProducts(parts, nv, rows)
+	return l.fusedProducts(parts, nv, rows, nil)
+}
+
+// normIn is an RMSNorm computed inside the product that reads it
+// (GEMVNorm): its weight vector, epsilon and IR node.
+type normIn struct {
+	w    int
+	eps  float32
+	node int
+}
+
+// fuseNorm reports whether the norm before parts (rows of k) runs inside
+// their product: a decode program outside the exact configuration, one
+// product over weights of one type, and GEMVNorm kernels for the arms that
+// product launches.
+func (l *lowerer) fuseNorm(parts []matPart, k int) bool {
+	if l.o.Class != Decode || l.o.PrefillGEMV || l.o.NoFuseNorm || l.o.SmallBatch {
+		return false
+	}
+	total := 0
+	for _, p := range parts {
+		if p.residual != nil || p.t != parts[0].t || p.k != k {
+			return false
+		}
+		total += p.padN
+	}
+	t := parts[0].t
+	one := l.gemvArm(ProductClass(t, total, k, false), t, k)
+	if !NormFusable(t, one) {
+		return false
+	}
+	if one.Layout == 1 {
+		if b, ok := l.batchArm(one, k); ok && !NormFusable(t, b) {
+			return false
+		}
+	}
+	return true
 }
 
 // fusedProducts computes the products of parts from x into one fused row
 // [part0 | part1 | …]: one product over concatenated weights when their
 // types agree, else one per part and a concat; then the bias epilogue.
-func (l *lowerer) fusedProducts(parts []matPart, x view, rows ir.Dim) error {
+// With norm set (fuseNorm) x is the norm's input and the product
+// normalises it.
+func (l *lowerer) fusedProducts(parts []matPart, x view, rows ir.Dim, norm *normIn) error {
 	total, same := 0, true
 	var nodes, widths []int
 	var names []string
@@ -209,10 +269,16 @@ func (l *lowerer) fusedProducts(parts []matPart, x view, rows ir.Dim) error {
 		if err != nil {
 			return err
 		}
-		if err := l.product(parts[0].t, total, x.width, w, x, fused, rows, false, nodes); err != nil {
+		if norm != nil {
+			nodes = append([]int{norm.node}, nodes...)
+		}
+		if err := l.product(parts[0].t, total, x.width, w, x, fused, rows, false, nodes, norm); err != nil {
 			return err
 		}
 	} else {
+		if norm != nil {
+			panic("BUG: fused norm before products of different types")
+		}
 		var srcs []Arg
 		for _, p := range parts {
 			w, err := l.matrix([]matPart{p}, x.width)
@@ -221,7 +287,7 @@ func (l *lowerer) fusedProducts(parts []matPart, x view, rows ir.Dim) error {
 			}
 			b := l.buffer(shortName(p.name), rows, p.padN)
 			y := view{buf: b, width: p.padN, stride: p.padN}
-			if err := l.product(p.t, p.padN, x.width, w, x, y, rows, false, []int{p.mm.ID}); err != nil {
+			if err := l.product(p.t, p.padN, x.width, w, x, y, rows, false, []int{p.mm.ID}, nil); err != nil {
 				return err
 			}
 			srcs = append(srcs, bufArg(y))
@@ -298,7 +364,7 @@ func (l *lowerer) residualProduct(p matPart, x view, rows ir.Dim) error {
 	if err != nil {
 		return err
 	}
-	if err := l.product(p.t, p.n, padK, w, x, y, rows, true, []int{p.mm.ID, add.ID}); err != nil {
+	if err := l.product(p.t, p.n, padK, w, x, y, rows, true, []int{p.mm.ID, add.ID}, nil); err != nil {
 		return err
 	}
 	l.val[p.mm.ID] = y // not readable alone; only the add's value is used
@@ -327,7 +393,7 @@ func (l *lowerer) matmul(n *ir.Node) error {
 		}
 	}
 	if p.bias != nil || p.padN != p.n {
-		return l.fusedProducts([]matPart{p}, x, n.Shape[0])
+		return l.fusedProducts([]matPart{p}, x, n.Shape[0], nil)
 	}
 	w, err := l.matrix([]matPart{p}, x.width)
 	if err != nil {
@@ -335,7 +401,7 @@ func (l *lowerer) matmul(n *ir.Node) error {
 	}
 	b := l.buffer(shortName(p.name), n.Shape[0], p.n)
 	y := view{buf: b, width: p.n, stride: p.n}
-	if err := l.product(p.t, p.n, x.width, w, x, y, n.Shape[0], false, []int{n.ID}); err != nil {
+	if err := l.product(p.t, p.n, x.width, w, x, y, n.Shape[0], false, []int{n.ID}, nil); err != nil {
 		return err
 	}
 	l.val[n.ID] = y

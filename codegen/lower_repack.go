@@ -10,10 +10,12 @@ func (l *lowerer) splitLayouts() {
 	}
 	plain := map[int]bool{}  // weights some other launch reads
 	packed := map[int]bool{} // weights a layout-1 launch reads
+	// a layout-1 GEMV reads its matrix as argument 0 (W); any other weight
+	// it takes (a fused norm's vector) is plain
 	for _, ln := range l.p.Launches {
-		for _, a := range ln.Args {
+		for j, a := range ln.Args {
 			if a.Kind == ArgWeight {
-				if l.repacked[ln.Kernel] {
+				if l.repacked[ln.Kernel] && j == 0 {
 					packed[a.Index] = true
 				} else {
 					plain[a.Index] = true
@@ -44,9 +46,9 @@ func (l *lowerer) splitLayouts() {
 		if !l.repacked[ln.Kernel] {
 			continue
 		}
-		for j, a := range ln.Args {
-			if t, ok := twin[a.Index]; ok && a.Kind == ArgWeight {
-				ln.Args[j].Index = t
+		if a := ln.Args[0]; a.Kind == ArgWeight {
+			if t, ok := twin[a.Index]; ok {
+				ln.Args[0].Index = t
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package check
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -24,15 +25,21 @@ func TestKernelCheckCases(t *testing.T) {
 	}
 	require.Equal(t, []string{"rmsnorm f32", "rope_kv f16 cache", "swiglu f32", "argmax f32", "attn_decode f16 cache", "attn_prefill f16 cache",
 		"attn_decode_live f16 cache",
-		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemm_small/qkv q4_k", "gemv/qkv×12 q4_k", "gemv/down q4_k",
-		"embedding f16", "gemv/qkv f16", "mma/qkv f16", "gemm_small/qkv f16", "gemv/down f16"}, labels)
+		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemm_small/qkv q4_k", "gemv/qkv×12 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
+		"gemv/down q4_k",
+		"embedding f16", "gemv/qkv f16", "mma/qkv f16", "gemm_small/qkv f16", "gemv+norm/qkv f16", "gemv/down f16"}, labels)
 	for _, c := range cs {
 		if c.Family == "gemv" {
 			want := 0
-			if c.DType == "q4_k" {
+			switch {
+			case strings.HasPrefix(c.Label, "gemv+norm") && c.DType == "q4_k":
+				want = 1 // the batch default besides the one-row default
+			case c.DType == "q4_k":
 				want = 4 // the float GEMV on the repacked layout, the int8-activation one, the one-row and batch defaults
 			}
 			require.Len(t, c.ExtraArms, want, c.Label)
+			_, err := c.Launch(c.Space().Default)
+			require.NoError(t, err, c.Label)
 			for _, a := range c.ExtraArms {
 				_, err := c.Launch(a)
 				require.NoError(t, err, c.Label)

@@ -305,13 +305,7 @@ func Embedding(shape string, t dtype.Type, dim int, seed uint64) *Case {
 				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: len(ids)},
 					Args: [][]Arg{{b(ibuf(ids)), b(&Buf{Data: table}), b(out), s(len(ids))}}, Outs: []*Buf{out}}, nil
 			},
-			compare: func(outs [][]byte) (float64, error) {
-				want, err := ref()
-				if err != nil {
-					return 0, err
-				}
-				return codegen.RelErr(bytesF32(outs[0]), want), nil
-			},
+			compare: relErrTo(ref),
 		}, nil
 	}
 	return c
@@ -366,14 +360,69 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
 					Args: [][]Arg{{b(&Buf{Data: wb}), b(fbuf(x)), b(y), s(m)}}, Outs: []*Buf{y}}, nil
 			},
-			compare: func(outs [][]byte) (float64, error) {
-				want, err := ref()
-				if err != nil {
-					return 0, err
-				}
-				return codegen.RelErr(bytesF32(outs[0]), want), nil
-			},
+			compare: relErrTo(ref),
 		}, nil
 	}
 	return c
+}
+
+// ProductNorm is the decode product with its RMSNorm fused (GEMVNorm):
+// y = W·rmsnorm(x, nw) over m rows, checked against the CPU norm followed
+// by the CPU product. Its default arm is the one lowering uses untuned
+// (int8 activations for repacked types, else the shared-memory GEMV).
+func ProductNorm(shape, use string, t dtype.Type, n, k, m int, eps float32, seed uint64) *Case {
+	dt := strings.ToLower(t.String())
+	c := &Case{Family: "gemv", Label: "gemv+norm/" + use, Shape: shape, DType: dt, Class: codegen.ProductClass(t, n, k, false) + "_norm", Use: use,
+		Tol: 1e-4, seed: seed, K: k}
+	sp := codegen.GEMVSpaceFor(t)
+	if codegen.Repackable(t) {
+		sp.Default = codegen.FitXQ(codegen.DefaultXQOneArm, k).Point()
+		c.ExtraArms = []codegen.Point{codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point()}
+	}
+	c.space = &sp
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		return one(codegen.GEMVNorm(t, n, k, false, codegen.GEMVArmOf(arm), eps))
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		W, err := randWeights(t, n, k, r.Uint64())
+		if err != nil {
+			return nil, err
+		}
+		x, nw := randn(r, m*k), randn(r, k)
+		ref := lazy(func() ([]float32, error) {
+			_, xn := codegen.RefRMSNormAdd(k, eps, false, x, nil, nw)
+			return refMatMul(t, n, k, W, xn, m, nil, false)
+		})
+		packed := lazy(func() ([]byte, error) { return codegen.Repack(t, n, k, W) })
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				y := fbuf(make([]float32, m*n))
+				wb := W
+				if codegen.GEMVArmOf(arm).Layout == 1 {
+					if wb, err = packed(); err != nil {
+						return nil, err
+					}
+				}
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
+					Args: [][]Arg{{b(&Buf{Data: wb}), b(fbuf(x)), b(fbuf(nw)), b(y), s(m)}}, Outs: []*Buf{y}}, nil
+			},
+			compare: relErrTo(ref),
+		}, nil
+	}
+	return c
+}
+
+// relErrTo compares a case's first output with the reference ref computes.
+func relErrTo(ref func() ([]float32, error)) func(outs [][]byte) (float64, error) {
+	return func(outs [][]byte) (float64, error) {
+		want, err := ref()
+		if err != nil {
+			return 0, err
+		}
+		return codegen.RelErr(bytesF32(outs[0]), want), nil
+	}
 }

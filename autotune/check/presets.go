@@ -35,6 +35,14 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 				c.Label += "×12"
 				cs = append(cs, c)
 			}
+			if codegen.Repackable(t) || t == dtype.F16 || t == dtype.BF16 {
+				cs = append(cs, ProductNorm(s.Name, "qkv", t, qkv, s.Hidden, 1, s.Eps, seed))
+				if codegen.Repackable(t) {
+					c := ProductNorm(s.Name, "qkv", t, qkv, s.Hidden, 12, s.Eps, seed)
+					c.Label += "×12"
+					cs = append(cs, c)
+				}
+			}
 		}
 		if rowOK(t, s.FFN) {
 			cs = append(cs, withQuantArms(Product(s.Name, "gemv", "down", t, s.Hidden, s.FFN, 1, true, seed), t, s.FFN))
