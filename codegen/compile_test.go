@@ -79,7 +79,7 @@ func TestCompileGate(t *testing.T) {
 		require.NoError(t, err)
 		ks = append(ks, g)
 	}
-	// products with the RMSNorm fused into their staging: int8 activations (K of 544 for the
+	// products with the RMSNorm or the SwiGLU fused into their staging: int8 activations (K of 544 for the
 	// 32-element block types: a warp's chunks may straddle rows) and f16/bf16
 	for i, t2 := range append(append([]dtype.Type(nil), codegen.RepackTypes...), dtype.F16, dtype.BF16) {
 		arm := codegen.DefaultXQBatchArm
@@ -95,7 +95,9 @@ func TestCompileGate(t *testing.T) {
 		}
 		g, err := codegen.GEMVNorm(t2, 1000, k, false, arm, 1e-5)
 		require.NoError(t, err, t2)
-		ks = append(ks, g)
+		s, err := codegen.GEMVSwiGLU(t2, 1000, k, i%2 == 0, arm)
+		require.NoError(t, err, t2)
+		ks = append(ks, g, s)
 	}
 	r, err := codegen.RMSNormAdd(s.Hidden, s.Eps, false, codegen.BlockArm{Threads: 1024})
 	require.NoError(t, err)

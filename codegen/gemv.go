@@ -152,10 +152,35 @@ func (a GEMVArm) ValidFor(t dtype.Type) error {
 	return nil
 }
 
-// NormFusable reports whether GEMVNorm has a kernel for arm with weights
-// of type t: the int8-activation arms and the f16/bf16 arms with
-// activations in shared memory, whose staging of x can normalise it.
-func NormFusable(t dtype.Type, arm GEMVArm) bool {
+// Prologue is what a GEMV computes from its activation rows while it
+// stages them, in place of a launch of its own before the product.
+type Prologue struct {
+	Kind PrologueKind
+	Eps  float32 // ProNorm
+}
+
+// PrologueKind names a GEMV prologue.
+type PrologueKind int
+
+const (
+	ProNone PrologueKind = iota
+	// ProNorm RMS-normalises each row: x / rms(x) · nw (GEMVNorm).
+	ProNorm
+	// ProSwiGLU reads rows of 2K, [gate | up], and takes silu(gate) · up
+	// (GEMVSwiGLU).
+	ProSwiGLU
+)
+
+// suffix is the kernel name part of the prologue.
+func (p Prologue) suffix() string {
+	return [...]string{"", "_norm", "_swiglu"}[p.Kind]
+}
+
+// PrologueFusable reports whether GEMVNorm and GEMVSwiGLU have kernels for
+// arm with weights of type t: the int8-activation arms and the f16/bf16
+// arms with activations in shared memory, whose staging of x can compute
+// them.
+func PrologueFusable(t dtype.Type, arm GEMVArm) bool {
 	if arm.ValidFor(t) != nil {
 		return false
 	}
@@ -169,21 +194,34 @@ func NormFusable(t dtype.Type, arm GEMVArm) bool {
 //
 //	gemv(const u8* W, const float* x, const float* nw, float* y, int m)
 //
-// Only for the arms of NormFusable.
+// Only for the arms of PrologueFusable.
 func GEMVNorm(t dtype.Type, n, k int, residual bool, arm GEMVArm, eps float32) (*Kernel, error) {
+	return gemvPrologue(t, n, k, residual, arm, Prologue{Kind: ProNorm, Eps: eps})
+}
+
+// GEMVSwiGLU is GEMV of silu(gate) · up: x holds m rows of 2k floats,
+// [gate | up] (a fused gate/up product's output), and each block computes
+// the k activations it multiplies while staging them (the FFN's down
+// product without the SwiGLU launch). Parameters as GEMV's. Only for the
+// arms of PrologueFusable.
+func GEMVSwiGLU(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
+	return gemvPrologue(t, n, k, residual, arm, Prologue{Kind: ProSwiGLU})
+}
+
+func gemvPrologue(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue) (*Kernel, error) {
 	if err := checkRow(t, k); err != nil {
 		return nil, err
 	}
-	if !NormFusable(t, arm) {
-		return nil, fmt.Errorf("%w: gemv with the norm fused for %v and arm %v", ErrUnsupported, t, arm)
+	if !PrologueFusable(t, arm) {
+		return nil, fmt.Errorf("%w: gemv with a fused prologue for %v and arm %v", ErrUnsupported, t, arm)
 	}
 	if n <= 0 || k%8 != 0 {
-		return nil, fmt.Errorf("%w: gemv with the norm fused, N %d, K %d", ErrUnsupported, n, k)
+		return nil, fmt.Errorf("%w: gemv with a fused prologue, N %d, K %d", ErrUnsupported, n, k)
 	}
 	if arm.XQ == 1 {
-		return gemvXQ(t, n, k, residual, arm, &eps)
+		return gemvXQ(t, n, k, residual, arm, pro)
 	}
-	return gemvHalf(t, n, k, residual, arm, &eps)
+	return gemvHalf(t, n, k, residual, arm, pro)
 }
 
 // GEMV returns the matrix-vector product y = W·x for W of n rows of k
@@ -205,13 +243,13 @@ func GEMV(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
 		return nil, fmt.Errorf("%w: gemv with %d rows", ErrUnsupported, n)
 	}
 	if arm.XQ == 1 {
-		return gemvXQ(t, n, k, residual, arm, nil)
+		return gemvXQ(t, n, k, residual, arm, Prologue{})
 	}
 	if arm.Layout == 1 {
 		return gemvRepacked(t, n, k, residual, arm)
 	}
 	if (t == dtype.F16 || t == dtype.BF16) && arm.SharedX == 1 {
-		return gemvHalf(t, n, k, residual, arm, nil)
+		return gemvHalf(t, n, k, residual, arm, Prologue{})
 	}
 	rowBytes, _ := t.RowBytes(k)
 	tpr := arm.Threads / arm.RowsPerBlock

@@ -11,8 +11,8 @@ import (
 // elements), so each warp load instruction covers 512 contiguous bytes,
 // and each thread keeps arm.Unroll chunks in flight, the first ones issued
 // before the PDL wait (weights do not depend on the previous kernel).
-// With eps set (GEMVNorm) the staged row is RMS-normalised on the way in.
-func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm, eps *float32) (*Kernel, error) {
+// pro (GEMVNorm, GEMVSwiGLU) is computed on the staged row on the way in.
+func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue) (*Kernel, error) {
 	if k%8 != 0 {
 		return nil, fmt.Errorf("%w: %v gemv with K %d (a multiple of 8)", ErrUnsupported, t, k)
 	}
@@ -25,13 +25,11 @@ func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm, eps *float32) 
 	if residual {
 		epi = "_res"
 	}
-	if eps != nil {
-		epi += "_norm"
-	}
+	epi += pro.suffix()
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
-	params := gemvParams(eps != nil)
-	src := source(fmt.Sprintf("gemv: %v weights, coalesced 16-byte chunks, N %d, K %d, residual %v, norm %v, %v", t, n, k, residual, eps != nil, arm),
-		[]string{dqDeps(t)[0], "warp", "pdl"}, func(w *Writer) {
+	params := gemvParams(pro.Kind == ProNorm)
+	src := source(fmt.Sprintf("gemv: %v weights, coalesced 16-byte chunks, N %d, K %d, residual %v, prologue %q, %v", t, n, k, residual, pro.suffix(), arm),
+		proDeps(pro, dqDeps(t)[0], "warp", "pdl"), func(w *Writer) {
 			w.Comment("Chunk q (8 elements) against activations a (elements 0-3) and b (4-7).")
 			w.Emit(Func{Name: "half_dot8", Return: "float", Params: []Param{{"uint4", "q"}, {"float4", "a"}, {"float4", "b"}}, Body: func(w *Writer) {
 				w.Linef("float s = %s((u16)(q.x & 0xffffu)) * a.x + %s((u16)(q.x >> 16)) * a.y;", conv, conv)
@@ -69,14 +67,21 @@ func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm, eps *float32) 
 				load()
 				w.Line("pdl_wait();")
 				w.Line("extern __shared__ float4 xs4[];")
-				w.Line("const float4* xg = (const float4*)(x + (size_t)blockIdx.y * K);")
-				if eps != nil {
-					emitRowNorm(w, arm.Threads, *eps)
+				switch pro.Kind {
+				case ProNorm:
+					w.Line("const float4* xg = (const float4*)(x + (size_t)blockIdx.y * K);")
+					emitRowNorm(w, arm.Threads, pro.Eps)
 					w.For("i", "threadIdx.x", "K / 4", fmt.Sprint(arm.Threads), 0, func() {
 						w.Line("const float4 v = xg[i], g = ((const float4*)nw)[i];")
 						w.Line("xs4[i] = make_float4(v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z, v.w * inv * g.w);")
 					})
-				} else {
+				case ProSwiGLU:
+					w.Line("const float4* xg = (const float4*)(x + (size_t)blockIdx.y * 2 * K); // [gate | up]")
+					w.For("i", "threadIdx.x", "K / 4", fmt.Sprint(arm.Threads), 0, func() {
+						w.Line("xs4[i] = swiglu4(xg[i], xg[K / 4 + i]);")
+					})
+				default:
+					w.Line("const float4* xg = (const float4*)(x + (size_t)blockIdx.y * K);")
 					w.For("i", "threadIdx.x", "K / 4", fmt.Sprint(arm.Threads), 0, func() { w.Line("xs4[i] = xg[i];") })
 				}
 				w.Line("__syncthreads();")
@@ -125,4 +130,12 @@ func emitRowNorm(w *Writer, threads int, eps float32) {
 	w.Line("ss = 0.f;")
 	w.For("i", "0", fmt.Sprint(threads/32), "1", -1, func() { w.Line("ss += nsum[i];") })
 	w.Linef("const float inv = rsqrtf(ss / (float)K + %s);", cfloat(eps))
+}
+
+// proDeps are a GEMV's helper dependencies deps plus its prologue's.
+func proDeps(pro Prologue, deps ...string) []string {
+	if pro.Kind == ProSwiGLU {
+		deps = append(deps, "swiglu4")
+	}
+	return deps
 }

@@ -194,13 +194,7 @@ func gemvRepacked(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, 
 	params := []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"float* __restrict__", "y"}, {"int", "m"}}
 	src := source(fmt.Sprintf("gemv: %v weights repacked, N %d, K %d, residual %v, %v", t, n, k, residual, arm), []string{"f16", "warp", "pdl"}, func(w *Writer) {
 		emitRepackHelpers(w, t)
-		w.Linef("#define N %d", n)
-		w.Linef("#define K %d", k)
-		w.Linef("#define NB %d // blocks per row", nb)
-		w.Linef("#define UPR %d // 16-byte quant units per row", k/rt.unitElems)
-		for _, p := range rt.planes(n, nb) {
-			w.Raw(p)
-		}
+		emitRepackDefines(w, rt, n, k, nb)
 		w.Linef("#define TPR %d // threads per row", tpr)
 		w.Linef("#define RPB %d // rows per block", arm.RowsPerBlock)
 		w.Linef("#define U %d // units in flight per thread", arm.Unroll)
@@ -270,4 +264,16 @@ func emitQ6Words(w *Writer) {
 		w.Line("lo = (l & 0x0f0f0f0fu) | (hl & 0x30303030u);")
 		w.Line("hi = ((l >> 4) & 0x0f0f0f0fu) | (hh & 0x30303030u);")
 	}})
+}
+
+// emitRepackDefines writes the shape constants of a layout-1 GEMV: N, K,
+// blocks and 16-byte units per row, and the plane offsets.
+func emitRepackDefines(w *Writer, rt rpType, n, k, nb int) {
+	w.Linef("#define N %d", n)
+	w.Linef("#define K %d", k)
+	w.Linef("#define NB %d // blocks per row", nb)
+	w.Linef("#define UPR %d // 16-byte quant units per row", k/rt.unitElems)
+	for _, p := range rt.planes(n, nb) {
+		w.Raw(p)
+	}
 }

@@ -218,7 +218,7 @@ func TestLowerBatchArm(t *testing.T) {
 // TestLowerFusedNorm: in decode programs the RMSNorm before products with
 // GEMVNorm-capable arms (int8 activations; f16 with activations in shared
 // memory) runs inside them: no rmsnorm launches, the products read the
-// residual stream and the norm weight. NoFuseNorm, the exact configuration
+// residual stream and the norm weight. NoFusePrologue, the exact configuration
 // and prefill keep the norm launches.
 func TestLowerFusedNorm(t *testing.T) {
 	family := func(p *Program, f string) (n int) {
@@ -236,9 +236,16 @@ func TestLowerFusedNorm(t *testing.T) {
 		p, err := Lower(g, o)
 		require.NoError(t, err)
 		require.Zero(t, family(p, "rmsnorm"), wt)
-		fused := 0
+		require.Zero(t, family(p, "swiglu"), wt)
+		fused, swi := 0, 0
 		for _, ln := range p.Launches {
 			k := p.Kernels[ln.Kernel]
+			if strings.Contains(k.Name, "_swiglu") {
+				swi++
+				require.Equal(t, gemvParams(false), k.Params)
+				gu := p.Buffers.Buffers[ln.Args[1].Index]
+				require.Equal(t, 2*smallQwen3.FFN, gu.Width, "the down product reads the gate/up rows")
+			}
 			if !strings.Contains(k.Name, "_norm") {
 				continue
 			}
@@ -251,15 +258,18 @@ func TestLowerFusedNorm(t *testing.T) {
 			}
 		}
 		require.Equal(t, norms, fused, wt)
+		require.Equal(t, smallQwen3.Layers, swi, wt)
 
-		for _, o2 := range []LowerOptions{{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16, NoFuseNorm: true},
+		for _, o2 := range []LowerOptions{{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16, NoFusePrologue: true},
 			{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16, PrefillGEMV: true},
 			{Class: Prefill, MaxTokens: 64, MaxSeqs: 2, Context: 256, Cache: dtype.F16}} {
 			p, err := Lower(g, o2)
 			require.NoError(t, err)
 			require.Equal(t, norms, family(p, "rmsnorm"), "%v %+v", wt, o2)
+			require.Equal(t, smallQwen3.Layers, family(p, "swiglu"), "%v %+v", wt, o2)
 			for _, k := range p.Kernels {
 				require.NotContains(t, k.Name, "_norm")
+				require.NotContains(t, k.Name, "_swiglu")
 			}
 		}
 	}

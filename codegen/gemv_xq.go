@@ -143,10 +143,11 @@ const xqStageLoads = 4
 // group of 32 (the loop runs whole warps so every shuffle has its partner),
 // with xqStageLoads chunks a thread loaded before any is processed.
 //
-// With eps set (GEMVNorm) a first pass sums each row's squares (rs, in
+// With the ProNorm prologue a first pass sums each row's squares (rs, in
 // shared memory) and the quantising pass scales each element by the row's
-// 1/rms and the norm weight nw before quantising it.
-func emitXQStage(w *Writer, threads, k int, eps *float32) {
+// 1/rms and the norm weight nw before quantising it; with ProSwiGLU the
+// rows are [gate | up] of 2K and the pass quantises silu(gate) · up.
+func emitXQStage(w *Writer, threads, k int, pro Prologue) {
 	w.Line("extern __shared__ uint4 xsm[];")
 	w.Line("signed char* xq8 = (signed char*)xsm;")
 	w.Comment("rows of this block; shared memory holds min(MB, m) rows (the launch sizes it so)")
@@ -155,14 +156,28 @@ func emitXQStage(w *Writer, threads, k int, eps *float32) {
 	w.Line("float4* meta = (float4*)(xq8 + min(MB, m) * K);")
 	w.Line("const int qch = (mrows * (K / 8) + 31) & ~31; // whole warps")
 	w.Linef("#define SL %d // chunks loaded a thread before processing", xqStageLoads)
+	swi := pro.Kind == ProSwiGLU
 	loads := func() {
 		w.Line("float4 la[SL], lb[SL];")
+		if swi {
+			w.Line("float4 lc[SL], ld[SL]; // up")
+		}
 		w.For("s", "0", "SL", "1", -1, func() {
 			w.Linef("const int c = c0 + s * %d;", threads)
 			w.Line("la[s] = make_float4(0.f, 0.f, 0.f, 0.f);")
 			w.Line("lb[s] = la[s];")
+			if swi {
+				w.Line("lc[s] = la[s];")
+				w.Line("ld[s] = la[s];")
+			}
 			w.If("c < mrows * (K / 8)", func() {
-				w.Line("const float4* xp = (const float4*)(x + (size_t)(m0 + c / (K / 8)) * K + (c % (K / 8)) * 8);")
+				if swi {
+					w.Line("const float4* xp = (const float4*)(x + (size_t)(m0 + c / (K / 8)) * 2 * K + (c % (K / 8)) * 8);")
+					w.Line("lc[s] = xp[K / 4];")
+					w.Line("ld[s] = xp[K / 4 + 1];")
+				} else {
+					w.Line("const float4* xp = (const float4*)(x + (size_t)(m0 + c / (K / 8)) * K + (c % (K / 8)) * 8);")
+				}
 				w.Line("la[s] = xp[0];")
 				w.Line("lb[s] = xp[1];")
 			})
@@ -181,7 +196,7 @@ func emitXQStage(w *Writer, threads, k int, eps *float32) {
 		w.indent--
 		w.Line("}")
 	}
-	if eps != nil {
+	if pro.Kind == ProNorm {
 		w.Comment("the rows' sums of squares, then 1/rms")
 		w.Line("__shared__ float rs[MB];")
 		w.If("threadIdx.x < MB", func() { w.Line("rs[threadIdx.x] = 0.f;") })
@@ -199,13 +214,16 @@ func emitXQStage(w *Writer, threads, k int, eps *float32) {
 			}
 		})
 		w.Line("__syncthreads();")
-		w.If("threadIdx.x < mrows", func() { w.Linef("rs[threadIdx.x] = rsqrtf(rs[threadIdx.x] / (float)K + %s);", cfloat(*eps)) })
+		w.If("threadIdx.x < mrows", func() { w.Linef("rs[threadIdx.x] = rsqrtf(rs[threadIdx.x] / (float)K + %s);", cfloat(pro.Eps)) })
 		w.Line("__syncthreads();")
 	}
 	pass(func() {
 		w.Line("const bool ok = c < mrows * (K / 8);")
 		w.Line("const int mr = c / (K / 8), e = (c % (K / 8)) * 8;")
-		if eps != nil {
+		switch pro.Kind {
+		case ProSwiGLU:
+			w.Line("const float4 a = swiglu4(la[s], lc[s]), b = swiglu4(lb[s], ld[s]);")
+		case ProNorm:
 			w.Line("float4 a = la[s], b = lb[s];")
 			w.If("ok", func() {
 				w.Line("const float r = rs[mr];")
@@ -213,7 +231,7 @@ func emitXQStage(w *Writer, threads, k int, eps *float32) {
 				w.Line("a = make_float4(a.x * r * g0.x, a.y * r * g0.y, a.z * r * g0.z, a.w * r * g0.w);")
 				w.Line("b = make_float4(b.x * r * g1.x, b.y * r * g1.y, b.z * r * g1.z, b.w * r * g1.w);")
 			})
-		} else {
+		default:
 			w.Line("const float4 a = la[s], b = lb[s];")
 		}
 		w.Line("float am = fmaxf(fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))),")
@@ -250,8 +268,8 @@ func xqRename(code string, w int) string {
 // quantised to int8 in shared memory, arm.BatchRows activation rows per
 // block, each warp computing arm.RowsPerWarp consecutive weight rows.
 // grid (⌈n/(RowsPerBlock·RowsPerWarp)⌉, ⌈m/MB⌉).
-// With eps set (GEMVNorm) the stage RMS-normalises the rows first.
-func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, eps *float32) (*Kernel, error) {
+// pro (GEMVNorm, GEMVSwiGLU) is computed by the quantising stage.
+func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue) (*Kernel, error) {
 	rt, ok := rpTypes[t]
 	if !ok || xqDot[t] == "" {
 		return nil, fmt.Errorf("%w: int8-activation gemv for %v", ErrUnsupported, t)
@@ -267,98 +285,91 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, eps *float32) (*
 	if residual {
 		epi = "_res"
 	}
-	if eps != nil {
-		epi += "_norm"
-	}
+	epi += pro.suffix()
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
-	params := gemvParams(eps != nil)
-	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations, N %d, K %d, residual %v, norm %v, %v", t, n, k, residual, eps != nil, arm), []string{"f16", "warp", "pdl"}, func(w *Writer) {
-		emitXQHelpers(w, t)
-		w.Linef("#define N %d", n)
-		w.Linef("#define K %d", k)
-		w.Linef("#define NB %d // blocks per row", nb)
-		w.Linef("#define UPR %d // 16-byte quant units per row", k/rt.unitElems)
-		for _, p := range rt.planes(n, nb) {
-			w.Raw(p)
-		}
-		w.Linef("#define RPB %d // warps per block", arm.RowsPerBlock)
-		w.Linef("#define RW %d // weight rows per warp", rw)
-		w.Linef("#define U %d // units in flight per thread and row", arm.Unroll)
-		w.Linef("#define MB %d // activation rows per block", mb)
-		w.Blank()
-		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
-			w.Line("const int r0 = (blockIdx.x * RPB + (threadIdx.x >> 5)) * RW; // the warp's first row")
-			w.Line("const int lane = threadIdx.x & 31;")
-			clamp := n%(arm.RowsPerBlock*rw) != 0
-			if clamp {
-				w.Comment("rows past N (last block only) read row N-1 and store nothing")
-			}
-			for r := range rw {
+	params := gemvParams(pro.Kind == ProNorm)
+	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations, N %d, K %d, residual %v, prologue %q, %v", t, n, k, residual, pro.suffix(), arm),
+		proDeps(pro, "f16", "warp", "pdl"), func(w *Writer) {
+			emitXQHelpers(w, t)
+			emitRepackDefines(w, rt, n, k, nb)
+			w.Linef("#define RPB %d // warps per block", arm.RowsPerBlock)
+			w.Linef("#define RW %d // weight rows per warp", rw)
+			w.Linef("#define U %d // units in flight per thread and row", arm.Unroll)
+			w.Linef("#define MB %d // activation rows per block", mb)
+			w.Blank()
+			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
+				w.Line("const int r0 = (blockIdx.x * RPB + (threadIdx.x >> 5)) * RW; // the warp's first row")
+				w.Line("const int lane = threadIdx.x & 31;")
+				clamp := n%(arm.RowsPerBlock*rw) != 0
 				if clamp {
-					w.Linef("const int rr%d = min(r0 + %d, N - 1);", r, r)
-				} else {
-					w.Linef("const int rr%d = r0 + %d;", r, r)
+					w.Comment("rows past N (last block only) read row N-1 and store nothing")
 				}
-				for _, p := range rt.ptrs {
-					w.Line(xqRename(p, r))
+				for r := range rw {
+					if clamp {
+						w.Linef("const int rr%d = min(r0 + %d, N - 1);", r, r)
+					} else {
+						w.Linef("const int rr%d = r0 + %d;", r, r)
+					}
+					for _, p := range rt.ptrs {
+						w.Line(xqRename(p, r))
+					}
+					for _, p := range rt.regs {
+						w.Line(xqRename(p, r))
+					}
 				}
-				for _, p := range rt.regs {
-					w.Line(xqRename(p, r))
-				}
-			}
-			load := func() {
-				w.For("i", "0", "U", "1", -1, func() {
-					w.Line("const int uu = u + i * 32;")
-					w.If("uu < UPR", func() {
-						for r := range rw {
-							for _, l := range rt.load {
-								w.Line(xqRename(l, r))
-							}
-						}
-					})
-				})
-			}
-			w.Line("int u = lane;")
-			w.Comment("the first weight loads do not wait for the previous kernel")
-			load()
-			w.Line("pdl_wait();")
-			emitXQStage(w, arm.Threads, k, eps)
-			w.Line("float acc[RW][MB];")
-			w.For("r", "0", "RW", "1", -1, func() {
-				w.For("j", "0", "MB", "1", -1, func() { w.Line("acc[r][j] = 0.f;") })
-			})
-			w.Block("for (;;)", func() {
-				w.For("i", "0", "U", "1", -1, func() {
-					w.Line("const int uu = u + i * 32;")
-					w.If("uu < UPR", func() {
-						w.For("j", "0", "MB", "1", -1, func() {
-							w.If("j < mrows", func() {
-								w.Line("const int4* xr = (const int4*)(xq8 + j * K);")
-								w.Line("const float4* mt = meta + j * (K / 32);")
-								for r := range rw {
-									w.Linef("acc[%d][j] += %s;", r, xqRename(xqDot[t], r))
+				load := func() {
+					w.For("i", "0", "U", "1", -1, func() {
+						w.Line("const int uu = u + i * 32;")
+						w.If("uu < UPR", func() {
+							for r := range rw {
+								for _, l := range rt.load {
+									w.Line(xqRename(l, r))
 								}
+							}
+						})
+					})
+				}
+				w.Line("int u = lane;")
+				w.Comment("the first weight loads do not wait for the previous kernel")
+				load()
+				w.Line("pdl_wait();")
+				emitXQStage(w, arm.Threads, k, pro)
+				w.Line("float acc[RW][MB];")
+				w.For("r", "0", "RW", "1", -1, func() {
+					w.For("j", "0", "MB", "1", -1, func() { w.Line("acc[r][j] = 0.f;") })
+				})
+				w.Block("for (;;)", func() {
+					w.For("i", "0", "U", "1", -1, func() {
+						w.Line("const int uu = u + i * 32;")
+						w.If("uu < UPR", func() {
+							w.For("j", "0", "MB", "1", -1, func() {
+								w.If("j < mrows", func() {
+									w.Line("const int4* xr = (const int4*)(xq8 + j * K);")
+									w.Line("const float4* mt = meta + j * (K / 32);")
+									for r := range rw {
+										w.Linef("acc[%d][j] += %s;", r, xqRename(xqDot[t], r))
+									}
+								})
 							})
 						})
 					})
+					w.Line("u += U * 32;")
+					w.If("u >= UPR", func() { w.Line("break;") })
+					load()
 				})
-				w.Line("u += U * 32;")
-				w.If("u >= UPR", func() { w.Line("break;") })
-				load()
-			})
-			op := "="
-			if residual {
-				op = "+="
-			}
-			w.For("r", "0", "RW", "1", -1, func() {
-				w.For("j", "0", "MB", "1", -1, func() {
-					w.Line("const float v = warp_sum(acc[r][j]);")
-					w.If("lane == 0 && r0 + r < N && j < mrows", func() { w.Linef("y[(size_t)(m0 + j) * N + r0 + r] %s v;", op) })
+				op := "="
+				if residual {
+					op = "+="
+				}
+				w.For("r", "0", "RW", "1", -1, func() {
+					w.For("j", "0", "MB", "1", -1, func() {
+						w.Line("const float v = warp_sum(acc[r][j]);")
+						w.If("lane == 0 && r0 + r < N && j < mrows", func() { w.Linef("y[(size_t)(m0 + j) * N + r0 + r] %s v;", op) })
+					})
 				})
-			})
-			w.Line("pdl_launch();")
-		}})
-	})
+				w.Line("pdl_launch();")
+			}})
+		})
 	return &Kernel{Family: "gemv", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(ceilDiv(n, arm.RowsPerBlock*rw), ceilDiv(d.Tokens, mb), 1), Block: dim3(arm.Threads, 1, 1),
 			Shared: uint32(xqShared(k, max(1, min(mb, d.Tokens))))}

@@ -89,12 +89,13 @@ type LowerOptions struct {
 	PrefillGEMV bool
 	// Argmax appends the greedy argmax of the logits.
 	Argmax bool
-	// NoFuseNorm keeps each RMSNorm before decode products a launch of its
-	// own. By default a norm whose products all run GEMVNorm-capable arms
-	// (int8 activations, or f16/bf16 with activations in shared memory) is
-	// computed inside those products' activation staging (GEMVNorm); the
-	// exact configuration (PrefillGEMV) never fuses.
-	NoFuseNorm bool
+	// NoFusePrologue keeps each RMSNorm and SwiGLU before decode products
+	// a launch of its own. By default one whose products all run arms with
+	// prologue kernels (PrologueFusable: int8 activations, or f16/bf16 with
+	// activations in shared memory) is computed inside those products'
+	// activation staging (GEMVNorm, GEMVSwiGLU); the exact configuration
+	// (PrefillGEMV) never fuses.
+	NoFusePrologue bool
 	// SmallBatch makes decode programs of MaxSeqs ≥ 2 use the small-batch
 	// tensor-core product (GemmSmall: weights read once per step for the
 	// whole batch, activations rounded to bf16) instead of the GEMV. Off by
@@ -122,6 +123,7 @@ type lowerer struct {
 	arms    Arms
 	// repacked marks the kernels that read their weight in layout 1
 	repacked map[int]bool
+	swiglus  map[int]bool // SwiGLU nodes their product computes (GEMVSwiGLU)
 }
 
 // Lower turns g (verified, after ir.RunPasses) into a Program for the step
@@ -144,7 +146,8 @@ func Lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 		return nil, err
 	}
 	l := &lowerer{g: g, o: opts, users: g.Users(), kernels: map[string]int{}, weights: map[string]int{},
-		val: map[int]view{}, done: map[int]bool{}, arms: opts.Arms.WithDefaults(), repacked: map[int]bool{}}
+		val: map[int]view{}, done: map[int]bool{}, arms: opts.Arms.WithDefaults(), repacked: map[int]bool{},
+		swiglus: map[int]bool{}}
 	l.p = &Program{Model: g.Name, Arch: g.Arch, Class: opts.Class, MaxTokens: opts.MaxTokens, MaxSeqs: opts.MaxSeqs,
 		Context: opts.Context, Cache: opts.Cache, Layers: g.Consts["layers"],
 		KVWidth: g.Consts["heads_kv"] * g.Consts["head_dim"], Vocab: g.Consts["vocab"], Logits: -1, Argmax: -1,
@@ -418,6 +421,12 @@ func (l *lowerer) swiglu(n *ir.Node) error {
 	w := g.width
 	if g.buf != u.buf || g.off != 0 || u.off != w || u.width != w || g.stride != 2*w {
 		return fmt.Errorf("swiglu operands are not the halves of one fused gate/up row")
+	}
+	if l.fuseSwiGLU(n, w) {
+		// the product computes it (GEMVSwiGLU) from the [gate | up] rows
+		l.swiglus[n.ID] = true
+		l.val[n.ID] = view{buf: g.buf, width: 2 * w, stride: 2 * w}
+		return nil
 	}
 	k, err := l.kernel(SwiGLU(w, l.blockArm("swiglu", SwiGLUClass(w))))
 	if err != nil {

@@ -39,10 +39,12 @@ func (l *lowerer) epilogue(mm *ir.Node) *ir.Node {
 
 // product emits y (+)= x·Wᵀ for device weight w of n rows of k elements of
 // type t: the tensor-core product for prefill token rows, the GEMV otherwise.
-// With norm set the GEMV normalises x first (GEMVNorm; fuseNorm said its
-// arms can).
-func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, residual bool, nodes []int, norm *normIn) error {
-	if !x.contiguous() || x.width != k {
+// With pro set the GEMV computes that prologue from x first (GEMVNorm,
+// GEMVSwiGLU; fuseNorm or fuseSwiGLU said its arms can); a SwiGLU's x
+// is the [gate | up] rows, k of 2k floats.
+func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, residual bool, nodes []int, pro *proIn) error {
+	swi := pro != nil && pro.pro.Kind == ProSwiGLU
+	if x.width != k || x.off != 0 || (!swi && x.stride != k) || (swi && x.stride != 2*k) {
 		return fmt.Errorf("product input is %d of %d floats at %d, want a contiguous row of %d", x.width, x.stride, x.off, k)
 	}
 	if y.off != 0 || y.stride != n {
@@ -56,8 +58,8 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 		kern, err = l.kernel(GemmSmall(t, n, k, residual, l.gemmSmallArm(GemmSmallClass(t, n, k, residual))))
 	} else {
 		gemv := func(arm GEMVArm) (*Kernel, error) { return GEMV(t, n, k, residual, arm) }
-		if norm != nil {
-			gemv = func(arm GEMVArm) (*Kernel, error) { return GEMVNorm(t, n, k, residual, arm, norm.eps) }
+		if pro != nil {
+			gemv = func(arm GEMVArm) (*Kernel, error) { return gemvPrologue(t, n, k, residual, arm, pro.pro) }
 		}
 		arm := l.gemvArm(ProductClass(t, n, k, residual), t, k)
 		kern, err = l.kernel(gemv(arm))
@@ -69,7 +71,7 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 					return err
 				}
 				l.repacked[kern] = true
-				l.launch(kern, rows, nodes, l.gemvArgs(w, x, y, norm)...)
+				l.launch(kern, rows, nodes, l.gemvArgs(w, x, y, pro)...)
 				l.p.Launches[len(l.p.Launches)-1].One = one + 1
 				return nil
 			}
@@ -78,18 +80,18 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	if err != nil {
 		return err
 	}
-	if norm != nil && l.p.Kernels[kern].Family != "gemv" {
-		panic("BUG: fused norm on a " + l.p.Kernels[kern].Family + " product")
+	if pro != nil && l.p.Kernels[kern].Family != "gemv" {
+		panic("BUG: fused prologue on a " + l.p.Kernels[kern].Family + " product")
 	}
-	l.launch(kern, rows, nodes, l.gemvArgs(w, x, y, norm)...)
+	l.launch(kern, rows, nodes, l.gemvArgs(w, x, y, pro)...)
 	return nil
 }
 
 // gemvArgs are the arguments of a product launch (GEMV, MMA, gemm_small),
 // with the norm weight after x for GEMVNorm.
-func (l *lowerer) gemvArgs(w int, x, y view, norm *normIn) []Arg {
-	if norm != nil {
-		return []Arg{wArg(w), bufArg(x), wArg(norm.w), bufArg(y), rowsArg()}
+func (l *lowerer) gemvArgs(w int, x, y view, pro *proIn) []Arg {
+	if pro != nil && pro.pro.Kind == ProNorm {
+		return []Arg{wArg(w), bufArg(x), wArg(pro.w), bufArg(y), rowsArg()}
 	}
 	return []Arg{wArg(w), bufArg(x), bufArg(y), rowsArg()}
 }
@@ -186,7 +188,7 @@ func (l *lowerer) normGroup(n *ir.Node) error {
 	}
 	eps := float32(n.Float("eps"))
 	if l.fuseNorm(parts, x.width) {
-		return l.fusedProducts(parts, x, rows, &normIn{w: l.vectorOf(n.Args[1]), eps: eps, node: n.ID})
+		return l.fusedProducts(parts, x, rows, &proIn{pro: Prologue{Kind: ProNorm, Eps: eps}, w: l.vectorOf(n.Args[1]), node: n.ID})
 	}
 	kn, err := l.kernel(RMSNormAdd(x.width, eps, false, l.blockArm("rmsnorm", RMSNormClass(x.width, false))))
 	if err != nil {
@@ -197,7 +199,7 @@ func (l *lowerer) normGroup(n *ir.Node) error {
 	l.launch(kn, rows, []int{n.ID}, bufArg(x), nullArg(), wArg(l.vectorOf(n.Args[1])), bufArg(nv), rowsArg())
 
 	if len(parts) == 1 && parts[0].residual != nil {
-		return l.residualProduct(parts[0], nv, rows)
+		return l.residualProduct(parts[0], nv, rows, nil)
 	}
 	for _, p := range parts {
 		if p.residual != nil {
@@ -210,11 +212,12 @@ func (l *lowerer) normGroup(n *ir.Node) error {
 	return l.fusedProducts(parts, nv, rows, nil)
 }
 
-// normIn is an RMSNorm computed inside the product that reads it
-// (GEMVNorm): its weight vector, epsilon and IR node.
-type normIn struct {
+// proIn is a prologue computed inside the product that reads its value
+// (GEMVNorm, GEMVSwiGLU): the prologue, the norm's weight vector and the
+// prologue's IR node.
+type proIn struct {
+	pro  Prologue
 	w    int
-	eps  float32
 	node int
 }
 
@@ -223,7 +226,7 @@ type normIn struct {
 // product over weights of one type, and GEMVNorm kernels for the arms that
 // product launches.
 func (l *lowerer) fuseNorm(parts []matPart, k int) bool {
-	if l.o.Class != Decode || l.o.PrefillGEMV || l.o.NoFuseNorm || l.o.SmallBatch {
+	if !l.fusing() {
 		return false
 	}
 	total := 0
@@ -233,17 +236,58 @@ func (l *lowerer) fuseNorm(parts []matPart, k int) bool {
 		}
 		total += p.padN
 	}
-	t := parts[0].t
-	one := l.gemvArm(ProductClass(t, total, k, false), t, k)
-	if !NormFusable(t, one) {
+	return l.fusable(parts[0].t, total, k, false)
+}
+
+// fusing reports whether products of this program take fused prologues: a
+// decode program outside the exact configuration.
+func (l *lowerer) fusing() bool {
+	return l.o.Class == Decode && !l.o.PrefillGEMV && !l.o.NoFusePrologue && !l.o.SmallBatch
+}
+
+// fusable reports whether the GEMV arms of a product of n rows of k
+// elements of type t (the one-row and the batch arm) have prologue kernels.
+func (l *lowerer) fusable(t dtype.Type, n, k int, residual bool) bool {
+	if k%8 != 0 {
+		return false
+	}
+	one := l.gemvArm(ProductClass(t, n, k, residual), t, k)
+	if !PrologueFusable(t, one) {
 		return false
 	}
 	if one.Layout == 1 {
-		if b, ok := l.batchArm(one, k); ok && !NormFusable(t, b) {
+		if b, ok := l.batchArm(one, k); ok && !PrologueFusable(t, b) {
 			return false
 		}
 	}
 	return true
+}
+
+// fuseSwiGLU reports whether SwiGLU node n (ffn columns) runs inside the
+// product that reads it: its only user, a product without bias or padding
+// whose arms have prologue kernels.
+func (l *lowerer) fuseSwiGLU(n *ir.Node, ffn int) bool {
+	if !l.fusing() || len(l.users[n.ID]) != 1 {
+		return false
+	}
+	mm := l.users[n.ID][0]
+	if mm.Op != ir.OpMatmul || mm.Args[0] != n {
+		return false
+	}
+	p, err := l.part(mm)
+	if err != nil || p.k != ffn || p.bias != nil || p.padN != p.n {
+		return false
+	}
+	return l.fusable(p.t, p.n, ffn, p.residual != nil)
+}
+
+// swigluIn returns the prologue of a product whose input x is a fused
+// SwiGLU's [gate | up] rows, and x narrowed to the activations it gives.
+func (l *lowerer) swigluIn(in *ir.Node, x view) (view, *proIn) {
+	if !l.swiglus[in.ID] {
+		return x, nil
+	}
+	return view{buf: x.buf, off: x.off, width: x.width / 2, stride: x.stride}, &proIn{pro: Prologue{Kind: ProSwiGLU}, node: in.ID}
 }
 
 // fusedProducts computes the products of parts from x into one fused row
@@ -251,7 +295,7 @@ func (l *lowerer) fuseNorm(parts []matPart, k int) bool {
 // types agree, else one per part and a concat; then the bias epilogue.
 // With norm set (fuseNorm) x is the norm's input and the product
 // normalises it.
-func (l *lowerer) fusedProducts(parts []matPart, x view, rows ir.Dim, norm *normIn) error {
+func (l *lowerer) fusedProducts(parts []matPart, x view, rows ir.Dim, norm *proIn) error {
 	total, same := 0, true
 	var nodes, widths []int
 	var names []string
@@ -338,7 +382,7 @@ func (l *lowerer) fusedProducts(parts []matPart, x view, rows ir.Dim, norm *norm
 
 // residualProduct computes y += x·Wᵀ into the buffer of the residual
 // stream the add epilogue reads, which must die at the add.
-func (l *lowerer) residualProduct(p matPart, x view, rows ir.Dim) error {
+func (l *lowerer) residualProduct(p matPart, x view, rows ir.Dim, pro *proIn) error {
 	add := p.residual
 	other := add.Args[0]
 	if other == p.mm {
@@ -364,7 +408,11 @@ func (l *lowerer) residualProduct(p matPart, x view, rows ir.Dim) error {
 	if err != nil {
 		return err
 	}
-	if err := l.product(p.t, p.n, padK, w, x, y, rows, true, []int{p.mm.ID, add.ID}, nil); err != nil {
+	nodes := []int{p.mm.ID, add.ID}
+	if pro != nil {
+		nodes = append([]int{pro.node}, nodes...)
+	}
+	if err := l.product(p.t, p.n, padK, w, x, y, rows, true, nodes, pro); err != nil {
 		return err
 	}
 	l.val[p.mm.ID] = y // not readable alone; only the add's value is used
@@ -380,12 +428,13 @@ func (l *lowerer) matmul(n *ir.Node) error {
 	if err != nil {
 		return err
 	}
+	x, pro := l.swigluIn(n.Args[0], x)
 	p, err := l.part(n)
 	if err != nil {
 		return err
 	}
 	if p.residual != nil {
-		return l.residualProduct(p, x, n.Shape[0])
+		return l.residualProduct(p, x, n.Shape[0], pro)
 	}
 	if x.width != p.k {
 		if x.width != roundUp32(p.k) || !floatType(p.t) {
@@ -393,6 +442,9 @@ func (l *lowerer) matmul(n *ir.Node) error {
 		}
 	}
 	if p.bias != nil || p.padN != p.n {
+		if pro != nil {
+			panic("BUG: fused SwiGLU before a product with bias or padding")
+		}
 		return l.fusedProducts([]matPart{p}, x, n.Shape[0], nil)
 	}
 	w, err := l.matrix([]matPart{p}, x.width)
@@ -401,7 +453,11 @@ func (l *lowerer) matmul(n *ir.Node) error {
 	}
 	b := l.buffer(shortName(p.name), n.Shape[0], p.n)
 	y := view{buf: b, width: p.n, stride: p.n}
-	if err := l.product(p.t, p.n, x.width, w, x, y, n.Shape[0], false, []int{n.ID}, nil); err != nil {
+	nodes := []int{n.ID}
+	if pro != nil {
+		nodes = append([]int{pro.node}, nodes...)
+	}
+	if err := l.product(p.t, p.n, x.width, w, x, y, n.Shape[0], false, nodes, pro); err != nil {
 		return err
 	}
 	l.val[n.ID] = y

@@ -26,13 +26,13 @@ func TestKernelCheckCases(t *testing.T) {
 	require.Equal(t, []string{"rmsnorm f32", "rope_kv f16 cache", "swiglu f32", "argmax f32", "attn_decode f16 cache", "attn_prefill f16 cache",
 		"attn_decode_live f16 cache",
 		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemm_small/qkv q4_k", "gemv/qkv×12 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
-		"gemv/down q4_k",
-		"embedding f16", "gemv/qkv f16", "mma/qkv f16", "gemm_small/qkv f16", "gemv+norm/qkv f16", "gemv/down f16"}, labels)
+		"gemv/down q4_k", "gemv+swiglu/down q4_k", "gemv+swiglu/down×12 q4_k",
+		"embedding f16", "gemv/qkv f16", "mma/qkv f16", "gemm_small/qkv f16", "gemv+norm/qkv f16", "gemv/down f16", "gemv+swiglu/down f16"}, labels)
 	for _, c := range cs {
 		if c.Family == "gemv" {
 			want := 0
 			switch {
-			case strings.HasPrefix(c.Label, "gemv+norm") && c.DType == "q4_k":
+			case strings.HasPrefix(c.Label, "gemv+") && c.DType == "q4_k":
 				want = 1 // the batch default besides the one-row default
 			case c.DType == "q4_k":
 				want = 4 // the float GEMV on the repacked layout, the int8-activation one, the one-row and batch defaults

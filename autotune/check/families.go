@@ -368,12 +368,26 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 
 // ProductNorm is the decode product with its RMSNorm fused (GEMVNorm):
 // y = W·rmsnorm(x, nw) over m rows, checked against the CPU norm followed
-// by the CPU product. Its default arm is the one lowering uses untuned
-// (int8 activations for repacked types, else the shared-memory GEMV).
+// by the CPU product.
 func ProductNorm(shape, use string, t dtype.Type, n, k, m int, eps float32, seed uint64) *Case {
+	return productPrologue(shape, use, t, n, k, m, false, codegen.Prologue{Kind: codegen.ProNorm, Eps: eps}, seed)
+}
+
+// ProductSwiGLU is the FFN's down product with its SwiGLU fused
+// (GEMVSwiGLU), adding into y: y += W·(silu(gate)·up) over m rows of
+// [gate | up], checked against the CPU SwiGLU followed by the CPU product.
+func ProductSwiGLU(shape, use string, t dtype.Type, n, k, m int, seed uint64) *Case {
+	return productPrologue(shape, use, t, n, k, m, true, codegen.Prologue{Kind: codegen.ProSwiGLU}, seed)
+}
+
+// productPrologue is ProductNorm or ProductSwiGLU. Its default arm is the
+// one lowering uses untuned (int8 activations for repacked types, else the
+// shared-memory GEMV).
+func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool, pro codegen.Prologue, seed uint64) *Case {
 	dt := strings.ToLower(t.String())
-	c := &Case{Family: "gemv", Label: "gemv+norm/" + use, Shape: shape, DType: dt, Class: codegen.ProductClass(t, n, k, false) + "_norm", Use: use,
-		Tol: 1e-4, seed: seed, K: k}
+	tag := map[codegen.PrologueKind]string{codegen.ProNorm: "norm", codegen.ProSwiGLU: "swiglu"}[pro.Kind]
+	c := &Case{Family: "gemv", Label: "gemv+" + tag + "/" + use, Shape: shape, DType: dt, Class: codegen.ProductClass(t, n, k, residual) + "_" + tag,
+		Use: use, Tol: 1e-4, seed: seed, K: k}
 	sp := codegen.GEMVSpaceFor(t)
 	if codegen.Repackable(t) {
 		sp.Default = codegen.FitXQ(codegen.DefaultXQOneArm, k).Point()
@@ -381,17 +395,33 @@ func ProductNorm(shape, use string, t dtype.Type, n, k, m int, eps float32, seed
 	}
 	c.space = &sp
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
-		return one(codegen.GEMVNorm(t, n, k, false, codegen.GEMVArmOf(arm), eps))
+		if pro.Kind == codegen.ProNorm {
+			return one(codegen.GEMVNorm(t, n, k, residual, codegen.GEMVArmOf(arm), pro.Eps))
+		}
+		return one(codegen.GEMVSwiGLU(t, n, k, residual, codegen.GEMVArmOf(arm)))
 	}
 	c.setup = func(r *rand.Rand) (*inputs, error) {
 		W, err := randWeights(t, n, k, r.Uint64())
 		if err != nil {
 			return nil, err
 		}
-		x, nw := randn(r, m*k), randn(r, k)
+		var x, nw, y0 []float32
+		if pro.Kind == codegen.ProNorm {
+			x, nw = randn(r, m*k), randn(r, k)
+		} else {
+			x = randn(r, 2*m*k)
+		}
+		if residual {
+			y0 = randn(r, m*n)
+		}
 		ref := lazy(func() ([]float32, error) {
-			_, xn := codegen.RefRMSNormAdd(k, eps, false, x, nil, nw)
-			return refMatMul(t, n, k, W, xn, m, nil, false)
+			var xin []float32
+			if pro.Kind == codegen.ProNorm {
+				_, xin = codegen.RefRMSNormAdd(k, pro.Eps, false, x, nil, nw)
+			} else {
+				xin = codegen.RefSwiGLU(k, x)
+			}
+			return refMatMul(t, n, k, W, xin, m, y0, false)
 		})
 		packed := lazy(func() ([]byte, error) { return codegen.Repack(t, n, k, W) })
 		return &inputs{
@@ -401,14 +431,20 @@ func ProductNorm(shape, use string, t dtype.Type, n, k, m int, eps float32, seed
 					return nil, err
 				}
 				y := fbuf(make([]float32, m*n))
+				if residual {
+					y = fbuf(y0)
+				}
 				wb := W
 				if codegen.GEMVArmOf(arm).Layout == 1 {
 					if wb, err = packed(); err != nil {
 						return nil, err
 					}
 				}
-				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
-					Args: [][]Arg{{b(&Buf{Data: wb}), b(fbuf(x)), b(fbuf(nw)), b(y), s(m)}}, Outs: []*Buf{y}}, nil
+				args := []Arg{b(&Buf{Data: wb}), b(fbuf(x)), b(y), s(m)}
+				if pro.Kind == codegen.ProNorm {
+					args = []Arg{b(&Buf{Data: wb}), b(fbuf(x)), b(fbuf(nw)), b(y), s(m)}
+				}
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m}, Args: [][]Arg{args}, Outs: []*Buf{y}}, nil
 			},
 			compare: relErrTo(ref),
 		}, nil

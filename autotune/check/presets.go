@@ -46,6 +46,14 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 		}
 		if rowOK(t, s.FFN) {
 			cs = append(cs, withQuantArms(Product(s.Name, "gemv", "down", t, s.Hidden, s.FFN, 1, true, seed), t, s.FFN))
+			if codegen.Repackable(t) || t == dtype.F16 || t == dtype.BF16 {
+				cs = append(cs, ProductSwiGLU(s.Name, "down", t, s.Hidden, s.FFN, 1, seed))
+				if codegen.Repackable(t) {
+					c := ProductSwiGLU(s.Name, "down", t, s.Hidden, s.FFN, 12, seed)
+					c.Label += "×12"
+					cs = append(cs, c)
+				}
+			}
 		}
 	}
 	return cs

@@ -51,9 +51,9 @@ type BackendOptions struct {
 	// small-batch family (gemm_small) instead of GEMV; off by default until
 	// measured (MEMRA_SMALL_BATCH=1 in memra's commands).
 	SmallBatch bool
-	// NoFuseNorm keeps each RMSNorm before a decode product its own launch
-	// (codegen.LowerOptions.NoFuseNorm; MEMRA_FUSE_NORM=0).
-	NoFuseNorm bool
+	// NoFusePrologue keeps each RMSNorm and SwiGLU before a decode product
+	// its own launch (codegen.LowerOptions.NoFusePrologue; MEMRA_FUSE=0).
+	NoFusePrologue bool
 	// DecodeLive selects decode attention over the live KV length (1, 2;
 	// 0 is the default, 2) or over the whole capacity (-1);
 	// MEMRA_DECODE_LIVE (0 there means the capacity).
@@ -183,7 +183,7 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 		return nil, nil, err
 	}
 	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
-		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch, NoFuseNorm: opts.NoFuseNorm}
+		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue}
 	if opts.Untuned {
 		base.Arms, base.Pick = codegen.Arms{}, nil
 	}
@@ -457,7 +457,7 @@ func (b *Backend) StepGreedy(ctx context.Context, batch []runtime.SeqStep) ([]in
 // envOptions applies the environment switches: MEMRA_KV_CACHE=f16|bf16|f32
 // (the KV cache element type, when the caller chose none), and arms that
 // are not yet defaults (they become tunedb choices once measured):
-// MEMRA_SMALL_BATCH=1, MEMRA_FUSE_NORM=0, MEMRA_DECODE_LIVE=1|2, MEMRA_GEMV_QUANT and
+// MEMRA_SMALL_BATCH=1, MEMRA_FUSE=0, MEMRA_DECODE_LIVE=1|2, MEMRA_GEMV_QUANT and
 // MEMRA_GEMV_BATCH (the batch-1 and batched decode GEMV of repacked types).
 func envOptions(o *BackendOptions) {
 	if v := os.Getenv("MEMRA_KV_CACHE"); v != "" && o.Cache == "" {
@@ -466,8 +466,8 @@ func envOptions(o *BackendOptions) {
 	if os.Getenv("MEMRA_SMALL_BATCH") == "1" {
 		o.SmallBatch = true
 	}
-	if os.Getenv("MEMRA_FUSE_NORM") == "0" {
-		o.NoFuseNorm = true
+	if os.Getenv("MEMRA_FUSE") == "0" {
+		o.NoFusePrologue = true
 	}
 	if v, err := strconv.Atoi(os.Getenv("MEMRA_DECODE_LIVE")); err == nil && v >= 0 && v <= 2 {
 		o.DecodeLive = v

@@ -66,7 +66,7 @@ func TestLowerTakesTunedArm(t *testing.T) {
 
 	// the norms stay launches of their own (fusing them into the products is
 	// TestLowerFusedNorm's subject): the tuned rmsnorm arm must show
-	baseDec, basePre, err := cuda.Lower(m, cuda.BackendOptions{MaxSeqs: 4, NoFuseNorm: true})
+	baseDec, basePre, err := cuda.Lower(m, cuda.BackendOptions{MaxSeqs: 4, NoFusePrologue: true})
 	require.NoError(t, err)
 	base := kernelNames(baseDec, basePre)
 
@@ -86,10 +86,10 @@ func TestLowerTakesTunedArm(t *testing.T) {
 		opts  cuda.BackendOptions
 		tuned bool
 	}{
-		{"tuned", cuda.BackendOptions{MaxSeqs: 4, NoFuseNorm: true, Pick: cuda.TunedPicker(db, key)}, true},
-		{"same-arch card", cuda.BackendOptions{MaxSeqs: 4, NoFuseNorm: true, Pick: cuda.TunedPicker(db, tunedb.DeviceKey{Name: "nvidia-h100", SMMajor: 9, SMs: 132, MemGiB: 80})}, true},
-		{"untuned", cuda.BackendOptions{MaxSeqs: 4, NoFuseNorm: true, Pick: cuda.TunedPicker(db, key), Untuned: true}, false},
-		{"other arch", cuda.BackendOptions{MaxSeqs: 4, NoFuseNorm: true, Pick: cuda.TunedPicker(db, tunedb.DeviceKey{Name: "rtx", SMMajor: 12, SMs: 170, MemGiB: 32})}, false},
+		{"tuned", cuda.BackendOptions{MaxSeqs: 4, NoFusePrologue: true, Pick: cuda.TunedPicker(db, key)}, true},
+		{"same-arch card", cuda.BackendOptions{MaxSeqs: 4, NoFusePrologue: true, Pick: cuda.TunedPicker(db, tunedb.DeviceKey{Name: "nvidia-h100", SMMajor: 9, SMs: 132, MemGiB: 80})}, true},
+		{"untuned", cuda.BackendOptions{MaxSeqs: 4, NoFusePrologue: true, Pick: cuda.TunedPicker(db, key), Untuned: true}, false},
+		{"other arch", cuda.BackendOptions{MaxSeqs: 4, NoFusePrologue: true, Pick: cuda.TunedPicker(db, tunedb.DeviceKey{Name: "rtx", SMMajor: 12, SMs: 170, MemGiB: 32})}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
