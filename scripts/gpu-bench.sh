@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # GPU speed: synthesizes llama2-7b (q4_k_m, f16) and llama3.2-1b (f16) on the
 # GPU machine and runs `memra bench --device cuda --roofline -p 512 -n 128 -r 5`
-# on each; on the q4_k_m model also the serving load test (`memra serve` +
+# on each (the q4_k_m model also at batch 16); on the q4_k_m model also the
+# serving load test (`memra serve` +
 # `memra bench serve` at concurrency 1, 4, 16, 64; SERVE=0 skips it) and the
 # batch sweep -b 1,2,4,8,16,32,64 (-p 128 -n 32) with a plot; XQ=1 adds the
-# int8-activation GEMV (MEMRA_GEMV_QUANT=xq). Logs, JSON and SVGs go under
+# int8-activation GEMV with one row a warp (MEMRA_GEMV_QUANT=xq). Logs, JSON and SVGs go under
 # $OUT (or /tmp/memra-bench); the docs/PERFORMANCE.md rows are printed last.
 #
 # Build here first (no GPU needed), then on the GPU machine:
@@ -79,6 +80,7 @@ serve_bench() {
 synth llama2-7b q4_k_m --weights blocks
 synth llama3.2-1b f16
 [ -s "$Q4" ] && bench llama2-7b-q4_k_m "$Q4" 90
+[ -s "$Q4" ] && bench llama2-7b-q4_k_m-b16 "$Q4" 180 -b 16
 [ -s "$F16_1B" ] && bench llama3.2-1b-f16 "$F16_1B" 60
 export -f serve_bench
 export BIN Q4 OUT
