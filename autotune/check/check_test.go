@@ -35,7 +35,7 @@ func TestKernelCheckCases(t *testing.T) {
 			case strings.HasPrefix(c.Label, "gemv+") && c.DType == "q4_k":
 				want = 1 // the batch default besides the one-row default
 			case c.DType == "q4_k":
-				want = 4 // the float GEMV on the repacked layout, the int8-activation one, the one-row and batch defaults
+				want = 4 // the float GEMV on the file's and the repacked layout, the int8-activation one, the batch default
 			}
 			require.Len(t, c.ExtraArms, want, c.Label)
 			_, err := c.Launch(c.Space().Default)

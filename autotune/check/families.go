@@ -320,6 +320,10 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 	c := &Case{Family: family, Label: family + "/" + use, Shape: shape, DType: dt, Class: class, Use: use, Tol: 1e-4, seed: seed, K: k}
 	if family == "gemv" {
 		sp := codegen.GEMVSpaceFor(t)
+		if codegen.Repackable(t) {
+			// what lowering runs untuned: the baseline autotune must beat
+			sp.Default = codegen.FitXQ(codegen.DefaultXQOneArm, k).Point()
+		}
 		c.space = &sp
 	}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {

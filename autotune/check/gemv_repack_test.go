@@ -39,7 +39,7 @@ func TestGEMVRepackedCase(t *testing.T) {
 			require.NoError(t, c.Space().Valid(arm))
 			l1, err := c.Launch(arm)
 			require.NoError(t, err)
-			l0, err := c.Launch(c.Space().Default)
+			l0, err := c.Launch(codegen.DefaultGEMVArm.Point()) // the file's layout
 			require.NoError(t, err)
 			W0, W1 := l0.Args[0][0].Buf.Data, l1.Args[0][0].Buf.Data
 			require.NotEqual(t, W0, W1)

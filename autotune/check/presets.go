@@ -60,15 +60,16 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 }
 
 // withQuantArms gives a GEMV case of a repacked weight type the extra arms
-// kernel-check runs besides the family default (the file's layout): the
-// float GEMV on the repacked layout (codegen.DefaultRepackArm), the
-// int8-activation GEMV (codegen.DefaultXQArm, fitted to the row length) and
-// the untuned one-row and batch arms lowering uses (codegen.DefaultXQOneArm,
-// codegen.DefaultXQBatchArm).
+// kernel-check runs besides the case's default (the untuned one-row arm
+// lowering uses, codegen.DefaultXQOneArm): the float GEMV on the file's
+// layout (codegen.DefaultGEMVArm, what the exact configuration runs) and on
+// the repacked one (codegen.DefaultRepackArm), the int8-activation GEMV
+// with a row a warp (codegen.DefaultXQArm) and the untuned batch arm
+// (codegen.DefaultXQBatchArm), fitted to the row length.
 func withQuantArms(c *Case, t dtype.Type, k int) *Case {
 	if codegen.Repackable(t) {
-		c.ExtraArms = []codegen.Point{codegen.DefaultRepackArm.Point(), codegen.FitXQ(codegen.DefaultXQArm, k).Point(),
-			codegen.DefaultXQOneArm.Point(), codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point()}
+		c.ExtraArms = []codegen.Point{codegen.DefaultGEMVArm.Point(), codegen.DefaultRepackArm.Point(),
+			codegen.FitXQ(codegen.DefaultXQArm, k).Point(), codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point()}
 	}
 	return c
 }
