@@ -1,7 +1,8 @@
 # memra — two commands on a fresh machine: `make run` and `make test`.
 GO        ?= go
 BIN       := bin/memra
-GOFLAGS_BUILD := -trimpath
+# -buildvcs=auto stamps the commit (bench rows name it) even where GOFLAGS turns stamping off
+GOFLAGS_BUILD := -trimpath -buildvcs=auto
 export CGO_ENABLED := 0
 
 .PHONY: run build gpu-build plugins test test-go test-npm check bench clean

@@ -7,11 +7,15 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
 # (about 3, 8 and 6 minutes on an H200); `quick` is a few minutes of everything; `full` is all.
+# `accept` is the codegen/runtime acceptance in one call (about 6 minutes): the CUDA tests,
+# kernel-check on the three shapes in Q4_K, Q6_K, Q8_0 and BF16 (5 timed samples), the compile
+# gate, stories260K, `memra run` on a synthesized model, and the exact-configuration parity
+# against the CPU (9 combinations) and against transformers.
 # Through the lent-GPU tool only 8 files come back: point OUT at a scratch folder and tar it.
 set -u
 cd "$(dirname "$0")/.."
@@ -45,11 +49,16 @@ synth() { # synth FILE ARGS…: write a synthesized model once
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv >"$OUT/gpu.txt" 2>&1
 
-has() { [ "$MODE" = full ] || [ "$MODE" = quick ] || [ "$MODE" = "$1" ]; }
+has() { [ "$MODE" = full ] || [ "$MODE" = quick ] || [ "$MODE" = "$1" ] || { [ "$MODE" = accept ] && [ "$1" != bench ]; }; }
+if [ "$MODE" = accept ]; then
+	EXACT_ONLY=1
+	KC_TYPES=q4_k,q6_k,q8_0,bf16
+	KC_REPS=5
+fi
 
 if has check; then
 step cuda-tests .gpu/cuda.test -test.v -test.count=1
-step kernel-check "$BIN" kernel-check --shapes llama3-8b,qwen2.5-7b,qwen3-8b
+step kernel-check "$BIN" kernel-check --shapes llama3-8b,qwen2.5-7b,qwen3-8b ${KC_TYPES:+--types $KC_TYPES} ${KC_REPS:+--reps $KC_REPS}
 step compile-sm90a-sm120a "$BIN" kernel-check --compile-only --arch sm_90a,sm_120a --shapes llama3-8b,qwen2.5-7b,qwen3-8b
 
 # stories260K: the same greedy story on the GPU as on the CPU.
@@ -59,6 +68,14 @@ stories() {
 		cmp "$OUT/stories-cpu.txt" "$OUT/stories-gpu.txt" && head -c 200 "$OUT/stories-gpu.txt"
 }
 step stories260K-gpu-equals-cpu stories
+
+# memra run on a synthesized model: generates on the GPU.
+run_synth() {
+	synth "$MODELS/run-qwen3-8b-q4_k_m.gguf" --preset qwen3-8b --quant q4_k_m --layers 2 --weights blocks || return 1
+	"$BIN" run "$MODELS/run-qwen3-8b-q4_k_m.gguf" --device cuda --temperature 0 --max-tokens 32 --prompt "Once upon a time" >"$OUT/run-synth.txt" &&
+		[ -s "$OUT/run-synth.txt" ] && head -c 200 "$OUT/run-synth.txt"
+}
+step run-synth-gpu run_synth
 fi
 
 # CPU↔GPU: 128 greedy steps, 2 prompts batched, 2 layers of width 512 (the full-width CPU
