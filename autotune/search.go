@@ -3,6 +3,9 @@ package autotune
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -83,11 +86,16 @@ func search(ctx context.Context, r Runner, t Task, o Options, deadline time.Time
 	}
 	expired := func() bool { return !deadline.IsZero() && !o.Clock.Now().Before(deadline) }
 	var best *ArmResult
-	pool := arms // arms entering the current round
+	pool := sweepOrder(t, arms) // arms entering the current round
 	for round, n := range reps {
-		compileAll(r, t, pool, o.Parallel)
 		complete := true
-		for _, a := range pool {
+		// compile a few arms, measure them, go on: a space too large for the
+		// budget still gets the default and a spread of arms measured
+		chunk := 2 * o.Parallel
+		for i, a := range pool {
+			if i%chunk == 0 && !expired() && ctx.Err() == nil {
+				compileAll(r, t, pool[i:min(i+chunk, len(pool))], o.Parallel)
+			}
 			if a.Failed {
 				continue
 			}
@@ -153,6 +161,20 @@ func search(ctx context.Context, r Runner, t Task, o Options, deadline time.Time
 		o.Observer.Done(res)
 	}
 	return res
+}
+
+// sweepOrder is the order the first round measures arms in: the default
+// first, the rest shuffled by a seed of the task's ID, so that a round the
+// budget cuts short has sampled the whole space rather than one corner of
+// its enumeration order. It is the same for the same task on every run.
+func sweepOrder(t Task, arms []*ArmResult) []*ArmResult {
+	out := slices.Clone(arms)
+	h := fnv.New64a()
+	h.Write([]byte(t.ID()))
+	rng := rand.New(rand.NewPCG(h.Sum64(), 0x6d656d7261))
+	rest := out[1:]
+	rng.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
+	return out
 }
 
 // rank returns the measured, passing arms of pool, fastest first (ties by

@@ -37,6 +37,7 @@ type fakeRunner struct {
 	broken   map[string]bool    // arms that fail to compile
 	noise    float64
 	overhead time.Duration
+	compile  time.Duration // clock advance per compilation
 	space    codegen.Space
 
 	mu       sync.Mutex
@@ -61,6 +62,7 @@ func (f *fakeRunner) Compile(t Task, arm codegen.Point) error {
 	f.mu.Lock()
 	f.compiled[name]++
 	f.mu.Unlock()
+	f.clock.advance(f.compile)
 	if f.broken[name] {
 		return errors.New("nvrtc: planted compile error")
 	}
@@ -272,4 +274,34 @@ func TestPlan(t *testing.T) {
 		require.Equal(t, tc.strategy, s, tc.n)
 		require.Equal(t, tc.reps, reps, tc.n)
 	}
+}
+
+// TestLargeSpaceWithinBudget: a space whose compilations alone outlast the
+// budget (the GEMV space: hundreds of arms at ~50 ms of NVRTC each) still
+// gets its default and a spread of arms measured, because arms are compiled
+// a few at a time between measurements, in a shuffled order.
+func TestLargeSpaceWithinBudget(t *testing.T) {
+	clock := &fakeClock{}
+	tk := task(t, "gemv")
+	f := newFake(tk.Space, clock, 1)
+	f.compile = 50 * time.Millisecond
+	require.Greater(t, len(f.times), 200)
+	res := Search(context.Background(), f, tk, Options{Clock: clock}, 2*time.Second)
+	require.True(t, res.OutOfTime)
+	require.NotNil(t, res.Default, "the default is measured first")
+	require.NotNil(t, res.Best)
+	require.GreaterOrEqual(t, res.Tried, 10)
+	threads := map[int]bool{}
+	for _, a := range res.Arms {
+		if a.Round >= 0 {
+			threads[a.Arm["threads"]] = true
+		}
+	}
+	require.GreaterOrEqual(t, len(threads), 3, "measured arms spread over the space")
+	// the same task sweeps in the same order
+	clock2 := &fakeClock{}
+	f2 := newFake(tk.Space, clock2, 1)
+	f2.compile = f.compile
+	res2 := Search(context.Background(), f2, tk, Options{Clock: clock2}, 2*time.Second)
+	require.Equal(t, res.Best.Name, res2.Best.Name)
 }
