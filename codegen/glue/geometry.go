@@ -62,10 +62,14 @@ func geometry(p *codegen.Program, k *codegen.Kernel) (jen.Code, error) {
 		}
 		rules[i] = r
 	}
+	sh, err := fitShared(func(t, s int) uint32 { return at(t, s).Shared })
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s shared memory: %w", ErrGlue, k.Name, err)
+	}
 	for _, n := range probeDims {
 		for _, s := range []int{1, n} {
 			g := at(n, s)
-			if g.Block != base.Block || g.Shared != base.Shared {
+			if g.Block != base.Block || g.Shared != sh.eval(codegen.Dims{Tokens: n, Seqs: s}) {
 				return nil, fmt.Errorf("%w: %s: block or shared memory depends on the dims", ErrGlue, k.Name)
 			}
 			for i, r := range rules {
@@ -78,8 +82,56 @@ func geometry(p *codegen.Program, k *codegen.Kernel) (jen.Code, error) {
 	grid := jen.Index(jen.Lit(3)).Uint32().Values(rules[0].code(), rules[1].code(), rules[2].code())
 	block := jen.Index(jen.Lit(3)).Uint32().Values(jen.Lit(int(base.Block[0])), jen.Lit(int(base.Block[1])), jen.Lit(int(base.Block[2])))
 	return jen.Qual(codegenPath, "Geometry").Values(jen.Dict{
-		jen.Id("Grid"): grid, jen.Id("Block"): block, jen.Id("Shared"): jen.Lit(int(base.Shared)),
+		jen.Id("Grid"): grid, jen.Id("Block"): block, jen.Id("Shared"): sh.code(),
 	}), nil
+}
+
+// sharedRule is a kernel's dynamic shared memory: perRow·min(Tokens, rows)
+// bytes (kernels that stage up to rows activation rows), or konst.
+type sharedRule struct {
+	perRow uint32
+	rows   int
+	konst  uint32
+}
+
+func (r sharedRule) eval(d codegen.Dims) uint32 {
+	if r.rows == 0 {
+		return r.konst
+	}
+	return r.perRow * uint32(min(d.Tokens, r.rows))
+}
+
+func (r sharedRule) code() jen.Code {
+	if r.rows == 0 {
+		return jen.Lit(int(r.konst))
+	}
+	return jen.Lit(int(r.perRow)).Op("*").Uint32().Call(jen.Min(jen.Id("d").Dot("Tokens"), jen.Lit(r.rows)))
+}
+
+// fitShared finds the shared-memory rule of g(tokens, seqs): a constant, or
+// g(1)·min(tokens, R) for the R at which it stops growing.
+func fitShared(g func(t, s int) uint32) (sharedRule, error) {
+	one := g(1, 1)
+	r := sharedRule{konst: one}
+	for _, n := range probeDims {
+		if g(n, 1) != one {
+			r = sharedRule{perRow: one, rows: 1}
+			break
+		}
+	}
+	if r.rows > 0 {
+		for r.rows < probeDims[len(probeDims)-1] && g(r.rows+1, 1) == one*uint32(r.rows+1) {
+			r.rows++
+		}
+	}
+	for _, n := range probeDims {
+		for _, s := range []int{1, n} {
+			if got := g(n, s); got != r.eval(codegen.Dims{Tokens: n, Seqs: s}) {
+				return r, fmt.Errorf("%d bytes at T=%d S=%d is neither constant nor linear in T up to a bound", got, n, s)
+			}
+		}
+	}
+	return r, nil
 }
 
 // fit finds the rule of one grid dimension g(tokens, seqs): a constant, or

@@ -18,6 +18,7 @@ import (
 	"github.com/memra-ai/memra/ir/arch"
 	"github.com/memra-ai/memra/ir/dtype"
 	"github.com/memra-ai/memra/runtime/load"
+	"github.com/memra-ai/memra/runtime/synth"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -97,4 +98,46 @@ func TestGeometryRules(t *testing.T) {
 	}
 	_, err := fit(func(tk, s int) uint32 { return uint32(tk * 2) })
 	require.Error(t, err, "2T is not a ceil-div rule")
+}
+
+// TestGlueQuantised generates the glue of a Q4_K_M model's decode program:
+// int8-activation products whose shared memory grows with the step's rows
+// up to a bound, launches with a one-row kernel (Launch.One) and fused
+// prologues. The glue type-checks, carries One, and its geometry rules give
+// what every kernel's own Launch gives.
+func TestGlueQuantised(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.gguf")
+	_, err := synth.WriteGGUF(path, synth.Options{Preset: "qwen3-8b", Quant: "q4_k_m", Layers: 1, Dim: 256, Weights: synth.WeightsBlocks})
+	require.NoError(t, err)
+	m, err := load.Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	g, err := arch.Build(m.HParams, m)
+	require.NoError(t, err)
+	require.NoError(t, ir.RunPasses(g, ir.Passes))
+	p, err := codegen.Lower(g, codegen.LowerOptions{Class: codegen.Decode, MaxSeqs: 16, Context: 256, Cache: dtype.F16, Argmax: true})
+	require.NoError(t, err)
+	src, err := Generate("qglue", p)
+	require.NoError(t, err)
+	require.Contains(t, string(src), "One:")
+	require.Contains(t, string(src), "min(d.Tokens, 16)")
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "glue.go", src, parser.ParseComments)
+	require.NoError(t, err)
+	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
+	_, err = conf.Check("qglue", fset, []*ast.File{f}, nil)
+	require.NoError(t, err)
+	varying := 0
+	for _, k := range p.Kernels {
+		sh, err := fitShared(func(tk, s int) uint32 { return k.Launch(codegen.Dims{Tokens: tk, Seqs: s, KVLen: p.Context}).Shared })
+		require.NoError(t, err, k.Name)
+		if sh.rows > 0 {
+			varying++
+		}
+		for _, d := range []codegen.Dims{{Tokens: 1, Seqs: 1}, {Tokens: 3, Seqs: 3}, {Tokens: 16, Seqs: 16}, {Tokens: 40, Seqs: 7}} {
+			d.KVLen = p.Context
+			require.Equal(t, k.Launch(d).Shared, sh.eval(d), "%s %+v", k.Name, d)
+		}
+	}
+	require.Positive(t, varying, "the batch products stage min(T, 16) rows")
 }
