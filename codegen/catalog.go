@@ -76,6 +76,12 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 		return nil, err
 	}
 	ks = append(ks, p, c)
+	live := DefaultDecodeLiveArm
+	live.Live = 2 // the runtime's default decode attention
+	if p, c, err = DecodeAttention(s.Attn(cache), live); err != nil {
+		return nil, err
+	}
+	ks = append(ks, p, c)
 	if err := add(PrefillAttention(s.Attn(cache), DefaultPrefillArm)); err != nil {
 		return nil, err
 	}
@@ -92,6 +98,30 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 		}
 		if err := add(MatMulMMA(t, nqkv, s.Hidden, false, DefaultMMAArm)); err != nil {
 			return nil, err
+		}
+		// the decode products lowering runs untuned: repacked arms and fused prologues
+		var plain, fused []GEMVArm
+		switch {
+		case Repackable(t):
+			plain = []GEMVArm{DefaultRepackArm, DefaultXQOneArm, DefaultXQBatchArm}
+			fused = []GEMVArm{DefaultXQOneArm, DefaultXQBatchArm}
+		case PrologueFusable(t, DefaultGEMVArm):
+			fused = []GEMVArm{DefaultGEMVArm}
+		}
+		for _, a := range plain {
+			if err := add(GEMV(t, nqkv, s.Hidden, false, FitXQ(a, s.Hidden))); err != nil {
+				return nil, err
+			}
+		}
+		for _, a := range fused {
+			if err := add(GEMVNorm(t, nqkv, s.Hidden, false, FitXQ(a, s.Hidden), s.Eps)); err != nil {
+				return nil, err
+			}
+			if checkRow(t, s.FFN) == nil && s.FFN%8 == 0 {
+				if err := add(GEMVSwiGLU(t, s.Hidden, s.FFN, true, FitXQ(a, s.FFN))); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
 	return ks, nil
