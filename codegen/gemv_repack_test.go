@@ -274,3 +274,28 @@ func TestLowerFusedNorm(t *testing.T) {
 		}
 	}
 }
+
+// TestLowerFusedNormMixedTypes: when the products after a norm have
+// different weight types (Q4_K_M's Q6_K attn_v), each runs its own product
+// and normalises x itself; no norm launch remains.
+func TestLowerFusedNormMixedTypes(t *testing.T) {
+	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
+	p, err := Lower(g, LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16})
+	require.NoError(t, err)
+	norms, swiglus, fused := 0, 0, 0
+	for _, ln := range p.Launches {
+		k := p.Kernels[ln.Kernel]
+		switch {
+		case k.Family == "rmsnorm":
+			norms++
+		case k.Family == "swiglu":
+			swiglus++
+		case strings.Contains(k.Name, "_norm"):
+			fused++
+		}
+	}
+	require.Zero(t, norms)
+	require.Zero(t, swiglus)
+	// per layer: q, k and v apart, gate/up together; then the output head
+	require.Equal(t, 4*smallQwen3.Layers+1, fused)
+}

@@ -222,21 +222,32 @@ type proIn struct {
 }
 
 // fuseNorm reports whether the norm before parts (rows of k) runs inside
-// their product: a decode program outside the exact configuration, one
-// product over weights of one type, and GEMVNorm kernels for the arms that
-// product launches.
+// their products: a decode program outside the exact configuration and
+// GEMVNorm kernels for the arms of the one product over weights of one
+// type, or of each part's product when their types differ (each then
+// normalises x itself).
 func (l *lowerer) fuseNorm(parts []matPart, k int) bool {
 	if !l.fusing() {
 		return false
 	}
-	total := 0
+	total, same := 0, true
 	for _, p := range parts {
-		if p.residual != nil || p.t != parts[0].t || p.k != k {
+		if p.residual != nil || p.k != k {
 			return false
 		}
 		total += p.padN
+		same = same && p.t == parts[0].t
 	}
-	return l.fusable(parts[0].t, total, k, false)
+	if same {
+		return l.fusable(parts[0].t, total, k, false)
+	}
+	// one product per part (types differ): each normalises x itself
+	for _, p := range parts {
+		if !l.fusable(p.t, p.padN, k, false) {
+			return false
+		}
+	}
+	return true
 }
 
 // fusing reports whether products of this program take fused prologues: a
@@ -320,18 +331,19 @@ func (l *lowerer) fusedProducts(parts []matPart, x view, rows ir.Dim, norm *proI
 			return err
 		}
 	} else {
-		if norm != nil {
-			panic("BUG: fused norm before products of different types")
-		}
 		var srcs []Arg
-		for _, p := range parts {
+		for i, p := range parts {
 			w, err := l.matrix([]matPart{p}, x.width)
 			if err != nil {
 				return err
 			}
 			b := l.buffer(shortName(p.name), rows, p.padN)
 			y := view{buf: b, width: p.padN, stride: p.padN}
-			if err := l.product(p.t, p.padN, x.width, w, x, y, rows, false, []int{p.mm.ID}, nil); err != nil {
+			pnodes := []int{p.mm.ID}
+			if norm != nil && i == 0 {
+				pnodes = append([]int{norm.node}, pnodes...)
+			}
+			if err := l.product(p.t, p.padN, x.width, w, x, y, rows, false, pnodes, norm); err != nil {
 				return err
 			}
 			srcs = append(srcs, bufArg(y))
