@@ -117,6 +117,10 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 			if err := add(GEMVNorm(t, nqkv, s.Hidden, false, FitXQ(a, s.Hidden), s.Eps)); err != nil {
 				return nil, err
 			}
+			// V of a fused QKV row whose parts differ in type
+			if err := add(GEMVInto(t, s.HeadsKV*s.HeadDim, s.Hidden, false, FitXQ(a, s.Hidden), Prologue{Kind: ProNorm, Eps: s.Eps}, nqkv)); err != nil {
+				return nil, err
+			}
 			if checkRow(t, s.FFN) == nil && s.FFN%8 == 0 {
 				if err := add(GEMVSwiGLU(t, s.Hidden, s.FFN, true, FitXQ(a, s.FFN))); err != nil {
 					return nil, err

@@ -97,7 +97,9 @@ func TestCompileGate(t *testing.T) {
 		require.NoError(t, err, t2)
 		s, err := codegen.GEMVSwiGLU(t2, 1000, k, i%2 == 0, arm)
 		require.NoError(t, err, t2)
-		ks = append(ks, g, s)
+		into, err := codegen.GEMVInto(t2, 200, k, false, arm, codegen.Prologue{Kind: codegen.ProNorm, Eps: 1e-6}, 1000)
+		require.NoError(t, err, t2)
+		ks = append(ks, g, s, into)
 	}
 	r, err := codegen.RMSNormAdd(s.Hidden, s.Eps, false, codegen.BlockArm{Threads: 1024})
 	require.NoError(t, err)

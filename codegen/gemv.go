@@ -196,7 +196,7 @@ func PrologueFusable(t dtype.Type, arm GEMVArm) bool {
 //
 // Only for the arms of PrologueFusable.
 func GEMVNorm(t dtype.Type, n, k int, residual bool, arm GEMVArm, eps float32) (*Kernel, error) {
-	return gemvPrologue(t, n, k, residual, arm, Prologue{Kind: ProNorm, Eps: eps})
+	return GEMVInto(t, n, k, residual, arm, Prologue{Kind: ProNorm, Eps: eps}, 0)
 }
 
 // GEMVSwiGLU is GEMV of silu(gate) · up: x holds m rows of 2k floats,
@@ -205,23 +205,47 @@ func GEMVNorm(t dtype.Type, n, k int, residual bool, arm GEMVArm, eps float32) (
 // product without the SwiGLU launch). Parameters as GEMV's. Only for the
 // arms of PrologueFusable.
 func GEMVSwiGLU(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
-	return gemvPrologue(t, n, k, residual, arm, Prologue{Kind: ProSwiGLU})
+	return GEMVInto(t, n, k, residual, arm, Prologue{Kind: ProSwiGLU}, 0)
 }
 
-func gemvPrologue(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue) (*Kernel, error) {
+// GEMVInto is GEMV with the prologue pro (ProNone, GEMVNorm's or
+// GEMVSwiGLU's) whose output rows are ystride floats apart (0: n), so that
+// products of different weight types write their columns of one fused row
+// (y points at the first column) without a concatenation. Only for the
+// arms of PrologueFusable.
+func GEMVInto(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, ystride int) (*Kernel, error) {
 	if err := checkRow(t, k); err != nil {
 		return nil, err
 	}
 	if !PrologueFusable(t, arm) {
 		return nil, fmt.Errorf("%w: gemv with a fused prologue for %v and arm %v", ErrUnsupported, t, arm)
 	}
-	if n <= 0 || k%8 != 0 {
-		return nil, fmt.Errorf("%w: gemv with a fused prologue, N %d, K %d", ErrUnsupported, n, k)
+	if n <= 0 || k%8 != 0 || (ystride != 0 && ystride < n) {
+		return nil, fmt.Errorf("%w: gemv with a fused prologue, N %d, K %d, output stride %d", ErrUnsupported, n, k, ystride)
+	}
+	if ystride == n {
+		ystride = 0
 	}
 	if arm.XQ == 1 {
-		return gemvXQ(t, n, k, residual, arm, pro)
+		return gemvXQ(t, n, k, residual, arm, pro, ystride)
 	}
-	return gemvHalf(t, n, k, residual, arm, pro)
+	return gemvHalf(t, n, k, residual, arm, pro, ystride)
+}
+
+// ysName is the kernel name part of an output row stride (0: none).
+func ysName(ystride int) string {
+	if ystride == 0 {
+		return ""
+	}
+	return fmt.Sprintf("_ys%d", ystride)
+}
+
+// ysDefine is the YS #define of an output row stride: ystride, or N.
+func ysDefine(ystride int) string {
+	if ystride == 0 {
+		return "#define YS N // output row stride"
+	}
+	return fmt.Sprintf("#define YS %d // output row stride", ystride)
 }
 
 // GEMV returns the matrix-vector product y = W·x for W of n rows of k
@@ -243,13 +267,13 @@ func GEMV(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
 		return nil, fmt.Errorf("%w: gemv with %d rows", ErrUnsupported, n)
 	}
 	if arm.XQ == 1 {
-		return gemvXQ(t, n, k, residual, arm, Prologue{})
+		return gemvXQ(t, n, k, residual, arm, Prologue{}, 0)
 	}
 	if arm.Layout == 1 {
 		return gemvRepacked(t, n, k, residual, arm)
 	}
 	if (t == dtype.F16 || t == dtype.BF16) && arm.SharedX == 1 {
-		return gemvHalf(t, n, k, residual, arm, Prologue{})
+		return gemvHalf(t, n, k, residual, arm, Prologue{}, 0)
 	}
 	rowBytes, _ := t.RowBytes(k)
 	tpr := arm.Threads / arm.RowsPerBlock
@@ -300,7 +324,7 @@ func GEMV(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
 					w.Line("acc += v[4 * i] * q.x + v[4 * i + 1] * q.y + v[4 * i + 2] * q.z + v[4 * i + 3] * q.w;")
 				})
 			})
-			gemvRowStore(w, arm, tpr, n, residual)
+			gemvRowStore(w, arm, tpr, n, residual, "N")
 			w.Line("pdl_launch();")
 		}})
 	})
@@ -312,7 +336,7 @@ func GEMV(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
 // gemvRowStore emits the end of a GEMV row shared by every layout: the
 // warp (and, past 32 threads a row, the block) sum of acc, and the store of
 // row r of y, added to y for a residual epilogue.
-func gemvRowStore(w *Writer, arm GEMVArm, tpr, n int, residual bool) {
+func gemvRowStore(w *Writer, arm GEMVArm, tpr, n int, residual bool, ys string) {
 	w.Line("acc = warp_sum(acc);")
 	if tpr > 32 {
 		w.Linef("__shared__ float part[%d];", arm.Threads/32)
@@ -332,6 +356,6 @@ func gemvRowStore(w *Writer, arm GEMVArm, tpr, n int, residual bool) {
 		if residual {
 			op = "+="
 		}
-		w.Linef("y[(size_t)blockIdx.y * N + r] %s acc;", op)
+		w.Linef("y[(size_t)blockIdx.y * %s + r] %s acc;", ys, op)
 	})
 }

@@ -12,7 +12,7 @@ import (
 // and each thread keeps arm.Unroll chunks in flight, the first ones issued
 // before the PDL wait (weights do not depend on the previous kernel).
 // pro (GEMVNorm, GEMVSwiGLU) is computed on the staged row on the way in.
-func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue) (*Kernel, error) {
+func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, ystride int) (*Kernel, error) {
 	if k%8 != 0 {
 		return nil, fmt.Errorf("%w: %v gemv with K %d (a multiple of 8)", ErrUnsupported, t, k)
 	}
@@ -25,7 +25,7 @@ func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue) 
 	if residual {
 		epi = "_res"
 	}
-	epi += pro.suffix()
+	epi += pro.suffix() + ysName(ystride)
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
 	params := gemvParams(pro.Kind == ProNorm)
 	src := source(fmt.Sprintf("gemv: %v weights, coalesced 16-byte chunks, N %d, K %d, residual %v, prologue %q, %v", t, n, k, residual, pro.suffix(), arm),
@@ -43,6 +43,7 @@ func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue) 
 			w.Linef("#define CPR %d // 16-byte chunks per row", k/8)
 			w.Linef("#define TPR %d // threads per row", tpr)
 			w.Linef("#define RPB %d // rows per block", arm.RowsPerBlock)
+			w.Raw(ysDefine(ystride))
 			w.Linef("#define U %d // chunks in flight per thread", arm.Unroll)
 			w.Blank()
 			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
@@ -95,7 +96,7 @@ func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue) 
 					w.If("c >= CPR", func() { w.Line("break;") })
 					load()
 				})
-				gemvRowStore(w, arm, tpr, n, residual)
+				gemvRowStore(w, arm, tpr, n, residual, "YS")
 				w.Line("pdl_launch();")
 			}})
 		})

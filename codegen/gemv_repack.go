@@ -244,7 +244,7 @@ func gemvRepacked(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, 
 				w.If("u >= UPR", func() { w.Line("break;") })
 				load()
 			})
-			gemvRowStore(w, arm, tpr, n, residual)
+			gemvRowStore(w, arm, tpr, n, residual, "N")
 			w.Line("pdl_launch();")
 		}})
 	})

@@ -1,6 +1,7 @@
 package codegen
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -298,4 +299,30 @@ func TestLowerFusedNormMixedTypes(t *testing.T) {
 	require.Zero(t, swiglus)
 	// per layer: q, k and v apart, gate/up together; then the output head
 	require.Equal(t, 4*smallQwen3.Layers+1, fused)
+	// q, k and v write their columns of one fused row: three launches, one
+	// buffer, offsets 0, q and q + k, rows of q + k + v
+	hd := smallQwen3.HeadDim
+	widths := []int{smallQwen3.Heads * hd, smallQwen3.HeadsKV * hd, smallQwen3.HeadsKV * hd}
+	found := false
+	for i, ln := range p.Launches {
+		k := p.Kernels[ln.Kernel]
+		if !strings.Contains(k.Name, "_norm") || i+2 >= len(p.Launches) {
+			continue
+		}
+		if !strings.Contains(p.Kernels[p.Launches[i+2].Kernel].Name, "_norm") {
+			continue
+		}
+		off := 0
+		for j, wd := range widths {
+			l := p.Launches[i+j]
+			y := l.Args[3]
+			require.Equal(t, p.Launches[i].Args[3].Index, y.Index, "one fused buffer")
+			require.Equal(t, 4*off, y.Offset)
+			require.Contains(t, p.Kernels[l.Kernel].Name, fmt.Sprintf("_ys%d", widths[0]+widths[1]+widths[2]))
+			off += wd
+		}
+		found = true
+		break
+	}
+	require.True(t, found, "three norm-fused products in a row")
 }

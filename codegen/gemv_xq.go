@@ -269,7 +269,7 @@ func xqRename(code string, w int) string {
 // block, each warp computing arm.RowsPerWarp consecutive weight rows.
 // grid (⌈n/(RowsPerBlock·RowsPerWarp)⌉, ⌈m/MB⌉).
 // pro (GEMVNorm, GEMVSwiGLU) is computed by the quantising stage.
-func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue) (*Kernel, error) {
+func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, ystride int) (*Kernel, error) {
 	rt, ok := rpTypes[t]
 	if !ok || xqDot[t] == "" {
 		return nil, fmt.Errorf("%w: int8-activation gemv for %v", ErrUnsupported, t)
@@ -285,7 +285,7 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue) (*
 	if residual {
 		epi = "_res"
 	}
-	epi += pro.suffix()
+	epi += pro.suffix() + ysName(ystride)
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
 	params := gemvParams(pro.Kind == ProNorm)
 	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations, N %d, K %d, residual %v, prologue %q, %v", t, n, k, residual, pro.suffix(), arm),
@@ -296,6 +296,7 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue) (*
 			w.Linef("#define RW %d // weight rows per warp", rw)
 			w.Linef("#define U %d // units in flight per thread and row", arm.Unroll)
 			w.Linef("#define MB %d // activation rows per block", mb)
+			w.Raw(ysDefine(ystride))
 			w.Blank()
 			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
 				w.Line("const int r0 = (blockIdx.x * RPB + (threadIdx.x >> 5)) * RW; // the warp's first row")
@@ -364,7 +365,7 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue) (*
 				w.For("r", "0", "RW", "1", -1, func() {
 					w.For("j", "0", "MB", "1", -1, func() {
 						w.Line("const float v = warp_sum(acc[r][j]);")
-						w.If("lane == 0 && r0 + r < N && j < mrows", func() { w.Linef("y[(size_t)(m0 + j) * N + r0 + r] %s v;", op) })
+						w.If("lane == 0 && r0 + r < N && j < mrows", func() { w.Linef("y[(size_t)(m0 + j) * YS + r0 + r] %s v;", op) })
 					})
 				})
 				w.Line("pdl_launch();")

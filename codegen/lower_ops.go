@@ -47,8 +47,8 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	if x.width != k || x.off != 0 || (!swi && x.stride != k) || (swi && x.stride != 2*k) {
 		return fmt.Errorf("product input is %d of %d floats at %d, want a contiguous row of %d", x.width, x.stride, x.off, k)
 	}
-	if y.off != 0 || y.stride != n {
-		return fmt.Errorf("product output row of %d at %d, want %d", y.stride, y.off, n)
+	if y.width != n || y.stride < n || ((y.off != 0 || y.stride != n) && pro == nil) {
+		return fmt.Errorf("product output of %d in rows of %d at %d, want %d", y.width, y.stride, y.off, n)
 	}
 	var kern int
 	var err error
@@ -59,7 +59,9 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	} else {
 		gemv := func(arm GEMVArm) (*Kernel, error) { return GEMV(t, n, k, residual, arm) }
 		if pro != nil {
-			gemv = func(arm GEMVArm) (*Kernel, error) { return gemvPrologue(t, n, k, residual, arm, pro.pro) }
+			gemv = func(arm GEMVArm) (*Kernel, error) { return GEMVInto(t, n, k, residual, arm, pro.pro, y.stride) }
+		} else if y.stride != n {
+			panic("BUG: strided product output without a fused prologue")
 		}
 		arm := l.gemvArm(ProductClass(t, n, k, residual), t, k)
 		kern, err = l.kernel(gemv(arm))
@@ -330,20 +332,35 @@ func (l *lowerer) fusedProducts(parts []matPart, x view, rows ir.Dim, norm *proI
 		if err := l.product(parts[0].t, total, x.width, w, x, fused, rows, false, nodes, norm); err != nil {
 			return err
 		}
+	} else if norm != nil {
+		// each part's product normalises x and writes its columns of the
+		// fused row (GEMVInto's output stride): no concatenation
+		off := 0
+		for i, p := range parts {
+			w, err := l.matrix([]matPart{p}, x.width)
+			if err != nil {
+				return err
+			}
+			y := view{buf: fb, off: off, width: p.padN, stride: total}
+			pnodes := []int{p.mm.ID}
+			if i == 0 {
+				pnodes = append([]int{norm.node}, pnodes...)
+			}
+			if err := l.product(p.t, p.padN, x.width, w, x, y, rows, false, pnodes, norm); err != nil {
+				return err
+			}
+			off += p.padN
+		}
 	} else {
 		var srcs []Arg
-		for i, p := range parts {
+		for _, p := range parts {
 			w, err := l.matrix([]matPart{p}, x.width)
 			if err != nil {
 				return err
 			}
 			b := l.buffer(shortName(p.name), rows, p.padN)
 			y := view{buf: b, width: p.padN, stride: p.padN}
-			pnodes := []int{p.mm.ID}
-			if norm != nil && i == 0 {
-				pnodes = append([]int{norm.node}, pnodes...)
-			}
-			if err := l.product(p.t, p.padN, x.width, w, x, y, rows, false, pnodes, norm); err != nil {
+			if err := l.product(p.t, p.padN, x.width, w, x, y, rows, false, []int{p.mm.ID}, nil); err != nil {
 				return err
 			}
 			srcs = append(srcs, bufArg(y))

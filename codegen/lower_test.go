@@ -223,11 +223,16 @@ func TestLowerStructure(t *testing.T) {
 	require.Equal(t, 1, count(pre, "gemv"), "logits over S rows stay GEMV")
 	require.Equal(t, 1, count(pre, "gather_rows"))
 
-	q2, err := Lower(buildGraph(t, smallQwen2, synthTensors(smallQwen2, dtype.Q4_K, dtype.Q6_K)), LowerOptions{Class: Decode, MaxSeqs: 2, Context: 256, Cache: dtype.F16})
+	q2g := buildGraph(t, smallQwen2, synthTensors(smallQwen2, dtype.Q4_K, dtype.Q6_K))
+	q2, err := Lower(q2g, LowerOptions{Class: Decode, MaxSeqs: 2, Context: 256, Cache: dtype.F16, NoFusePrologue: true})
 	require.NoError(t, err)
 	require.Equal(t, 2, count(q2, "concat"), "Q4_K q/k with Q6_K v need a concat")
 	require.Equal(t, 2, count(q2, "bias_add"))
 	require.Equal(t, 2, count(q2, "attn_decode")/2)
+	q2, err = Lower(q2g, LowerOptions{Class: Decode, MaxSeqs: 2, Context: 256, Cache: dtype.F16})
+	require.NoError(t, err)
+	require.Equal(t, 0, count(q2, "concat"), "with the norm fused, each product writes its columns of the fused row")
+	require.Equal(t, 2, count(q2, "bias_add"))
 
 	q3, err := Lower(buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q8_0, dtype.Q8_0)), LowerOptions{Class: Decode, MaxSeqs: 2, Context: 256, Cache: dtype.F16})
 	require.NoError(t, err)

@@ -26,6 +26,7 @@ func TestKernelCheckCases(t *testing.T) {
 	require.Equal(t, []string{"rmsnorm f32", "rope_kv f16 cache", "swiglu f32", "argmax f32", "attn_decode f16 cache", "attn_prefill f16 cache",
 		"attn_decode_live f16 cache",
 		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemm_small/qkv q4_k", "gemv/qkv×12 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
+		"gemv+norm/v (rows of 512) q4_k",
 		"gemv/down q4_k", "gemv+swiglu/down q4_k", "gemv+swiglu/down×12 q4_k",
 		"embedding f16", "gemv/qkv f16", "mma/qkv f16", "gemm_small/qkv f16", "gemv+norm/qkv f16", "gemv/down f16", "gemv+swiglu/down f16"}, labels)
 	for _, c := range cs {

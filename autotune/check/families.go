@@ -2,6 +2,7 @@ package check
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -374,23 +375,35 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 // y = W·rmsnorm(x, nw) over m rows, checked against the CPU norm followed
 // by the CPU product.
 func ProductNorm(shape, use string, t dtype.Type, n, k, m int, eps float32, seed uint64) *Case {
-	return productPrologue(shape, use, t, n, k, m, false, codegen.Prologue{Kind: codegen.ProNorm, Eps: eps}, seed)
+	return productPrologue(shape, use, t, n, k, m, false, codegen.Prologue{Kind: codegen.ProNorm, Eps: eps}, 0, seed)
+}
+
+// ProductNormInto is ProductNorm writing its n columns into rows of
+// ystride floats (GEMVInto: one part of a fused row of products of
+// different weight types); the other columns must stay as they were.
+func ProductNormInto(shape, use string, t dtype.Type, n, k, m int, eps float32, ystride int, seed uint64) *Case {
+	return productPrologue(shape, use, t, n, k, m, false, codegen.Prologue{Kind: codegen.ProNorm, Eps: eps}, ystride, seed)
 }
 
 // ProductSwiGLU is the FFN's down product with its SwiGLU fused
 // (GEMVSwiGLU), adding into y: y += W·(silu(gate)·up) over m rows of
 // [gate | up], checked against the CPU SwiGLU followed by the CPU product.
 func ProductSwiGLU(shape, use string, t dtype.Type, n, k, m int, seed uint64) *Case {
-	return productPrologue(shape, use, t, n, k, m, true, codegen.Prologue{Kind: codegen.ProSwiGLU}, seed)
+	return productPrologue(shape, use, t, n, k, m, true, codegen.Prologue{Kind: codegen.ProSwiGLU}, 0, seed)
 }
 
 // productPrologue is ProductNorm or ProductSwiGLU. Its default arm is the
 // one lowering uses untuned (int8 activations for repacked types, else the
 // shared-memory GEMV).
-func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool, pro codegen.Prologue, seed uint64) *Case {
+func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool, pro codegen.Prologue, ystride int, seed uint64) *Case {
 	dt := strings.ToLower(t.String())
 	tag := map[codegen.PrologueKind]string{codegen.ProNorm: "norm", codegen.ProSwiGLU: "swiglu"}[pro.Kind]
-	c := &Case{Family: "gemv", Label: "gemv+" + tag + "/" + use, Shape: shape, DType: dt, Class: codegen.ProductClass(t, n, k, residual) + "_" + tag,
+	ys, ctag, label := max(ystride, n), tag, "gemv+"+tag+"/"+use
+	if ys != n {
+		ctag += fmt.Sprintf("_ys%d", ys)
+		label += fmt.Sprintf(" (rows of %d)", ys)
+	}
+	c := &Case{Family: "gemv", Label: label, Shape: shape, DType: dt, Class: codegen.ProductClass(t, n, k, residual) + "_" + ctag,
 		Use: use, Tol: 1e-4, seed: seed, K: k}
 	sp := codegen.GEMVSpaceFor(t)
 	if codegen.Repackable(t) {
@@ -399,10 +412,7 @@ func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool
 	}
 	c.space = &sp
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
-		if pro.Kind == codegen.ProNorm {
-			return one(codegen.GEMVNorm(t, n, k, residual, codegen.GEMVArmOf(arm), pro.Eps))
-		}
-		return one(codegen.GEMVSwiGLU(t, n, k, residual, codegen.GEMVArmOf(arm)))
+		return one(codegen.GEMVInto(t, n, k, residual, codegen.GEMVArmOf(arm), pro, ystride))
 	}
 	c.setup = func(r *rand.Rand) (*inputs, error) {
 		W, err := randWeights(t, n, k, r.Uint64())
@@ -417,6 +427,14 @@ func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool
 		}
 		if residual {
 			y0 = randn(r, m*n)
+		}
+		// the output rows of ys floats: the product's columns first, the
+		// rest a pattern that must survive
+		yinit := randn(r, m*ys)
+		if residual {
+			for i := range m {
+				copy(yinit[i*ys:i*ys+n], y0[i*n:(i+1)*n])
+			}
 		}
 		ref := lazy(func() ([]float32, error) {
 			var xin []float32
@@ -434,10 +452,7 @@ func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool
 				if err != nil {
 					return nil, err
 				}
-				y := fbuf(make([]float32, m*n))
-				if residual {
-					y = fbuf(y0)
-				}
+				y := fbuf(yinit)
 				wb := W
 				if codegen.GEMVArmOf(arm).Layout == 1 {
 					if wb, err = packed(); err != nil {
@@ -450,7 +465,23 @@ func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool
 				}
 				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m}, Args: [][]Arg{args}, Outs: []*Buf{y}}, nil
 			},
-			compare: relErrTo(ref),
+			compare: func(outs [][]byte) (float64, error) {
+				want, err := ref()
+				if err != nil {
+					return 0, err
+				}
+				got := bytesF32(outs[0])
+				cols := make([]float32, 0, m*n)
+				for i := range m {
+					cols = append(cols, got[i*ys:i*ys+n]...)
+					for j := i*ys + n; j < (i+1)*ys; j++ {
+						if got[j] != yinit[j] {
+							return math.Inf(1), nil // wrote outside its columns
+						}
+					}
+				}
+				return codegen.RelErr(cols, want), nil
+			},
 		}, nil
 	}
 	return c

@@ -40,7 +40,9 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 				if codegen.Repackable(t) {
 					c := ProductNorm(s.Name, "qkv", t, qkv, s.Hidden, 12, s.Eps, seed)
 					c.Label += "×12"
-					cs = append(cs, c)
+					// the V part of a fused QKV row of mixed types (Q4_K_M's Q6_K V)
+					v := ProductNormInto(s.Name, "v", t, s.HeadsKV*s.HeadDim, s.Hidden, 4, s.Eps, qkv, seed)
+					cs = append(cs, c, v)
 				}
 			}
 		}

@@ -101,6 +101,7 @@ static __device__ __forceinline__ float xq_q4_k(uint4 q, uint4 hd, const int4* x
 #define RW 4 // weight rows per warp
 #define U 1 // units in flight per thread and row
 #define MB 16 // activation rows per block
+#define YS N // output row stride
 
 extern "C" __global__ void __launch_bounds__(256) gemv_q4_k_n512_k256_t256_r8_u1_s1_l1_q16_w4(
         const u8* __restrict__ W,
@@ -247,7 +248,7 @@ extern "C" __global__ void __launch_bounds__(256) gemv_q4_k_n512_k256_t256_r8_u1
         for (int j = 0; j < MB; ++j) {
             const float v = warp_sum(acc[r][j]);
             if (lane == 0 && r0 + r < N && j < mrows) {
-                y[(size_t)(m0 + j) * N + r0 + r] = v;
+                y[(size_t)(m0 + j) * YS + r0 + r] = v;
             }
         }
     }
