@@ -216,7 +216,9 @@ func NewBackend(m *load.Model, opts BackendOptions) (*Backend, error) {
 // newBackend builds the backend of the pipeline stage of layers
 // [first, last) (the whole model for 0, layers).
 func newBackend(m *load.Model, opts BackendOptions, first, last int) (*Backend, error) {
-	envOptions(&opts)
+	if err := envOptions(&opts); err != nil {
+		return nil, err
+	}
 	if _, err := opts.fill(m.HParams); err != nil {
 		return nil, err
 	}
@@ -458,29 +460,59 @@ func (b *Backend) StepGreedy(ctx context.Context, batch []runtime.SeqStep) ([]in
 // (the KV cache element type, when the caller chose none), and arms that
 // are not yet defaults (they become tunedb choices once measured):
 // MEMRA_SMALL_BATCH=1, MEMRA_FUSE=0, MEMRA_DECODE_LIVE=1|2, MEMRA_GEMV_QUANT and
-// MEMRA_GEMV_BATCH (the batch-1 and batched decode GEMV of repacked types).
-func envOptions(o *BackendOptions) {
+// MEMRA_GEMV_BATCH (the batch-1 and batched decode GEMV of repacked
+// types), MEMRA_PDL=early. A value it cannot read is an error naming the
+// variable, not a silent default.
+func envOptions(o *BackendOptions) error {
+	bad := func(name, v, want string) error {
+		return fmt.Errorf("%w: %s=%q: want %s", ErrArg, name, v, want)
+	}
 	if v := os.Getenv("MEMRA_KV_CACHE"); v != "" && o.Cache == "" {
 		o.Cache = v
 	}
-	if os.Getenv("MEMRA_SMALL_BATCH") == "1" {
+	switch v := os.Getenv("MEMRA_SMALL_BATCH"); v {
+	case "", "0":
+	case "1":
 		o.SmallBatch = true
+	default:
+		return bad("MEMRA_SMALL_BATCH", v, "0 or 1")
 	}
-	if os.Getenv("MEMRA_FUSE") == "0" {
+	switch v := os.Getenv("MEMRA_FUSE"); v {
+	case "", "1":
+	case "0":
 		o.NoFusePrologue = true
+	default:
+		return bad("MEMRA_FUSE", v, "0 or 1")
 	}
-	if v, err := strconv.Atoi(os.Getenv("MEMRA_DECODE_LIVE")); err == nil && v >= 0 && v <= 2 {
-		o.DecodeLive = v
-		if v == 0 {
+	if v := os.Getenv("MEMRA_DECODE_LIVE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 2 {
+			return bad("MEMRA_DECODE_LIVE", v, "0, 1 or 2")
+		}
+		o.DecodeLive = n
+		if n == 0 {
 			o.DecodeLive = -1
 		}
 	}
-	if a, ok := gemvQuantArm(os.Getenv("MEMRA_GEMV_QUANT")); ok {
-		o.Arms.GEMVQuant = a
+	const arms = "repack, xq, xqN (N 1 to 16), file or a GEMV arm name such as t256_r8_u1_s1_l1_q1_w4"
+	for _, e := range []struct {
+		name string
+		arm  *codegen.GEMVArm
+	}{{"MEMRA_GEMV_QUANT", &o.Arms.GEMVQuant}, {"MEMRA_GEMV_BATCH", &o.Arms.GEMVBatch}} {
+		v := os.Getenv(e.name)
+		if v == "" {
+			continue
+		}
+		a, ok := gemvQuantArm(v)
+		if !ok {
+			return bad(e.name, v, arms)
+		}
+		*e.arm = a
 	}
-	if a, ok := gemvQuantArm(os.Getenv("MEMRA_GEMV_BATCH")); ok {
-		o.Arms.GEMVBatch = a
+	if v := os.Getenv("MEMRA_PDL"); v != "" && v != "late" && v != "early" {
+		return bad("MEMRA_PDL", v, "late or early")
 	}
+	return nil
 }
 
 // compileOptions are the NVRTC options of a model's kernels: MEMRA_PDL=early

@@ -290,3 +290,27 @@ func TestLowerSynthCompiles(t *testing.T) {
 		t.Skipf("lowered only; no NVRTC to compile with: %v", nvErr)
 	}
 }
+
+// TestEnvOptions: the environment switches set their options, and a value
+// they cannot read is an error naming the variable (no silent default).
+func TestEnvOptions(t *testing.T) {
+	t.Setenv("MEMRA_GEMV_QUANT", "t256_r8_u4_s1_l1_q1_w4")
+	t.Setenv("MEMRA_GEMV_BATCH", "xq8")
+	t.Setenv("MEMRA_FUSE", "0")
+	t.Setenv("MEMRA_DECODE_LIVE", "0")
+	var o BackendOptions
+	require.NoError(t, envOptions(&o))
+	require.Equal(t, codegen.GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 1, RowsPerWarp: 4}, o.Arms.GEMVQuant)
+	require.Equal(t, 8, o.Arms.GEMVBatch.BatchRows)
+	require.True(t, o.NoFusePrologue)
+	require.Equal(t, -1, o.DecodeLive)
+	for name, v := range map[string]string{"MEMRA_GEMV_QUANT": "xq99", "MEMRA_GEMV_BATCH": "fast", "MEMRA_FUSE": "no",
+		"MEMRA_DECODE_LIVE": "3", "MEMRA_SMALL_BATCH": "yes", "MEMRA_PDL": "soon"} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(name, v)
+			err := envOptions(&BackendOptions{})
+			require.ErrorIs(t, err, ErrArg)
+			require.ErrorContains(t, err, name)
+		})
+	}
+}
