@@ -25,6 +25,7 @@ func init() { rootCmd.AddCommand(newBenchCmd()) }
 type benchOptions struct {
 	prompt, gen, reps int
 	device            string
+	kvCache           string
 	threads           int
 	noProgress        bool
 	batches           string
@@ -68,6 +69,7 @@ bytes read per step × steps/s) against the copy rate and pp as TFLOP/s
 	f.IntVarP(&o.gen, "n-gen", "n", 128, "generated tokens of the tg test (0: skip tg)")
 	f.IntVarP(&o.reps, "repetitions", "r", 5, "repetitions of each test")
 	f.StringVar(&o.device, "device", "", deviceHelp)
+	f.StringVar(&o.kvCache, "kv-cache", "", kvCacheHelp)
 	f.IntVarP(&o.threads, "threads", "t", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&o.noProgress, "no-progress", false, "hide the progress bar")
 	f.StringVarP(&o.batches, "batch", "b", "1", "decode batch sizes of the tg test, comma separated (e.g. 1,2,4,8)")
@@ -143,17 +145,22 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 			device = "cuda"
 		}
 		pp.logf = logf
+		if device == "cpu" {
+			if err := (gpuOptions{kvCache: o.kvCache}).checkCPU(); err != nil {
+				return nil, err
+			}
+		}
 		return newPipelineBackend(m, device, o.threads, maxSeqs, pp, cuda.BackendOptions{Context: ctxLen,
-			PrefillTokens: max(o.prompt, 512), Untuned: o.untuned, Logf: logf})
+			PrefillTokens: max(o.prompt, 512), Untuned: o.untuned, Logf: logf, Cache: o.kvCache})
 	}
 	if ord < 0 {
 		if o.roofline {
 			return nil, fmt.Errorf("bench: --roofline needs a CUDA device")
 		}
-		return newBackend(m, "cpu", o.threads, maxSeqs)
+		return newBackend(m, "cpu", o.threads, maxSeqs, gpuOptions{kvCache: o.kvCache})
 	}
 	return cuda.NewBackend(m, cuda.BackendOptions{Device: ord, MaxSeqs: maxSeqs, Context: ctxLen,
-		PrefillTokens: max(o.prompt, 512), Untuned: o.untuned, Logf: logf})
+		PrefillTokens: max(o.prompt, 512), Untuned: o.untuned, Logf: logf, Cache: o.kvCache})
 }
 
 func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {

@@ -64,7 +64,7 @@ func newLogitsCmd() *cobra.Command {
 				b, err = cuda.NewBackend(m, cuda.BackendOptions{MaxSeqs: 1, Cache: "f32", PrefillGEMV: true,
 					Context: len(ids) + steps})
 			} else {
-				b, err = newBackend(m, device, threads, 1)
+				b, err = newBackend(m, device, threads, 1, gpuOptions{})
 			}
 			if err != nil {
 				return err

@@ -35,17 +35,30 @@ func TestPPBackendCPU(t *testing.T) {
 		}
 		return ids
 	}
-	one, err := newBackend(m, "cpu", 1, 1)
+	one, err := newBackend(m, "cpu", 1, 1, gpuOptions{})
 	require.NoError(t, err)
 	want := run(one)
 	for _, split := range []int{0, 1, m.HParams.Layers - 1} {
-		b, err := newBackend(m, "cpu", 2, 1, ppOptions{stages: 2, split: split})
+		b, err := newBackend(m, "cpu", 2, 1, gpuOptions{}, ppOptions{stages: 2, split: split})
 		require.NoError(t, err)
 		require.Contains(t, b.Info().Device, "cpu+cpu")
 		require.Equal(t, want, run(b), "split %d", split)
 	}
-	_, err = newBackend(m, "cpu", 2, 1, ppOptions{stages: 2, split: m.HParams.Layers})
+	_, err = newBackend(m, "cpu", 2, 1, gpuOptions{}, ppOptions{stages: 2, split: m.HParams.Layers})
 	require.ErrorContains(t, err, "--pp-split")
-	_, err = newBackend(m, "cpu", 2, 1, ppOptions{stages: 3})
+	_, err = newBackend(m, "cpu", 2, 1, gpuOptions{}, ppOptions{stages: 3})
 	require.ErrorContains(t, err, "only 2 stages")
+}
+
+// TestKVCacheFlagOnCPU: the CPU backend keeps its KV cache in f32; asking
+// it for another type is a clear error, f32 is accepted.
+func TestKVCacheFlagOnCPU(t *testing.T) {
+	m, err := openModel("")
+	require.NoError(t, err)
+	defer m.Close()
+	_, err = newBackend(m, "cpu", 1, 1, gpuOptions{kvCache: "f16"})
+	require.ErrorContains(t, err, "--kv-cache f16")
+	b, err := newBackend(m, "cpu", 1, 1, gpuOptions{kvCache: "f32"})
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
 }

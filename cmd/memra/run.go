@@ -32,6 +32,7 @@ type runOptions struct {
 	sampling  runtime.SamplingParams
 	seed      int64
 	device    string
+	kvCache   string
 	threads   int
 	chat      bool
 	system    string
@@ -75,6 +76,7 @@ temperature (0 = greedy), top-k, top-p and min-p.`,
 	f.Float32Var(&o.sampling.FrequencyPenalty, "frequency-penalty", 0, "OpenAI frequency penalty")
 	f.Int64Var(&o.seed, "seed", -1, "random seed (-1: a random one)")
 	f.StringVar(&o.device, "device", "", deviceHelp)
+	f.StringVar(&o.kvCache, "kv-cache", "", kvCacheHelp)
 	f.IntVarP(&o.threads, "threads", "t", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&o.chat, "chat", false, "wrap the prompt in the model's chat template as one user message")
 	f.StringVar(&o.system, "system", "", "system message for --chat")
@@ -97,13 +99,29 @@ func openModel(arg string) (*load.Model, error) {
 // deviceHelp is the help text of every --device flag.
 const deviceHelp = "device to run on: cpu, cuda or cuda:N (default: cuda when a GPU is usable, else cpu)"
 
+const kvCacheHelp = "GPU KV cache element type: f16 (default), bf16 or f32 (f32 with float32 prefill is the exact configuration); the CPU keeps f32"
+
+// gpuOptions are the command-line choices of the CUDA backend shared by
+// run, serve and bench.
+type gpuOptions struct {
+	kvCache string
+}
+
+// checkCPU rejects GPU-only choices for the CPU backend.
+func (g gpuOptions) checkCPU() error {
+	if g.kvCache != "" && g.kvCache != "f32" {
+		return fmt.Errorf("--kv-cache %s: the CPU backend keeps its KV cache in f32", g.kvCache)
+	}
+	return nil
+}
+
 // newBackend builds the backend of device for m: "cpu", "cuda" or "cuda:N";
 // "" picks cuda when cuda.Available() reports a usable GPU, else cpu.
 // maxSeqs bounds the sequences holding a KV cache at once. With pp
 // enabled the model is split into pipeline stages (cpu: two CPU stages;
 // cuda: one GPU per --pp-devices ordinal).
-func newBackend(m *load.Model, device string, threads, maxSeqs int, pp ...ppOptions) (runtime.Backend, error) {
-	b, err := newDeviceBackend(m, device, threads, maxSeqs, pp...)
+func newBackend(m *load.Model, device string, threads, maxSeqs int, gpu gpuOptions, pp ...ppOptions) (runtime.Backend, error) {
+	b, err := newDeviceBackend(m, device, threads, maxSeqs, gpu, pp...)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", m.Path, err)
 	}
@@ -111,18 +129,23 @@ func newBackend(m *load.Model, device string, threads, maxSeqs int, pp ...ppOpti
 }
 
 // newDeviceBackend is newBackend without the model's path in errors.
-func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, pp ...ppOptions) (runtime.Backend, error) {
+func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, gpu gpuOptions, pp ...ppOptions) (runtime.Backend, error) {
 	if device == "" || device == "auto" {
 		device = "cpu"
 		if cuda.Available() == nil {
 			device = "cuda"
 		}
 	}
+	if device == "cpu" {
+		if err := gpu.checkCPU(); err != nil {
+			return nil, err
+		}
+	}
 	if len(pp) > 0 && pp[0].enabled() {
 		if device != "cpu" && device != "cuda" {
 			return nil, fmt.Errorf("device %q: with --pp-stages use --device cuda and --pp-devices, or --device cpu", device)
 		}
-		return newPipelineBackend(m, device, threads, maxSeqs, pp[0], cuda.BackendOptions{})
+		return newPipelineBackend(m, device, threads, maxSeqs, pp[0], cuda.BackendOptions{Cache: gpu.kvCache})
 	}
 	switch {
 	case device == "cpu":
@@ -136,7 +159,7 @@ func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, pp ...
 			}
 			ordinal = n
 		}
-		return cuda.NewBackend(m, cuda.BackendOptions{Device: ordinal, MaxSeqs: max(maxSeqs, 1)})
+		return cuda.NewBackend(m, cuda.BackendOptions{Device: ordinal, MaxSeqs: max(maxSeqs, 1), Cache: gpu.kvCache})
 	default:
 		return nil, fmt.Errorf("device %q: want cpu, cuda or cuda:N", device)
 	}
@@ -158,7 +181,7 @@ func runGenerate(cmd *cobra.Command, modelArg string, o *runOptions) error {
 		return err
 	}
 	o.pp.logf = func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
-	b, err := newBackend(m, o.device, o.threads, 1, o.pp)
+	b, err := newBackend(m, o.device, o.threads, 1, gpuOptions{kvCache: o.kvCache}, o.pp)
 	if err != nil {
 		return err
 	}

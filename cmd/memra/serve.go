@@ -40,6 +40,7 @@ type serveOptions struct {
 	maxBatchTokens int
 	prefillChunk   int
 	device         string
+	kvCache        string
 	threads        int
 	drainTimeout   time.Duration
 	maxBody        int64
@@ -83,6 +84,7 @@ See docs/SERVING.md and docs/FLAGS.md.`,
 	f.IntVar(&o.maxBatchTokens, "max-batch-tokens", runtime.DefaultMaxBatchTokens, "tokens of one engine step, all sequences together")
 	f.IntVar(&o.prefillChunk, "prefill-chunk", runtime.DefaultPrefillChunk, "prompt tokens one sequence feeds per step")
 	f.StringVar(&o.device, "device", "", deviceHelp)
+	f.StringVar(&o.kvCache, "kv-cache", "", kvCacheHelp)
 	f.IntVarP(&o.threads, "threads", "t", 0, "CPU threads (0: all cores)")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "how long a drain waits for running requests before cancelling them")
 	f.Int64Var(&o.maxBody, "max-body", serve.DefaultMaxBody, "request body limit in bytes; larger bodies get 413")
@@ -235,7 +237,7 @@ func openServed(sp modelSpec, o *serveOptions) (serve.Model, func(), error) {
 		m.Close()
 		return serve.Model{}, nil, fmt.Errorf("model %s (%s) has no tokenizer", sp.alias, m.Path)
 	}
-	b, err := newBackend(m, o.device, o.threads, o.maxRunning, o.pp)
+	b, err := newBackend(m, o.device, o.threads, o.maxRunning, gpuOptions{kvCache: o.kvCache}, o.pp)
 	if err != nil {
 		m.Close()
 		return serve.Model{}, nil, fmt.Errorf("model %s: %w", sp.alias, err)
