@@ -145,6 +145,8 @@ func TestRefAttentionUniform(t *testing.T) {
 
 func TestRefSmall(t *testing.T) {
 	require.Equal(t, []int32{1, 0}, RefArgmax(3, []float32{1, 5, 5, 2, 2, -1}))
+	nan := float32(math.NaN())
+	require.Equal(t, []int32{-1, 2, -1}, RefArgmax(3, []float32{1, nan, 5, 2, 2, 3, nan, 0, 0}))
 	xo, y := RefRMSNormAdd(2, 0, true, []float32{1, 1}, []float32{2, -4}, []float32{1, 2})
 	require.Equal(t, []float32{3, -3}, xo)
 	require.InDeltaSlice(t, []float64{1, -2}, []float64{float64(y[0]), float64(y[1])}, 1e-6)

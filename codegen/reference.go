@@ -154,12 +154,16 @@ func RefSwiGLU(ffn int, gu []float32) []float32 {
 }
 
 // RefArgmax returns the index of the largest value of each row (the first
-// on ties).
+// on ties), or -1 for a row holding a NaN.
 func RefArgmax(vocab int, logits []float32) []int32 {
 	out := make([]int32, len(logits)/vocab)
 	for r := range out {
 		best := 0
 		for i, v := range logits[r*vocab : (r+1)*vocab] {
+			if v != v {
+				best = -1 // a NaN logit: no argmax
+				break
+			}
 			if v > logits[r*vocab+best] {
 				best = i
 			}

@@ -332,6 +332,7 @@ func Argmax(vocab int, arm BlockArm) (*Kernel, error) {
 			w.Line("const float* r = logits + (size_t)blockIdx.x * VOCAB;")
 			w.Line("float best = r[0];")
 			w.Line("int idx = 0;")
+			w.Line("int nan = 0; // a NaN logit: the row has no argmax (-1)")
 			w.Comment("each thread visits its elements in increasing index order and keeps the")
 			w.Comment("first of equal maxima; the ARGMAX_U loads of a round are in flight together")
 			if vocab%4 == 0 {
@@ -346,12 +347,12 @@ func Argmax(vocab int, arm BlockArm) (*Kernel, error) {
 				w.If("ov > best || (ov == best && oi < idx)", func() { w.Line("best = ov; idx = oi;") })
 			})
 			w.If("(threadIdx.x & 31) == 0", func() { w.Line("bv[threadIdx.x >> 5] = best; bi[threadIdx.x >> 5] = idx;") })
-			w.Line("__syncthreads();")
+			w.Line("nan = __syncthreads_or(nan);")
 			w.If("threadIdx.x == 0", func() {
 				w.For("i", "1", fmt.Sprint(arm.Threads/32), "1", 0, func() {
 					w.If("bv[i] > best || (bv[i] == best && bi[i] < idx)", func() { w.Line("best = bv[i]; idx = bi[i];") })
 				})
-				w.Line("out[blockIdx.x] = idx;")
+				w.Line("out[blockIdx.x] = nan ? -1 : idx;")
 			})
 			w.Line("pdl_launch();")
 		}})
@@ -382,9 +383,11 @@ func argmaxScan(w *Writer, vec bool, threads int) {
 			w.Linef("const int q = q0 + k * %d;", threads)
 			w.If("q < "+n, func() {
 				if !vec {
+					w.Line("nan |= v[k] != v[k];")
 					w.If("v[k] > best", func() { w.Line("best = v[k]; idx = q;") })
 					return
 				}
+				w.Line("nan |= (v[k].x != v[k].x) | (v[k].y != v[k].y) | (v[k].z != v[k].z) | (v[k].w != v[k].w);")
 				for e, c := range []string{"x", "y", "z", "w"} {
 					w.If(fmt.Sprintf("v[k].%s > best", c), func() { w.Linef("best = v[k].%s; idx = 4 * q + %d;", c, e) })
 				}

@@ -55,6 +55,7 @@ type GreedyStepper interface {
 	// StepGreedy runs one forward pass like Step and returns, in batch
 	// order, the index of the largest logit after the last token of each
 	// entry whose Logits is set (the lowest index on ties), -1 for the
-	// others. The slice stays valid until the next step.
+	// others and for an entry whose logits hold a NaN. The slice stays valid
+	// until the next step.
 	StepGreedy(ctx context.Context, batch []SeqStep) ([]int32, error)
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -36,12 +37,38 @@ func (g *greedyFake) StepGreedy(ctx context.Context, batch []SeqStep) ([]int32, 
 	for i, l := range logits {
 		out[i] = -1
 		for j, v := range l {
+			if v != v { // a NaN: no token, as the CUDA argmax reports it
+				out[i] = -1
+				break
+			}
 			if out[i] < 0 || v > l[out[i]] {
 				out[i] = int32(j)
 			}
 		}
 	}
 	return out, nil
+}
+
+// TestGreedyNaN: on the greedy fast path a sequence whose logits hold a
+// NaN ends with a backend error that says so; the others go on unchanged.
+func TestGreedyNaN(t *testing.T) {
+	const vocab = 32
+	base := hashLogits(vocab)
+	nanAfter := func(hist []int32) []float32 {
+		out := base(hist)
+		if hist[0] == 7 && len(hist) >= 3 {
+			out[5] = float32(math.NaN())
+		}
+		return out
+	}
+	reqs := []Request{{Prompt: []int32{7, 1}, MaxTokens: 6}, {Prompt: []int32{2, 3}, MaxTokens: 6}}
+	want := runAll(t, newFakeBackend(vocab, 64, base), hashVocab(vocab), reqs)
+	g := &greedyFake{fakeBackend: newFakeBackend(vocab, 64, nanAfter)}
+	got := runAllResults(t, g, hashVocab(vocab), reqs)
+	require.ErrorIs(t, got[0].final.Err, ErrBackend)
+	require.ErrorContains(t, got[0].final.Err, "NaN")
+	require.Len(t, got[0].toks, 1, "one token before the NaN step")
+	require.Equal(t, want[1], got[1])
 }
 
 func (g *greedyFake) counts() (steps, greedy int) {
@@ -59,8 +86,19 @@ type result struct {
 	final Event
 }
 
-// runAll submits reqs to a fresh engine over b and collects every result.
+// runAll submits reqs to a fresh engine over b and collects every result;
+// every request must end without an error.
 func runAll(t *testing.T, b Backend, v *fakeVocab, reqs []Request) []result {
+	t.Helper()
+	out := runAllResults(t, b, v, reqs)
+	for _, r := range out {
+		require.NoError(t, r.final.Err)
+	}
+	return out
+}
+
+// runAllResults is runAll that returns failed requests' results too.
+func runAllResults(t *testing.T, b Backend, v *fakeVocab, reqs []Request) []result {
 	t.Helper()
 	e := newEngine(b, v, nil, EngineConfig{MaxRunning: len(reqs)})
 	defer e.Close()
@@ -73,7 +111,6 @@ func runAll(t *testing.T, b Backend, v *fakeVocab, reqs []Request) []result {
 	out := make([]result, len(reqs))
 	for i, ch := range chans {
 		out[i].text, out[i].toks, out[i].final = collect(ch)
-		require.NoError(t, out[i].final.Err)
 	}
 	return out
 }

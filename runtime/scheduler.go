@@ -177,7 +177,10 @@ func (e *Engine) step(running []*sequence) []*sequence {
 			continue
 		}
 		if greedy != nil {
-			if greedy[i] < 0 || (e.info.VocabSize > 0 && int(greedy[i]) >= e.info.VocabSize) {
+			if greedy[i] == -1 {
+				e.retire(s, Event{Err: fmt.Errorf("%w: the logits of sequence %d hold a NaN (model %s)", ErrBackend, s.id, e.info.Name)})
+				finished = append(finished, s)
+			} else if greedy[i] < 0 || (e.info.VocabSize > 0 && int(greedy[i]) >= e.info.VocabSize) {
 				e.retire(s, Event{Err: fmt.Errorf("%w: greedy token %d for sequence %d", ErrBackend, greedy[i], s.id)})
 				finished = append(finished, s)
 			} else if e.accept(s, greedy[i], nil) {

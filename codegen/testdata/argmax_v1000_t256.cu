@@ -38,6 +38,7 @@ extern "C" __global__ void __launch_bounds__(256) argmax_v1000_t256(
     const float* r = logits + (size_t)blockIdx.x * VOCAB;
     float best = r[0];
     int idx = 0;
+    int nan = 0; // a NaN logit: the row has no argmax (-1)
     // each thread visits its elements in increasing index order and keeps the
     // first of equal maxima; the ARGMAX_U loads of a round are in flight together
     if ((((size_t)logits) & 15) == 0) {
@@ -54,6 +55,7 @@ extern "C" __global__ void __launch_bounds__(256) argmax_v1000_t256(
             for (int k = 0; k < ARGMAX_U; ++k) {
                 const int q = q0 + k * 256;
                 if (q < VOCAB / 4) {
+                    nan |= (v[k].x != v[k].x) | (v[k].y != v[k].y) | (v[k].z != v[k].z) | (v[k].w != v[k].w);
                     if (v[k].x > best) {
                         best = v[k].x; idx = 4 * q + 0;
                     }
@@ -83,6 +85,7 @@ extern "C" __global__ void __launch_bounds__(256) argmax_v1000_t256(
             for (int k = 0; k < ARGMAX_U; ++k) {
                 const int q = q0 + k * 256;
                 if (q < VOCAB) {
+                    nan |= v[k] != v[k];
                     if (v[k] > best) {
                         best = v[k]; idx = q;
                     }
@@ -101,14 +104,14 @@ extern "C" __global__ void __launch_bounds__(256) argmax_v1000_t256(
     if ((threadIdx.x & 31) == 0) {
         bv[threadIdx.x >> 5] = best; bi[threadIdx.x >> 5] = idx;
     }
-    __syncthreads();
+    nan = __syncthreads_or(nan);
     if (threadIdx.x == 0) {
         for (int i = 1; i < 8; ++i) {
             if (bv[i] > best || (bv[i] == best && bi[i] < idx)) {
                 best = bv[i]; idx = bi[i];
             }
         }
-        out[blockIdx.x] = idx;
+        out[blockIdx.x] = nan ? -1 : idx;
     }
     pdl_launch();
 }
