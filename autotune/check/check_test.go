@@ -119,3 +119,23 @@ func TestTuneCasesUnique(t *testing.T) {
 }
 
 func newRand() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
+
+// TestTuneCasesMixedTypes: a Q4_K_M-like model, whose V and FFN down are
+// Q6_K in some layers, gets tasks for the per-part products lowering runs
+// there as well as for the fused ones.
+func TestTuneCasesMixedTypes(t *testing.T) {
+	s, err := codegen.ShapeByName("llama3-8b")
+	require.NoError(t, err)
+	w := UniformWeights(dtype.Q4_K)
+	w.QKV = [][3]dtype.Type{{dtype.Q4_K, dtype.Q4_K, dtype.Q6_K}, {dtype.Q4_K, dtype.Q4_K, dtype.Q4_K}}
+	w.Downs = []dtype.Type{dtype.Q6_K, dtype.Q4_K}
+	seen := map[string]bool{}
+	for _, c := range TuneCases(s, w, DefaultSizes, 1) {
+		require.False(t, seen[c.ID()], c.ID())
+		seen[c.ID()] = true
+	}
+	for _, id := range []string{"gemv/q4_k_n6144_k4096", "gemv/q4_k_n4096_k4096", "gemv/q4_k_n1024_k4096", "gemv/q6_k_n1024_k4096",
+		"gemv/q6_k_n4096_k14336_res", "gemv/q4_k_n4096_k14336_res", "mma/q6_k_n1024_k4096"} {
+		require.True(t, seen[id], id)
+	}
+}

@@ -85,10 +85,18 @@ func rowOK(t dtype.Type, k int) bool {
 // Weights are the weight types of a model's products.
 type Weights struct {
 	Attn, AttnOut, FFNUp, FFNDown, Output, Embed dtype.Type
+	// QKV are the (Q, K, V) type triples of the model's layers when they
+	// are not all Attn (Q4_K_M keeps V in Q6_K in some layers): a triple of
+	// one type is one fused product, another one product per part.
+	QKV [][3]dtype.Type
+	// Downs are the FFN down types of the layers when not all FFNDown.
+	Downs []dtype.Type
 }
 
 // UniformWeights uses t for every product.
-func UniformWeights(t dtype.Type) Weights { return Weights{t, t, t, t, t, t} }
+func UniformWeights(t dtype.Type) Weights {
+	return Weights{Attn: t, AttnOut: t, FFNUp: t, FFNDown: t, Output: t, Embed: t}
+}
 
 // Sizes are the launch sizes autotune measures at.
 type Sizes struct {
@@ -120,20 +128,37 @@ func TuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 	if small <= 0 {
 		small = SmallBatchTokens
 	}
-	qd := s.Heads * s.HeadDim
-	products := []struct {
+	qd, kvd := s.Heads*s.HeadDim, s.HeadsKV*s.HeadDim
+	type product struct {
 		use      string
 		t        dtype.Type
 		n, k     int
 		residual bool
 		prefill  bool
-	}{
-		{"qkv", w.Attn, (s.Heads + 2*s.HeadsKV) * s.HeadDim, s.Hidden, false, true},
-		{"attn_out", w.AttnOut, s.Hidden, qd, true, true},
-		{"gate_up", w.FFNUp, 2 * s.FFN, s.Hidden, false, true},
-		{"down", w.FFNDown, s.Hidden, s.FFN, true, true},
-		{"output", w.Output, s.Vocab, s.Hidden, false, false},
 	}
+	var products []product
+	qkv := w.QKV
+	if len(qkv) == 0 {
+		qkv = [][3]dtype.Type{{w.Attn, w.Attn, w.Attn}}
+	}
+	for _, p := range qkv {
+		if p[0] == p[1] && p[1] == p[2] {
+			products = append(products, product{"qkv", p[0], qd + 2*kvd, s.Hidden, false, true})
+			continue
+		}
+		// one product per part, as lowering runs them when the types differ
+		products = append(products, product{"q", p[0], qd, s.Hidden, false, true}, product{"k", p[1], kvd, s.Hidden, false, true},
+			product{"v", p[2], kvd, s.Hidden, false, true})
+	}
+	products = append(products, product{"attn_out", w.AttnOut, s.Hidden, qd, true, true}, product{"gate_up", w.FFNUp, 2 * s.FFN, s.Hidden, false, true})
+	downs := w.Downs
+	if len(downs) == 0 {
+		downs = []dtype.Type{w.FFNDown}
+	}
+	for _, t := range downs {
+		products = append(products, product{"down", t, s.Hidden, s.FFN, true, true})
+	}
+	products = append(products, product{"output", w.Output, s.Vocab, s.Hidden, false, false})
 	seen := map[string]bool{}
 	for _, p := range products {
 		if !rowOK(p.t, p.k) {

@@ -156,6 +156,26 @@ func modelShape(m *load.Model) (codegen.Shape, check.Weights, error) {
 			return s, w, err
 		}
 	}
+	// the per-layer types of the products whose type varies by layer in the
+	// standard mixes (Q4_K_M: V and the FFN down product)
+	seenQKV, seenDown := map[[3]dtype.Type]bool{}, map[dtype.Type]bool{}
+	for l := range hp.Layers {
+		name := func(s string) string { return fmt.Sprintf("blk.%d.%s.weight", l, s) }
+		q, okq := m.Tensors[name("attn_q")]
+		k, okk := m.Tensors[name("attn_k")]
+		v, okv := m.Tensors[name("attn_v")]
+		if okq && okk && okv {
+			p := [3]dtype.Type{q.Type, k.Type, v.Type}
+			if !seenQKV[p] {
+				seenQKV[p] = true
+				w.QKV = append(w.QKV, p)
+			}
+		}
+		if d, ok := m.Tensors[name("ffn_down")]; ok && !seenDown[d.Type] {
+			seenDown[d.Type] = true
+			w.Downs = append(w.Downs, d.Type)
+		}
+	}
 	return s, w, nil
 }
 
