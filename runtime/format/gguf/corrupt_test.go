@@ -231,3 +231,17 @@ func rewrite(t *testing.T, f *File) []byte {
 	require.NoError(t, w.Close())
 	return buf.Bytes()
 }
+
+// TestOpenNotAFile: a directory and a file shorter than the magic give the
+// package's error kinds, naming the path.
+func TestOpenNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	_, err := Open(dir)
+	require.ErrorIs(t, err, ErrMagic)
+	require.ErrorContains(t, err, "not a regular file")
+	short := dir + "/short.gguf"
+	require.NoError(t, os.WriteFile(short, []byte("GG"), 0o644))
+	_, err = Open(short)
+	require.ErrorIs(t, err, ErrTruncated)
+	require.ErrorContains(t, err, "file of 2 bytes")
+}

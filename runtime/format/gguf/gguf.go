@@ -15,10 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/memra-ai/memra/internal/mmapfile"
 	"github.com/memra-ai/memra/ir/dtype"
 )
 
@@ -105,29 +103,19 @@ type File struct {
 // Open memory-maps the file at path read-only and parses it. Close releases
 // the mapping; tensor slices must not be used after it.
 func Open(path string) (*File, error) {
-	fd, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("gguf: %w", err)
-	}
-	defer fd.Close()
-	st, err := fd.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("gguf: %w", err)
-	}
-	size := st.Size()
-	if size < 4 {
-		return nil, fmt.Errorf("%w: %s: file of %d bytes", ErrTruncated, path, size)
-	}
-	if !st.Mode().IsRegular() || size > math.MaxInt {
+	data, err := mmapfile.Map(path, 4)
+	var small *mmapfile.SmallError
+	switch {
+	case errors.As(err, &small):
+		return nil, fmt.Errorf("%w: %s: file of %d bytes", ErrTruncated, path, small.Size)
+	case errors.Is(err, mmapfile.ErrNotRegular):
 		return nil, fmt.Errorf("%w: %s: not a regular file", ErrMagic, path)
-	}
-	data, err := unix.Mmap(int(fd.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return nil, fmt.Errorf("gguf: mmap %s: %w", path, err)
+	case err != nil:
+		return nil, fmt.Errorf("gguf: %w", err)
 	}
 	f, err := Parse(data)
 	if err != nil {
-		_ = unix.Munmap(data)
+		_ = mmapfile.Unmap(data)
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	f.mapped = true
@@ -144,7 +132,7 @@ func (f *File) Close() error {
 	data := f.data
 	f.data = nil
 	if f.mapped {
-		return unix.Munmap(data)
+		return mmapfile.Unmap(data)
 	}
 	return nil
 }

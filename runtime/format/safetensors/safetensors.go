@@ -22,8 +22,7 @@ import (
 	"os"
 	"slices"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/memra-ai/memra/internal/mmapfile"
 	"github.com/memra-ai/memra/ir/dtype"
 )
 
@@ -103,28 +102,19 @@ type File struct {
 
 // Open memory-maps and parses the file at path.
 func Open(path string) (*File, error) {
-	fd, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("safetensors: %w", err)
-	}
-	defer fd.Close()
-	st, err := fd.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("safetensors: %w", err)
-	}
-	if !st.Mode().IsRegular() {
+	data, err := mmapfile.Map(path, 8)
+	var small *mmapfile.SmallError
+	switch {
+	case errors.As(err, &small):
+		return nil, fmt.Errorf("%w: %s: %d bytes", ErrTruncated, path, small.Size)
+	case errors.Is(err, mmapfile.ErrNotRegular):
 		return nil, fmt.Errorf("%w: %s is not a regular file", ErrHeader, path)
-	}
-	if st.Size() < 8 {
-		return nil, fmt.Errorf("%w: %s: %d bytes", ErrTruncated, path, st.Size())
-	}
-	data, err := unix.Mmap(int(fd.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return nil, fmt.Errorf("safetensors: mmap %s: %w", path, err)
+	case err != nil:
+		return nil, fmt.Errorf("safetensors: %w", err)
 	}
 	f, err := Parse(data)
 	if err != nil {
-		_ = unix.Munmap(data)
+		_ = mmapfile.Unmap(data)
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	f.Path, f.mapped = path, true
@@ -140,7 +130,7 @@ func (f *File) Close() error {
 	data := f.data
 	f.data = nil
 	if f.mapped {
-		return unix.Munmap(data)
+		return mmapfile.Unmap(data)
 	}
 	return nil
 }

@@ -219,3 +219,17 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestOpenNotAFile: a directory and a file shorter than the header length
+// give the package's error kinds, naming the path.
+func TestOpenNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	_, err := Open(dir)
+	require.ErrorIs(t, err, ErrHeader)
+	require.ErrorContains(t, err, dir)
+	short := filepath.Join(dir, "short.safetensors")
+	require.NoError(t, os.WriteFile(short, []byte{1, 2, 3}, 0o644))
+	_, err = Open(short)
+	require.ErrorIs(t, err, ErrTruncated)
+	require.ErrorContains(t, err, "3 bytes")
+}
