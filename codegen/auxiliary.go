@@ -2,7 +2,6 @@ package codegen
 
 import (
 	"fmt"
-	"math"
 	"strings"
 )
 
@@ -241,13 +240,6 @@ func WarpAttention(s AttnShape, arm PrefillArm) (*Kernel, error) {
 	name := fmt.Sprintf("attn_warp_%s_q%d_%s", s.tag(), s.QStride, arm)
 	params := []Param{{"const float* __restrict__", "q"}, {"const " + ct + "* __restrict__", "kc"}, {"const " + ct + "* __restrict__", "vc"},
 		{"const int* __restrict__", "tok_base"}, {"const int* __restrict__", "tok_pos"}, {"float* __restrict__", "out"}, {"int", "ntok"}}
-	guard := func(w *Writer, body func()) {
-		if s.HeadDim%32 == 0 {
-			body()
-			return
-		}
-		w.If("lane + 32 * i < HD", body)
-	}
 	src := source(fmt.Sprintf("causal attention, one warp per query: %s, query stride %d, %v", s.tag(), s.QStride, arm),
 		append(cacheHelpers(s.Cache), "warp", "pdl"), func(w *Writer) {
 			s.defines(w)
@@ -255,47 +247,7 @@ func WarpAttention(s AttnShape, arm PrefillArm) (*Kernel, error) {
 			w.Linef("#define DPL %d // head dims per lane, rounded up", dpl)
 			w.Blank()
 			w.Emit(Func{Name: name, Global: true, LaunchBounds: 32 * arm.Warps, Params: params, Body: func(w *Writer) {
-				w.Line("__shared__ float qs[NW][HD];")
-				w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;")
-				w.Line("const int t = blockIdx.x * NW + warp, h = blockIdx.y, kvh = h / GROUP;")
-				w.Line("pdl_wait();")
-				w.If("t >= ntok", func() { w.Line("return;") })
-				w.For("d", "lane", "HD", "32", 0, func() { w.Line("qs[warp][d] = q[(size_t)t * QSTRIDE + h * HD + d] * SCALE;") })
-				w.Line("__syncwarp();")
-				w.Line("const int nkeys = tok_pos[t] + 1;")
-				w.Line("const size_t base = (size_t)tok_base[t] * HKV * HD + kvh * HD;")
-				w.Linef("float m = %s, l = 0.f;", cfloat(float32(math.Inf(-1))))
-				w.Line("float o[DPL];")
-				w.For("i", "0", "DPL", "1", -1, func() { w.Line("o[i] = 0.f;") })
-				w.For("j0", "0", "nkeys", "32", 0, func() {
-					w.Line("const int j = j0 + lane;")
-					w.Linef("float sc = %s;", cfloat(float32(math.Inf(-1))))
-					w.If("j < nkeys", func() {
-						w.Linef("const %s* kr = kc + base + (size_t)j * HKV * HD;", ct)
-						w.Line("float a = 0.f;")
-						w.For("d", "0", "HD", "1", 8, func() { w.Linef("a += qs[warp][d] * %s;", cacheLoad(s.Cache, "kr[d]")) })
-						w.Line("sc = a;")
-					})
-					w.Line("const float mn = fmaxf(m, warp_max(sc));")
-					w.Line("const float p = (j < nkeys) ? expf(sc - mn) : 0.f;")
-					w.Line("const float corr = expf(m - mn);")
-					w.Line("l = l * corr + warp_sum(p);")
-					w.For("i", "0", "DPL", "1", -1, func() { w.Line("o[i] *= corr;") })
-					w.Line("const int cnt = min(32, nkeys - j0);")
-					w.For("jj", "0", "cnt", "1", 0, func() {
-						w.Line("const float pj = __shfl_sync(0xffffffffu, p, jj);")
-						w.Linef("const %s* vr = vc + base + (size_t)(j0 + jj) * HKV * HD;", ct)
-						w.For("i", "0", "DPL", "1", -1, func() {
-							guard(w, func() { w.Linef("o[i] += pj * %s;", cacheLoad(s.Cache, "vr[lane + 32 * i]")) })
-						})
-					})
-					w.Line("m = mn;")
-				})
-				w.Line("float* orow = out + (size_t)t * HQ * HD + h * HD;")
-				w.For("i", "0", "DPL", "1", -1, func() {
-					guard(w, func() { w.Line("orow[lane + 32 * i] = o[i] / l;") })
-				})
-				w.Line("pdl_launch();")
+				emitWarpQueryAttention(w, s, warpAttnStyle{guarded: s.HeadDim%32 != 0})
 			}})
 		})
 	return &Kernel{Family: "attn_warp", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {

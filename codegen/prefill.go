@@ -59,47 +59,79 @@ func PrefillAttention(s AttnShape, arm PrefillArm) (*Kernel, error) {
 		w.Line("#define DPL (HD / 32) // head dims per lane")
 		w.Blank()
 		w.Emit(Func{Name: name, Global: true, LaunchBounds: 32 * arm.Warps, Params: params, Body: func(w *Writer) {
-			w.Line("__shared__ float qs[NW][HD];")
-			w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;")
-			w.Line("const int t = blockIdx.x * NW + warp, h = blockIdx.y, kvh = h / GROUP;")
-			w.Line("pdl_wait();")
-			w.If("t >= ntok", func() { w.Line("return;") })
-			w.For("d", "lane", "HD", "32", -1, func() { w.Line("qs[warp][d] = q[(size_t)t * QSTRIDE + h * HD + d] * SCALE;") })
-			w.Line("__syncwarp();")
-			w.Line("const int nkeys = tok_pos[t] + 1;")
-			w.Line("const size_t base = (size_t)tok_base[t] * HKV * HD + kvh * HD;")
-			w.Linef("float m = %s, l = 0.f;", cfloat(float32(math.Inf(-1))))
-			w.Line("float o[DPL];")
-			w.For("i", "0", "DPL", "1", -1, func() { w.Line("o[i] = 0.f;") })
-			w.For("j0", "0", "nkeys", "32", 0, func() {
-				w.Comment("each lane scores one key of this group of 32")
-				w.Line("const int j = j0 + lane;")
-				w.Linef("float sc = %s;", cfloat(float32(math.Inf(-1))))
-				w.If("j < nkeys", func() {
-					w.Linef("const %s* kr = kc + base + (size_t)j * HKV * HD;", ct)
-					w.Line("float a = 0.f;")
-					w.For("d", "0", "HD", "1", 8, func() { w.Linef("a += qs[warp][d] * %s;", cacheLoad(s.Cache, "kr[d]")) })
-					w.Line("sc = a;")
-				})
-				w.Line("const float mn = fmaxf(m, warp_max(sc));")
-				w.Line("const float p = (j < nkeys) ? expf(sc - mn) : 0.f;")
-				w.Line("const float corr = expf(m - mn);")
-				w.Line("l = l * corr + warp_sum(p);")
-				w.For("i", "0", "DPL", "1", -1, func() { w.Line("o[i] *= corr;") })
-				w.Line("const int cnt = min(32, nkeys - j0);")
-				w.For("jj", "0", "cnt", "1", 0, func() {
-					w.Line("const float pj = __shfl_sync(0xffffffffu, p, jj);")
-					w.Linef("const %s* vr = vc + base + (size_t)(j0 + jj) * HKV * HD;", ct)
-					w.For("i", "0", "DPL", "1", -1, func() { w.Linef("o[i] += pj * %s;", cacheLoad(s.Cache, "vr[lane + 32 * i]")) })
-				})
-				w.Line("m = mn;")
-			})
-			w.Line("float* orow = out + (size_t)t * HQ * HD + h * HD;")
-			w.For("i", "0", "DPL", "1", -1, func() { w.Line("orow[lane + 32 * i] = o[i] / l;") })
-			w.Line("pdl_launch();")
+			emitWarpQueryAttention(w, s, warpAttnPrefill)
 		}})
 	})
 	return &Kernel{Family: "attn_prefill", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(ceilDiv(d.Tokens, arm.Warps), s.Heads, 1), Block: dim3(32*arm.Warps, 1, 1)}
 	}}, nil
+}
+
+// warpAttnStyle is what differs between the two emitters of one-warp-per-
+// query attention: the prefill family (head dims a multiple of 32) and
+// WarpAttention (any head size up to 256, lanes past it guarded).
+type warpAttnStyle struct {
+	guarded  bool // head dims not a multiple of 32: guard the lanes past HD
+	qUnroll  int  // the unroll of the query load loop (Writer.For's)
+	comments bool
+}
+
+var warpAttnPrefill = warpAttnStyle{qUnroll: -1, comments: true}
+
+// emitWarpQueryAttention writes the body shared by PrefillAttention and
+// WarpAttention: one warp per (token, head), each lane scoring one key of a
+// group of 32, an online softmax, and the output row.
+func emitWarpQueryAttention(w *Writer, s AttnShape, st warpAttnStyle) {
+	ct := cacheCType(s.Cache)
+	guard := func(body func()) {
+		if !st.guarded {
+			body()
+			return
+		}
+		w.If("lane + 32 * i < HD", body)
+	}
+	w.Line("__shared__ float qs[NW][HD];")
+	w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;")
+	w.Line("const int t = blockIdx.x * NW + warp, h = blockIdx.y, kvh = h / GROUP;")
+	w.Line("pdl_wait();")
+	w.If("t >= ntok", func() { w.Line("return;") })
+	w.For("d", "lane", "HD", "32", st.qUnroll, func() { w.Line("qs[warp][d] = q[(size_t)t * QSTRIDE + h * HD + d] * SCALE;") })
+	w.Line("__syncwarp();")
+	w.Line("const int nkeys = tok_pos[t] + 1;")
+	w.Line("const size_t base = (size_t)tok_base[t] * HKV * HD + kvh * HD;")
+	w.Linef("float m = %s, l = 0.f;", cfloat(float32(math.Inf(-1))))
+	w.Line("float o[DPL];")
+	w.For("i", "0", "DPL", "1", -1, func() { w.Line("o[i] = 0.f;") })
+	w.For("j0", "0", "nkeys", "32", 0, func() {
+		if st.comments {
+			w.Comment("each lane scores one key of this group of 32")
+		}
+		w.Line("const int j = j0 + lane;")
+		w.Linef("float sc = %s;", cfloat(float32(math.Inf(-1))))
+		w.If("j < nkeys", func() {
+			w.Linef("const %s* kr = kc + base + (size_t)j * HKV * HD;", ct)
+			w.Line("float a = 0.f;")
+			w.For("d", "0", "HD", "1", 8, func() { w.Linef("a += qs[warp][d] * %s;", cacheLoad(s.Cache, "kr[d]")) })
+			w.Line("sc = a;")
+		})
+		w.Line("const float mn = fmaxf(m, warp_max(sc));")
+		w.Line("const float p = (j < nkeys) ? expf(sc - mn) : 0.f;")
+		w.Line("const float corr = expf(m - mn);")
+		w.Line("l = l * corr + warp_sum(p);")
+		w.For("i", "0", "DPL", "1", -1, func() { w.Line("o[i] *= corr;") })
+		w.Line("const int cnt = min(32, nkeys - j0);")
+		w.For("jj", "0", "cnt", "1", 0, func() {
+			w.Line("const float pj = __shfl_sync(0xffffffffu, p, jj);")
+			w.Linef("const %s* vr = vc + base + (size_t)(j0 + jj) * HKV * HD;", ct)
+			w.For("i", "0", "DPL", "1", -1, func() {
+				guard(func() { w.Linef("o[i] += pj * %s;", cacheLoad(s.Cache, "vr[lane + 32 * i]")) })
+			})
+		})
+		w.Line("m = mn;")
+	})
+	w.Line("float* orow = out + (size_t)t * HQ * HD + h * HD;")
+	w.For("i", "0", "DPL", "1", -1, func() {
+		guard(func() { w.Line("orow[lane + 32 * i] = o[i] / l;") })
+	})
+	w.Line("pdl_launch();")
 }
