@@ -105,7 +105,7 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 		case Repackable(t):
 			plain = []GEMVArm{DefaultRepackArm, DefaultXQOneArm, DefaultXQBatchArm}
 			fused = []GEMVArm{DefaultXQOneArm, DefaultXQBatchArm}
-		case PrologueFusable(t, DefaultGEMVArm):
+		case UntunedPrologues(t):
 			fused = []GEMVArm{DefaultGEMVArm}
 		}
 		for _, a := range plain {

@@ -114,7 +114,7 @@ func GemmSmall(t dtype.Type, n, k int, residual bool, arm GemmSmallArm) (*Kernel
 		epi = "_res"
 	}
 	name := fmt.Sprintf("gemm_small_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
-	params := []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"float* __restrict__", "y"}, {"int", "m"}}
+	params := productParams(false)
 	src := source(fmt.Sprintf("small-batch tensor-core product (mma.sync bf16, weights as A): %v weights, N %d, K %d, residual %v, %v", t, n, k, residual, arm),
 		[]string{dqHelper(t), "bf16", "pdl"}, func(w *Writer) {
 			w.Linef("#define N %d", n)

@@ -187,6 +187,13 @@ func PrologueFusable(t dtype.Type, arm GEMVArm) bool {
 	return arm.XQ == 1 || ((t == dtype.F16 || t == dtype.BF16) && arm.SharedX == 1 && arm.Layout == 0)
 }
 
+// UntunedPrologues reports whether the decode products lowering runs
+// untuned for weights of type t have prologue kernels: the int8-activation
+// arms of the repacked types, the shared-memory arm of f16/bf16.
+func UntunedPrologues(t dtype.Type) bool {
+	return Repackable(t) || PrologueFusable(t, DefaultGEMVArm)
+}
+
 // GEMVNorm is GEMV of the RMS-normalised activations: y (+)= W·(x / rms(x)
 // · nw), the norm computed by each block while it stages its activation
 // rows, so the model's RMSNorm before a decode product needs no launch of
@@ -282,7 +289,7 @@ func GEMV(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
 		epi = "_res"
 	}
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
-	params := []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"float* __restrict__", "y"}, {"int", "m"}}
+	params := productParams(false)
 	shared := 0
 	if arm.SharedX == 1 {
 		shared = 4 * k
@@ -331,6 +338,16 @@ func GEMV(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
 	return &Kernel{Family: "gemv", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(ceilDiv(n, arm.RowsPerBlock), d.Tokens, 1), Block: dim3(arm.Threads, 1, 1), Shared: uint32(shared)}
 	}}, nil
+}
+
+// productParams are the parameters of the product kernels (GEMV, MMA,
+// gemm_small), with the norm weight nw when the RMSNorm is fused.
+func productParams(norm bool) []Param {
+	if norm {
+		return []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"const float* __restrict__", "nw"},
+			{"float* __restrict__", "y"}, {"int", "m"}}
+	}
+	return []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"float* __restrict__", "y"}, {"int", "m"}}
 }
 
 // gemvRowStore emits the end of a GEMV row shared by every layout: the

@@ -27,7 +27,7 @@ func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, 
 	}
 	epi += pro.suffix() + ysName(ystride)
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
-	params := gemvParams(pro.Kind == ProNorm)
+	params := productParams(pro.Kind == ProNorm)
 	src := source(fmt.Sprintf("gemv: %v weights, coalesced 16-byte chunks, N %d, K %d, residual %v, prologue %q, %v", t, n, k, residual, pro.suffix(), arm),
 		proDeps(pro, dqDeps(t)[0], "warp", "pdl"), func(w *Writer) {
 			w.Comment("Chunk q (8 elements) against activations a (elements 0-3) and b (4-7).")
@@ -73,8 +73,7 @@ func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, 
 					w.Line("const float4* xg = (const float4*)(x + (size_t)blockIdx.y * K);")
 					emitRowNorm(w, arm.Threads, pro.Eps)
 					w.For("i", "threadIdx.x", "K / 4", fmt.Sprint(arm.Threads), 0, func() {
-						w.Line("const float4 v = xg[i], g = ((const float4*)nw)[i];")
-						w.Line("xs4[i] = make_float4(v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z, v.w * inv * g.w);")
+						w.Line("xs4[i] = norm4(xg[i], inv, ((const float4*)nw)[i]);")
 					})
 				case ProSwiGLU:
 					w.Line("const float4* xg = (const float4*)(x + (size_t)blockIdx.y * 2 * K); // [gate | up]")
@@ -105,38 +104,27 @@ func gemvHalf(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, 
 	}}, nil
 }
 
-// gemvParams are the GEMV kernel parameters, with the norm weight nw when
-// the RMSNorm is fused.
-func gemvParams(norm bool) []Param {
-	if norm {
-		return []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"const float* __restrict__", "nw"},
-			{"float* __restrict__", "y"}, {"int", "m"}}
-	}
-	return []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"float* __restrict__", "y"}, {"int", "m"}}
-}
-
 // emitRowNorm writes inv = 1 / rms of the block's activation row xg (K/4
-// float4s): each thread sums the squares of a strided share, warps reduce
-// by shuffles, then through shared memory.
+// float4s): each thread sums the squares of a strided share, then the
+// block reduces them (blockReduce, as the RMSNorm kernel does).
 func emitRowNorm(w *Writer, threads int, eps float32) {
-	w.Linef("__shared__ float nsum[%d];", threads/32)
+	w.Line("__shared__ float red[32];")
 	w.Line("float ss = 0.f;")
 	w.For("i", "threadIdx.x", "K / 4", fmt.Sprint(threads), 0, func() {
 		w.Line("const float4 v = xg[i];")
 		w.Line("ss += (v.x * v.x + v.y * v.y) + (v.z * v.z + v.w * v.w);")
 	})
-	w.Line("ss = warp_sum(ss);")
-	w.If("(threadIdx.x & 31) == 0", func() { w.Line("nsum[threadIdx.x >> 5] = ss;") })
-	w.Line("__syncthreads();")
-	w.Line("ss = 0.f;")
-	w.For("i", "0", fmt.Sprint(threads/32), "1", -1, func() { w.Line("ss += nsum[i];") })
-	w.Linef("const float inv = rsqrtf(ss / (float)K + %s);", cfloat(eps))
+	blockReduce(w, "ss", "total", "sum", threads)
+	w.Linef("const float inv = rsqrtf(total / (float)K + %s);", cfloat(eps))
 }
 
 // proDeps are a GEMV's helper dependencies deps plus its prologue's.
 func proDeps(pro Prologue, deps ...string) []string {
-	if pro.Kind == ProSwiGLU {
+	switch pro.Kind {
+	case ProSwiGLU:
 		deps = append(deps, "swiglu4")
+	case ProNorm:
+		deps = append(deps, "norm4")
 	}
 	return deps
 }

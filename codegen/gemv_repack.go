@@ -191,7 +191,7 @@ func gemvRepacked(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, 
 		epi = "_res"
 	}
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
-	params := []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"float* __restrict__", "y"}, {"int", "m"}}
+	params := productParams(false)
 	src := source(fmt.Sprintf("gemv: %v weights repacked, N %d, K %d, residual %v, %v", t, n, k, residual, arm), []string{"f16", "warp", "pdl"}, func(w *Writer) {
 		emitRepackHelpers(w, t)
 		emitRepackDefines(w, rt, n, k, nb)

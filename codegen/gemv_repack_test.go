@@ -243,7 +243,7 @@ func TestLowerFusedNorm(t *testing.T) {
 			k := p.Kernels[ln.Kernel]
 			if strings.Contains(k.Name, "_swiglu") {
 				swi++
-				require.Equal(t, gemvParams(false), k.Params)
+				require.Equal(t, productParams(false), k.Params)
 				gu := p.Buffers.Buffers[ln.Args[1].Index]
 				require.Equal(t, 2*smallQwen3.FFN, gu.Width, "the down product reads the gate/up rows")
 			}

@@ -227,9 +227,8 @@ func emitXQStage(w *Writer, threads, k int, pro Prologue) {
 			w.Line("float4 a = la[s], b = lb[s];")
 			w.If("ok", func() {
 				w.Line("const float r = rs[mr];")
-				w.Line("const float4 g0 = *(const float4*)(nw + e), g1 = *(const float4*)(nw + e + 4);")
-				w.Line("a = make_float4(a.x * r * g0.x, a.y * r * g0.y, a.z * r * g0.z, a.w * r * g0.w);")
-				w.Line("b = make_float4(b.x * r * g1.x, b.y * r * g1.y, b.z * r * g1.z, b.w * r * g1.w);")
+				w.Line("a = norm4(a, r, *(const float4*)(nw + e));")
+				w.Line("b = norm4(b, r, *(const float4*)(nw + e + 4));")
 			})
 		default:
 			w.Line("const float4 a = la[s], b = lb[s];")
@@ -256,8 +255,9 @@ func emitXQStage(w *Writer, threads, k int, pro Prologue) {
 	w.Line("__syncthreads();")
 }
 
-// xqRename gives the row pointers and weight registers of rpTypes' code
-// the suffix of weight row w of a warp's RowsPerWarp rows.
+// xqNames are the row pointers and weight registers of rpTypes' code, to
+// which xqRename gives the suffix of weight row w of a warp's RowsPerWarp
+// rows.
 var xqNames = regexp.MustCompile(`\b(qp|hp|lp|sp|dp|q|hd|qh|sc|dh|rr)\b`)
 
 func xqRename(code string, w int) string {
@@ -287,7 +287,7 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, ys
 	}
 	epi += pro.suffix() + ysName(ystride)
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
-	params := gemvParams(pro.Kind == ProNorm)
+	params := productParams(pro.Kind == ProNorm)
 	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations, N %d, K %d, residual %v, prologue %q, %v", t, n, k, residual, pro.suffix(), arm),
 		proDeps(pro, "f16", "warp", "pdl"), func(w *Writer) {
 			emitXQHelpers(w, t)

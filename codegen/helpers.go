@@ -14,7 +14,7 @@ type helper struct {
 
 // helperOrder fixes the order helpers appear in a source file.
 var helperOrder = []string{
-	"types", "f16", "bf16", "warp", "pdl", "swiglu4", "kscale",
+	"types", "f16", "bf16", "warp", "pdl", "swiglu4", "norm4", "kscale",
 	"dq_f32", "dq_f16", "dq_bf16", "dq_q4_0", "dq_q4_1", "dq_q5_0", "dq_q5_1", "dq_q8_0", "dq_q4_k", "dq_q5_k", "dq_q6_k",
 }
 
@@ -82,10 +82,16 @@ func init() {
 		}})
 	}}
 	helpers["swiglu4"] = helper{deps: []string{"types"}, emit: func(w *Writer) {
-		w.Comment("silu(g) · u of four elements, as the SwiGLU kernel computes it.")
+		w.Comment("silu(g) · u of four elements (the SwiGLU kernel and the GEMVs that fuse it).")
 		w.Emit(Func{Name: "swiglu4", Return: "float4", Params: []Param{{"float4", "g"}, {"float4", "u"}}, Body: func(w *Writer) {
 			w.Line("return make_float4(g.x / (1.f + expf(-g.x)) * u.x, g.y / (1.f + expf(-g.y)) * u.y,")
 			w.Line("                   g.z / (1.f + expf(-g.z)) * u.z, g.w / (1.f + expf(-g.w)) * u.w);")
+		}})
+	}}
+	helpers["norm4"] = helper{deps: []string{"types"}, emit: func(w *Writer) {
+		w.Comment("Four elements of an RMS-normalised row: v · (1/rms) r · weight g.")
+		w.Emit(Func{Name: "norm4", Return: "float4", Params: []Param{{"float4", "v"}, {"float", "r"}, {"float4", "g"}}, Body: func(w *Writer) {
+			w.Line("return make_float4(v.x * r * g.x, v.y * r * g.y, v.z * r * g.z, v.w * r * g.w);")
 		}})
 	}}
 	helpers["kscale"] = helper{deps: []string{"types"}, emit: func(w *Writer) {

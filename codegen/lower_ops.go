@@ -73,7 +73,7 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 					return err
 				}
 				l.repacked[kern] = true
-				l.launch(kern, rows, nodes, l.gemvArgs(w, x, y, pro)...)
+				l.launch(kern, rows, nodes, l.productArgs(w, x, y, pro)...)
 				l.p.Launches[len(l.p.Launches)-1].One = one + 1
 				return nil
 			}
@@ -85,13 +85,13 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	if pro != nil && l.p.Kernels[kern].Family != "gemv" {
 		panic("BUG: fused prologue on a " + l.p.Kernels[kern].Family + " product")
 	}
-	l.launch(kern, rows, nodes, l.gemvArgs(w, x, y, pro)...)
+	l.launch(kern, rows, nodes, l.productArgs(w, x, y, pro)...)
 	return nil
 }
 
-// gemvArgs are the arguments of a product launch (GEMV, MMA, gemm_small),
+// productArgs are the arguments of a product launch (GEMV, MMA, gemm_small),
 // with the norm weight after x for GEMVNorm.
-func (l *lowerer) gemvArgs(w int, x, y view, pro *proIn) []Arg {
+func (l *lowerer) productArgs(w int, x, y view, pro *proIn) []Arg {
 	if pro != nil && pro.pro.Kind == ProNorm {
 		return []Arg{wArg(w), bufArg(x), wArg(pro.w), bufArg(y), rowsArg()}
 	}

@@ -70,7 +70,7 @@ func MatMulMMA(t dtype.Type, n, k int, residual bool, arm MMAArm) (*Kernel, erro
 		epi = "_res"
 	}
 	name := fmt.Sprintf("mma_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
-	params := []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"float* __restrict__", "y"}, {"int", "m"}}
+	params := productParams(false)
 	src := source(fmt.Sprintf("tensor-core matmul (mma.sync bf16): %v weights, N %d, K %d, residual %v, %v", t, n, k, residual, arm),
 		[]string{dqHelper(t), "bf16", "pdl"}, func(w *Writer) {
 			w.Linef("#define N %d", n)

@@ -139,7 +139,7 @@ func RMSNormAdd(dim int, eps float32, add bool, arm BlockArm) (*Kernel, error) {
 	}
 	name := fmt.Sprintf("%s_d%d_%s", tag, dim, arm)
 	params := []Param{{"float* __restrict__", "x"}, {"const float* __restrict__", "delta"}, {"const float* __restrict__", "w"}, {"float* __restrict__", "y"}, {"int", "rows"}}
-	src := source(fmt.Sprintf("%s: dim %d, eps %g, %v", tag, dim, eps, arm), []string{"types", "warp", "pdl"}, func(w *Writer) {
+	src := source(fmt.Sprintf("%s: dim %d, eps %g, %v", tag, dim, eps, arm), []string{"types", "warp", "pdl", "norm4"}, func(w *Writer) {
 		w.Linef("#define DIM %d", dim)
 		w.Linef("#define EPS %s", cfloat(eps))
 		nv := ceilDiv(dim/4, arm.Threads)
@@ -212,7 +212,7 @@ func rmsnormRegisters(w *Writer, add bool, nv int, ragged bool, threads int) {
 	w.For("k", "0", "NV", "1", -1, func() {
 		w.Linef("const int i = threadIdx.x + k * %d;", threads)
 		guard(func() {
-			w.Line("yr[i] = make_float4(v[k].x * r * g[k].x, v[k].y * r * g[k].y, v[k].z * r * g[k].z, v[k].w * r * g[k].w);")
+			w.Line("yr[i] = norm4(v[k], r, g[k]);")
 		})
 	})
 }
@@ -241,7 +241,7 @@ func rmsnormTwoPass(w *Writer, add bool, threads int) {
 	w.Line("float4* yr = (float4*)(y + (size_t)blockIdx.x * DIM);")
 	w.For("i", "threadIdx.x", "DIM / 4", fmt.Sprint(threads), 0, func() {
 		w.Line("float4 v = xr[i], g = wr[i];")
-		w.Line("yr[i] = make_float4(v.x * r * g.x, v.y * r * g.y, v.z * r * g.z, v.w * r * g.w);")
+		w.Line("yr[i] = norm4(v, r, g);")
 	})
 }
 
@@ -261,7 +261,7 @@ func SwiGLU(ffn int, arm BlockArm) (*Kernel, error) {
 	name := fmt.Sprintf("swiglu_f%d_%s", ffn, arm)
 	params := []Param{{"const float* __restrict__", "gu"}, {"float* __restrict__", "out"}, {"int", "rows"}}
 	vec := ffn%4 == 0 // four elements per thread
-	src := source(fmt.Sprintf("swiglu: ffn %d, %v", ffn, arm), []string{"types", "pdl"}, func(w *Writer) {
+	src := source(fmt.Sprintf("swiglu: ffn %d, %v", ffn, arm), []string{"types", "pdl", "swiglu4"}, func(w *Writer) {
 		w.Linef("#define FFN %d", ffn)
 		w.Blank()
 		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
@@ -281,12 +281,7 @@ func SwiGLU(ffn int, arm BlockArm) (*Kernel, error) {
 			w.Linef("const int q = blockIdx.x * %d + threadIdx.x;", arm.Threads)
 			w.If("q < FFN / 4", func() {
 				w.IfElse(aligned16("gu", "out"), func() {
-					w.Line("const float4 g = ((const float4*)r)[q], u = ((const float4*)(r + FFN))[q];")
-					w.Line("float4 y;")
-					for _, c := range []string{"x", "y", "z", "w"} {
-						w.Linef("y.%s = g.%s / (1.f + expf(-g.%s)) * u.%s;", c, c, c, c)
-					}
-					w.Line("((float4*)o)[q] = y;")
+					w.Line("((float4*)o)[q] = swiglu4(((const float4*)r)[q], ((const float4*)(r + FFN))[q]);")
 				}, func() {
 					w.For("i", "4 * q", "4 * q + 4", "1", -1, func() {
 						w.Line("const float g = r[i];")

@@ -348,8 +348,7 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 			y0 = randn(r, m*n)
 		}
 		ref := lazy(func() ([]float32, error) { return refMatMul(t, n, k, W, x, m, y0, family == "mma") })
-		// layout-1 GEMV arms read W repacked; the reference reads the file's layout
-		packed := lazy(func() ([]byte, error) { return codegen.Repack(t, n, k, W) })
+		weights := armWeights(t, n, k, W)
 		return &inputs{
 			launch: func(arm codegen.Point) (*Launch, error) {
 				ks, err := c.Kernels(arm)
@@ -361,8 +360,8 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 					y = fbuf(y0)
 				}
 				wb := W
-				if family == "gemv" && codegen.GEMVArmOf(arm).Layout == 1 {
-					if wb, err = packed(); err != nil {
+				if family == "gemv" {
+					if wb, err = weights(arm); err != nil {
 						return nil, err
 					}
 				}
@@ -449,7 +448,7 @@ func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool
 			}
 			return refMatMul(t, n, k, W, xin, m, y0, false)
 		})
-		packed := lazy(func() ([]byte, error) { return codegen.Repack(t, n, k, W) })
+		weights := armWeights(t, n, k, W)
 		return &inputs{
 			launch: func(arm codegen.Point) (*Launch, error) {
 				ks, err := c.Kernels(arm)
@@ -457,11 +456,9 @@ func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool
 					return nil, err
 				}
 				y := fbuf(yinit)
-				wb := W
-				if codegen.GEMVArmOf(arm).Layout == 1 {
-					if wb, err = packed(); err != nil {
-						return nil, err
-					}
+				wb, err := weights(arm)
+				if err != nil {
+					return nil, err
 				}
 				args := []Arg{b(&Buf{Data: wb}), b(fbuf(x)), b(y), s(m)}
 				if pro.Kind == codegen.ProNorm {
@@ -499,5 +496,18 @@ func relErrTo(ref func() ([]float32, error)) func(outs [][]byte) (float64, error
 			return 0, err
 		}
 		return codegen.RelErr(bytesF32(outs[0]), want), nil
+	}
+}
+
+// armWeights returns the weight bytes a GEMV arm reads: W in the file's
+// layout, or repacked (once, on first use) for layout-1 arms; the CPU
+// reference always reads the file's layout.
+func armWeights(t dtype.Type, n, k int, W []byte) func(arm codegen.Point) ([]byte, error) {
+	packed := lazy(func() ([]byte, error) { return codegen.Repack(t, n, k, W) })
+	return func(arm codegen.Point) ([]byte, error) {
+		if codegen.GEMVArmOf(arm).Layout == 1 {
+			return packed()
+		}
+		return W, nil
 	}
 }

@@ -35,7 +35,7 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 				c.Label += "×12"
 				cs = append(cs, c)
 			}
-			if codegen.Repackable(t) || t == dtype.F16 || t == dtype.BF16 {
+			if codegen.UntunedPrologues(t) {
 				cs = append(cs, ProductNorm(s.Name, "qkv", t, qkv, s.Hidden, 1, s.Eps, seed))
 				if codegen.Repackable(t) {
 					c := ProductNorm(s.Name, "qkv", t, qkv, s.Hidden, 12, s.Eps, seed)
@@ -48,7 +48,7 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 		}
 		if rowOK(t, s.FFN) {
 			cs = append(cs, withQuantArms(Product(s.Name, "gemv", "down", t, s.Hidden, s.FFN, 1, true, seed), t, s.FFN))
-			if codegen.Repackable(t) || t == dtype.F16 || t == dtype.BF16 {
+			if codegen.UntunedPrologues(t) {
 				cs = append(cs, ProductSwiGLU(s.Name, "down", t, s.Hidden, s.FFN, 1, seed))
 				if codegen.Repackable(t) {
 					c := ProductSwiGLU(s.Name, "down", t, s.Hidden, s.FFN, 12, seed)

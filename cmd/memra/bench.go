@@ -145,11 +145,6 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 			device = "cuda"
 		}
 		pp.logf = logf
-		if device == "cpu" {
-			if err := (gpuOptions{kvCache: o.kvCache}).checkCPU(); err != nil {
-				return nil, err
-			}
-		}
 		return newPipelineBackend(m, device, o.threads, maxSeqs, pp, cuda.BackendOptions{Context: ctxLen,
 			PrefillTokens: max(o.prompt, 512), Untuned: o.untuned, Logf: logf, Cache: o.kvCache})
 	}

@@ -65,6 +65,9 @@ func newPipelineBackend(m *load.Model, device string, threads, maxSeqs int, pp p
 	var stages []pipeline.StageBackend
 	var err error
 	if device == "cpu" {
+		if err := (gpuOptions{kvCache: cudaOpts.Cache}).checkCPU(); err != nil {
+			return nil, err
+		}
 		stages, err = cpu.NewStages(m, []int{k}, cpu.Options{Threads: max(threads/2, 1), MaxSeqs: maxSeqs})
 	} else {
 		devs, derr := pipeline.ParseDevices(pp.devices, 2)

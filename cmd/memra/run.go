@@ -136,11 +136,6 @@ func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, gpu gp
 			device = "cuda"
 		}
 	}
-	if device == "cpu" {
-		if err := gpu.checkCPU(); err != nil {
-			return nil, err
-		}
-	}
 	if len(pp) > 0 && pp[0].enabled() {
 		if device != "cpu" && device != "cuda" {
 			return nil, fmt.Errorf("device %q: with --pp-stages use --device cuda and --pp-devices, or --device cpu", device)
@@ -149,6 +144,9 @@ func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, gpu gp
 	}
 	switch {
 	case device == "cpu":
+		if err := gpu.checkCPU(); err != nil {
+			return nil, err
+		}
 		return cpu.New(m, cpu.Options{Threads: threads, MaxSeqs: maxSeqs})
 	case device == "cuda" || strings.HasPrefix(device, "cuda:"):
 		ordinal := 0

@@ -41,6 +41,11 @@ static __device__ __forceinline__ void pdl_launch() {
 #endif
 }
 
+// Four elements of an RMS-normalised row: v · (1/rms) r · weight g.
+static __device__ __forceinline__ float4 norm4(float4 v, float r, float4 g) {
+    return make_float4(v.x * r * g.x, v.y * r * g.y, v.z * r * g.z, v.w * r * g.w);
+}
+
 #define DIM 256
 #define EPS 9.99999975e-06f
 #define NV 1 // float4s of the row per thread
@@ -93,7 +98,7 @@ extern "C" __global__ void __launch_bounds__(256) add_rmsnorm_d256_t256(
     for (int k = 0; k < NV; ++k) {
         const int i = threadIdx.x + k * 256;
         if (i < DIM / 4) {
-            yr[i] = make_float4(v[k].x * r * g[k].x, v[k].y * r * g[k].y, v[k].z * r * g[k].z, v[k].w * r * g[k].w);
+            yr[i] = norm4(v[k], r, g[k]);
         }
     }
     pdl_launch();

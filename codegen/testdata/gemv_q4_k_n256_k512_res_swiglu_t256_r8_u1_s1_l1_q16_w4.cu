@@ -53,7 +53,7 @@ static __device__ __forceinline__ void pdl_launch() {
 #endif
 }
 
-// silu(g) · u of four elements, as the SwiGLU kernel computes it.
+// silu(g) · u of four elements (the SwiGLU kernel and the GEMVs that fuse it).
 static __device__ __forceinline__ float4 swiglu4(float4 g, float4 u) {
     return make_float4(g.x / (1.f + expf(-g.x)) * u.x, g.y / (1.f + expf(-g.y)) * u.y,
                        g.z / (1.f + expf(-g.z)) * u.z, g.w / (1.f + expf(-g.w)) * u.w);

@@ -53,6 +53,11 @@ static __device__ __forceinline__ void pdl_launch() {
 #endif
 }
 
+// Four elements of an RMS-normalised row: v · (1/rms) r · weight g.
+static __device__ __forceinline__ float4 norm4(float4 v, float r, float4 g) {
+    return make_float4(v.x * r * g.x, v.y * r * g.y, v.z * r * g.z, v.w * r * g.w);
+}
+
 // d = c + the dot product of the four signed bytes of a and b.
 static __device__ __forceinline__ int dp4a(int a, int b, int c) {
     int d;
@@ -217,9 +222,8 @@ extern "C" __global__ void __launch_bounds__(256) gemv_q4_k_n512_k256_norm_t256_
                 float4 a = la[s], b = lb[s];
                 if (ok) {
                     const float r = rs[mr];
-                    const float4 g0 = *(const float4*)(nw + e), g1 = *(const float4*)(nw + e + 4);
-                    a = make_float4(a.x * r * g0.x, a.y * r * g0.y, a.z * r * g0.z, a.w * r * g0.w);
-                    b = make_float4(b.x * r * g1.x, b.y * r * g1.y, b.z * r * g1.z, b.w * r * g1.w);
+                    a = norm4(a, r, *(const float4*)(nw + e));
+                    b = norm4(b, r, *(const float4*)(nw + e + 4));
                 }
                 float am = fmaxf(fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))),
                                  fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));

@@ -25,6 +25,12 @@ static __device__ __forceinline__ void pdl_launch() {
 #endif
 }
 
+// silu(g) · u of four elements (the SwiGLU kernel and the GEMVs that fuse it).
+static __device__ __forceinline__ float4 swiglu4(float4 g, float4 u) {
+    return make_float4(g.x / (1.f + expf(-g.x)) * u.x, g.y / (1.f + expf(-g.y)) * u.y,
+                       g.z / (1.f + expf(-g.z)) * u.z, g.w / (1.f + expf(-g.w)) * u.w);
+}
+
 #define FFN 512
 
 extern "C" __global__ void __launch_bounds__(256) swiglu_f512_t256(
@@ -38,13 +44,7 @@ extern "C" __global__ void __launch_bounds__(256) swiglu_f512_t256(
     const int q = blockIdx.x * 256 + threadIdx.x;
     if (q < FFN / 4) {
         if ((((size_t)gu | (size_t)out) & 15) == 0) {
-            const float4 g = ((const float4*)r)[q], u = ((const float4*)(r + FFN))[q];
-            float4 y;
-            y.x = g.x / (1.f + expf(-g.x)) * u.x;
-            y.y = g.y / (1.f + expf(-g.y)) * u.y;
-            y.z = g.z / (1.f + expf(-g.z)) * u.z;
-            y.w = g.w / (1.f + expf(-g.w)) * u.w;
-            ((float4*)o)[q] = y;
+            ((float4*)o)[q] = swiglu4(((const float4*)r)[q], ((const float4*)(r + FFN))[q]);
         } else {
             #pragma unroll
             for (int i = 4 * q; i < 4 * q + 4; ++i) {

@@ -54,6 +54,10 @@ type BackendOptions struct {
 	// NoFusePrologue keeps each RMSNorm and SwiGLU before a decode product
 	// its own launch (codegen.LowerOptions.NoFusePrologue; MEMRA_FUSE=0).
 	NoFusePrologue bool
+	// EarlyPDL lets each kernel start the next one right after its own
+	// dependency wait instead of at its end (MEMRA_PDL=early; slower on the
+	// H200, kept for comparison).
+	EarlyPDL bool
 	// DecodeLive selects decode attention over the live KV length (1, 2;
 	// 0 is the default, 2) or over the whole capacity (-1);
 	// MEMRA_DECODE_LIVE (0 there means the capacity).
@@ -352,7 +356,7 @@ func (b *Backend) compile(target string) (map[string][]byte, error) {
 			if _, ok := images[k.Name]; ok {
 				continue
 			}
-			img, _, err := cache.Compile(k.Source, k.Name+".cu", target, compileOptions())
+			img, _, err := cache.Compile(k.Source, k.Name+".cu", target, b.compileOptions())
 			if err != nil {
 				return nil, fmt.Errorf("kernel %s: %w", k.Name, err)
 			}
@@ -509,18 +513,20 @@ func envOptions(o *BackendOptions) error {
 		}
 		*e.arm = a
 	}
-	if v := os.Getenv("MEMRA_PDL"); v != "" && v != "late" && v != "early" {
+	switch v := os.Getenv("MEMRA_PDL"); v {
+	case "", "late":
+	case "early":
+		o.EarlyPDL = true
+	default:
 		return bad("MEMRA_PDL", v, "late or early")
 	}
 	return nil
 }
 
-// compileOptions are the NVRTC options of a model's kernels: MEMRA_PDL=early
-// defines MEMRA_PDL_EARLY (each kernel lets the next one launch right after
-// its own dependency wait instead of at its end; slower on the H200, see
-// docs/PERFORMANCE.md, kept for comparison).
-func compileOptions() []string {
-	if os.Getenv("MEMRA_PDL") == "early" {
+// compileOptions are the NVRTC options of the model's kernels: EarlyPDL
+// defines MEMRA_PDL_EARLY (see the pdl helper in codegen).
+func (b *Backend) compileOptions() []string {
+	if b.opts.EarlyPDL {
 		return []string{"-DMEMRA_PDL_EARLY"}
 	}
 	return nil
