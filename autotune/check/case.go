@@ -63,6 +63,10 @@ type Case struct {
 	ExtraArms []codegen.Point
 	// K is a product's row length (gemv, mma; 0 for other families).
 	K int
+	// AnyGEMVArm says the case runs any GEMV arm of its weight type (the
+	// plain products of repacked types), so kernel-check may add its
+	// --gemv-arms; the fused-prologue cases take only their own arms.
+	AnyGEMVArm bool
 
 	kernels func(arm codegen.Point) ([]*codegen.Kernel, error)
 	setup   func(r *rand.Rand) (*inputs, error)

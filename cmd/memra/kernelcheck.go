@@ -111,7 +111,7 @@ func runKernelCheck(cmd *cobra.Command, _ []string) error {
 				continue
 			}
 			arms := append([]codegen.Point{c.Space().Default}, c.ExtraArms...)
-			if c.Family == "gemv" && len(c.ExtraArms) > 0 && !strings.HasPrefix(c.Label, "gemv+") { // the repacked weight types
+			if c.AnyGEMVArm {
 				for _, a := range extra {
 					arms = append(arms, codegen.FitXQ(a, c.K).Point())
 				}
