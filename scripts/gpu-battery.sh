@@ -57,7 +57,9 @@ if [ "$MODE" = accept ]; then
 fi
 
 if has check; then
-step cuda-tests .gpu/cuda.test -test.v -test.count=1
+# in its package directory: the tests read ../../testdata
+cuda_tests() { (cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1); }
+step cuda-tests cuda_tests
 step kernel-check "$BIN" kernel-check --shapes llama3-8b,qwen2.5-7b,qwen3-8b ${KC_TYPES:+--types $KC_TYPES} ${KC_REPS:+--reps $KC_REPS}
 step compile-sm90a-sm120a "$BIN" kernel-check --compile-only --arch sm_90a,sm_120a --shapes llama3-8b,qwen2.5-7b,qwen3-8b
 

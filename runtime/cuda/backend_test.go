@@ -236,8 +236,16 @@ func TestGPUBatchEqualsAlone(t *testing.T) {
 			// Prefill rounds activations to bf16 for the tensor-core product, and
 			// a batch's prefill tiles differ from a lone sequence's, so step 0
 			// agrees to bf16 accuracy (cosine 0.999988 measured on the H200),
-			// decode steps to float32 accuracy.
-			require.GreaterOrEqual(t, runtime.Cosine(batched[i][k], one[0][k]), 0.9999, "sequence %d step %d", i, k)
+			// decode steps to float32 accuracy. A one-token prompt alone is a
+			// decode step, whose products round activations to int8 instead: its
+			// step 0 compares two numerical classes (0.999876 measured), and the
+			// cache it wrote carries the difference into the later steps
+			// (0.999859 at step 1).
+			tol := 0.9999
+			if len(p) == 1 {
+				tol = 0.9995
+			}
+			require.GreaterOrEqual(t, runtime.Cosine(batched[i][k], one[0][k]), tol, "sequence %d step %d", i, k)
 			require.Equal(t, runtime.Argmax(batched[i][k]), runtime.Argmax(one[0][k]), "sequence %d step %d", i, k)
 		}
 	}
