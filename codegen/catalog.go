@@ -86,6 +86,17 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 		return nil, err
 	}
 	nqkv := (s.Heads + 2*s.HeadsKV) * s.HeadDim
+	// the quantisers of the XQ 2 products: after the norm, of the SwiGLU, plain
+	for _, q := range []struct {
+		k   int
+		pro Prologue
+	}{{s.Hidden, Prologue{Kind: ProNorm, Eps: s.Eps}}, {s.FFN, Prologue{Kind: ProSwiGLU}}, {s.Hidden, Prologue{}}} {
+		if q.k%32 == 0 {
+			if err := add(XQuant(q.k, q.pro)); err != nil {
+				return nil, err
+			}
+		}
+	}
 	for _, t := range types {
 		if checkRow(t, s.Hidden) != nil {
 			continue
@@ -103,8 +114,12 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 		var plain, fused []GEMVArm
 		switch {
 		case Repackable(t):
-			plain = []GEMVArm{DefaultRepackArm, DefaultXQOneArm, DefaultXQBatchArm}
+			plain = []GEMVArm{DefaultRepackArm, DefaultXQOneArm, DefaultXQBatchArm, DefaultXQGlobalOneArm, DefaultXQGlobalBatchArm}
 			fused = []GEMVArm{DefaultXQOneArm, DefaultXQBatchArm}
+			// V of a fused QKV row whose parts differ in type, after XQuant
+			if err := add(GEMVInto(t, s.HeadsKV*s.HeadDim, s.Hidden, false, DefaultXQGlobalBatchArm, Prologue{}, nqkv)); err != nil {
+				return nil, err
+			}
 		case UntunedPrologues(t):
 			fused = []GEMVArm{DefaultGEMVArm}
 		}

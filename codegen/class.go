@@ -106,9 +106,9 @@ func (l *lowerer) gemvArm(class string, t dtype.Type, k int) GEMVArm {
 	} else if Repackable(t) {
 		arm = l.arms.GEMVQuant
 	}
-	if arm.XQ == 1 && l.o.PrefillGEMV {
+	if arm.XQ != 0 && l.o.PrefillGEMV {
 		arm = l.arms.GEMV
-		if arm.XQ == 1 {
+		if arm.XQ != 0 {
 			arm = DefaultGEMVArm
 		}
 	}

@@ -101,6 +101,29 @@ func TestCompileGate(t *testing.T) {
 		require.NoError(t, err, t2)
 		ks = append(ks, g, s, into)
 	}
+	// activations quantised once per product (XQ 2): the quantisers for short and long rows, and the
+	// products reading them, ragged rows, 1 to 16 activation rows a block, a strided output
+	for _, k := range []int{64, 544, 4096, 14336, 32768} {
+		for _, pro := range []codegen.Prologue{{}, {Kind: codegen.ProNorm, Eps: 1e-5}, {Kind: codegen.ProSwiGLU}} {
+			q, err := codegen.XQuant(k, pro)
+			require.NoError(t, err, k)
+			ks = append(ks, q)
+		}
+	}
+	for i, t2 := range codegen.RepackTypes {
+		arm := []codegen.GEMVArm{{Threads: 96, RowsPerBlock: 3, Unroll: 1, BatchRows: 1, RowsPerWarp: 2}, {Threads: 256, RowsPerBlock: 8, Unroll: 2, BatchRows: 2},
+			{Threads: 512, RowsPerBlock: 16, Unroll: 1, BatchRows: 8, RowsPerWarp: 4}, {Threads: 128, RowsPerBlock: 4, Unroll: 1, BatchRows: 16, RowsPerWarp: 2}}[i]
+		arm.SharedX, arm.Layout, arm.XQ = 1, 1, 2
+		g, err := codegen.GEMV(t2, 1000, 512, i%2 == 0, arm)
+		require.NoError(t, err)
+		k := 512
+		if t2.BlockElems() == 32 {
+			k = 544
+		}
+		into, err := codegen.GEMVInto(t2, 200, k, false, arm, codegen.Prologue{}, 1000)
+		require.NoError(t, err, t2)
+		ks = append(ks, g, into)
+	}
 	r, err := codegen.RMSNormAdd(s.Hidden, s.Eps, false, codegen.BlockArm{Threads: 1024})
 	require.NoError(t, err)
 	ks = append(ks, r)

@@ -19,9 +19,13 @@ type GEMVArm struct {
 	Layout int
 	// XQ 1 quantises the activations to int8 in shared memory and takes
 	// dp4a products (gemv_xq.go; layout 1, one warp a row, tolerance XQTol).
+	// XQ 2 takes the same products on activations an XQuant launch
+	// quantised once for the whole product (and for the products that share
+	// its input), reading them from global memory: no staging in the
+	// blocks, and the prologue (norm, SwiGLU) runs once in XQuant.
 	XQ int
 	// BatchRows is the activation rows a block serves with one weight read:
-	// 1 to 16 with XQ 1, 0 otherwise (one row).
+	// 1 to 16 with XQ 1 or 2, 0 otherwise (one row).
 	BatchRows int
 	// RowsPerWarp is the weight rows each warp of an XQ 1 arm computes
 	// together, so that each activation load from shared memory serves all
@@ -60,8 +64,16 @@ var DefaultXQOneArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX:
 // block per weight read, four weight rows a warp.
 var DefaultXQBatchArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 16, RowsPerWarp: 4}
 
+// DefaultXQGlobalOneArm and DefaultXQGlobalBatchArm are the one-row and
+// batch arms of DefaultXQOneArm and DefaultXQBatchArm with the activations
+// quantised once per product (XQ 2).
+var (
+	DefaultXQGlobalOneArm   = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 1, RowsPerWarp: 4}
+	DefaultXQGlobalBatchArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 16, RowsPerWarp: 4}
+)
+
 // FitXQ halves an int8-activation arm's BatchRows until its activation rows
-// of k elements fit shared memory.
+// of k elements fit shared memory (XQ 1; XQ 2 arms stage nothing).
 func FitXQ(a GEMVArm, k int) GEMVArm {
 	for a.XQ == 1 && a.BatchRows > 1 && xqShared(k, a.BatchRows) > xqMaxShared {
 		a.BatchRows /= 2
@@ -76,7 +88,7 @@ var GEMVKnobs = []Knob{
 	{"unroll", []int{1, 2, 4, 8}},
 	{"shared_x", []int{0, 1}},
 	{"layout", []int{0, 1}},
-	{"xq", []int{0, 1}},
+	{"xq", []int{0, 1, 2}},
 	{"batch_rows", []int{0, 1, 2, 4, 8, 16}},
 	{"rows_per_warp", []int{0, 2, 4}},
 }
@@ -86,9 +98,9 @@ func (a GEMVArm) Validate() error {
 	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.RowsPerBlock <= 0 ||
 		a.Threads%a.RowsPerBlock != 0 || (a.Threads/a.RowsPerBlock)%32 != 0 || a.Unroll <= 0 || a.SharedX < 0 || a.SharedX > 1 ||
 		a.Layout < 0 || a.Layout > 1 || (a.Layout == 1 && a.SharedX != 1) ||
-		a.XQ < 0 || a.XQ > 1 || (a.XQ == 1 && (a.Layout != 1 || a.Threads/a.RowsPerBlock != 32)) ||
-		(a.XQ == 0 && a.BatchRows != 0) || (a.XQ == 1 && (a.BatchRows < 1 || a.BatchRows > 16)) ||
-		(a.RowsPerWarp != 0 && a.RowsPerWarp != 2 && a.RowsPerWarp != 4) || (a.RowsPerWarp != 0 && a.XQ != 1) {
+		a.XQ < 0 || a.XQ > 2 || (a.XQ != 0 && (a.Layout != 1 || a.Threads/a.RowsPerBlock != 32)) ||
+		(a.XQ == 0 && a.BatchRows != 0) || (a.XQ != 0 && (a.BatchRows < 1 || a.BatchRows > 16)) ||
+		(a.RowsPerWarp != 0 && a.RowsPerWarp != 2 && a.RowsPerWarp != 4) || (a.RowsPerWarp != 0 && a.XQ == 0) {
 		return fmt.Errorf("%w: gemv arm %+v", ErrUnsupported, a)
 	}
 	return nil
@@ -107,8 +119,11 @@ func (a GEMVArm) String() string {
 	if a.Layout != 0 {
 		s += fmt.Sprintf("_l%d", a.Layout)
 	}
-	if a.XQ != 0 {
+	switch a.XQ {
+	case 1:
 		s += fmt.Sprintf("_q%d", a.batchRows())
+	case 2:
+		s += fmt.Sprintf("_g%d", a.batchRows())
 	}
 	if a.RowsPerWarp > 1 {
 		s += fmt.Sprintf("_w%d", a.RowsPerWarp)
@@ -117,10 +132,12 @@ func (a GEMVArm) String() string {
 }
 
 // ParseGEMVArm parses the String form of a GEMVArm, e.g.
-// "t256_r8_u4_s1_l1_q16_w2".
+// "t256_r8_u4_s1_l1_q16_w2" (q: XQ 1, g: XQ 2, with the batch rows).
 func ParseGEMVArm(s string) (GEMVArm, error) {
 	var a GEMVArm
-	fields := map[byte]*int{'t': &a.Threads, 'r': &a.RowsPerBlock, 'u': &a.Unroll, 's': &a.SharedX, 'l': &a.Layout, 'q': &a.BatchRows, 'w': &a.RowsPerWarp}
+	var global int
+	fields := map[byte]*int{'t': &a.Threads, 'r': &a.RowsPerBlock, 'u': &a.Unroll, 's': &a.SharedX, 'l': &a.Layout, 'q': &a.BatchRows, 'g': &global,
+		'w': &a.RowsPerWarp}
 	for _, f := range strings.Split(s, "_") {
 		if len(f) < 2 || fields[f[0]] == nil {
 			return a, fmt.Errorf("%w: gemv arm %q: bad field %q", ErrUnsupported, s, f)
@@ -131,7 +148,12 @@ func ParseGEMVArm(s string) (GEMVArm, error) {
 		}
 		*fields[f[0]] = v
 	}
-	if a.BatchRows > 0 {
+	switch {
+	case global > 0 && a.BatchRows > 0:
+		return a, fmt.Errorf("%w: gemv arm %q: both q and g", ErrUnsupported, s)
+	case global > 0:
+		a.XQ, a.BatchRows = 2, global
+	case a.BatchRows > 0:
 		a.XQ = 1
 	}
 	if a.RowsPerWarp == 1 {
@@ -176,15 +198,16 @@ func (p Prologue) suffix() string {
 	return [...]string{"", "_norm", "_swiglu"}[p.Kind]
 }
 
-// PrologueFusable reports whether GEMVNorm and GEMVSwiGLU have kernels for
-// arm with weights of type t: the int8-activation arms and the f16/bf16
-// arms with activations in shared memory, whose staging of x can compute
-// them.
+// PrologueFusable reports whether a product with arm over weights of type t
+// can compute the norm or SwiGLU before it without a launch of its own:
+// GEMVNorm and GEMVSwiGLU have kernels for the XQ 1 arms and the f16/bf16
+// arms with activations in shared memory, whose staging of x computes it;
+// the XQ 2 arms read activations XQuant quantised, and XQuant computes it.
 func PrologueFusable(t dtype.Type, arm GEMVArm) bool {
 	if arm.ValidFor(t) != nil {
 		return false
 	}
-	return arm.XQ == 1 || ((t == dtype.F16 || t == dtype.BF16) && arm.SharedX == 1 && arm.Layout == 0)
+	return arm.XQ != 0 || ((t == dtype.F16 || t == dtype.BF16) && arm.SharedX == 1 && arm.Layout == 0)
 }
 
 // UntunedPrologues reports whether the decode products lowering runs
@@ -219,12 +242,13 @@ func GEMVSwiGLU(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, er
 // GEMVSwiGLU's) whose output rows are ystride floats apart (0: n), so that
 // products of different weight types write their columns of one fused row
 // (y points at the first column) without a concatenation. Only for the
-// arms of PrologueFusable.
+// arms of PrologueFusable; an XQ 2 arm takes no prologue here (its XQuant
+// launch computes it).
 func GEMVInto(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, ystride int) (*Kernel, error) {
 	if err := checkRow(t, k); err != nil {
 		return nil, err
 	}
-	if !PrologueFusable(t, arm) {
+	if !PrologueFusable(t, arm) || (arm.XQ == 2 && pro.Kind != ProNone) {
 		return nil, fmt.Errorf("%w: gemv with a fused prologue for %v and arm %v", ErrUnsupported, t, arm)
 	}
 	if n <= 0 || k%8 != 0 || (ystride != 0 && ystride < n) {
@@ -233,7 +257,7 @@ func GEMVInto(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, 
 	if ystride == n {
 		ystride = 0
 	}
-	if arm.XQ == 1 {
+	if arm.XQ != 0 {
 		return gemvXQ(t, n, k, residual, arm, pro, ystride)
 	}
 	return gemvHalf(t, n, k, residual, arm, pro, ystride)
@@ -262,7 +286,10 @@ func ysDefine(ystride int) string {
 //	gemv(const u8* W, const float* x, float* y, int m)
 //
 // With residual the product is added to y (y += W·x). grid (⌈n/rows⌉, m).
-// An arm of Layout 1 reads W in the layout of Repack(t, n, k, ·).
+// An arm of Layout 1 reads W in the layout of Repack(t, n, k, ·). An XQ 2
+// arm reads the rows XQuant(k, ·) wrote instead of x:
+//
+//	gemv(const u8* W, const u8* xq, float* y, int m)
 func GEMV(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
 	if err := checkRow(t, k); err != nil {
 		return nil, err
@@ -273,7 +300,7 @@ func GEMV(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: gemv with %d rows", ErrUnsupported, n)
 	}
-	if arm.XQ == 1 {
+	if arm.XQ != 0 {
 		return gemvXQ(t, n, k, residual, arm, Prologue{}, 0)
 	}
 	if arm.Layout == 1 {

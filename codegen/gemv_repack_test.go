@@ -326,3 +326,84 @@ func TestLowerFusedNormMixedTypes(t *testing.T) {
 	}
 	require.True(t, found, "three norm-fused products in a row")
 }
+
+// TestLowerXQGlobal: with XQ 2 arms every repacked decode product reads
+// rows an XQuant launch wrote before it; the XQuant launches compute the
+// norms and SwiGLUs (no rmsnorm or swiglu launch remains), Q, K and V of
+// different types share one, and the batch kernel takes the one-row
+// kernel's operands. A batch arm of the other int8 mode follows the
+// one-row arm's; the exact configuration quantises nothing.
+func TestLowerXQGlobal(t *testing.T) {
+	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
+	o := LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16,
+		Arms: Arms{GEMVQuant: DefaultXQGlobalOneArm, GEMVBatch: DefaultXQGlobalBatchArm}}
+	p, err := Lower(g, o)
+	require.NoError(t, err)
+	written := map[int]int{} // xq buffer → launches that wrote it
+	quants, products := 0, 0
+	for i, ln := range p.Launches {
+		k := p.Kernels[ln.Kernel]
+		require.NotEqual(t, "rmsnorm", k.Family)
+		require.NotEqual(t, "swiglu", k.Family)
+		switch {
+		case k.Family == "xquant":
+			quants++
+			out := ln.Args[len(ln.Args)-2]
+			require.Equal(t, "xq", k.Params[len(k.Params)-2].Name)
+			written[out.Index]++
+		case k.Family == "gemv":
+			products++
+			require.Equal(t, xqGlobalParams, k.Params, k.Name)
+			require.Regexp(t, `_l1_g16_w4$`, k.Name)
+			require.Positive(t, ln.One, k.Name)
+			require.Regexp(t, `_l1_g1_w4$`, p.Kernels[ln.One-1].Name)
+			require.Equal(t, k.Params, p.Kernels[ln.One-1].Params)
+			require.Equal(t, 1, written[ln.Args[1].Index], "launch %d %s reads rows no xquant wrote before it", i, k.Name)
+			require.Equal(t, XQRowBytes(k0(k.Name)), 4*p.Buffers.Buffers[ln.Args[1].Index].Width, k.Name)
+		}
+	}
+	// per layer: the QKV input (shared by the three products), the attention output, the FFN input
+	// after its norm, the SwiGLU; then the output head's norm
+	require.Equal(t, 4*smallQwen3.Layers+1, quants)
+	require.Equal(t, 6*smallQwen3.Layers+1, products)
+
+	kinds := func(o LowerOptions) (xq, batch string) {
+		p, err := Lower(g, o)
+		require.NoError(t, err)
+		for _, ln := range p.Launches {
+			k := p.Kernels[ln.Kernel]
+			if k.Family == "xquant" {
+				xq = k.Name
+			}
+			if ln.One > 0 {
+				batch = k.Name
+			}
+		}
+		return xq, batch
+	}
+	o.Arms.GEMVBatch = DefaultXQBatchArm // XQ 1: follows the one-row arm
+	xq, batch := kinds(o)
+	require.NotEmpty(t, xq)
+	require.Regexp(t, `_g16_w4$`, batch)
+	o.Arms = Arms{GEMVBatch: DefaultXQGlobalBatchArm} // the one-row arm stages (XQ 1)
+	xq, batch = kinds(o)
+	require.Empty(t, xq)
+	require.Regexp(t, `_q16_w4$`, batch)
+	o.Arms, o.PrefillGEMV = Arms{GEMVQuant: DefaultXQGlobalOneArm, GEMVBatch: DefaultXQGlobalBatchArm}, true
+	xq, batch = kinds(o)
+	require.Empty(t, xq)
+	require.Empty(t, batch)
+}
+
+// k0 is the K of a product kernel's name (…_k4096_…).
+func k0(name string) int {
+	var k int
+	for _, f := range strings.Split(name, "_") {
+		if len(f) > 1 && f[0] == 'k' {
+			if _, err := fmt.Sscanf(f, "k%d", &k); err == nil {
+				return k
+			}
+		}
+	}
+	return 0
+}

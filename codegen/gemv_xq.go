@@ -47,21 +47,18 @@ var xqDot = map[dtype.Type]string{
 	dtype.Q6_K: "xq_q6_k(q[i], qh[i], sc[i], dh[i], xr, mt, uu)",
 }
 
-// emitXQHelpers writes dp4a, the quantiser's packing and the unit dot of t.
-func emitXQHelpers(w *Writer, t dtype.Type) {
+// emitXQHelpers writes dp4a, the quantiser's packing (pack: the kernel
+// quantises) and the unit dot of t.
+func emitXQHelpers(w *Writer, t dtype.Type, pack bool) {
 	w.Comment("d = c + the dot product of the four signed bytes of a and b.")
 	w.Emit(Func{Name: "dp4a", Return: "int", Params: []Param{{"int", "a"}, {"int", "b"}, {"int", "c"}}, Body: func(w *Writer) {
 		w.Line("int d;")
 		w.Line(`asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));`)
 		w.Line("return d;")
 	}})
-	w.Comment("Four floats times inv, rounded to nearest, as int8 bytes of a word; their sum is added to is.")
-	w.Emit(Func{Name: "xq_pack4", Return: "u32", Params: []Param{{"float4", "v"}, {"float", "inv"}, {"int&", "is"}}, Body: func(w *Writer) {
-		w.Line("const int a = __float2int_rn(v.x * inv), b = __float2int_rn(v.y * inv);")
-		w.Line("const int c = __float2int_rn(v.z * inv), d = __float2int_rn(v.w * inv);")
-		w.Line("is += (a + b) + (c + d);")
-		w.Line("return ((u32)a & 255u) | (((u32)b & 255u) << 8) | (((u32)c & 255u) << 16) | ((u32)d << 24);")
-	}})
+	if pack {
+		emitXQPack4(w)
+	}
 	xs := []string{"x", "y", "z", "w"}
 	// dot writes s = Σ dp4a(word c of lo/hi, x0/x1 word c).
 	nib := func(w *Writer, acc, x, expr string) {
@@ -130,6 +127,17 @@ func emitXQHelpers(w *Writer, t dtype.Type) {
 	default:
 		panic(fmt.Sprintf("BUG: no int8-activation GEMV for %v", t))
 	}
+}
+
+// emitXQPack4 writes xq_pack4, the quantiser's rounding and packing.
+func emitXQPack4(w *Writer) {
+	w.Comment("Four floats times inv, rounded to nearest, as int8 bytes of a word; their sum is added to is.")
+	w.Emit(Func{Name: "xq_pack4", Return: "u32", Params: []Param{{"float4", "v"}, {"float", "inv"}, {"int&", "is"}}, Body: func(w *Writer) {
+		w.Line("const int a = __float2int_rn(v.x * inv), b = __float2int_rn(v.y * inv);")
+		w.Line("const int c = __float2int_rn(v.z * inv), d = __float2int_rn(v.w * inv);")
+		w.Line("is += (a + b) + (c + d);")
+		w.Line("return ((u32)a & 255u) | (((u32)b & 255u) << 8) | (((u32)c & 255u) << 16) | ((u32)d << 24);")
+	}})
 }
 
 // xqStageLoads is the chunks of 8 activations each thread of the
@@ -233,26 +241,81 @@ func emitXQStage(w *Writer, threads, k int, pro Prologue) {
 		default:
 			w.Line("const float4 a = la[s], b = lb[s];")
 		}
-		w.Line("float am = fmaxf(fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))),")
-		w.Line("                 fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));")
-		w.Line("am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));")
-		w.Line("am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));")
-		w.Line("const float s8 = ((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w));")
-		w.Line("const float s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);")
-		w.Line("const float o16 = __shfl_xor_sync(0xffffffffu, s16, 2);")
-		w.Line("const float inv = am > 0.f ? 127.f / am : 0.f;")
-		w.Line("int is = 0;")
-		w.Line("const u32 pa = xq_pack4(a, inv, is), pb = xq_pack4(b, inv, is);")
-		w.Line("const int i16 = is + __shfl_xor_sync(0xffffffffu, is, 1);")
-		w.Line("const int io16 = __shfl_xor_sync(0xffffffffu, i16, 2);")
-		w.If("ok", func() {
-			w.Line("*(uint2*)(xq8 + mr * K + e) = make_uint2(pa, pb);")
-			w.If("(c & 3) == 0", func() {
-				w.Line("meta[mr * (K / 32) + e / 32] = make_float4(am * (1.f / 127.f), (float)i16, (float)io16, s16 + o16);")
-			})
-		})
+		emitXQPack(w, "xq8 + mr * K + e", "meta[mr * (K / 32) + e / 32]")
 	})
 	w.Line("__syncthreads();")
+}
+
+// emitXQPack writes the quantisation of chunk c (8 floats a, b; ok when
+// it is a real chunk) by 4 consecutive lanes a group of 32: the int8 words
+// stored at the byte address q, the group's float4 (dx, int8 sums of
+// elements 0-15 and 16-31, float sum) into meta by the group's first lane.
+// Every lane of the warp must run it (shuffles).
+func emitXQPack(w *Writer, q, meta string) {
+	w.Line("float am = fmaxf(fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))),")
+	w.Line("                 fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));")
+	w.Line("am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));")
+	w.Line("am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));")
+	w.Line("const float s8 = ((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w));")
+	w.Line("const float s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);")
+	w.Line("const float o16 = __shfl_xor_sync(0xffffffffu, s16, 2);")
+	w.Line("const float inv = am > 0.f ? 127.f / am : 0.f;")
+	w.Line("int is = 0;")
+	w.Line("const u32 pa = xq_pack4(a, inv, is), pb = xq_pack4(b, inv, is);")
+	w.Line("const int i16 = is + __shfl_xor_sync(0xffffffffu, is, 1);")
+	w.Line("const int io16 = __shfl_xor_sync(0xffffffffu, i16, 2);")
+	w.If("ok", func() {
+		w.Linef("*(uint2*)(%s) = make_uint2(pa, pb);", q)
+		w.If("(c & 3) == 0", func() {
+			w.Linef("%s = make_float4(am * (1.f / 127.f), (float)i16, (float)io16, s16 + o16);", meta)
+		})
+	})
+}
+
+// emitXQRows writes the start of an int8-activation GEMV: the warp's
+// first row r0, its lane, and per weight row the row pointers and the
+// weight registers (and their second buffer buf, if not empty).
+func emitXQRows(w *Writer, rt rpType, n int, arm GEMVArm, buf string) {
+	rw := arm.rowsPerWarp()
+	w.Line("const int r0 = (blockIdx.x * RPB + (threadIdx.x >> 5)) * RW; // the warp's first row")
+	w.Line("const int lane = threadIdx.x & 31;")
+	clamp := n%(arm.RowsPerBlock*rw) != 0
+	if clamp {
+		w.Comment("rows past N (last block only) read row N-1 and store nothing")
+	}
+	for r := range rw {
+		if clamp {
+			w.Linef("const int rr%d = min(r0 + %d, N - 1);", r, r)
+		} else {
+			w.Linef("const int rr%d = r0 + %d;", r, r)
+		}
+		for _, p := range rt.ptrs {
+			w.Line(xqRename(p, r))
+		}
+		for _, p := range rt.regs {
+			w.Line(xqRename(p, r))
+			if buf != "" {
+				w.Line(xqBuffer(xqRename(p, r), buf))
+			}
+		}
+	}
+}
+
+// emitXQStore writes the end of an int8-activation GEMV: each of the
+// warp's rows and activation rows summed over the warp and stored (added
+// for a residual) by lane 0.
+func emitXQStore(w *Writer, residual bool) {
+	op := "="
+	if residual {
+		op = "+="
+	}
+	w.For("r", "0", "RW", "1", -1, func() {
+		w.For("j", "0", "MB", "1", -1, func() {
+			w.Line("const float v = warp_sum(acc[r][j]);")
+			w.If("lane == 0 && r0 + r < N && j < mrows", func() { w.Linef("y[(size_t)(m0 + j) * YS + r0 + r] %s v;", op) })
+		})
+	})
+	w.Line("pdl_launch();")
 }
 
 // xqNames are the row pointers and weight registers of rpTypes' code, to
@@ -264,15 +327,27 @@ func xqRename(code string, w int) string {
 	return xqNames.ReplaceAllString(code, fmt.Sprintf("${1}%d", w))
 }
 
-// gemvXQ is GEMV for arm.XQ 1: W repacked (layout 1), activations
-// quantised to int8 in shared memory, arm.BatchRows activation rows per
+// xqRegs are the weight registers of a row after xqRename, to which
+// xqBuffer gives the suffix of the second buffer of a double-buffered loop.
+var xqRegs = regexp.MustCompile(`\b(q|hd|qh|sc|dh)(\d+)\b`)
+
+func xqBuffer(code, buf string) string {
+	return xqRegs.ReplaceAllString(code, "${1}${2}"+buf)
+}
+
+// gemvXQ is GEMV for arm.XQ 1 and 2: W repacked (layout 1), activations
+// quantised to int8 (XQ 1: by each block into shared memory; XQ 2: read
+// from the rows an XQuant launch wrote), arm.BatchRows activation rows per
 // block, each warp computing arm.RowsPerWarp consecutive weight rows.
 // grid (⌈n/(RowsPerBlock·RowsPerWarp)⌉, ⌈m/MB⌉).
-// pro (GEMVNorm, GEMVSwiGLU) is computed by the quantising stage.
+// pro (GEMVNorm, GEMVSwiGLU; XQ 1 only) is computed by the quantising stage.
 func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, ystride int) (*Kernel, error) {
 	rt, ok := rpTypes[t]
 	if !ok || xqDot[t] == "" {
 		return nil, fmt.Errorf("%w: int8-activation gemv for %v", ErrUnsupported, t)
+	}
+	if arm.XQ == 2 {
+		return gemvXQGlobal(t, n, k, residual, arm, ystride)
 	}
 	mb := arm.batchRows()
 	rw := arm.rowsPerWarp()
@@ -290,7 +365,7 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, ys
 	params := productParams(pro.Kind == ProNorm)
 	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations, N %d, K %d, residual %v, prologue %q, %v", t, n, k, residual, pro.suffix(), arm),
 		proDeps(pro, "f16", "warp", "pdl"), func(w *Writer) {
-			emitXQHelpers(w, t)
+			emitXQHelpers(w, t, true)
 			emitRepackDefines(w, rt, n, k, nb)
 			w.Linef("#define RPB %d // warps per block", arm.RowsPerBlock)
 			w.Linef("#define RW %d // weight rows per warp", rw)
@@ -299,25 +374,7 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, ys
 			w.Raw(ysDefine(ystride))
 			w.Blank()
 			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
-				w.Line("const int r0 = (blockIdx.x * RPB + (threadIdx.x >> 5)) * RW; // the warp's first row")
-				w.Line("const int lane = threadIdx.x & 31;")
-				clamp := n%(arm.RowsPerBlock*rw) != 0
-				if clamp {
-					w.Comment("rows past N (last block only) read row N-1 and store nothing")
-				}
-				for r := range rw {
-					if clamp {
-						w.Linef("const int rr%d = min(r0 + %d, N - 1);", r, r)
-					} else {
-						w.Linef("const int rr%d = r0 + %d;", r, r)
-					}
-					for _, p := range rt.ptrs {
-						w.Line(xqRename(p, r))
-					}
-					for _, p := range rt.regs {
-						w.Line(xqRename(p, r))
-					}
-				}
+				emitXQRows(w, rt, n, arm, "")
 				load := func() {
 					w.For("i", "0", "U", "1", -1, func() {
 						w.Line("const int uu = u + i * 32;")
@@ -358,17 +415,7 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, ys
 					w.If("u >= UPR", func() { w.Line("break;") })
 					load()
 				})
-				op := "="
-				if residual {
-					op = "+="
-				}
-				w.For("r", "0", "RW", "1", -1, func() {
-					w.For("j", "0", "MB", "1", -1, func() {
-						w.Line("const float v = warp_sum(acc[r][j]);")
-						w.If("lane == 0 && r0 + r < N && j < mrows", func() { w.Linef("y[(size_t)(m0 + j) * YS + r0 + r] %s v;", op) })
-					})
-				})
-				w.Line("pdl_launch();")
+				emitXQStore(w, residual)
 			}})
 		})
 	return &Kernel{Family: "gemv", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {

@@ -124,6 +124,9 @@ type lowerer struct {
 	// repacked marks the kernels that read their weight in layout 1
 	repacked map[int]bool
 	swiglus  map[int]bool // SwiGLU nodes their product computes (GEMVSwiGLU)
+	// xqShare, while the products of one fusion group are lowered, is the
+	// quantised input their XQ 2 products share (one XQuant launch).
+	xqShare *xqInput
 }
 
 // Lower turns g (verified, after ir.RunPasses) into a Program for the step

@@ -64,6 +64,9 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 			panic("BUG: strided product output without a fused prologue")
 		}
 		arm := l.gemvArm(ProductClass(t, n, k, residual), t, k)
+		if arm.XQ == 2 {
+			return l.productXQ(t, n, k, w, x, y, rows, residual, nodes, pro, arm)
+		}
 		kern, err = l.kernel(gemv(arm))
 		if err == nil && arm.Layout == 1 {
 			l.repacked[kern] = true
@@ -89,6 +92,75 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	return nil
 }
 
+// xqInput is an activation input quantised by an XQuant launch (with its
+// prologue) into the buffer view xq.
+type xqInput struct {
+	x   view
+	pro Prologue
+	nw  int // the norm weight of ProNorm
+	xq  view
+}
+
+// quantised returns the XQuant rows of x after the prologue pro: those of
+// the fusion group's earlier product when it quantised the same input, else
+// a new buffer written by a new XQuant launch.
+func (l *lowerer) quantised(x view, k int, rows ir.Dim, pro *proIn) (view, error) {
+	want := xqInput{x: x}
+	var nodes []int
+	if pro != nil {
+		want.pro, nodes = pro.pro, []int{pro.node}
+		if pro.pro.Kind == ProNorm {
+			want.nw = pro.w
+		}
+	}
+	if s := l.xqShare; s != nil && s.x == want.x && s.pro == want.pro && s.nw == want.nw {
+		return s.xq, nil
+	}
+	kq, err := l.kernel(XQuant(k, want.pro))
+	if err != nil {
+		return view{}, err
+	}
+	width := XQRowBytes(k) / 4
+	want.xq = view{buf: l.buffer("xq", rows, width), width: width, stride: width}
+	args := []Arg{bufArg(x), bufArg(want.xq), rowsArg()}
+	if want.pro.Kind == ProNorm {
+		args = []Arg{bufArg(x), wArg(want.nw), bufArg(want.xq), rowsArg()}
+	}
+	l.launch(kq, rows, nodes, args...)
+	if l.xqShare != nil {
+		*l.xqShare = want
+	}
+	return want.xq, nil
+}
+
+// productXQ emits a product whose arm reads activations quantised once
+// (XQ 2): the XQuant launch (computing the prologue pro), then the product
+// over the quantised rows, with the batch arm for steps of two or more
+// rows where it differs.
+func (l *lowerer) productXQ(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, residual bool, nodes []int, pro *proIn, arm GEMVArm) error {
+	xq, err := l.quantised(x, k, rows, pro)
+	if err != nil {
+		return err
+	}
+	one, err := l.kernel(GEMVInto(t, n, k, residual, arm, Prologue{}, y.stride))
+	if err != nil {
+		return err
+	}
+	l.repacked[one] = true
+	kern := one
+	if b, ok := l.batchArm(arm, k); ok {
+		if kern, err = l.kernel(GEMVInto(t, n, k, residual, b, Prologue{}, y.stride)); err != nil {
+			return err
+		}
+		l.repacked[kern] = true
+	}
+	l.launch(kern, rows, nodes, wArg(w), bufArg(xq), bufArg(y), rowsArg())
+	if kern != one {
+		l.p.Launches[len(l.p.Launches)-1].One = one + 1
+	}
+	return nil
+}
+
 // productArgs are the arguments of a product launch (GEMV, MMA, gemm_small),
 // with the norm weight after x for GEMVNorm.
 func (l *lowerer) productArgs(w int, x, y view, pro *proIn) []Arg {
@@ -105,7 +177,18 @@ func (l *lowerer) batchArm(one GEMVArm, k int) (GEMVArm, bool) {
 	if l.o.Class != Decode || l.o.MaxSeqs < 2 || l.o.PrefillGEMV {
 		return GEMVArm{}, false
 	}
-	b := FitXQ(l.arms.GEMVBatch, k)
+	b := l.arms.GEMVBatch
+	// the batch kernel replaces the one-row kernel with the same operands:
+	// activations quantised by an XQuant launch (XQ 2) or float rows
+	switch {
+	case one.XQ == 2 && b.XQ == 1:
+		b.XQ = 2
+	case one.XQ == 2 && b.XQ != 2:
+		return GEMVArm{}, false // the one-row kernel serves every row count
+	case one.XQ != 2 && b.XQ == 2:
+		b.XQ = 1
+	}
+	b = FitXQ(b, k)
 	if b.Layout != 1 || b == one {
 		return GEMVArm{}, false
 	}
@@ -309,6 +392,8 @@ func (l *lowerer) swigluIn(in *ir.Node, x view) (view, *proIn) {
 // With norm set (fuseNorm) x is the norm's input and the product
 // normalises it.
 func (l *lowerer) fusedProducts(parts []matPart, x view, rows ir.Dim, norm *proIn) error {
+	l.xqShare = &xqInput{x: view{buf: -1}}
+	defer func() { l.xqShare = nil }()
 	total, same := 0, true
 	var nodes, widths []int
 	var names []string

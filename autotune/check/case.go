@@ -265,7 +265,7 @@ func refMatMul(t dtype.Type, n, k int, W []byte, x []float32, m int, y0 []float3
 // TolOf is the tolerance of arm: the family's, or codegen.XQTol for the
 // GEMV arms that quantise activations to int8 (their own numerical class).
 func (c *Case) TolOf(arm codegen.Point) float64 {
-	if c.Family == "gemv" && arm["xq"] == 1 {
+	if c.Family == "gemv" && arm["xq"] != 0 {
 		return max(c.Tol, codegen.XQTol)
 	}
 	return c.Tol

@@ -34,16 +34,25 @@ func TestKernelCheckCases(t *testing.T) {
 			want := 0
 			switch {
 			case strings.HasPrefix(c.Label, "gemv+") && c.DType == "q4_k":
-				want = 1 // the batch default besides the one-row default
+				want = 3 // the batch default besides the one-row default, the one-row and batch arms after XQuant
 			case c.DType == "q4_k":
-				want = 4 // the float GEMV on the file's and the repacked layout, the int8-activation one, the batch default
+				want = 6 // the float GEMV on the file's and the repacked layout, the int8-activation one, the batch default,
+				// the one-row and batch arms after XQuant
 			}
 			require.Len(t, c.ExtraArms, want, c.Label)
 			_, err := c.Launch(c.Space().Default)
 			require.NoError(t, err, c.Label)
 			for _, a := range c.ExtraArms {
-				_, err := c.Launch(a)
+				l, err := c.Launch(a)
 				require.NoError(t, err, c.Label)
+				require.Len(t, l.Args, len(l.Kernels), c.Label)
+				if a["xq"] == 2 {
+					// XQuant writes the rows the product reads: one shared buffer
+					require.Equal(t, "xquant", l.Kernels[0].Family, c.Label)
+					q, p := l.Args[0], l.Args[1]
+					require.Same(t, q[len(q)-2].Buf, p[1].Buf, c.Label)
+					require.Len(t, q[len(q)-2].Buf.Data, l.Dims.Tokens*codegen.XQRowBytes(c.K), c.Label)
+				}
 			}
 		}
 		switch c.Family {

@@ -335,6 +335,9 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 		if family == "mma" {
 			return one(codegen.MatMulMMA(t, n, k, residual, codegen.MMAArmOf(arm)))
 		}
+		if a := codegen.GEMVArmOf(arm); a.XQ == 2 {
+			return xqKernels(t, n, k, residual, a, codegen.Prologue{}, 0)
+		}
 		return one(codegen.GEMV(t, n, k, residual, codegen.GEMVArmOf(arm)))
 	}
 	c.setup = func(r *rand.Rand) (*inputs, error) {
@@ -364,6 +367,11 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 					if wb, err = weights(arm); err != nil {
 						return nil, err
 					}
+				}
+				if len(ks) == 2 { // XQ 2: the quantiser, then the product
+					xq := &Buf{Data: make([]byte, m*codegen.XQRowBytes(k))}
+					return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
+						Args: [][]Arg{{b(fbuf(x)), b(xq), s(m)}, {b(&Buf{Data: wb}), b(xq), b(y), s(m)}}, Outs: []*Buf{y}}, nil
 				}
 				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
 					Args: [][]Arg{{b(&Buf{Data: wb}), b(fbuf(x)), b(y), s(m)}}, Outs: []*Buf{y}}, nil
@@ -411,10 +419,14 @@ func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool
 	sp := codegen.GEMVSpaceFor(t)
 	if codegen.Repackable(t) {
 		sp.Default = codegen.FitXQ(codegen.DefaultXQOneArm, k).Point()
-		c.ExtraArms = []codegen.Point{codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point()}
+		c.ExtraArms = []codegen.Point{codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point(),
+			codegen.DefaultXQGlobalOneArm.Point(), codegen.DefaultXQGlobalBatchArm.Point()}
 	}
 	c.space = &sp
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		if a := codegen.GEMVArmOf(arm); a.XQ == 2 {
+			return xqKernels(t, n, k, residual, a, pro, ystride)
+		}
 		return one(codegen.GEMVInto(t, n, k, residual, codegen.GEMVArmOf(arm), pro, ystride))
 	}
 	c.setup = func(r *rand.Rand) (*inputs, error) {
@@ -460,6 +472,15 @@ func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool
 				if err != nil {
 					return nil, err
 				}
+				if len(ks) == 2 { // XQ 2: the quantiser computes the prologue, then the product
+					xq := &Buf{Data: make([]byte, m*codegen.XQRowBytes(k))}
+					qa := []Arg{b(fbuf(x)), b(xq), s(m)}
+					if pro.Kind == codegen.ProNorm {
+						qa = []Arg{b(fbuf(x)), b(fbuf(nw)), b(xq), s(m)}
+					}
+					return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
+						Args: [][]Arg{qa, {b(&Buf{Data: wb}), b(xq), b(y), s(m)}}, Outs: []*Buf{y}}, nil
+				}
 				args := []Arg{b(&Buf{Data: wb}), b(fbuf(x)), b(y), s(m)}
 				if pro.Kind == codegen.ProNorm {
 					args = []Arg{b(&Buf{Data: wb}), b(fbuf(x)), b(fbuf(nw)), b(y), s(m)}
@@ -486,6 +507,20 @@ func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool
 		}, nil
 	}
 	return c
+}
+
+// xqKernels are the launches of an XQ 2 product: XQuant (computing pro),
+// then the product over its rows.
+func xqKernels(t dtype.Type, n, k int, residual bool, arm codegen.GEMVArm, pro codegen.Prologue, ystride int) ([]*codegen.Kernel, error) {
+	q, err := codegen.XQuant(k, pro)
+	if err != nil {
+		return nil, err
+	}
+	g, err := codegen.GEMVInto(t, n, k, residual, arm, codegen.Prologue{}, ystride)
+	if err != nil {
+		return nil, err
+	}
+	return []*codegen.Kernel{q, g}, nil
 }
 
 // relErrTo compares a case's first output with the reference ref computes.

@@ -67,11 +67,14 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 // layout (codegen.DefaultGEMVArm, what the exact configuration runs) and on
 // the repacked one (codegen.DefaultRepackArm), the int8-activation GEMV
 // with a row a warp (codegen.DefaultXQArm) and the untuned batch arm
-// (codegen.DefaultXQBatchArm), fitted to the row length.
+// (codegen.DefaultXQBatchArm), fitted to the row length, and the one-row
+// and batch arms reading activations quantised once (XQ 2, with their
+// XQuant launch).
 func withQuantArms(c *Case, t dtype.Type, k int) *Case {
 	if codegen.Repackable(t) {
 		c.ExtraArms = []codegen.Point{codegen.DefaultGEMVArm.Point(), codegen.DefaultRepackArm.Point(),
-			codegen.FitXQ(codegen.DefaultXQArm, k).Point(), codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point()}
+			codegen.FitXQ(codegen.DefaultXQArm, k).Point(), codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point(),
+			codegen.DefaultXQGlobalOneArm.Point(), codegen.DefaultXQGlobalBatchArm.Point()}
 		c.AnyGEMVArm = true
 	}
 	return c

@@ -121,6 +121,18 @@ func TestGlueQuantised(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(src), "One:")
 	require.Contains(t, string(src), "min(d.Tokens, 16)")
+	// the products after XQuant launches (XQ 2) too
+	pg, err := codegen.Lower(g, codegen.LowerOptions{Class: codegen.Decode, MaxSeqs: 16, Context: 256, Cache: dtype.F16, Argmax: true,
+		Arms: codegen.Arms{GEMVQuant: codegen.DefaultXQGlobalOneArm, GEMVBatch: codegen.DefaultXQGlobalBatchArm}})
+	require.NoError(t, err)
+	gsrc, err := Generate("qglue", pg)
+	require.NoError(t, err)
+	require.Contains(t, string(gsrc), "xquant_k256_norm")
+	gset := token.NewFileSet()
+	gf, err := parser.ParseFile(gset, "glue.go", gsrc, parser.ParseComments)
+	require.NoError(t, err)
+	_, err = (&types.Config{Importer: importer.ForCompiler(gset, "source", nil)}).Check("qglue", gset, []*ast.File{gf}, nil)
+	require.NoError(t, err)
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "glue.go", src, parser.ParseComments)
 	require.NoError(t, err)

@@ -1,0 +1,207 @@
+package codegen
+
+import (
+	"fmt"
+
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// Activations quantised once per product (GEMVArm.XQ 2). An XQuant launch
+// computes the product's prologue (RMSNorm, SwiGLU) and quantises each
+// activation row to int8 the way the XQ 1 stage does, into a buffer row of
+// XQRowBytes(k): the k int8 values, then k/32 float4 (dx, int8 sum of the
+// group's elements 0-15, of 16-31, float sum of the 32). The products read
+// those rows from global memory (through L1, shared by the block's warps)
+// instead of staging and quantising in every block, so a block starts on
+// its weights at once, and the products that share an input (Q, K and V of
+// different weight types) share one XQuant.
+
+// XQRowBytes is the bytes of one quantised activation row of k elements.
+func XQRowBytes(k int) int { return k + k/2 }
+
+// xquantMaxLoads is the most chunks of 8 floats one XQuant thread holds: a
+// row is loaded once, kept in registers through the norm's reduction, and
+// quantised from them.
+const xquantMaxLoads = 4
+
+// xquantThreads is XQuant's block size for rows of k: about two chunks of
+// 8 a thread, whole warps, at most 1024 threads.
+func xquantThreads(k int) int {
+	return min(1024, max(32, roundUp32((k/8+1)/2)))
+}
+
+// XQuant returns the quantiser of the XQ 2 products with rows of k:
+//
+//	xquant(const float* x, [const float* nw,] u8* xq, int m)
+//
+// Row r of xq (XQRowBytes(k) bytes) is the int8 quantisation of row r of
+// x; with ProNorm of x / rms(x) · nw, with ProSwiGLU of silu(gate) · up
+// where x holds rows of 2k, [gate | up]. One block a row, grid (m).
+func XQuant(k int, pro Prologue) (*Kernel, error) {
+	threads := xquantThreads(k)
+	loads := (k/8 + threads - 1) / threads
+	if k <= 0 || k%32 != 0 || loads > xquantMaxLoads {
+		return nil, fmt.Errorf("%w: int8 activation quantiser for rows of %d", ErrUnsupported, k)
+	}
+	name := fmt.Sprintf("xquant_k%d%s", k, pro.suffix())
+	params := []Param{{"const float* __restrict__", "x"}, {"u8* __restrict__", "xq"}, {"int", "m"}}
+	if pro.Kind == ProNorm {
+		params = []Param{{"const float* __restrict__", "x"}, {"const float* __restrict__", "nw"}, {"u8* __restrict__", "xq"}, {"int", "m"}}
+	}
+	src := source(fmt.Sprintf("xquant: rows of %d to int8 for the products that read them, prologue %q", k, pro.suffix()),
+		proDeps(pro, "types", "warp", "pdl"), func(w *Writer) {
+			emitXQPack4(w)
+			w.Linef("#define K %d", k)
+			w.Linef("#define XR %d // bytes of a quantised row", XQRowBytes(k))
+			w.Linef("#define SL %d // chunks of 8 a thread", loads)
+			w.Blank()
+			w.Emit(Func{Name: name, Global: true, LaunchBounds: threads, Params: params, Body: func(w *Writer) {
+				xs := "K"
+				if pro.Kind == ProSwiGLU {
+					xs = "2 * K"
+				}
+				w.Line("const int row = blockIdx.x;")
+				w.Linef("const float4* xp = (const float4*)(x + (size_t)row * %s);", xs)
+				w.Line("u8* qr = xq + (size_t)row * XR;")
+				w.Line("float4* meta = (float4*)(qr + K);")
+				w.Line("pdl_wait();")
+				w.Line("float4 la[SL], lb[SL];")
+				w.For("s", "0", "SL", "1", -1, func() {
+					w.Linef("const int c = threadIdx.x + s * %d;", threads)
+					w.Line("la[s] = make_float4(0.f, 0.f, 0.f, 0.f);")
+					w.Line("lb[s] = la[s];")
+					w.If("c < K / 8", func() {
+						if pro.Kind == ProSwiGLU {
+							w.Line("la[s] = swiglu4(xp[2 * c], xp[K / 4 + 2 * c]);")
+							w.Line("lb[s] = swiglu4(xp[2 * c + 1], xp[K / 4 + 2 * c + 1]);")
+						} else {
+							w.Line("la[s] = xp[2 * c];")
+							w.Line("lb[s] = xp[2 * c + 1];")
+						}
+					})
+				})
+				if pro.Kind == ProNorm {
+					w.Comment("the row's 1/rms, then the normalised values")
+					w.Line("__shared__ float red[32];")
+					w.Line("float ss = 0.f;")
+					w.For("s", "0", "SL", "1", -1, func() {
+						w.Line("const float4 a = la[s], b = lb[s];")
+						w.Line("ss += ((a.x * a.x + a.y * a.y) + (a.z * a.z + a.w * a.w)) + ((b.x * b.x + b.y * b.y) + (b.z * b.z + b.w * b.w));")
+					})
+					blockReduce(w, "ss", "total", "sum", threads)
+					w.Linef("const float r = rsqrtf(total / (float)K + %s);", cfloat(pro.Eps))
+					w.For("s", "0", "SL", "1", -1, func() {
+						w.Linef("const int c = threadIdx.x + s * %d;", threads)
+						w.If("c < K / 8", func() {
+							w.Line("la[s] = norm4(la[s], r, *(const float4*)(nw + 8 * c));")
+							w.Line("lb[s] = norm4(lb[s], r, *(const float4*)(nw + 8 * c + 4));")
+						})
+					})
+				}
+				w.Comment("4 consecutive threads quantise a group of 32 (every lane runs the shuffles)")
+				w.For("s", "0", "SL", "1", -1, func() {
+					w.Linef("const int c = threadIdx.x + s * %d;", threads)
+					w.Line("const bool ok = c < K / 8;")
+					w.Line("const float4 a = la[s], b = lb[s];")
+					emitXQPack(w, "qr + 8 * c", "meta[c >> 2]")
+				})
+				w.Line("pdl_launch();")
+			}})
+		})
+	return &Kernel{Family: "xquant", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
+		return Geometry{Grid: dim3(max(1, d.Tokens), 1, 1), Block: dim3(threads, 1, 1)}
+	}}, nil
+}
+
+// xqGlobalParams are the parameters of an XQ 2 product.
+var xqGlobalParams = []Param{{"const u8* __restrict__", "W"}, {"const u8* __restrict__", "xq"}, {"float* __restrict__", "y"}, {"int", "m"}}
+
+// gemvXQGlobal is gemvXQ for XQ 2: the activation rows come quantised from
+// XQuant, and the loop over a row's units keeps two sets of weight
+// registers, loading the next units while it computes the current ones.
+func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, ystride int) (*Kernel, error) {
+	rt := rpTypes[t]
+	if k%32 != 0 {
+		return nil, fmt.Errorf("%w: int8-activation gemv with K %d", ErrUnsupported, k)
+	}
+	mb := arm.batchRows()
+	rw := arm.rowsPerWarp()
+	nb := k / t.BlockElems()
+	epi := ""
+	if residual {
+		epi = "_res"
+	}
+	epi += ysName(ystride)
+	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
+	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations from xquant, N %d, K %d, residual %v, %v", t, n, k, residual, arm),
+		[]string{"f16", "warp", "pdl"}, func(w *Writer) {
+			emitXQHelpers(w, t, false)
+			emitRepackDefines(w, rt, n, k, nb)
+			w.Linef("#define RPB %d // warps per block", arm.RowsPerBlock)
+			w.Linef("#define RW %d // weight rows per warp", rw)
+			w.Linef("#define U %d // units in flight per thread, row and buffer", arm.Unroll)
+			w.Linef("#define MB %d // activation rows per block", mb)
+			w.Linef("#define XR %d // bytes of a quantised activation row", XQRowBytes(k))
+			w.Raw(ysDefine(ystride))
+			w.Blank()
+			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: xqGlobalParams, Body: func(w *Writer) {
+				emitXQRows(w, rt, n, arm, "b")
+				// load writes the loads of buffer buf ("" or "b") of the U
+				// units from base on.
+				load := func(buf, base string) {
+					w.For("i", "0", "U", "1", -1, func() {
+						w.Linef("const int uu = %s + i * 32;", base)
+						w.If("uu < UPR", func() {
+							for r := range rw {
+								for _, l := range rt.load {
+									w.Line(xqBuffer(xqRename(l, r), buf))
+								}
+							}
+						})
+					})
+				}
+				compute := func(buf string) {
+					w.For("i", "0", "U", "1", -1, func() {
+						w.Line("const int uu = u + i * 32;")
+						w.If("uu < UPR", func() {
+							w.For("j", "0", "MB", "1", -1, func() {
+								w.If("j < mrows", func() {
+									w.Line("const int4* xr = (const int4*)(xb + j * XR);")
+									w.Line("const float4* mt = (const float4*)(xb + j * XR + K);")
+									for r := range rw {
+										w.Linef("acc[%d][j] += %s;", r, xqBuffer(xqRename(xqDot[t], r), buf))
+									}
+								})
+							})
+						})
+					})
+				}
+				w.Line("int u = lane;")
+				w.Comment("the first weight loads do not wait for the previous kernel")
+				load("", "u")
+				w.Line("const int m0 = blockIdx.y * MB;")
+				w.Line("const int mrows = min(MB, m - m0);")
+				w.Line("const u8* xb = xq + (size_t)m0 * XR;")
+				w.Line("float acc[RW][MB];")
+				w.For("r", "0", "RW", "1", -1, func() {
+					w.For("j", "0", "MB", "1", -1, func() { w.Line("acc[r][j] = 0.f;") })
+				})
+				w.Line("pdl_wait();")
+				w.Comment("two buffers: the loads of the next units are in flight while the current ones are computed")
+				w.Block("for (;;)", func() {
+					load("b", "u + U * 32")
+					compute("")
+					w.Line("u += U * 32;")
+					w.If("u >= UPR", func() { w.Line("break;") })
+					load("", "u + U * 32")
+					compute("b")
+					w.Line("u += U * 32;")
+					w.If("u >= UPR", func() { w.Line("break;") })
+				})
+				emitXQStore(w, residual)
+			}})
+		})
+	return &Kernel{Family: "gemv", Name: name, Source: src, Params: xqGlobalParams, Launch: func(d Dims) Geometry {
+		return Geometry{Grid: dim3(ceilDiv(n, arm.RowsPerBlock*rw), ceilDiv(d.Tokens, mb), 1), Block: dim3(arm.Threads, 1, 1)}
+	}}, nil
+}
