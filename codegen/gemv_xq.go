@@ -47,18 +47,10 @@ var xqDot = map[dtype.Type]string{
 	dtype.Q6_K: "xq_q6_k(q[i], qh[i], sc[i], dh[i], xr, mt, uu)",
 }
 
-// emitXQHelpers writes dp4a, the quantiser's packing (pack: the kernel
-// quantises) and the unit dot of t.
-func emitXQHelpers(w *Writer, t dtype.Type, pack bool) {
-	w.Comment("d = c + the dot product of the four signed bytes of a and b.")
-	w.Emit(Func{Name: "dp4a", Return: "int", Params: []Param{{"int", "a"}, {"int", "b"}, {"int", "c"}}, Body: func(w *Writer) {
-		w.Line("int d;")
-		w.Line(`asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));`)
-		w.Line("return d;")
-	}})
-	if pack {
-		emitXQPack4(w)
-	}
+// emitXQHelpers writes dp4a, the quantiser's packing and the unit dot of t.
+func emitXQHelpers(w *Writer, t dtype.Type) {
+	emitDP4A(w)
+	emitXQPack4(w)
 	xs := []string{"x", "y", "z", "w"}
 	// dot writes s = Σ dp4a(word c of lo/hi, x0/x1 word c).
 	nib := func(w *Writer, acc, x, expr string) {
@@ -127,6 +119,16 @@ func emitXQHelpers(w *Writer, t dtype.Type, pack bool) {
 	default:
 		panic(fmt.Sprintf("BUG: no int8-activation GEMV for %v", t))
 	}
+}
+
+// emitDP4A writes dp4a.
+func emitDP4A(w *Writer) {
+	w.Comment("d = c + the dot product of the four signed bytes of a and b.")
+	w.Emit(Func{Name: "dp4a", Return: "int", Params: []Param{{"int", "a"}, {"int", "b"}, {"int", "c"}}, Body: func(w *Writer) {
+		w.Line("int d;")
+		w.Line(`asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));`)
+		w.Line("return d;")
+	}})
 }
 
 // emitXQPack4 writes xq_pack4, the quantiser's rounding and packing.
@@ -365,7 +367,7 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, ys
 	params := productParams(pro.Kind == ProNorm)
 	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations, N %d, K %d, residual %v, prologue %q, %v", t, n, k, residual, pro.suffix(), arm),
 		proDeps(pro, "f16", "warp", "pdl"), func(w *Writer) {
-			emitXQHelpers(w, t, true)
+			emitXQHelpers(w, t)
 			emitRepackDefines(w, rt, n, k, nb)
 			w.Linef("#define RPB %d // warps per block", arm.RowsPerBlock)
 			w.Linef("#define RW %d // weight rows per warp", rw)

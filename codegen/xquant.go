@@ -113,6 +113,121 @@ func XQuant(k int, pro Prologue) (*Kernel, error) {
 	}}, nil
 }
 
+// xqPrep is, per weight type, the unpacking of a 16-byte unit of one
+// weight row of an XQ 2 product (registers of slot i of unit uu, named as
+// rpTypes' and renamed per row by xqRename) into an xw: done once per unit
+// and row, then used by xqUse for each activation row of the block.
+var xqPrep = map[dtype.Type]string{
+	dtype.Q4_0: "xw_q4_0(q[i], dh[i])",
+	dtype.Q8_0: "xw_q8_0(q[i], dh[i])",
+	dtype.Q4_K: "xw_q4_k(q[i], hd[i], uu)",
+	dtype.Q6_K: "xw_q6_k(q[i], qh[i], sc[i], dh[i])",
+}
+
+// emitXQWeightHelpers writes dp4a, the xw unit of unpacked weights, the
+// unpacking of t's units (xqPrep) and xq_use, the dot of an unpacked unit
+// with one activation row's group uu: the expressions of the XQ 1 dots
+// (emitXQHelpers) split into the part of the weights alone and the part
+// of each activation row.
+func emitXQWeightHelpers(w *Writer, t dtype.Type) {
+	emitDP4A(w)
+	w.Comment("One unpacked weight unit: int8 words (lo against the activations' first 16 bytes, hi the next 16) and the unit's factors.")
+	w.Line("struct xw { uint4 lo, hi; float a, b; };")
+	w.Blank()
+	nib := func(w *Writer) {
+		w.Line("r.lo = make_uint4(q.x & 0x0f0f0f0fu, q.y & 0x0f0f0f0fu, q.z & 0x0f0f0f0fu, q.w & 0x0f0f0f0fu);")
+		w.Line("r.hi = make_uint4((q.x >> 4) & 0x0f0f0f0fu, (q.y >> 4) & 0x0f0f0f0fu, (q.z >> 4) & 0x0f0f0f0fu, (q.w >> 4) & 0x0f0f0f0fu);")
+	}
+	use := func(body ...string) {
+		w.Comment("The unpacked unit against group uu of one activation row.")
+		w.Emit(Func{Name: "xq_use", Return: "float", Params: []Param{{"const xw&", "u"}, {"const int4*", "xr"}, {"const float4*", "mt"}, {"int", "uu"}},
+			Body: func(w *Writer) {
+				for _, l := range body {
+					w.Line(l)
+				}
+			}})
+	}
+	dots := func(lo, hi, x0, x1 string) []string {
+		var out []string
+		for c := range 4 {
+			out = append(out, fmt.Sprintf("s%s = dp4a((int)u.lo.%s, %s.%s, s%s);", lo, f4[c], x0, f4[c], lo))
+		}
+		for c := range 4 {
+			out = append(out, fmt.Sprintf("s%s = dp4a((int)u.hi.%s, %s.%s, s%s);", hi, f4[c], x1, f4[c], hi))
+		}
+		return out
+	}
+	switch t {
+	case dtype.Q4_0, dtype.Q4_K:
+		if t == dtype.Q4_0 {
+			w.Comment("A Q4_0 unit: quants q - 8 (centred through the activation sums), a = d.")
+			w.Emit(Func{Name: "xw_q4_0", Return: "xw", Params: []Param{{"uint4", "q"}, {"u16", "dh"}}, Body: func(w *Writer) {
+				w.Line("xw r;")
+				nib(w)
+				w.Line("r.a = f16_to_f32(dh);")
+				w.Line("r.b = 0.f;")
+				w.Line("return r;")
+			}})
+		} else {
+			w.Comment("A Q4_K unit (sub-block uu & 7 of its super-block): a = d·scale, b = 8a - dmin·min.")
+			w.Emit(Func{Name: "xw_q4_k", Return: "xw", Params: []Param{{"uint4", "q"}, {"uint4", "hd"}, {"int", "uu"}}, Body: func(w *Writer) {
+				w.Line("xw r;")
+				nib(w)
+				w.Line("const int j = uu & 7, sh = 8 * (j & 3);")
+				w.Line("const u32 lo = (hd.y >> sh) & 63u, lm = (hd.z >> sh) & 63u;")
+				w.Line("const u32 hi = ((hd.w >> sh) & 15u) | (((hd.y >> (sh + 6)) & 3u) << 4);")
+				w.Line("const u32 hm = ((hd.w >> (sh + 4)) & 15u) | (((hd.z >> (sh + 6)) & 3u) << 4);")
+				w.Line("r.a = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);")
+				w.Line("r.b = 8.f * r.a - f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);")
+				w.Line("return r;")
+			}})
+		}
+		body := append([]string{"const int4 x0 = xr[2 * uu], x1 = xr[2 * uu + 1];", "int s = 0;"}, dots("", "", "x0", "x1")...)
+		if t == dtype.Q4_0 {
+			body = append(body, "const float4 m = mt[uu];", "return u.a * m.x * ((float)s - 8.f * (m.y + m.z));")
+		} else {
+			body = append(body, "const float4 m = mt[uu];",
+				"// Σ (d q - mn) x = a dx Σ (q - 8) xq + (8a - mn) Σ x",
+				"return u.a * m.x * ((float)s - 8.f * (m.y + m.z)) + u.b * m.w;")
+		}
+		use(body...)
+	case dtype.Q8_0:
+		w.Comment("A Q8_0 unit (16 elements): the quants as they are, a = d.")
+		w.Emit(Func{Name: "xw_q8_0", Return: "xw", Params: []Param{{"uint4", "q"}, {"u16", "dh"}}, Body: func(w *Writer) {
+			w.Line("xw r;")
+			w.Line("r.lo = q;")
+			w.Line("r.hi = make_uint4(0u, 0u, 0u, 0u);")
+			w.Line("r.a = f16_to_f32(dh);")
+			w.Line("r.b = 0.f;")
+			w.Line("return r;")
+		}})
+		body := []string{"const int4 xv = xr[uu];", "int s = 0;"}
+		for c := range 4 {
+			body = append(body, fmt.Sprintf("s = dp4a((int)u.lo.%s, xv.%s, s);", f4[c], f4[c]))
+		}
+		use(append(body, "return u.a * mt[uu >> 1].x * (float)s;")...)
+	case dtype.Q6_K:
+		emitQ6Words(w)
+		w.Comment("A Q6_K unit: 6-bit quants (centred through the activation sums), a and b = d times the halves' scales.")
+		w.Emit(Func{Name: "xw_q6_k", Return: "xw", Params: []Param{{"uint4", "q"}, {"uint2", "qh"}, {"u16", "sc"}, {"u16", "dh"}}, Body: func(w *Writer) {
+			w.Line("xw r;")
+			w.Line("q6_words(q.x, qh.x, 0, r.lo.x, r.hi.x);")
+			w.Line("q6_words(q.y, qh.x, 1, r.lo.y, r.hi.y);")
+			w.Line("q6_words(q.z, qh.y, 0, r.lo.z, r.hi.z);")
+			w.Line("q6_words(q.w, qh.y, 1, r.lo.w, r.hi.w);")
+			w.Line("const float d = f16_to_f32(dh);")
+			w.Line("r.a = d * (float)(signed char)(sc & 0xffu);")
+			w.Line("r.b = d * (float)(signed char)(sc >> 8);")
+			w.Line("return r;")
+		}})
+		body := append([]string{"const int4 x0 = xr[2 * uu], x1 = xr[2 * uu + 1];", "int s0 = 0, s1 = 0;"}, dots("0", "1", "x0", "x1")...)
+		use(append(body, "const float4 m = mt[uu];",
+			"return m.x * (u.a * ((float)s0 - 32.f * m.y) + u.b * ((float)s1 - 32.f * m.z));")...)
+	default:
+		panic(fmt.Sprintf("BUG: no int8-activation GEMV for %v", t))
+	}
+}
+
 // xqGlobalParams are the parameters of an XQ 2 product.
 var xqGlobalParams = []Param{{"const u8* __restrict__", "W"}, {"const u8* __restrict__", "xq"}, {"float* __restrict__", "y"}, {"int", "m"}}
 
@@ -135,7 +250,7 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, ystride in
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
 	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations from xquant, N %d, K %d, residual %v, %v", t, n, k, residual, arm),
 		[]string{"f16", "warp", "pdl"}, func(w *Writer) {
-			emitXQHelpers(w, t, false)
+			emitXQWeightHelpers(w, t)
 			emitRepackDefines(w, rt, n, k, nb)
 			w.Linef("#define RPB %d // warps per block", arm.RowsPerBlock)
 			w.Linef("#define RW %d // weight rows per warp", rw)
@@ -164,12 +279,15 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, ystride in
 					w.For("i", "0", "U", "1", -1, func() {
 						w.Line("const int uu = u + i * 32;")
 						w.If("uu < UPR", func() {
+							for r := range rw {
+								w.Linef("const xw w%d = %s;", r, xqBuffer(xqRename(xqPrep[t], r), buf))
+							}
 							w.For("j", "0", "MB", "1", -1, func() {
 								w.If("j < mrows", func() {
 									w.Line("const int4* xr = (const int4*)(xb + j * XR);")
 									w.Line("const float4* mt = (const float4*)(xb + j * XR + K);")
 									for r := range rw {
-										w.Linef("acc[%d][j] += %s;", r, xqBuffer(xqRename(xqDot[t], r), buf))
+										w.Linef("acc[%d][j] += xq_use(w%d, xr, mt, uu);", r, r)
 									}
 								})
 							})

@@ -60,28 +60,38 @@ static __device__ __forceinline__ int dp4a(int a, int b, int c) {
     return d;
 }
 
-// One repacked Q4_K unit (32 elements: byte i holds element i low, 16 + i high) against group uu.
-static __device__ __forceinline__ float xq_q4_k(uint4 q, uint4 hd, const int4* xr, const float4* mt, int uu) {
-    const int4 x0 = xr[2 * uu], x1 = xr[2 * uu + 1];
-    int s = 0;
-    s = dp4a((int)(q.x & 0x0f0f0f0fu), x0.x, s);
-    s = dp4a((int)(q.y & 0x0f0f0f0fu), x0.y, s);
-    s = dp4a((int)(q.z & 0x0f0f0f0fu), x0.z, s);
-    s = dp4a((int)(q.w & 0x0f0f0f0fu), x0.w, s);
-    s = dp4a((int)((q.x >> 4) & 0x0f0f0f0fu), x1.x, s);
-    s = dp4a((int)((q.y >> 4) & 0x0f0f0f0fu), x1.y, s);
-    s = dp4a((int)((q.z >> 4) & 0x0f0f0f0fu), x1.z, s);
-    s = dp4a((int)((q.w >> 4) & 0x0f0f0f0fu), x1.w, s);
-    const float4 m = mt[uu];
-    const float sc = (float)s - 8.f * (m.y + m.z); // Σ (q - 8) xq, exact
+// One unpacked weight unit: int8 words (lo against the activations' first 16 bytes, hi the next 16) and the unit's factors.
+struct xw { uint4 lo, hi; float a, b; };
+
+// A Q4_K unit (sub-block uu & 7 of its super-block): a = d·scale, b = 8a - dmin·min.
+static __device__ __forceinline__ xw xw_q4_k(uint4 q, uint4 hd, int uu) {
+    xw r;
+    r.lo = make_uint4(q.x & 0x0f0f0f0fu, q.y & 0x0f0f0f0fu, q.z & 0x0f0f0f0fu, q.w & 0x0f0f0f0fu);
+    r.hi = make_uint4((q.x >> 4) & 0x0f0f0f0fu, (q.y >> 4) & 0x0f0f0f0fu, (q.z >> 4) & 0x0f0f0f0fu, (q.w >> 4) & 0x0f0f0f0fu);
     const int j = uu & 7, sh = 8 * (j & 3);
     const u32 lo = (hd.y >> sh) & 63u, lm = (hd.z >> sh) & 63u;
     const u32 hi = ((hd.w >> sh) & 15u) | (((hd.y >> (sh + 6)) & 3u) << 4);
     const u32 hm = ((hd.w >> (sh + 4)) & 15u) | (((hd.z >> (sh + 6)) & 3u) << 4);
-    const float d = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);
-    const float mn = f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);
-    // Σ (d q - mn) x = d dx Σ (q - 8) xq + (8 d - mn) Σ x
-    return d * m.x * sc + (8.f * d - mn) * m.w;
+    r.a = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);
+    r.b = 8.f * r.a - f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);
+    return r;
+}
+
+// The unpacked unit against group uu of one activation row.
+static __device__ __forceinline__ float xq_use(const xw& u, const int4* xr, const float4* mt, int uu) {
+    const int4 x0 = xr[2 * uu], x1 = xr[2 * uu + 1];
+    int s = 0;
+    s = dp4a((int)u.lo.x, x0.x, s);
+    s = dp4a((int)u.lo.y, x0.y, s);
+    s = dp4a((int)u.lo.z, x0.z, s);
+    s = dp4a((int)u.lo.w, x0.w, s);
+    s = dp4a((int)u.hi.x, x1.x, s);
+    s = dp4a((int)u.hi.y, x1.y, s);
+    s = dp4a((int)u.hi.z, x1.z, s);
+    s = dp4a((int)u.hi.w, x1.w, s);
+    const float4 m = mt[uu];
+    // Σ (d q - mn) x = a dx Σ (q - 8) xq + (8a - mn) Σ x
+    return u.a * m.x * ((float)s - 8.f * (m.y + m.z)) + u.b * m.w;
 }
 
 #define N 512
@@ -179,15 +189,19 @@ extern "C" __global__ void __launch_bounds__(256) gemv_q4_k_n512_k256_t256_r8_u1
         for (int i = 0; i < U; ++i) {
             const int uu = u + i * 32;
             if (uu < UPR) {
+                const xw w0 = xw_q4_k(q0[i], hd0[i], uu);
+                const xw w1 = xw_q4_k(q1[i], hd1[i], uu);
+                const xw w2 = xw_q4_k(q2[i], hd2[i], uu);
+                const xw w3 = xw_q4_k(q3[i], hd3[i], uu);
                 #pragma unroll
                 for (int j = 0; j < MB; ++j) {
                     if (j < mrows) {
                         const int4* xr = (const int4*)(xb + j * XR);
                         const float4* mt = (const float4*)(xb + j * XR + K);
-                        acc[0][j] += xq_q4_k(q0[i], hd0[i], xr, mt, uu);
-                        acc[1][j] += xq_q4_k(q1[i], hd1[i], xr, mt, uu);
-                        acc[2][j] += xq_q4_k(q2[i], hd2[i], xr, mt, uu);
-                        acc[3][j] += xq_q4_k(q3[i], hd3[i], xr, mt, uu);
+                        acc[0][j] += xq_use(w0, xr, mt, uu);
+                        acc[1][j] += xq_use(w1, xr, mt, uu);
+                        acc[2][j] += xq_use(w2, xr, mt, uu);
+                        acc[3][j] += xq_use(w3, xr, mt, uu);
                     }
                 }
             }
@@ -214,15 +228,19 @@ extern "C" __global__ void __launch_bounds__(256) gemv_q4_k_n512_k256_t256_r8_u1
         for (int i = 0; i < U; ++i) {
             const int uu = u + i * 32;
             if (uu < UPR) {
+                const xw w0 = xw_q4_k(q0b[i], hd0b[i], uu);
+                const xw w1 = xw_q4_k(q1b[i], hd1b[i], uu);
+                const xw w2 = xw_q4_k(q2b[i], hd2b[i], uu);
+                const xw w3 = xw_q4_k(q3b[i], hd3b[i], uu);
                 #pragma unroll
                 for (int j = 0; j < MB; ++j) {
                     if (j < mrows) {
                         const int4* xr = (const int4*)(xb + j * XR);
                         const float4* mt = (const float4*)(xb + j * XR + K);
-                        acc[0][j] += xq_q4_k(q0b[i], hd0b[i], xr, mt, uu);
-                        acc[1][j] += xq_q4_k(q1b[i], hd1b[i], xr, mt, uu);
-                        acc[2][j] += xq_q4_k(q2b[i], hd2b[i], xr, mt, uu);
-                        acc[3][j] += xq_q4_k(q3b[i], hd3b[i], xr, mt, uu);
+                        acc[0][j] += xq_use(w0, xr, mt, uu);
+                        acc[1][j] += xq_use(w1, xr, mt, uu);
+                        acc[2][j] += xq_use(w2, xr, mt, uu);
+                        acc[3][j] += xq_use(w3, xr, mt, uu);
                     }
                 }
             }
