@@ -89,7 +89,7 @@ presets="llama3-8b qwen2.5-7b qwen3-8b"
 has parity && for p in $presets; do
 	for q in $quants; do
 		step "parity-exact-$p-$q" "$BIN" gpu-parity --preset "$p" --quant "$q" --layers 2 --dim 512 --steps 128 --prompts 2 --cache f32 --prefill-gemv
-		[ -n "${EXACT_ONLY:-}" ] || step "parity-default-$p-$q" "$BIN" gpu-parity --preset "$p" --quant "$q" --layers 2 --dim 512 --steps 128 --prompts 2 --tie-tol 0.02
+		[ -n "${EXACT_ONLY:-}" ] || step "parity-default-$p-$q" "$BIN" gpu-parity --preset "$p" --quant "$q" --layers 2 --dim 512 --steps 128 --prompts 2 --tie-tol 0.02 --tie-sigma 3
 	done
 done
 
