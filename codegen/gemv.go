@@ -52,24 +52,27 @@ var DefaultRepackArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX
 // for shared memory).
 var DefaultXQArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 16}
 
-// DefaultXQOneArm is the untuned arm of repacked products in one-row
-// decode steps (Arms.GEMVQuant): int8 activations, four weight rows a
-// warp sharing each activation load. On the H200 it decoded llama2-7b
-// q4_k_m 1.5× as fast as the float product on the same layout
-// (docs/PERFORMANCE.md).
+// DefaultXQOneArm is the one-row arm of repacked products whose blocks
+// quantise their own activations (XQ 1): int8 activations, four weight
+// rows a warp sharing each activation load. On the H200 it decoded
+// llama2-7b q4_k_m 1.5× as fast as the float product on the same layout
+// (docs/PERFORMANCE.md); DefaultXQGlobalOneArm replaced it as the default.
 var DefaultXQOneArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 1, RowsPerWarp: 4}
 
-// DefaultXQBatchArm is the untuned arm of repacked products in decode
-// steps of two or more rows (Arms.GEMVBatch): int8 activations, 16 rows a
-// block per weight read, four weight rows a warp.
+// DefaultXQBatchArm is the batch arm of DefaultXQOneArm: int8
+// activations, 16 rows a block per weight read, four weight rows a warp.
 var DefaultXQBatchArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 16, RowsPerWarp: 4}
 
-// DefaultXQGlobalOneArm and DefaultXQGlobalBatchArm are the one-row and
-// batch arms of DefaultXQOneArm and DefaultXQBatchArm with the activations
-// quantised once per product (XQ 2).
+// DefaultXQGlobalOneArm and DefaultXQGlobalBatchArm are the untuned arms
+// of repacked products in one-row decode steps (Arms.GEMVQuant) and in
+// steps of two or more rows (Arms.GEMVBatch): activations quantised once
+// per product by XQuant (XQ 2), four weight rows a warp for one row, 16
+// activation rows a block and two weight rows a warp for batches. On the
+// H200 they decoded llama2-7b q4_k_m at 1.14× (batch 1) and 1.9× (batch
+// 16) the XQ 1 arms with fused prologues (docs/PERFORMANCE.md).
 var (
 	DefaultXQGlobalOneArm   = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 1, RowsPerWarp: 4}
-	DefaultXQGlobalBatchArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 16, RowsPerWarp: 4}
+	DefaultXQGlobalBatchArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 16, RowsPerWarp: 2}
 )
 
 // FitXQ halves an int8-activation arm's BatchRows until its activation rows

@@ -184,8 +184,8 @@ func TestLowerRepacked(t *testing.T) {
 }
 
 // TestLowerBatchArm: repacked products of decode programs of two or more
-// sequences launch the 16-row int8-activation arm for batches and the
-// one-row arm for a single row; one-sequence programs, the exact configuration and a
+// sequences launch the 16-row int8-activation arm (after XQuant) for
+// batches and the one-row arm for a single row; one-sequence programs, the exact configuration and a
 // batch arm equal to the one-row arm keep a single kernel.
 func TestLowerBatchArm(t *testing.T) {
 	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
@@ -199,8 +199,8 @@ func TestLowerBatchArm(t *testing.T) {
 			n++
 			batch, one := p.Kernels[ln.Kernel], p.Kernels[ln.One-1]
 			require.Equal(t, batch.Params, one.Params)
-			require.Regexp(t, `_l1_q16`, batch.Name)
-			require.Regexp(t, `_l1_q1_`, one.Name)
+			require.Regexp(t, `_l1_g16_`, batch.Name)
+			require.Regexp(t, `_l1_g1_`, one.Name)
 			require.Equal(t, ln.One-1, ln.KernelFor(1))
 			require.Equal(t, ln.Kernel, ln.KernelFor(2))
 		}
@@ -212,15 +212,16 @@ func TestLowerBatchArm(t *testing.T) {
 	require.Zero(t, ones(o))
 	o.MaxSeqs, o.PrefillGEMV = 4, true
 	require.Zero(t, ones(o))
-	o.PrefillGEMV, o.Arms.GEMVBatch = false, DefaultXQOneArm
+	o.PrefillGEMV, o.Arms.GEMVBatch = false, DefaultXQGlobalOneArm
 	require.Zero(t, ones(o))
 }
 
 // TestLowerFusedNorm: in decode programs the RMSNorm before products with
-// GEMVNorm-capable arms (int8 activations; f16 with activations in shared
-// memory) runs inside them: no rmsnorm launches, the products read the
-// residual stream and the norm weight. NoFusePrologue, the exact configuration
-// and prefill keep the norm launches.
+// GEMVNorm-capable arms (int8 activations staged by each block, XQ 1; f16
+// with activations in shared memory) runs inside them: no rmsnorm
+// launches, the products read the residual stream and the norm weight.
+// NoFusePrologue, the exact configuration and prefill keep the norm
+// launches.
 func TestLowerFusedNorm(t *testing.T) {
 	family := func(p *Program, f string) (n int) {
 		for _, ln := range p.Launches {
@@ -233,7 +234,8 @@ func TestLowerFusedNorm(t *testing.T) {
 	norms := 2*smallQwen3.Layers + 1
 	for _, wt := range []dtype.Type{dtype.Q4_K, dtype.F16} {
 		g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, wt, wt))
-		o := LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16}
+		xq1 := Arms{GEMVQuant: DefaultXQOneArm, GEMVBatch: DefaultXQBatchArm}
+		o := LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16, Arms: xq1}
 		p, err := Lower(g, o)
 		require.NoError(t, err)
 		require.Zero(t, family(p, "rmsnorm"), wt)
@@ -261,7 +263,7 @@ func TestLowerFusedNorm(t *testing.T) {
 		require.Equal(t, norms, fused, wt)
 		require.Equal(t, smallQwen3.Layers, swi, wt)
 
-		for _, o2 := range []LowerOptions{{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16, NoFusePrologue: true},
+		for _, o2 := range []LowerOptions{{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16, NoFusePrologue: true, Arms: xq1},
 			{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16, PrefillGEMV: true},
 			{Class: Prefill, MaxTokens: 64, MaxSeqs: 2, Context: 256, Cache: dtype.F16}} {
 			p, err := Lower(g, o2)
@@ -278,10 +280,11 @@ func TestLowerFusedNorm(t *testing.T) {
 
 // TestLowerFusedNormMixedTypes: when the products after a norm have
 // different weight types (Q4_K_M's Q6_K attn_v), each runs its own product
-// and normalises x itself; no norm launch remains.
+// and (XQ 1) normalises x itself; no norm launch remains.
 func TestLowerFusedNormMixedTypes(t *testing.T) {
 	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
-	p, err := Lower(g, LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16})
+	p, err := Lower(g, LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16,
+		Arms: Arms{GEMVQuant: DefaultXQOneArm, GEMVBatch: DefaultXQBatchArm}})
 	require.NoError(t, err)
 	norms, swiglus, fused := 0, 0, 0
 	for _, ln := range p.Launches {
@@ -327,7 +330,7 @@ func TestLowerFusedNormMixedTypes(t *testing.T) {
 	require.True(t, found, "three norm-fused products in a row")
 }
 
-// TestLowerXQGlobal: with XQ 2 arms every repacked decode product reads
+// TestLowerXQGlobal: with XQ 2 arms (the defaults) every repacked decode product reads
 // rows an XQuant launch wrote before it; the XQuant launches compute the
 // norms and SwiGLUs (no rmsnorm or swiglu launch remains), Q, K and V of
 // different types share one, and the batch kernel takes the one-row
@@ -335,8 +338,7 @@ func TestLowerFusedNormMixedTypes(t *testing.T) {
 // one-row arm's; the exact configuration quantises nothing.
 func TestLowerXQGlobal(t *testing.T) {
 	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
-	o := LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16,
-		Arms: Arms{GEMVQuant: DefaultXQGlobalOneArm, GEMVBatch: DefaultXQGlobalBatchArm}}
+	o := LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16}
 	p, err := Lower(g, o)
 	require.NoError(t, err)
 	written := map[int]int{} // xq buffer → launches that wrote it
@@ -354,7 +356,7 @@ func TestLowerXQGlobal(t *testing.T) {
 		case k.Family == "gemv":
 			products++
 			require.Equal(t, xqGlobalParams, k.Params, k.Name)
-			require.Regexp(t, `_l1_g16_w4$`, k.Name)
+			require.Regexp(t, `_l1_g16_w2$`, k.Name)
 			require.Positive(t, ln.One, k.Name)
 			require.Regexp(t, `_l1_g1_w4$`, p.Kernels[ln.One-1].Name)
 			require.Equal(t, k.Params, p.Kernels[ln.One-1].Params)
@@ -385,10 +387,10 @@ func TestLowerXQGlobal(t *testing.T) {
 	xq, batch := kinds(o)
 	require.NotEmpty(t, xq)
 	require.Regexp(t, `_g16_w4$`, batch)
-	o.Arms = Arms{GEMVBatch: DefaultXQGlobalBatchArm} // the one-row arm stages (XQ 1)
+	o.Arms = Arms{GEMVQuant: DefaultXQOneArm} // the one-row arm stages (XQ 1): so does the batch arm
 	xq, batch = kinds(o)
 	require.Empty(t, xq)
-	require.Regexp(t, `_q16_w4$`, batch)
+	require.Regexp(t, `_q16_w2$`, batch)
 	o.Arms, o.PrefillGEMV = Arms{GEMVQuant: DefaultXQGlobalOneArm, GEMVBatch: DefaultXQGlobalBatchArm}, true
 	xq, batch = kinds(o)
 	require.Empty(t, xq)

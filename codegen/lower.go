@@ -29,8 +29,10 @@ type Arms struct {
 	// GEMVBatch is the GEMV arm of those products in decode programs of two
 	// or more sequences: their launches run it for steps of two or more
 	// rows and the GEMVQuant (or tunedb) arm for a single row (Launch.One).
-	// The zero value is DefaultXQBatchArm; GEMVBatch equal to the one-row arm
-	// keeps a single kernel. The exact configuration never uses it.
+	// The zero value is DefaultXQGlobalBatchArm; GEMVBatch equal to the
+	// one-row arm keeps a single kernel; its int8 mode follows the one-row
+	// arm's (both read XQuant rows, or neither). The exact configuration
+	// never uses it.
 	GEMVBatch GEMVArm
 	MMA       MMAArm
 	Block     BlockArm
@@ -47,10 +49,10 @@ func (a Arms) WithDefaults() Arms {
 		a.GEMV = DefaultGEMVArm
 	}
 	if a.GEMVQuant == (GEMVArm{}) {
-		a.GEMVQuant = DefaultXQOneArm
+		a.GEMVQuant = DefaultXQGlobalOneArm
 	}
 	if a.GEMVBatch == (GEMVArm{}) {
-		a.GEMVBatch = DefaultXQBatchArm
+		a.GEMVBatch = DefaultXQGlobalBatchArm
 	}
 	if a.MMA == (MMAArm{}) {
 		a.MMA = DefaultMMAArm

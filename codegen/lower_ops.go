@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/memra-ai/memra/ir"
@@ -153,6 +154,9 @@ func (l *lowerer) productXQ(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, r
 			return err
 		}
 		l.repacked[kern] = true
+	}
+	if pro != nil { // the XQuant launch computed it
+		nodes = slices.DeleteFunc(slices.Clone(nodes), func(n int) bool { return n == pro.node })
 	}
 	l.launch(kern, rows, nodes, wArg(w), bufArg(xq), bufArg(y), rowsArg())
 	if kern != one {

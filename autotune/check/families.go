@@ -327,7 +327,7 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 		sp := codegen.GEMVSpaceFor(t)
 		if codegen.Repackable(t) {
 			// what lowering runs untuned: the baseline autotune must beat
-			sp.Default = codegen.FitXQ(codegen.DefaultXQOneArm, k).Point()
+			sp.Default = codegen.DefaultXQGlobalOneArm.Point()
 		}
 		c.space = &sp
 	}
@@ -418,9 +418,9 @@ func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool
 		Use: use, Tol: 1e-4, seed: seed, K: k}
 	sp := codegen.GEMVSpaceFor(t)
 	if codegen.Repackable(t) {
-		sp.Default = codegen.FitXQ(codegen.DefaultXQOneArm, k).Point()
-		c.ExtraArms = []codegen.Point{codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point(),
-			codegen.DefaultXQGlobalOneArm.Point(), codegen.DefaultXQGlobalBatchArm.Point()}
+		sp.Default = codegen.DefaultXQGlobalOneArm.Point()
+		c.ExtraArms = []codegen.Point{codegen.DefaultXQGlobalBatchArm.Point(),
+			codegen.FitXQ(codegen.DefaultXQOneArm, k).Point(), codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point()}
 	}
 	c.space = &sp
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {

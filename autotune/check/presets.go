@@ -63,18 +63,19 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 
 // withQuantArms gives a GEMV case of a repacked weight type the extra arms
 // kernel-check runs besides the case's default (the untuned one-row arm
-// lowering uses, codegen.DefaultXQOneArm): the float GEMV on the file's
+// lowering uses, codegen.DefaultXQGlobalOneArm): the float GEMV on the file's
 // layout (codegen.DefaultGEMVArm, what the exact configuration runs) and on
 // the repacked one (codegen.DefaultRepackArm), the int8-activation GEMV
 // with a row a warp (codegen.DefaultXQArm) and the untuned batch arm
-// (codegen.DefaultXQBatchArm), fitted to the row length, and the one-row
-// and batch arms reading activations quantised once (XQ 2, with their
-// XQuant launch).
+// (codegen.DefaultXQBatchArm), fitted to the row length, the one-row arm
+// of those that stage their own activations (codegen.DefaultXQOneArm) and
+// the untuned batch arm (codegen.DefaultXQGlobalBatchArm, with its XQuant
+// launch).
 func withQuantArms(c *Case, t dtype.Type, k int) *Case {
 	if codegen.Repackable(t) {
 		c.ExtraArms = []codegen.Point{codegen.DefaultGEMVArm.Point(), codegen.DefaultRepackArm.Point(),
 			codegen.FitXQ(codegen.DefaultXQArm, k).Point(), codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point(),
-			codegen.DefaultXQGlobalOneArm.Point(), codegen.DefaultXQGlobalBatchArm.Point()}
+			codegen.FitXQ(codegen.DefaultXQOneArm, k).Point(), codegen.DefaultXQGlobalBatchArm.Point()}
 		c.AnyGEMVArm = true
 	}
 	return c

@@ -115,15 +115,8 @@ func TestGlueQuantised(t *testing.T) {
 	g, err := arch.Build(m.HParams, m)
 	require.NoError(t, err)
 	require.NoError(t, ir.RunPasses(g, ir.Passes))
-	p, err := codegen.Lower(g, codegen.LowerOptions{Class: codegen.Decode, MaxSeqs: 16, Context: 256, Cache: dtype.F16, Argmax: true})
-	require.NoError(t, err)
-	src, err := Generate("qglue", p)
-	require.NoError(t, err)
-	require.Contains(t, string(src), "One:")
-	require.Contains(t, string(src), "min(d.Tokens, 16)")
-	// the products after XQuant launches (XQ 2) too
-	pg, err := codegen.Lower(g, codegen.LowerOptions{Class: codegen.Decode, MaxSeqs: 16, Context: 256, Cache: dtype.F16, Argmax: true,
-		Arms: codegen.Arms{GEMVQuant: codegen.DefaultXQGlobalOneArm, GEMVBatch: codegen.DefaultXQGlobalBatchArm}})
+	// the default products read XQuant rows (XQ 2)
+	pg, err := codegen.Lower(g, codegen.LowerOptions{Class: codegen.Decode, MaxSeqs: 16, Context: 256, Cache: dtype.F16, Argmax: true})
 	require.NoError(t, err)
 	gsrc, err := Generate("qglue", pg)
 	require.NoError(t, err)
@@ -133,6 +126,14 @@ func TestGlueQuantised(t *testing.T) {
 	require.NoError(t, err)
 	_, err = (&types.Config{Importer: importer.ForCompiler(gset, "source", nil)}).Check("qglue", gset, []*ast.File{gf}, nil)
 	require.NoError(t, err)
+	// products that stage their own activation rows (XQ 1): shared memory grows with the rows
+	p, err := codegen.Lower(g, codegen.LowerOptions{Class: codegen.Decode, MaxSeqs: 16, Context: 256, Cache: dtype.F16, Argmax: true,
+		Arms: codegen.Arms{GEMVQuant: codegen.DefaultXQOneArm, GEMVBatch: codegen.DefaultXQBatchArm}})
+	require.NoError(t, err)
+	src, err := Generate("qglue", p)
+	require.NoError(t, err)
+	require.Contains(t, string(src), "One:")
+	require.Contains(t, string(src), "min(d.Tokens, 16)")
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "glue.go", src, parser.ParseComments)
 	require.NoError(t, err)
