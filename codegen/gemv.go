@@ -22,7 +22,9 @@ type GEMVArm struct {
 	// XQ 2 takes the same products on activations an XQuant launch
 	// quantised once for the whole product (and for the products that share
 	// its input), reading them from global memory: no staging in the
-	// blocks, and the prologue (norm, SwiGLU) runs once in XQuant.
+	// blocks, and the prologue (norm, SwiGLU) runs once in XQuant. XQ 3
+	// multiplies the same operands on int8 tensor cores (mma.sync, a warp
+	// per 16 weight rows; gemv_mma8.go), for batches.
 	XQ int
 	// BatchRows is the activation rows a block serves with one weight read:
 	// 1 to 16 with XQ 1 or 2, 0 otherwise (one row).
@@ -75,6 +77,11 @@ var (
 	DefaultXQGlobalBatchArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 16, RowsPerWarp: 2}
 )
 
+// DefaultXQMMAArm is the int8 tensor-core batch arm (XQ 3): four warps of
+// 16 weight rows, 16 activation rows a block, four groups unrolled. Not
+// yet measured, so no default uses it (MEMRA_GEMV_BATCH selects it).
+var DefaultXQMMAArm = GEMVArm{Threads: 128, RowsPerBlock: 4, Unroll: 4, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16}
+
 // FitXQ halves an int8-activation arm's BatchRows until its activation rows
 // of k elements fit shared memory (XQ 1; XQ 2 arms stage nothing).
 func FitXQ(a GEMVArm, k int) GEMVArm {
@@ -91,7 +98,7 @@ var GEMVKnobs = []Knob{
 	{"unroll", []int{1, 2, 4, 8}},
 	{"shared_x", []int{0, 1}},
 	{"layout", []int{0, 1}},
-	{"xq", []int{0, 1, 2}},
+	{"xq", []int{0, 1, 2, 3}},
 	{"batch_rows", []int{0, 1, 2, 4, 8, 16}},
 	{"rows_per_warp", []int{0, 2, 4}},
 }
@@ -101,7 +108,7 @@ func (a GEMVArm) Validate() error {
 	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.RowsPerBlock <= 0 ||
 		a.Threads%a.RowsPerBlock != 0 || (a.Threads/a.RowsPerBlock)%32 != 0 || a.Unroll <= 0 || a.SharedX < 0 || a.SharedX > 1 ||
 		a.Layout < 0 || a.Layout > 1 || (a.Layout == 1 && a.SharedX != 1) ||
-		a.XQ < 0 || a.XQ > 2 || (a.XQ != 0 && (a.Layout != 1 || a.Threads/a.RowsPerBlock != 32)) ||
+		a.XQ < 0 || a.XQ > 3 || (a.XQ != 0 && (a.Layout != 1 || a.Threads/a.RowsPerBlock != 32)) || (a.XQ == 3 && a.RowsPerWarp != 0) ||
 		(a.XQ == 0 && a.BatchRows != 0) || (a.XQ != 0 && (a.BatchRows < 1 || a.BatchRows > 16)) ||
 		(a.RowsPerWarp != 0 && a.RowsPerWarp != 2 && a.RowsPerWarp != 4) || (a.RowsPerWarp != 0 && a.XQ == 0) {
 		return fmt.Errorf("%w: gemv arm %+v", ErrUnsupported, a)
@@ -127,6 +134,8 @@ func (a GEMVArm) String() string {
 		s += fmt.Sprintf("_q%d", a.batchRows())
 	case 2:
 		s += fmt.Sprintf("_g%d", a.batchRows())
+	case 3:
+		s += fmt.Sprintf("_m%d", a.batchRows())
 	}
 	if a.RowsPerWarp > 1 {
 		s += fmt.Sprintf("_w%d", a.RowsPerWarp)
@@ -135,12 +144,13 @@ func (a GEMVArm) String() string {
 }
 
 // ParseGEMVArm parses the String form of a GEMVArm, e.g.
-// "t256_r8_u4_s1_l1_q16_w2" (q: XQ 1, g: XQ 2, with the batch rows).
+// "t256_r8_u4_s1_l1_q16_w2" (q: XQ 1, g: XQ 2, m: XQ 3, with the batch
+// rows).
 func ParseGEMVArm(s string) (GEMVArm, error) {
 	var a GEMVArm
-	var global int
+	var global, mma int
 	fields := map[byte]*int{'t': &a.Threads, 'r': &a.RowsPerBlock, 'u': &a.Unroll, 's': &a.SharedX, 'l': &a.Layout, 'q': &a.BatchRows, 'g': &global,
-		'w': &a.RowsPerWarp}
+		'm': &mma, 'w': &a.RowsPerWarp}
 	for _, f := range strings.Split(s, "_") {
 		if len(f) < 2 || fields[f[0]] == nil {
 			return a, fmt.Errorf("%w: gemv arm %q: bad field %q", ErrUnsupported, s, f)
@@ -152,10 +162,12 @@ func ParseGEMVArm(s string) (GEMVArm, error) {
 		*fields[f[0]] = v
 	}
 	switch {
-	case global > 0 && a.BatchRows > 0:
-		return a, fmt.Errorf("%w: gemv arm %q: both q and g", ErrUnsupported, s)
+	case (global > 0 && a.BatchRows > 0) || (mma > 0 && (global > 0 || a.BatchRows > 0)):
+		return a, fmt.Errorf("%w: gemv arm %q: more than one of q, g, m", ErrUnsupported, s)
 	case global > 0:
 		a.XQ, a.BatchRows = 2, global
+	case mma > 0:
+		a.XQ, a.BatchRows = 3, mma
 	case a.BatchRows > 0:
 		a.XQ = 1
 	}
@@ -251,7 +263,7 @@ func GEMVInto(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, 
 	if err := checkRow(t, k); err != nil {
 		return nil, err
 	}
-	if !PrologueFusable(t, arm) || (arm.XQ == 2 && pro.Kind != ProNone) {
+	if !PrologueFusable(t, arm) || (arm.XQ >= 2 && pro.Kind != ProNone) {
 		return nil, fmt.Errorf("%w: gemv with a fused prologue for %v and arm %v", ErrUnsupported, t, arm)
 	}
 	if n <= 0 || k%8 != 0 || (ystride != 0 && ystride < n) {

@@ -387,6 +387,10 @@ func TestLowerXQGlobal(t *testing.T) {
 	xq, batch := kinds(o)
 	require.NotEmpty(t, xq)
 	require.Regexp(t, `_g16_w4$`, batch)
+	o.Arms = Arms{GEMVBatch: DefaultXQMMAArm} // tensor cores for batches read the same XQuant rows
+	xq, batch = kinds(o)
+	require.NotEmpty(t, xq)
+	require.Regexp(t, `_m16$`, batch)
 	o.Arms = Arms{GEMVQuant: DefaultXQOneArm} // the one-row arm stages (XQ 1): so does the batch arm
 	xq, batch = kinds(o)
 	require.Empty(t, xq)

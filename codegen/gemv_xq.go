@@ -348,8 +348,11 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, ys
 	if !ok || xqDot[t] == "" {
 		return nil, fmt.Errorf("%w: int8-activation gemv for %v", ErrUnsupported, t)
 	}
-	if arm.XQ == 2 {
+	switch arm.XQ {
+	case 2:
 		return gemvXQGlobal(t, n, k, residual, arm, ystride)
+	case 3:
+		return gemvMMA8(t, n, k, residual, arm, ystride)
 	}
 	mb := arm.batchRows()
 	rw := arm.rowsPerWarp()

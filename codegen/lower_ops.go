@@ -65,7 +65,7 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 			panic("BUG: strided product output without a fused prologue")
 		}
 		arm := l.gemvArm(ProductClass(t, n, k, residual), t, k)
-		if arm.XQ == 2 {
+		if arm.XQ >= 2 {
 			return l.productXQ(t, n, k, w, x, y, rows, residual, nodes, pro, arm)
 		}
 		kern, err = l.kernel(gemv(arm))
@@ -185,11 +185,11 @@ func (l *lowerer) batchArm(one GEMVArm, k int) (GEMVArm, bool) {
 	// the batch kernel replaces the one-row kernel with the same operands:
 	// activations quantised by an XQuant launch (XQ 2) or float rows
 	switch {
-	case one.XQ == 2 && b.XQ == 1:
+	case one.XQ >= 2 && b.XQ == 1:
 		b.XQ = 2
-	case one.XQ == 2 && b.XQ != 2:
+	case one.XQ >= 2 && b.XQ == 0:
 		return GEMVArm{}, false // the one-row kernel serves every row count
-	case one.XQ != 2 && b.XQ == 2:
+	case one.XQ < 2 && b.XQ >= 2:
 		b.XQ = 1
 	}
 	b = FitXQ(b, k)

@@ -34,10 +34,10 @@ func TestKernelCheckCases(t *testing.T) {
 			want := 0
 			switch {
 			case strings.HasPrefix(c.Label, "gemv+") && c.DType == "q4_k":
-				want = 3 // the batch default besides the one-row default, the one-row and batch arms after XQuant
+				want = 4 // the batch default besides the one-row default, the XQ 1 one-row and batch arms, the tensor-core batch arm
 			case c.DType == "q4_k":
-				want = 6 // the float GEMV on the file's and the repacked layout, the int8-activation one, the batch default,
-				// the one-row and batch arms after XQuant
+				want = 7 // the float GEMV on the file's and the repacked layout, the int8-activation one, the XQ 1 batch arm,
+				// the XQ 1 one-row arm, the batch default, the tensor-core batch arm
 			}
 			require.Len(t, c.ExtraArms, want, c.Label)
 			_, err := c.Launch(c.Space().Default)
@@ -46,7 +46,7 @@ func TestKernelCheckCases(t *testing.T) {
 				l, err := c.Launch(a)
 				require.NoError(t, err, c.Label)
 				require.Len(t, l.Args, len(l.Kernels), c.Label)
-				if a["xq"] == 2 {
+				if a["xq"] >= 2 {
 					// XQuant writes the rows the product reads: one shared buffer
 					require.Equal(t, "xquant", l.Kernels[0].Family, c.Label)
 					q, p := l.Args[0], l.Args[1]

@@ -335,7 +335,7 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 		if family == "mma" {
 			return one(codegen.MatMulMMA(t, n, k, residual, codegen.MMAArmOf(arm)))
 		}
-		if a := codegen.GEMVArmOf(arm); a.XQ == 2 {
+		if a := codegen.GEMVArmOf(arm); a.XQ >= 2 {
 			return xqKernels(t, n, k, residual, a, codegen.Prologue{}, 0)
 		}
 		return one(codegen.GEMV(t, n, k, residual, codegen.GEMVArmOf(arm)))
@@ -420,11 +420,11 @@ func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool
 	if codegen.Repackable(t) {
 		sp.Default = codegen.DefaultXQGlobalOneArm.Point()
 		c.ExtraArms = []codegen.Point{codegen.DefaultXQGlobalBatchArm.Point(),
-			codegen.FitXQ(codegen.DefaultXQOneArm, k).Point(), codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point()}
+			codegen.FitXQ(codegen.DefaultXQOneArm, k).Point(), codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point(), codegen.DefaultXQMMAArm.Point()}
 	}
 	c.space = &sp
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
-		if a := codegen.GEMVArmOf(arm); a.XQ == 2 {
+		if a := codegen.GEMVArmOf(arm); a.XQ >= 2 {
 			return xqKernels(t, n, k, residual, a, pro, ystride)
 		}
 		return one(codegen.GEMVInto(t, n, k, residual, codegen.GEMVArmOf(arm), pro, ystride))

@@ -1,0 +1,204 @@
+package codegen
+
+import (
+	"fmt"
+
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// The int8 tensor-core product of decode batches (GEMVArm.XQ 3): the
+// operands of the XQ 2 products (repacked weights, activation rows from
+// XQuant), multiplied by mma.sync with the weights as the A operand. A warp
+// owns 16 weight rows and the block's activation rows in tiles of 8 (the N
+// of m16n8k32); each group of 32 elements is one mma per tile, whose int32
+// results are scaled by the group's weight and activation factors exactly
+// as the dp4a products scale theirs (Q6_K, with a scale per 16 elements,
+// takes two m16n8k16 instead).
+//
+// The fragments need no shuffles: lane (g, t) (g = lane/4, t = lane%4)
+// holds in A's registers elements 4t..4t+3 and 16+4t..16+4t+3 of rows g
+// and g+8, and word t of a repacked Q4_K or Q4_0 unit holds exactly those
+// (low and high nibbles); for B it loads words t and 4+t of its token's
+// group, and it receives C for rows g, g+8 and tokens 2t, 2t+1.
+
+// mma8Frag describes, per weight type, the XQ 3 product's per-lane code:
+// the row pointers of row R ("a" or "b": rows g and g+8), the loads of
+// group u into lane registers, and the int32-to-float scaling.
+type mma8Frag struct {
+	k16  bool     // Q6_K: two m16n8k16 (lo, hi) instead of one m16n8k32
+	ptrs []string // %[1]s: row suffix, %[2]s: row expression
+	load []string // %[1]s: row suffix; group u
+}
+
+var mma8Frags = map[dtype.Type]mma8Frag{
+	dtype.Q4_0: {
+		ptrs: []string{"const u32* qp%[1]s = (const u32*)((const uint4*)W + (size_t)(%[2]s) * UPR) + t;",
+			"const u16* dp%[1]s = (const u16*)(W + DOFF) + (size_t)(%[2]s) * NB;"},
+		load: []string{"const u32 w%[1]s = qp%[1]s[4 * u];", "const float fa%[1]s = f16_to_f32(dp%[1]s[u]), fb%[1]s = 0.f;",
+			"const u32 lo%[1]s = w%[1]s & 0x0f0f0f0fu, hi%[1]s = (w%[1]s >> 4) & 0x0f0f0f0fu;"},
+	},
+	dtype.Q4_K: {
+		ptrs: []string{"const u32* qp%[1]s = (const u32*)((const uint4*)W + (size_t)(%[2]s) * UPR) + t;",
+			"const uint4* hp%[1]s = (const uint4*)(W + HOFF) + (size_t)(%[2]s) * NB;"},
+		load: []string{"const u32 w%[1]s = qp%[1]s[4 * u];", "float fa%[1]s, fb%[1]s;", "xf_q4_k(hp%[1]s[u >> 3], u, fa%[1]s, fb%[1]s);",
+			"const u32 lo%[1]s = w%[1]s & 0x0f0f0f0fu, hi%[1]s = (w%[1]s >> 4) & 0x0f0f0f0fu;"},
+	},
+	dtype.Q8_0: {
+		// a group of 32 is two 16-element units: elements 4t.. in unit 2u, 16+4t.. in unit 2u+1
+		ptrs: []string{"const u32* qp%[1]s = (const u32*)((const uint4*)W + (size_t)(%[2]s) * UPR) + t;",
+			"const u16* dp%[1]s = (const u16*)(W + DOFF) + (size_t)(%[2]s) * NB;"},
+		load: []string{"const u32 lo%[1]s = qp%[1]s[8 * u], hi%[1]s = qp%[1]s[8 * u + 4];", "const float fa%[1]s = f16_to_f32(dp%[1]s[u]), fb%[1]s = 0.f;"},
+	},
+	dtype.Q6_K: {
+		k16: true,
+		ptrs: []string{"const u32* lp%[1]s = (const u32*)((const uint4*)W + (size_t)(%[2]s) * UPR) + t;",
+			"const u32* hp%[1]s = (const u32*)((const uint2*)(W + HOFF) + (size_t)(%[2]s) * UPR) + (t >> 1);",
+			"const u16* sp%[1]s = (const u16*)(W + SOFF) + (size_t)(%[2]s) * UPR;",
+			"const u16* dp%[1]s = (const u16*)(W + DOFF) + (size_t)(%[2]s) * NB;"},
+		load: []string{"u32 lo%[1]s, hi%[1]s;", "q6_words(lp%[1]s[4 * u], hp%[1]s[2 * u], t & 1, lo%[1]s, hi%[1]s);",
+			"const u16 sc%[1]s = sp%[1]s[u];", "const float d%[1]s = f16_to_f32(dp%[1]s[u >> 3]);",
+			"const float fa%[1]s = d%[1]s * (float)(signed char)(sc%[1]s & 0xffu), fb%[1]s = d%[1]s * (float)(signed char)(sc%[1]s >> 8);"},
+	},
+}
+
+// mma8Groups is the groups of 32 elements of a row of k.
+func mma8Groups(k int) int { return k / 32 }
+
+// gemvMMA8 is GEMV for arm.XQ 3. grid (⌈n/(16·RowsPerBlock)⌉, ⌈m/MB⌉).
+func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, ystride int) (*Kernel, error) {
+	rt, ok := rpTypes[t]
+	fr, ok2 := mma8Frags[t]
+	if !ok || !ok2 || k%32 != 0 {
+		return nil, fmt.Errorf("%w: int8 tensor-core gemv for %v, K %d", ErrUnsupported, t, k)
+	}
+	mb := arm.batchRows()
+	nb := k / t.BlockElems()
+	epi := ""
+	if residual {
+		epi = "_res"
+	}
+	epi += ysName(ystride)
+	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
+	deps := []string{"f16", "pdl"}
+	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations from xquant, int8 mma.sync, N %d, K %d, residual %v, %v", t, n, k, residual, arm),
+		deps, func(w *Writer) {
+			switch t {
+			case dtype.Q4_K:
+				w.Comment("The factors of Q4_K group u from its super-block's scales: a = d·scale, b = 8a - dmin·min.")
+				w.Emit(Func{Name: "xf_q4_k", Params: []Param{{"uint4", "hd"}, {"int", "u"}, {"float&", "a"}, {"float&", "b"}}, Body: func(w *Writer) {
+					w.Line("const int j = u & 7, sh = 8 * (j & 3);")
+					w.Line("const u32 lo = (hd.y >> sh) & 63u, lm = (hd.z >> sh) & 63u;")
+					w.Line("const u32 hi = ((hd.w >> sh) & 15u) | (((hd.y >> (sh + 6)) & 3u) << 4);")
+					w.Line("const u32 hm = ((hd.w >> (sh + 4)) & 15u) | (((hd.z >> (sh + 6)) & 3u) << 4);")
+					w.Line("a = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);")
+					w.Line("b = 8.f * a - f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);")
+				}})
+			case dtype.Q6_K:
+				emitQ6Words(w)
+			}
+			w.Comment("c += a·b over 16 rows × 8 columns × 32 (or 16) int8 elements.")
+			w.Emit(Func{Name: "mma_k32", Params: []Param{{"int*", "c"}, {"u32", "a0"}, {"u32", "a1"}, {"u32", "a2"}, {"u32", "a3"}, {"u32", "b0"}, {"u32", "b1"}},
+				Body: func(w *Writer) {
+					w.Line(`asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"`)
+					w.Line(`    : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));`)
+				}})
+			w.Emit(Func{Name: "mma_k16", Params: []Param{{"int*", "c"}, {"u32", "a0"}, {"u32", "a1"}, {"u32", "b0"}},
+				Body: func(w *Writer) {
+					w.Line(`asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"`)
+					w.Line(`    : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3]) : "r"(a0), "r"(a1), "r"(b0));`)
+				}})
+			emitRepackDefines(w, rt, n, k, nb)
+			w.Linef("#define RPB %d // warps per block, 16 weight rows each", arm.RowsPerBlock)
+			w.Linef("#define MB %d // activation rows per block", mb)
+			w.Linef("#define NT %d // tiles of 8 activation rows", (mb+7)/8)
+			w.Linef("#define U %d // groups unrolled", arm.Unroll)
+			w.Linef("#define XR %d // bytes of a quantised activation row", XQRowBytes(k))
+			w.Raw(ysDefine(ystride))
+			w.Blank()
+			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: xqGlobalParams, Body: func(w *Writer) {
+				w.Line("const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
+				w.Line("const int r0 = (blockIdx.x * RPB + (threadIdx.x >> 5)) * 16; // the warp's first row")
+				w.Comment("rows past N read row N-1 and store nothing")
+				w.Line("const int ra = min(r0 + g, N - 1), rb = min(r0 + g + 8, N - 1);")
+				for _, p := range fr.ptrs {
+					w.Linef(p, "a", "ra")
+					w.Linef(p, "b", "rb")
+				}
+				w.Line("const int m0 = blockIdx.y * MB;")
+				w.Line("const int mrows = min(MB, m - m0);")
+				w.Comment("this lane's B rows (token g of each tile) and C columns (tokens 2t, 2t+1 of each tile)")
+				w.Line("const u8* xb[NT];")
+				w.Line("const float4* mc0[NT];")
+				w.Line("const float4* mc1[NT];")
+				w.Line("bool okb[NT], ok0[NT], ok1[NT];")
+				w.For("nt", "0", "NT", "1", -1, func() {
+					w.Line("const int nb = 8 * nt + g, n0 = 8 * nt + 2 * t;")
+					w.Line("okb[nt] = nb < mrows;")
+					w.Line("ok0[nt] = n0 < mrows;")
+					w.Line("ok1[nt] = n0 + 1 < mrows;")
+					w.Line("xb[nt] = xq + (size_t)(m0 + (okb[nt] ? nb : 0)) * XR + 4 * t;")
+					w.Line("mc0[nt] = (const float4*)(xq + (size_t)(m0 + (ok0[nt] ? n0 : 0)) * XR + K);")
+					w.Line("mc1[nt] = (const float4*)(xq + (size_t)(m0 + (ok1[nt] ? n0 + 1 : 0)) * XR + K);")
+				})
+				w.Line("float acc[NT][4];")
+				w.For("nt", "0", "NT", "1", -1, func() {
+					w.For("i", "0", "4", "1", -1, func() { w.Line("acc[nt][i] = 0.f;") })
+				})
+				w.Line("pdl_wait();")
+				w.Linef("#pragma unroll %d", arm.Unroll)
+				w.Block(fmt.Sprintf("for (int u = 0; u < %d; ++u)", mma8Groups(k)), func() {
+					for _, r := range []string{"a", "b"} {
+						for _, l := range fr.load {
+							w.Linef(l, r)
+						}
+					}
+					w.For("nt", "0", "NT", "1", -1, func() {
+						w.Line("const u32 b0 = okb[nt] ? *(const u32*)(xb[nt] + 32 * u) : 0u;")
+						w.Line("const u32 b1 = okb[nt] ? *(const u32*)(xb[nt] + 32 * u + 16) : 0u;")
+						w.Line("const float4 x0 = ok0[nt] ? mc0[nt][u] : make_float4(0.f, 0.f, 0.f, 0.f);")
+						w.Line("const float4 x1 = ok1[nt] ? mc1[nt][u] : make_float4(0.f, 0.f, 0.f, 0.f);")
+						if fr.k16 {
+							w.Comment("Q6_K: the halves have their own scales; quants centred by 32")
+							w.Line("int s[4] = {0, 0, 0, 0}, h[4] = {0, 0, 0, 0};")
+							w.Line("mma_k16(s, loa, lob, b0);")
+							w.Line("mma_k16(h, hia, hib, b1);")
+							w.Line("acc[nt][0] += x0.x * (faa * ((float)s[0] - 32.f * x0.y) + fba * ((float)h[0] - 32.f * x0.z));")
+							w.Line("acc[nt][1] += x1.x * (faa * ((float)s[1] - 32.f * x1.y) + fba * ((float)h[1] - 32.f * x1.z));")
+							w.Line("acc[nt][2] += x0.x * (fab * ((float)s[2] - 32.f * x0.y) + fbb * ((float)h[2] - 32.f * x0.z));")
+							w.Line("acc[nt][3] += x1.x * (fab * ((float)s[3] - 32.f * x1.y) + fbb * ((float)h[3] - 32.f * x1.z));")
+							return
+						}
+						w.Line("int c[4] = {0, 0, 0, 0};")
+						w.Line("mma_k32(c, loa, lob, hia, hib, b0, b1);")
+						if t == dtype.Q8_0 {
+							w.Line("acc[nt][0] += faa * x0.x * (float)c[0];")
+							w.Line("acc[nt][1] += faa * x1.x * (float)c[1];")
+							w.Line("acc[nt][2] += fab * x0.x * (float)c[2];")
+							w.Line("acc[nt][3] += fab * x1.x * (float)c[3];")
+							return
+						}
+						w.Comment("Σ (a q - mn) x = a dx Σ (q - 8) xq + b Σ x, b = 8a - mn (0 for Q4_0)")
+						w.Line("acc[nt][0] += faa * x0.x * ((float)c[0] - 8.f * (x0.y + x0.z)) + fba * x0.w;")
+						w.Line("acc[nt][1] += faa * x1.x * ((float)c[1] - 8.f * (x1.y + x1.z)) + fba * x1.w;")
+						w.Line("acc[nt][2] += fab * x0.x * ((float)c[2] - 8.f * (x0.y + x0.z)) + fbb * x0.w;")
+						w.Line("acc[nt][3] += fab * x1.x * ((float)c[3] - 8.f * (x1.y + x1.z)) + fbb * x1.w;")
+					})
+				})
+				op := "="
+				if residual {
+					op = "+="
+				}
+				w.For("nt", "0", "NT", "1", -1, func() {
+					w.Line("const size_t y0 = (size_t)(m0 + 8 * nt + 2 * t) * YS;")
+					w.If("ok0[nt] && r0 + g < N", func() { w.Linef("y[y0 + r0 + g] %s acc[nt][0];", op) })
+					w.If("ok1[nt] && r0 + g < N", func() { w.Linef("y[y0 + YS + r0 + g] %s acc[nt][1];", op) })
+					w.If("ok0[nt] && r0 + g + 8 < N", func() { w.Linef("y[y0 + r0 + g + 8] %s acc[nt][2];", op) })
+					w.If("ok1[nt] && r0 + g + 8 < N", func() { w.Linef("y[y0 + YS + r0 + g + 8] %s acc[nt][3];", op) })
+				})
+				w.Line("pdl_launch();")
+			}})
+		})
+	return &Kernel{Family: "gemv", Name: name, Source: src, Params: xqGlobalParams, Launch: func(d Dims) Geometry {
+		return Geometry{Grid: dim3(ceilDiv(n, 16*arm.RowsPerBlock), ceilDiv(d.Tokens, mb), 1), Block: dim3(arm.Threads, 1, 1)}
+	}}, nil
+}
