@@ -126,7 +126,7 @@ func TestLowerRepacked(t *testing.T) {
 	base, err := Lower(g, opts)
 	require.NoError(t, err)
 	opts.Pick = func(family, class string) (Point, bool) {
-		if family == "gemv" {
+		if family == "gemv" && !strings.HasSuffix(class, "_batch") {
 			return repackGolden.Point(), true
 		}
 		return nil, false
@@ -412,4 +412,32 @@ func k0(name string) int {
 		}
 	}
 	return 0
+}
+
+// TestLowerTunedBatchArm: a tunedb entry for a product's batch class
+// (GEMVBatchClass) is the arm of its launches at two or more rows; the
+// one-row kernel keeps its own arm.
+func TestLowerTunedBatchArm(t *testing.T) {
+	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
+	var asked []string
+	o := LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16, Pick: func(family, class string) (Point, bool) {
+		if family == "gemv" && strings.HasSuffix(class, "_batch") {
+			asked = append(asked, class)
+			return DefaultXQMMAArm.Point(), true
+		}
+		return nil, false
+	}}
+	p, err := Lower(g, o)
+	require.NoError(t, err)
+	require.NotEmpty(t, asked)
+	batches := 0
+	for _, ln := range p.Launches {
+		if ln.One == 0 {
+			continue
+		}
+		batches++
+		require.Regexp(t, `_m16$`, p.Kernels[ln.Kernel].Name)
+		require.Regexp(t, `_g1_w4$`, p.Kernels[ln.One-1].Name)
+	}
+	require.Equal(t, 6*smallQwen3.Layers+1, batches)
 }

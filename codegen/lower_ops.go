@@ -71,7 +71,7 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 		kern, err = l.kernel(gemv(arm))
 		if err == nil && arm.Layout == 1 {
 			l.repacked[kern] = true
-			if batch, ok := l.batchArm(arm, k); ok {
+			if batch, ok := l.batchArm(arm, ProductClass(t, n, k, residual), k); ok {
 				one := kern
 				if kern, err = l.kernel(gemv(batch)); err != nil {
 					return err
@@ -149,7 +149,7 @@ func (l *lowerer) productXQ(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, r
 	}
 	l.repacked[one] = true
 	kern := one
-	if b, ok := l.batchArm(arm, k); ok {
+	if b, ok := l.batchArm(arm, ProductClass(t, n, k, residual), k); ok {
 		if kern, err = l.kernel(GEMVInto(t, n, k, residual, b, Prologue{}, y.stride)); err != nil {
 			return err
 		}
@@ -174,14 +174,19 @@ func (l *lowerer) productArgs(w int, x, y view, pro *proIn) []Arg {
 	return []Arg{wArg(w), bufArg(x), bufArg(y), rowsArg()}
 }
 
-// batchArm returns the arm of the product's launches at two or more rows
-// when it differs from the one-row arm one (a layout-1 product of a decode
-// program of two or more sequences, outside the exact configuration).
-func (l *lowerer) batchArm(one GEMVArm, k int) (GEMVArm, bool) {
+// batchArm returns the arm of the launches at two or more rows of the
+// product of class when it differs from the one-row arm one (a layout-1
+// product of a decode program of two or more sequences, outside the exact
+// configuration): the tunedb's pick for GEMVBatchClass(class), else
+// Arms.GEMVBatch.
+func (l *lowerer) batchArm(one GEMVArm, class string, k int) (GEMVArm, bool) {
 	if l.o.Class != Decode || l.o.MaxSeqs < 2 || l.o.PrefillGEMV {
 		return GEMVArm{}, false
 	}
 	b := l.arms.GEMVBatch
+	if p, ok := l.picked("gemv", GEMVBatchClass(class)); ok {
+		b = GEMVArmOf(p)
+	}
 	// the batch kernel replaces the one-row kernel with the same operands:
 	// activations quantised by an XQuant launch (XQ 2) or float rows
 	switch {
@@ -356,7 +361,7 @@ func (l *lowerer) fusable(t dtype.Type, n, k int, residual bool) bool {
 		return false
 	}
 	if one.Layout == 1 {
-		if b, ok := l.batchArm(one, k); ok && !PrologueFusable(t, b) {
+		if b, ok := l.batchArm(one, ProductClass(t, n, k, residual), k); ok && !PrologueFusable(t, b) {
 			return false
 		}
 	}

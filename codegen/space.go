@@ -225,6 +225,32 @@ func GEMVSpaceFor(t dtype.Type) Space {
 	return s
 }
 
+// GEMVBatchClass is the shape class under which the tunedb keeps the batch
+// arm (steps of two or more rows, Launch.One's other kernel) of the
+// product of class.
+func GEMVBatchClass(class string) string { return class + "_batch" }
+
+// GEMVBatchSpaceFor is the gemv space of the batch arms of products with
+// repacked weights of type t: the arms that read XQuant rows (XQ 2 with
+// two to sixteen rows a block, XQ 3 on tensor cores), the operands of the
+// untuned one-row arm, starting from DefaultXQGlobalBatchArm.
+func GEMVBatchSpaceFor(t dtype.Type) Space {
+	s := GEMVSpaceFor(t)
+	s.Knobs = slices.Clone(s.Knobs)
+	for i, k := range s.Knobs {
+		switch k.Name {
+		case "layout", "shared_x":
+			s.Knobs[i] = Knob{Name: k.Name, Values: []int{1}}
+		case "xq":
+			s.Knobs[i] = Knob{Name: k.Name, Values: []int{2, 3}}
+		case "batch_rows":
+			s.Knobs[i] = Knob{Name: k.Name, Values: []int{8, 16}}
+		}
+	}
+	s.Default = DefaultXQGlobalBatchArm.Point()
+	return s
+}
+
 // SpaceFamilies lists the family names of Spaces, in order.
 func SpaceFamilies() []string {
 	var names []string

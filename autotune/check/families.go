@@ -382,6 +382,20 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 	return c
 }
 
+// ProductBatch is the decode product over m activation rows as the batch
+// arm of a repacked product runs it (Launch.One's other kernel): class
+// codegen.GEMVBatchClass of the product's, searched over
+// codegen.GEMVBatchSpaceFor (the arms that read XQuant rows, as the
+// untuned one-row arm does).
+func ProductBatch(shape, use string, t dtype.Type, n, k, m int, residual bool, seed uint64) *Case {
+	c := Product(shape, "gemv", use, t, n, k, m, residual, seed)
+	c.Class = codegen.GEMVBatchClass(c.Class)
+	c.Label = fmt.Sprintf("gemv/%s×%d", use, m)
+	sp := codegen.GEMVBatchSpaceFor(t)
+	c.space = &sp
+	return c
+}
+
 // ProductNorm is the decode product with its RMSNorm fused (GEMVNorm):
 // y = W·rmsnorm(x, nw) over m rows, checked against the CPU norm followed
 // by the CPU product.

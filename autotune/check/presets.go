@@ -109,7 +109,12 @@ type Sizes struct {
 	PrefillTokens int     // rows of the MMA products and prefill attention
 	DecodeKV      []int32 // key counts of the decode-attention sequences
 	SmallTokens   int     // rows of the gemm_small products (0: SmallBatchTokens)
+	BatchTokens   int     // rows of the batch arms of repacked products (0: BatchTuneTokens)
 }
+
+// BatchTuneTokens is the batch the batch arms of repacked decode products
+// are tuned at: the rows one of their blocks serves with a weight read.
+const BatchTuneTokens = 16
 
 // DefaultSizes: batch-1 decode at a 4096-token context, 256-token prefill chunks.
 var DefaultSizes = Sizes{DecodeTokens: 1, PrefillTokens: 256, DecodeKV: []int32{4096}}
@@ -173,6 +178,16 @@ func TuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 		if !seen[g.ID()] {
 			seen[g.ID()] = true
 			cs = append(cs, g)
+		}
+		if codegen.Repackable(p.t) {
+			bt := z.BatchTokens
+			if bt <= 0 {
+				bt = BatchTuneTokens
+			}
+			if b := ProductBatch(s.Name, p.use, p.t, p.n, p.k, bt, p.residual, seed); !seen[b.ID()] {
+				seen[b.ID()] = true
+				cs = append(cs, b)
+			}
 		}
 		if gs := GemmSmall(s.Name, p.use, p.t, p.n, p.k, small, p.residual, seed); !seen[gs.ID()] {
 			seen[gs.ID()] = true
