@@ -105,7 +105,7 @@ hf() {
 }
 if has parity && [ -z "${NO_HF:-}" ]; then
 	step hf-parity-exact hf --exact
-	[ -n "${EXACT_ONLY:-}" ] || step hf-parity-default hf --tie-tol 0.02
+	[ -n "${EXACT_ONLY:-}" ] || step hf-parity-default hf --tie-tol 0.02 --tie-sigma 3
 fi
 
 # Speed: scripts/gpu-bench.sh (bench with --roofline, batch sweep, tuned vs untuned).
