@@ -242,6 +242,11 @@ func (l *lowerer) kernel(k *Kernel, err error) (int, error) {
 		return 0, err
 	}
 	if i, ok := l.kernels[k.Name]; ok {
+		if l.p.Kernels[i].Source != k.Source {
+			// a name must say everything its source specialises on (a norm's eps
+			// does not: a model has one)
+			return 0, fmt.Errorf("%w: two different kernels named %s (e.g. norms of one width with different eps)", ErrUnsupported, k.Name)
+		}
 		return i, nil
 	}
 	l.p.Kernels = append(l.p.Kernels, k)

@@ -264,3 +264,23 @@ func ProgramsForTest(t *testing.T) map[string]*Program {
 	}
 	return out
 }
+
+// TestLowerKernelNameClash: kernel names do not carry a norm's eps (a model
+// has one), so two norms of one width with different eps would share a
+// name; lowering reports it instead of running one with the other's eps.
+func TestLowerKernelNameClash(t *testing.T) {
+	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q4_K))
+	_, err := Lower(g, LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16})
+	require.NoError(t, err)
+	norms := 0
+	for _, n := range g.Nodes {
+		if n.Op == ir.OpRMSNorm && n.Role == "prologue" {
+			if norms++; norms == 2 {
+				n.Attrs["eps"] = n.Float("eps") * 10
+			}
+		}
+	}
+	_, err = Lower(g, LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16})
+	require.ErrorIs(t, err, ErrUnsupported)
+	require.ErrorContains(t, err, "two different kernels named")
+}
