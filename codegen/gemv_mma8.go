@@ -40,7 +40,8 @@ var mma8Frags = map[dtype.Type]mma8Frag{
 	dtype.Q4_K: {
 		ptrs: []string{"const u32* qp%[1]s = (const u32*)((const uint4*)W + (size_t)(%[2]s) * UPR) + t;",
 			"const uint4* hp%[1]s = (const uint4*)(W + HOFF) + (size_t)(%[2]s) * NB;"},
-		load: []string{"const u32 w%[1]s = qp%[1]s[4 * u];", "float fa%[1]s, fb%[1]s;", "xf_q4_k(hp%[1]s[u >> 3], u, fa%[1]s, fb%[1]s);",
+		load: []string{"const u32 w%[1]s = qp%[1]s[4 * u];", "float fa%[1]s, mn%[1]s;", "q4k_dm(hp%[1]s[u >> 3], u & 7, fa%[1]s, mn%[1]s);",
+			"const float fb%[1]s = 8.f * fa%[1]s - mn%[1]s;",
 			"const u32 lo%[1]s = w%[1]s & 0x0f0f0f0fu, hi%[1]s = (w%[1]s >> 4) & 0x0f0f0f0fu;"},
 	},
 	dtype.Q8_0: {
@@ -79,21 +80,10 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, ystride int) (
 	}
 	epi += ysName(ystride)
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
-	deps := []string{"f16", "pdl"}
+	deps := repackDeps(t, "f16", "pdl")
 	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations from xquant, int8 mma.sync, N %d, K %d, residual %v, %v", t, n, k, residual, arm),
 		deps, func(w *Writer) {
-			switch t {
-			case dtype.Q4_K:
-				w.Comment("The factors of Q4_K group u from its super-block's scales: a = d·scale, b = 8a - dmin·min.")
-				w.Emit(Func{Name: "xf_q4_k", Params: []Param{{"uint4", "hd"}, {"int", "u"}, {"float&", "a"}, {"float&", "b"}}, Body: func(w *Writer) {
-					w.Line("const int j = u & 7, sh = 8 * (j & 3);")
-					w.Line("const u32 lo = (hd.y >> sh) & 63u, lm = (hd.z >> sh) & 63u;")
-					w.Line("const u32 hi = ((hd.w >> sh) & 15u) | (((hd.y >> (sh + 6)) & 3u) << 4);")
-					w.Line("const u32 hm = ((hd.w >> (sh + 4)) & 15u) | (((hd.z >> (sh + 6)) & 3u) << 4);")
-					w.Line("a = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);")
-					w.Line("b = 8.f * a - f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);")
-				}})
-			case dtype.Q6_K:
+			if t == dtype.Q6_K {
 				emitQ6Words(w)
 			}
 			w.Comment("c += a·b over 16 rows × 8 columns × 32 (or 16) int8 elements.")

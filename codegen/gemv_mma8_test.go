@@ -190,14 +190,7 @@ func TestMMA8Mirror(t *testing.T) {
 	for _, ty := range RepackTypes {
 		t.Run(ty.String(), func(t *testing.T) {
 			const n, k, m = 40, 512, 11
-			src := make([]float32, n*k)
-			for i := range src {
-				src[i] = float32(r.NormFloat64())
-			}
-			w, err := dtype.Quantize(ty, src)
-			require.NoError(t, err)
-			rp, err := Repack(ty, n, k, w)
-			require.NoError(t, err)
+			_, rp := randRepacked(t, r, ty, n, k)
 			xr := XQRowBytes(k)
 			xq := make([]byte, m*xr)
 			q8 := make([][]int8, m)

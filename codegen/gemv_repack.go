@@ -122,13 +122,8 @@ func emitRepackHelpers(w *Writer, t dtype.Type) {
 				w.Line("return f16_to_f32(dh) * s;")
 				return
 			}
-			w.Comment("6-bit scale and min j of the block's 12 scale bytes (hd.y, hd.z, hd.w)")
-			w.Line("const int sh = 8 * (j & 3);")
-			w.Line("const u32 lo = (hd.y >> sh) & 63u, lm = (hd.z >> sh) & 63u;")
-			w.Line("const u32 hi = ((hd.w >> sh) & 15u) | (((hd.y >> (sh + 6)) & 3u) << 4);")
-			w.Line("const u32 hm = ((hd.w >> (sh + 4)) & 15u) | (((hd.z >> (sh + 6)) & 3u) << 4);")
-			w.Line("const float d = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);")
-			w.Line("const float m = f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);")
+			w.Line("float d, m;")
+			w.Line("q4k_dm(hd, j, d, m);")
 			w.Line("return d * s - m * sx;")
 		}})
 	case dtype.Q8_0:
@@ -192,7 +187,7 @@ func gemvRepacked(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, 
 	}
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
 	params := productParams(false)
-	src := source(fmt.Sprintf("gemv: %v weights repacked, N %d, K %d, residual %v, %v", t, n, k, residual, arm), []string{"f16", "warp", "pdl"}, func(w *Writer) {
+	src := source(fmt.Sprintf("gemv: %v weights repacked, N %d, K %d, residual %v, %v", t, n, k, residual, arm), repackDeps(t, "f16", "warp", "pdl"), func(w *Writer) {
 		emitRepackHelpers(w, t)
 		emitRepackDefines(w, rt, n, k, nb)
 		w.Linef("#define TPR %d // threads per row", tpr)
@@ -251,6 +246,15 @@ func gemvRepacked(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, 
 	return &Kernel{Family: "gemv", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(ceilDiv(n, arm.RowsPerBlock), d.Tokens, 1), Block: dim3(arm.Threads, 1, 1), Shared: uint32(4 * k)}
 	}}, nil
+}
+
+// repackDeps are the helpers of a product over repacked weights of type t:
+// deps, and the Q4_K head decoder for Q4_K.
+func repackDeps(t dtype.Type, deps ...string) []string {
+	if t == dtype.Q4_K {
+		return append(deps, "q4k_dm")
+	}
+	return deps
 }
 
 // emitQ6Words writes q6_words(l, h, odd, lo, hi): the 6-bit quants of one

@@ -38,87 +38,11 @@ const xqMaxShared = 227 << 10
 // 0-15, of 16-31, float sum of all 32).
 func xqShared(k, mb int) int { return mb * (k + k/2) }
 
-// xqDot is the per-unit dot of one weight type against one activation row:
-// the expression added to acc[r] (row pointers xr, mr), with its helper.
-var xqDot = map[dtype.Type]string{
-	dtype.Q4_0: "xq_q4_0(q[i], dh[i], xr, mt, uu)",
-	dtype.Q8_0: "xq_q8_0(q[i], dh[i], xr, mt, uu)",
-	dtype.Q4_K: "xq_q4_k(q[i], hd[i], xr, mt, uu)",
-	dtype.Q6_K: "xq_q6_k(q[i], qh[i], sc[i], dh[i], xr, mt, uu)",
-}
-
-// emitXQHelpers writes dp4a, the quantiser's packing and the unit dot of t.
+// emitXQHelpers writes dp4a, the weight unit's unpacking and dot
+// (emitXQWeightHelpers) and the quantiser's packing.
 func emitXQHelpers(w *Writer, t dtype.Type) {
-	emitDP4A(w)
+	emitXQWeightHelpers(w, t)
 	emitXQPack4(w)
-	xs := []string{"x", "y", "z", "w"}
-	// dot writes s = Σ dp4a(word c of lo/hi, x0/x1 word c).
-	nib := func(w *Writer, acc, x, expr string) {
-		for c := range 4 {
-			w.Linef("%s = dp4a((int)(%s), %s.%s, %s);", acc, fmt.Sprintf(expr, "q."+xs[c]), x, xs[c], acc)
-		}
-	}
-	params := func(extra ...Param) []Param {
-		return append(extra, Param{"const int4*", "xr"}, Param{"const float4*", "mt"}, Param{"int", "uu"})
-	}
-	switch t {
-	case dtype.Q4_0, dtype.Q4_K:
-		ps := params(Param{"uint4", "q"}, Param{"u16", "dh"})
-		if t == dtype.Q4_K {
-			ps = params(Param{"uint4", "q"}, Param{"uint4", "hd"})
-		}
-		w.Comment("One repacked %v unit (32 elements: byte i holds element i low, 16 + i high) against group uu.", t)
-		w.Emit(Func{Name: "xq_" + typeTag(t), Return: "float", Params: ps, Body: func(w *Writer) {
-			w.Line("const int4 x0 = xr[2 * uu], x1 = xr[2 * uu + 1];")
-			w.Line("int s = 0;")
-			nib(w, "s", "x0", "%s & 0x0f0f0f0fu")
-			nib(w, "s", "x1", "(%s >> 4) & 0x0f0f0f0fu")
-			w.Line("const float4 m = mt[uu];")
-			w.Line("const float sc = (float)s - 8.f * (m.y + m.z); // Σ (q - 8) xq, exact")
-			if t == dtype.Q4_0 {
-				w.Line("return f16_to_f32(dh) * m.x * sc;")
-				return
-			}
-			w.Line("const int j = uu & 7, sh = 8 * (j & 3);")
-			w.Line("const u32 lo = (hd.y >> sh) & 63u, lm = (hd.z >> sh) & 63u;")
-			w.Line("const u32 hi = ((hd.w >> sh) & 15u) | (((hd.y >> (sh + 6)) & 3u) << 4);")
-			w.Line("const u32 hm = ((hd.w >> (sh + 4)) & 15u) | (((hd.z >> (sh + 6)) & 3u) << 4);")
-			w.Line("const float d = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);")
-			w.Line("const float mn = f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);")
-			w.Comment("Σ (d q - mn) x = d dx Σ (q - 8) xq + (8 d - mn) Σ x")
-			w.Line("return d * m.x * sc + (8.f * d - mn) * m.w;")
-		}})
-	case dtype.Q8_0:
-		w.Comment("One repacked Q8_0 unit (16 elements, half uu & 1 of group uu >> 1).")
-		w.Emit(Func{Name: "xq_q8_0", Return: "float", Params: params(Param{"uint4", "q"}, Param{"u16", "dh"}), Body: func(w *Writer) {
-			w.Line("const int4 xv = xr[uu];")
-			w.Line("int s = 0;")
-			nib(w, "s", "xv", "%s")
-			w.Line("return f16_to_f32(dh) * mt[uu >> 1].x * (float)s;")
-		}})
-	case dtype.Q6_K:
-		emitQ6Words(w)
-		w.Comment("One repacked Q6_K unit (32 elements, two int8 scales) against group uu.")
-		w.Emit(Func{Name: "xq_q6_k", Return: "float", Params: params(Param{"uint4", "q"}, Param{"uint2", "qh"}, Param{"u16", "sc"}, Param{"u16", "dh"}),
-			Body: func(w *Writer) {
-				w.Line("const int4 x0 = xr[2 * uu], x1 = xr[2 * uu + 1];")
-				w.Line("int s0 = 0, s1 = 0;")
-				for c := range 4 {
-					scope(w, func() {
-						w.Line("u32 lo, hi;")
-						w.Linef("q6_words(q.%s, qh.%s, %d, lo, hi);", xs[c], xs[c/2], c&1)
-						w.Linef("s0 = dp4a((int)lo, x0.%s, s0);", xs[c])
-						w.Linef("s1 = dp4a((int)hi, x1.%s, s1);", xs[c])
-					})
-				}
-				w.Line("const float4 m = mt[uu];")
-				w.Line("const float d = f16_to_f32(dh);")
-				w.Line("return d * m.x * ((float)(signed char)(sc & 0xffu) * ((float)s0 - 32.f * m.y) +")
-				w.Line("                  (float)(signed char)(sc >> 8) * ((float)s1 - 32.f * m.z));")
-			}})
-	default:
-		panic(fmt.Sprintf("BUG: no int8-activation GEMV for %v", t))
-	}
 }
 
 // emitDP4A writes dp4a.
@@ -345,7 +269,7 @@ func xqBuffer(code, buf string) string {
 // pro (GEMVNorm, GEMVSwiGLU; XQ 1 only) is computed by the quantising stage.
 func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, ystride int) (*Kernel, error) {
 	rt, ok := rpTypes[t]
-	if !ok || xqDot[t] == "" {
+	if !ok || xqPrep[t] == "" {
 		return nil, fmt.Errorf("%w: int8-activation gemv for %v", ErrUnsupported, t)
 	}
 	switch arm.XQ {
@@ -369,7 +293,7 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, ys
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
 	params := productParams(pro.Kind == ProNorm)
 	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations, N %d, K %d, residual %v, prologue %q, %v", t, n, k, residual, pro.suffix(), arm),
-		proDeps(pro, "f16", "warp", "pdl"), func(w *Writer) {
+		proDeps(pro, repackDeps(t, "f16", "warp", "pdl")...), func(w *Writer) {
 			emitXQHelpers(w, t)
 			emitRepackDefines(w, rt, n, k, nb)
 			w.Linef("#define RPB %d // warps per block", arm.RowsPerBlock)
@@ -402,20 +326,7 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, ys
 					w.For("j", "0", "MB", "1", -1, func() { w.Line("acc[r][j] = 0.f;") })
 				})
 				w.Block("for (;;)", func() {
-					w.For("i", "0", "U", "1", -1, func() {
-						w.Line("const int uu = u + i * 32;")
-						w.If("uu < UPR", func() {
-							w.For("j", "0", "MB", "1", -1, func() {
-								w.If("j < mrows", func() {
-									w.Line("const int4* xr = (const int4*)(xq8 + j * K);")
-									w.Line("const float4* mt = meta + j * (K / 32);")
-									for r := range rw {
-										w.Linef("acc[%d][j] += %s;", r, xqRename(xqDot[t], r))
-									}
-								})
-							})
-						})
-					})
+					emitXQCompute(w, t, rw, "", "(const int4*)(xq8 + j * K)", "meta + j * (K / 32)")
 					w.Line("u += U * 32;")
 					w.If("u >= UPR", func() { w.Line("break;") })
 					load()

@@ -113,6 +113,21 @@ func xqRow(t dtype.Type, rows, k, r int, w []byte, xq []int8, meta [][4]float32)
 	return acc
 }
 
+// randRepacked returns n random rows of k elements of type ty in the
+// file's layout and repacked.
+func randRepacked(t *testing.T, r *rand.Rand, ty dtype.Type, n, k int) (w, rp []byte) {
+	t.Helper()
+	src := make([]float32, n*k)
+	for i := range src {
+		src[i] = float32(r.NormFloat64())
+	}
+	w, err := dtype.Quantize(ty, src)
+	require.NoError(t, err)
+	rp, err = Repack(ty, n, k, w)
+	require.NoError(t, err)
+	return w, rp
+}
+
 // TestXQMirror checks the int8-activation GEMV's arithmetic, mirrored in
 // Go over the repacked layout, against the float product on the file's
 // layout: within XQTol, and far from it (so the tolerance means something).
@@ -121,14 +136,7 @@ func TestXQMirror(t *testing.T) {
 	for _, ty := range RepackTypes {
 		t.Run(ty.String(), func(t *testing.T) {
 			const rows, k = 64, 1024
-			src := make([]float32, rows*k)
-			for i := range src {
-				src[i] = float32(r.NormFloat64())
-			}
-			w, err := dtype.Quantize(ty, src)
-			require.NoError(t, err)
-			rp, err := Repack(ty, rows, k, w)
-			require.NoError(t, err)
+			w, rp := randRepacked(t, r, ty, rows, k)
 			x := make([]float32, k)
 			for i := range x {
 				x[i] = float32(r.NormFloat64())

@@ -14,7 +14,7 @@ type helper struct {
 
 // helperOrder fixes the order helpers appear in a source file.
 var helperOrder = []string{
-	"types", "f16", "bf16", "warp", "pdl", "swiglu4", "norm4", "kscale",
+	"types", "f16", "bf16", "warp", "pdl", "swiglu4", "norm4", "kscale", "q4k_dm",
 	"dq_f32", "dq_f16", "dq_bf16", "dq_q4_0", "dq_q4_1", "dq_q5_0", "dq_q5_1", "dq_q8_0", "dq_q4_k", "dq_q5_k", "dq_q6_k",
 }
 
@@ -104,6 +104,18 @@ func init() {
 				w.Line("sc = (float)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));")
 				w.Line("mn = (float)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));")
 			})
+		}})
+	}}
+	helpers["q4k_dm"] = helper{deps: []string{"f16"}, emit: func(w *Writer) {
+		w.Comment("Scale d and min m of sub-block j (0..7) of a repacked Q4_K super-block's")
+		w.Comment("16-byte head hd (d and dmin as f16 in x, the 12 bytes of 6-bit scales and mins in y, z, w).")
+		w.Emit(Func{Name: "q4k_dm", Params: []Param{{"uint4", "hd"}, {"int", "j"}, {"float&", "d"}, {"float&", "m"}}, Body: func(w *Writer) {
+			w.Line("const int sh = 8 * (j & 3);")
+			w.Line("const u32 lo = (hd.y >> sh) & 63u, lm = (hd.z >> sh) & 63u;")
+			w.Line("const u32 hi = ((hd.w >> sh) & 15u) | (((hd.y >> (sh + 6)) & 3u) << 4);")
+			w.Line("const u32 hm = ((hd.w >> (sh + 4)) & 15u) | (((hd.z >> (sh + 6)) & 3u) << 4);")
+			w.Line("d = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);")
+			w.Line("m = f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);")
 		}})
 	}}
 	for _, t := range WeightTypes {

@@ -53,6 +53,8 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	}
 	var kern int
 	var err error
+	args := l.productArgs(w, x, y, pro)
+	one := -1 // the kernel of one-row steps, when it differs
 	if l.o.Class == Prefill && !l.o.PrefillGEMV && rows == ir.T {
 		kern, err = l.kernel(MatMulMMA(t, n, k, residual, l.mmaArm(ProductClass(t, n, k, residual))))
 	} else if l.o.SmallBatch && l.o.Class == Decode && l.o.MaxSeqs >= 2 {
@@ -64,22 +66,29 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 		} else if y.stride != n {
 			panic("BUG: strided product output without a fused prologue")
 		}
-		arm := l.gemvArm(ProductClass(t, n, k, residual), t, k)
+		class := ProductClass(t, n, k, residual)
+		arm := l.gemvArm(class, t, k)
 		if arm.XQ >= 2 {
-			return l.productXQ(t, n, k, w, x, y, rows, residual, nodes, pro, arm)
+			// the rows an XQuant launch quantised (computing the prologue)
+			xq, err := l.quantised(x, k, rows, pro)
+			if err != nil {
+				return err
+			}
+			gemv = func(arm GEMVArm) (*Kernel, error) { return GEMVInto(t, n, k, residual, arm, Prologue{}, y.stride) }
+			args = []Arg{wArg(w), bufArg(xq), bufArg(y), rowsArg()}
+			if pro != nil {
+				nodes = slices.DeleteFunc(slices.Clone(nodes), func(n int) bool { return n == pro.node })
+			}
 		}
 		kern, err = l.kernel(gemv(arm))
 		if err == nil && arm.Layout == 1 {
 			l.repacked[kern] = true
-			if batch, ok := l.batchArm(arm, ProductClass(t, n, k, residual), k); ok {
-				one := kern
+			if batch, ok := l.batchArm(arm, class, k); ok {
+				one = kern
 				if kern, err = l.kernel(gemv(batch)); err != nil {
 					return err
 				}
 				l.repacked[kern] = true
-				l.launch(kern, rows, nodes, l.productArgs(w, x, y, pro)...)
-				l.p.Launches[len(l.p.Launches)-1].One = one + 1
-				return nil
 			}
 		}
 	}
@@ -89,7 +98,10 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	if pro != nil && l.p.Kernels[kern].Family != "gemv" {
 		panic("BUG: fused prologue on a " + l.p.Kernels[kern].Family + " product")
 	}
-	l.launch(kern, rows, nodes, l.productArgs(w, x, y, pro)...)
+	l.launch(kern, rows, nodes, args...)
+	if one >= 0 {
+		l.p.Launches[len(l.p.Launches)-1].One = one + 1
+	}
 	return nil
 }
 
@@ -132,37 +144,6 @@ func (l *lowerer) quantised(x view, k int, rows ir.Dim, pro *proIn) (view, error
 		*l.xqShare = want
 	}
 	return want.xq, nil
-}
-
-// productXQ emits a product whose arm reads activations quantised once
-// (XQ 2): the XQuant launch (computing the prologue pro), then the product
-// over the quantised rows, with the batch arm for steps of two or more
-// rows where it differs.
-func (l *lowerer) productXQ(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, residual bool, nodes []int, pro *proIn, arm GEMVArm) error {
-	xq, err := l.quantised(x, k, rows, pro)
-	if err != nil {
-		return err
-	}
-	one, err := l.kernel(GEMVInto(t, n, k, residual, arm, Prologue{}, y.stride))
-	if err != nil {
-		return err
-	}
-	l.repacked[one] = true
-	kern := one
-	if b, ok := l.batchArm(arm, ProductClass(t, n, k, residual), k); ok {
-		if kern, err = l.kernel(GEMVInto(t, n, k, residual, b, Prologue{}, y.stride)); err != nil {
-			return err
-		}
-		l.repacked[kern] = true
-	}
-	if pro != nil { // the XQuant launch computed it
-		nodes = slices.DeleteFunc(slices.Clone(nodes), func(n int) bool { return n == pro.node })
-	}
-	l.launch(kern, rows, nodes, wArg(w), bufArg(xq), bufArg(y), rowsArg())
-	if kern != one {
-		l.p.Launches[len(l.p.Launches)-1].One = one + 1
-	}
-	return nil
 }
 
 // productArgs are the arguments of a product launch (GEMV, MMA, gemm_small),

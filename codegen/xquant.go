@@ -173,12 +173,9 @@ func emitXQWeightHelpers(w *Writer, t dtype.Type) {
 			w.Emit(Func{Name: "xw_q4_k", Return: "xw", Params: []Param{{"uint4", "q"}, {"uint4", "hd"}, {"int", "uu"}}, Body: func(w *Writer) {
 				w.Line("xw r;")
 				nib(w)
-				w.Line("const int j = uu & 7, sh = 8 * (j & 3);")
-				w.Line("const u32 lo = (hd.y >> sh) & 63u, lm = (hd.z >> sh) & 63u;")
-				w.Line("const u32 hi = ((hd.w >> sh) & 15u) | (((hd.y >> (sh + 6)) & 3u) << 4);")
-				w.Line("const u32 hm = ((hd.w >> (sh + 4)) & 15u) | (((hd.z >> (sh + 6)) & 3u) << 4);")
-				w.Line("r.a = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);")
-				w.Line("r.b = 8.f * r.a - f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);")
+				w.Line("float mn;")
+				w.Line("q4k_dm(hd, uu & 7, r.a, mn);")
+				w.Line("r.b = 8.f * r.a - mn;")
 				w.Line("return r;")
 			}})
 		}
@@ -228,6 +225,30 @@ func emitXQWeightHelpers(w *Writer, t dtype.Type) {
 	}
 }
 
+// emitXQCompute writes the products of the U units from u on (weight
+// registers of buffer buf) with the block's activation rows: each unit of
+// each of the warp's rw weight rows unpacked once, then met with row j's
+// int8 words at xr and group factors at mt.
+func emitXQCompute(w *Writer, t dtype.Type, rw int, buf, xr, mt string) {
+	w.For("i", "0", "U", "1", -1, func() {
+		w.Line("const int uu = u + i * 32;")
+		w.If("uu < UPR", func() {
+			for r := range rw {
+				w.Linef("const xw w%d = %s;", r, xqBuffer(xqRename(xqPrep[t], r), buf))
+			}
+			w.For("j", "0", "MB", "1", -1, func() {
+				w.If("j < mrows", func() {
+					w.Linef("const int4* xr = %s;", xr)
+					w.Linef("const float4* mt = %s;", mt)
+					for r := range rw {
+						w.Linef("acc[%d][j] += xq_use(w%d, xr, mt, uu);", r, r)
+					}
+				})
+			})
+		})
+	})
+}
+
 // xqGlobalParams are the parameters of an XQ 2 product.
 var xqGlobalParams = []Param{{"const u8* __restrict__", "W"}, {"const u8* __restrict__", "xq"}, {"float* __restrict__", "y"}, {"int", "m"}}
 
@@ -249,7 +270,7 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, ystride in
 	epi += ysName(ystride)
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
 	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations from xquant, N %d, K %d, residual %v, %v", t, n, k, residual, arm),
-		[]string{"f16", "warp", "pdl"}, func(w *Writer) {
+		repackDeps(t, "f16", "warp", "pdl"), func(w *Writer) {
 			emitXQWeightHelpers(w, t)
 			emitRepackDefines(w, rt, n, k, nb)
 			w.Linef("#define RPB %d // warps per block", arm.RowsPerBlock)
@@ -276,23 +297,7 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, ystride in
 					})
 				}
 				compute := func(buf string) {
-					w.For("i", "0", "U", "1", -1, func() {
-						w.Line("const int uu = u + i * 32;")
-						w.If("uu < UPR", func() {
-							for r := range rw {
-								w.Linef("const xw w%d = %s;", r, xqBuffer(xqRename(xqPrep[t], r), buf))
-							}
-							w.For("j", "0", "MB", "1", -1, func() {
-								w.If("j < mrows", func() {
-									w.Line("const int4* xr = (const int4*)(xb + j * XR);")
-									w.Line("const float4* mt = (const float4*)(xb + j * XR + K);")
-									for r := range rw {
-										w.Linef("acc[%d][j] += xq_use(w%d, xr, mt, uu);", r, r)
-									}
-								})
-							})
-						})
-					})
+					emitXQCompute(w, t, rw, buf, "(const int4*)(xb + j * XR)", "(const float4*)(xb + j * XR + K)")
 				}
 				w.Line("int u = lane;")
 				w.Comment("the first weight loads do not wait for the previous kernel")

@@ -368,10 +368,8 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 						return nil, err
 					}
 				}
-				if len(ks) == 2 { // XQ 2: the quantiser, then the product
-					xq := &Buf{Data: make([]byte, m*codegen.XQRowBytes(k))}
-					return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
-						Args: [][]Arg{{b(fbuf(x)), b(xq), s(m)}, {b(&Buf{Data: wb}), b(xq), b(y), s(m)}}, Outs: []*Buf{y}}, nil
+				if len(ks) == 2 {
+					return xqLaunch(ks, m, k, fbuf(x), nil, wb, y), nil
 				}
 				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
 					Args: [][]Arg{{b(&Buf{Data: wb}), b(fbuf(x)), b(y), s(m)}}, Outs: []*Buf{y}}, nil
@@ -486,14 +484,12 @@ func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool
 				if err != nil {
 					return nil, err
 				}
-				if len(ks) == 2 { // XQ 2: the quantiser computes the prologue, then the product
-					xq := &Buf{Data: make([]byte, m*codegen.XQRowBytes(k))}
-					qa := []Arg{b(fbuf(x)), b(xq), s(m)}
+				if len(ks) == 2 {
+					var nwb *Buf
 					if pro.Kind == codegen.ProNorm {
-						qa = []Arg{b(fbuf(x)), b(fbuf(nw)), b(xq), s(m)}
+						nwb = fbuf(nw)
 					}
-					return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
-						Args: [][]Arg{qa, {b(&Buf{Data: wb}), b(xq), b(y), s(m)}}, Outs: []*Buf{y}}, nil
+					return xqLaunch(ks, m, k, fbuf(x), nwb, wb, y), nil
 				}
 				args := []Arg{b(&Buf{Data: wb}), b(fbuf(x)), b(y), s(m)}
 				if pro.Kind == codegen.ProNorm {
@@ -535,6 +531,19 @@ func xqKernels(t dtype.Type, n, k int, residual bool, arm codegen.GEMVArm, pro c
 		return nil, err
 	}
 	return []*codegen.Kernel{q, g}, nil
+}
+
+// xqLaunch is the launch of an XQ 2 or 3 product's kernels (xqKernels) over
+// m rows of k: XQuant from x (with the norm weight nw, if not nil) into
+// a shared buffer of quantised rows, then the product from it into y.
+func xqLaunch(ks []*codegen.Kernel, m, k int, x, nw *Buf, wb []byte, y *Buf) *Launch {
+	xq := &Buf{Data: make([]byte, m*codegen.XQRowBytes(k))}
+	qa := []Arg{b(x), b(xq), s(m)}
+	if nw != nil {
+		qa = []Arg{b(x), b(nw), b(xq), s(m)}
+	}
+	return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
+		Args: [][]Arg{qa, {b(&Buf{Data: wb}), b(xq), b(y), s(m)}}, Outs: []*Buf{y}}
 }
 
 // relErrTo compares a case's first output with the reference ref computes.

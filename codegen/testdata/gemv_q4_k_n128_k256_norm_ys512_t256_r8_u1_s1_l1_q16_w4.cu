@@ -58,11 +58,53 @@ static __device__ __forceinline__ float4 norm4(float4 v, float r, float4 g) {
     return make_float4(v.x * r * g.x, v.y * r * g.y, v.z * r * g.z, v.w * r * g.w);
 }
 
+// Scale d and min m of sub-block j (0..7) of a repacked Q4_K super-block's
+// 16-byte head hd (d and dmin as f16 in x, the 12 bytes of 6-bit scales and mins in y, z, w).
+static __device__ __forceinline__ void q4k_dm(uint4 hd, int j, float& d, float& m) {
+    const int sh = 8 * (j & 3);
+    const u32 lo = (hd.y >> sh) & 63u, lm = (hd.z >> sh) & 63u;
+    const u32 hi = ((hd.w >> sh) & 15u) | (((hd.y >> (sh + 6)) & 3u) << 4);
+    const u32 hm = ((hd.w >> (sh + 4)) & 15u) | (((hd.z >> (sh + 6)) & 3u) << 4);
+    d = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);
+    m = f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);
+}
+
 // d = c + the dot product of the four signed bytes of a and b.
 static __device__ __forceinline__ int dp4a(int a, int b, int c) {
     int d;
     asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
     return d;
+}
+
+// One unpacked weight unit: int8 words (lo against the activations' first 16 bytes, hi the next 16) and the unit's factors.
+struct xw { uint4 lo, hi; float a, b; };
+
+// A Q4_K unit (sub-block uu & 7 of its super-block): a = d·scale, b = 8a - dmin·min.
+static __device__ __forceinline__ xw xw_q4_k(uint4 q, uint4 hd, int uu) {
+    xw r;
+    r.lo = make_uint4(q.x & 0x0f0f0f0fu, q.y & 0x0f0f0f0fu, q.z & 0x0f0f0f0fu, q.w & 0x0f0f0f0fu);
+    r.hi = make_uint4((q.x >> 4) & 0x0f0f0f0fu, (q.y >> 4) & 0x0f0f0f0fu, (q.z >> 4) & 0x0f0f0f0fu, (q.w >> 4) & 0x0f0f0f0fu);
+    float mn;
+    q4k_dm(hd, uu & 7, r.a, mn);
+    r.b = 8.f * r.a - mn;
+    return r;
+}
+
+// The unpacked unit against group uu of one activation row.
+static __device__ __forceinline__ float xq_use(const xw& u, const int4* xr, const float4* mt, int uu) {
+    const int4 x0 = xr[2 * uu], x1 = xr[2 * uu + 1];
+    int s = 0;
+    s = dp4a((int)u.lo.x, x0.x, s);
+    s = dp4a((int)u.lo.y, x0.y, s);
+    s = dp4a((int)u.lo.z, x0.z, s);
+    s = dp4a((int)u.lo.w, x0.w, s);
+    s = dp4a((int)u.hi.x, x1.x, s);
+    s = dp4a((int)u.hi.y, x1.y, s);
+    s = dp4a((int)u.hi.z, x1.z, s);
+    s = dp4a((int)u.hi.w, x1.w, s);
+    const float4 m = mt[uu];
+    // Σ (d q - mn) x = a dx Σ (q - 8) xq + (8a - mn) Σ x
+    return u.a * m.x * ((float)s - 8.f * (m.y + m.z)) + u.b * m.w;
 }
 
 // Four floats times inv, rounded to nearest, as int8 bytes of a word; their sum is added to is.
@@ -71,30 +113,6 @@ static __device__ __forceinline__ u32 xq_pack4(float4 v, float inv, int& is) {
     const int c = __float2int_rn(v.z * inv), d = __float2int_rn(v.w * inv);
     is += (a + b) + (c + d);
     return ((u32)a & 255u) | (((u32)b & 255u) << 8) | (((u32)c & 255u) << 16) | ((u32)d << 24);
-}
-
-// One repacked Q4_K unit (32 elements: byte i holds element i low, 16 + i high) against group uu.
-static __device__ __forceinline__ float xq_q4_k(uint4 q, uint4 hd, const int4* xr, const float4* mt, int uu) {
-    const int4 x0 = xr[2 * uu], x1 = xr[2 * uu + 1];
-    int s = 0;
-    s = dp4a((int)(q.x & 0x0f0f0f0fu), x0.x, s);
-    s = dp4a((int)(q.y & 0x0f0f0f0fu), x0.y, s);
-    s = dp4a((int)(q.z & 0x0f0f0f0fu), x0.z, s);
-    s = dp4a((int)(q.w & 0x0f0f0f0fu), x0.w, s);
-    s = dp4a((int)((q.x >> 4) & 0x0f0f0f0fu), x1.x, s);
-    s = dp4a((int)((q.y >> 4) & 0x0f0f0f0fu), x1.y, s);
-    s = dp4a((int)((q.z >> 4) & 0x0f0f0f0fu), x1.z, s);
-    s = dp4a((int)((q.w >> 4) & 0x0f0f0f0fu), x1.w, s);
-    const float4 m = mt[uu];
-    const float sc = (float)s - 8.f * (m.y + m.z); // Σ (q - 8) xq, exact
-    const int j = uu & 7, sh = 8 * (j & 3);
-    const u32 lo = (hd.y >> sh) & 63u, lm = (hd.z >> sh) & 63u;
-    const u32 hi = ((hd.w >> sh) & 15u) | (((hd.y >> (sh + 6)) & 3u) << 4);
-    const u32 hm = ((hd.w >> (sh + 4)) & 15u) | (((hd.z >> (sh + 6)) & 3u) << 4);
-    const float d = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);
-    const float mn = f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);
-    // Σ (d q - mn) x = d dx Σ (q - 8) xq + (8 d - mn) Σ x
-    return d * m.x * sc + (8.f * d - mn) * m.w;
 }
 
 #define N 128
@@ -260,15 +278,19 @@ extern "C" __global__ void __launch_bounds__(256) gemv_q4_k_n128_k256_norm_ys512
         for (int i = 0; i < U; ++i) {
             const int uu = u + i * 32;
             if (uu < UPR) {
+                const xw w0 = xw_q4_k(q0[i], hd0[i], uu);
+                const xw w1 = xw_q4_k(q1[i], hd1[i], uu);
+                const xw w2 = xw_q4_k(q2[i], hd2[i], uu);
+                const xw w3 = xw_q4_k(q3[i], hd3[i], uu);
                 #pragma unroll
                 for (int j = 0; j < MB; ++j) {
                     if (j < mrows) {
                         const int4* xr = (const int4*)(xq8 + j * K);
                         const float4* mt = meta + j * (K / 32);
-                        acc[0][j] += xq_q4_k(q0[i], hd0[i], xr, mt, uu);
-                        acc[1][j] += xq_q4_k(q1[i], hd1[i], xr, mt, uu);
-                        acc[2][j] += xq_q4_k(q2[i], hd2[i], xr, mt, uu);
-                        acc[3][j] += xq_q4_k(q3[i], hd3[i], xr, mt, uu);
+                        acc[0][j] += xq_use(w0, xr, mt, uu);
+                        acc[1][j] += xq_use(w1, xr, mt, uu);
+                        acc[2][j] += xq_use(w2, xr, mt, uu);
+                        acc[3][j] += xq_use(w3, xr, mt, uu);
                     }
                 }
             }

@@ -53,6 +53,17 @@ static __device__ __forceinline__ void pdl_launch() {
 #endif
 }
 
+// Scale d and min m of sub-block j (0..7) of a repacked Q4_K super-block's
+// 16-byte head hd (d and dmin as f16 in x, the 12 bytes of 6-bit scales and mins in y, z, w).
+static __device__ __forceinline__ void q4k_dm(uint4 hd, int j, float& d, float& m) {
+    const int sh = 8 * (j & 3);
+    const u32 lo = (hd.y >> sh) & 63u, lm = (hd.z >> sh) & 63u;
+    const u32 hi = ((hd.w >> sh) & 15u) | (((hd.y >> (sh + 6)) & 3u) << 4);
+    const u32 hm = ((hd.w >> (sh + 4)) & 15u) | (((hd.z >> (sh + 6)) & 3u) << 4);
+    d = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);
+    m = f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);
+}
+
 // d = c + the dot product of the four signed bytes of a and b.
 static __device__ __forceinline__ int dp4a(int a, int b, int c) {
     int d;
@@ -68,12 +79,9 @@ static __device__ __forceinline__ xw xw_q4_k(uint4 q, uint4 hd, int uu) {
     xw r;
     r.lo = make_uint4(q.x & 0x0f0f0f0fu, q.y & 0x0f0f0f0fu, q.z & 0x0f0f0f0fu, q.w & 0x0f0f0f0fu);
     r.hi = make_uint4((q.x >> 4) & 0x0f0f0f0fu, (q.y >> 4) & 0x0f0f0f0fu, (q.z >> 4) & 0x0f0f0f0fu, (q.w >> 4) & 0x0f0f0f0fu);
-    const int j = uu & 7, sh = 8 * (j & 3);
-    const u32 lo = (hd.y >> sh) & 63u, lm = (hd.z >> sh) & 63u;
-    const u32 hi = ((hd.w >> sh) & 15u) | (((hd.y >> (sh + 6)) & 3u) << 4);
-    const u32 hm = ((hd.w >> (sh + 4)) & 15u) | (((hd.z >> (sh + 6)) & 3u) << 4);
-    r.a = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);
-    r.b = 8.f * r.a - f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);
+    float mn;
+    q4k_dm(hd, uu & 7, r.a, mn);
+    r.b = 8.f * r.a - mn;
     return r;
 }
 

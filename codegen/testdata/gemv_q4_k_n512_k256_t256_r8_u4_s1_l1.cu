@@ -53,6 +53,17 @@ static __device__ __forceinline__ void pdl_launch() {
 #endif
 }
 
+// Scale d and min m of sub-block j (0..7) of a repacked Q4_K super-block's
+// 16-byte head hd (d and dmin as f16 in x, the 12 bytes of 6-bit scales and mins in y, z, w).
+static __device__ __forceinline__ void q4k_dm(uint4 hd, int j, float& d, float& m) {
+    const int sh = 8 * (j & 3);
+    const u32 lo = (hd.y >> sh) & 63u, lm = (hd.z >> sh) & 63u;
+    const u32 hi = ((hd.w >> sh) & 15u) | (((hd.y >> (sh + 6)) & 3u) << 4);
+    const u32 hm = ((hd.w >> (sh + 4)) & 15u) | (((hd.z >> (sh + 6)) & 3u) << 4);
+    d = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);
+    m = f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);
+}
+
 // 2^23 + n as a float, less off: an exact small integer with no int-to-float conversion.
 static __device__ __forceinline__ float rp_q(u32 n, float off) {
     return __int_as_float(0x4b000000u | n) - off;
@@ -91,13 +102,8 @@ static __device__ __forceinline__ float rp_q4_k(uint4 q, uint4 hd, int j, const 
         s += rp_q((q.w >> 4) & 15u, 8388608.f) * h.x + rp_q((q.w >> 12) & 15u, 8388608.f) * h.y + rp_q((q.w >> 20) & 15u, 8388608.f) * h.z + rp_q((q.w >> 28) & 15u, 8388608.f) * h.w;
         sx += (a.x + a.y) + (a.z + a.w) + (h.x + h.y) + (h.z + h.w);
     }
-    // 6-bit scale and min j of the block's 12 scale bytes (hd.y, hd.z, hd.w)
-    const int sh = 8 * (j & 3);
-    const u32 lo = (hd.y >> sh) & 63u, lm = (hd.z >> sh) & 63u;
-    const u32 hi = ((hd.w >> sh) & 15u) | (((hd.y >> (sh + 6)) & 3u) << 4);
-    const u32 hm = ((hd.w >> (sh + 4)) & 15u) | (((hd.z >> (sh + 6)) & 3u) << 4);
-    const float d = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);
-    const float m = f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);
+    float d, m;
+    q4k_dm(hd, j, d, m);
     return d * s - m * sx;
 }
 
