@@ -130,6 +130,20 @@ func TestCompileGate(t *testing.T) {
 		into3, err := codegen.GEMVInto(t2, 200, k, false, codegen.DefaultXQMMAArm, codegen.Prologue{}, 1000)
 		require.NoError(t, err, t2)
 		ks = append(ks, g3, into3)
+		// the ends of a norm's rows: the product scaling by 1/rms (XQ 2 and 3), and the residual
+		// product quantising the next norm's rows (one and sixteen activation rows a block)
+		qo := codegen.DefaultXQGlobalOneArm
+		if i%2 == 1 {
+			qo = codegen.DefaultXQGlobalBatchArm
+			qo.RowsPerWarp = 4
+		}
+		gq, err := codegen.GEMVXQ(t2, 1024, k, true, qo, codegen.XQEnds{NormIn: i < 2, NormEps: 1e-6, QuantOut: true}, 0)
+		require.NoError(t, err, t2)
+		rn, err := codegen.GEMVXQ(t2, 1000, k, false, arm, codegen.XQEnds{NormIn: true, NormEps: 1e-5}, 0)
+		require.NoError(t, err, t2)
+		rn3, err := codegen.GEMVXQ(t2, 200, k, false, mma, codegen.XQEnds{NormIn: true, NormEps: 1e-5}, 1000)
+		require.NoError(t, err, t2)
+		ks = append(ks, gq, rn, rn3)
 	}
 	r, err := codegen.RMSNormAdd(s.Hidden, s.Eps, false, codegen.BlockArm{Threads: 1024})
 	require.NoError(t, err)

@@ -66,7 +66,7 @@ var mma8Frags = map[dtype.Type]mma8Frag{
 func mma8Groups(k int) int { return k / 32 }
 
 // gemvMMA8 is GEMV for arm.XQ 3. grid (⌈n/(16·RowsPerBlock)⌉, ⌈m/MB⌉).
-func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, ystride int) (*Kernel, error) {
+func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystride int) (*Kernel, error) {
 	rt, ok := rpTypes[t]
 	fr, ok2 := mma8Frags[t]
 	if !ok || !ok2 || k%32 != 0 {
@@ -78,9 +78,9 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, ystride int) (
 	if residual {
 		epi = "_res"
 	}
-	epi += ysName(ystride)
+	epi += e.suffix() + ysName(ystride)
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
-	deps := repackDeps(t, "f16", "pdl")
+	deps := repackDeps(t, "f16", "warp", "pdl")
 	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations from xquant, int8 mma.sync, N %d, K %d, residual %v, %v", t, n, k, residual, arm),
 		deps, func(w *Writer) {
 			if t == dtype.Q6_K {
@@ -135,6 +135,24 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, ystride int) (
 					w.For("i", "0", "4", "1", -1, func() { w.Line("acc[nt][i] = 0.f;") })
 				})
 				w.Line("pdl_wait();")
+				if e.NormIn {
+					w.Comment("1/rms of this lane's C columns' tokens, from the rows' group sums of squares")
+					w.Line("float rn0[NT], rn1[NT];")
+					w.For("nt", "0", "NT", "1", -1, func() { w.Line("rn0[nt] = rn1[nt] = 1.f;") })
+					w.Line("#pragma unroll")
+					w.Block("for (int j = 0; j < MB; ++j)", func() {
+						w.Line("float s2 = 0.f;")
+						w.If("j < mrows", func() {
+							w.Line("const float* sq = (const float*)(xq + (size_t)(m0 + j) * XR + K + K / 2);")
+							w.Block("for (int i = lane; i < K / 32; i += 32)", func() { w.Line("s2 += sq[i];") })
+						})
+						w.Linef("const float r = rsqrtf(warp_sum(s2) / (float)K + %s);", cfloat(e.NormEps))
+						w.For("nt", "0", "NT", "1", -1, func() {
+							w.If("8 * nt + 2 * t == j", func() { w.Line("rn0[nt] = r;") })
+							w.If("8 * nt + 2 * t + 1 == j", func() { w.Line("rn1[nt] = r;") })
+						})
+					})
+				}
 				w.Linef("#pragma unroll %d", arm.Unroll)
 				w.Block(fmt.Sprintf("for (int u = 0; u < %d; ++u)", mma8Groups(k)), func() {
 					for _, r := range []string{"a", "b"} {
@@ -179,6 +197,12 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, ystride int) (
 					op = "+="
 				}
 				w.For("nt", "0", "NT", "1", -1, func() {
+					if e.NormIn {
+						w.Line("acc[nt][0] *= rn0[nt];")
+						w.Line("acc[nt][1] *= rn1[nt];")
+						w.Line("acc[nt][2] *= rn0[nt];")
+						w.Line("acc[nt][3] *= rn1[nt];")
+					}
 					w.Line("const size_t y0 = (size_t)(m0 + 8 * nt + 2 * t) * YS;")
 					w.If("ok0[nt] && r0 + g < N", func() { w.Linef("y[y0 + r0 + g] %s acc[nt][0];", op) })
 					w.If("ok1[nt] && r0 + g < N", func() { w.Linef("y[y0 + YS + r0 + g] %s acc[nt][1];", op) })

@@ -342,7 +342,7 @@ func TestLowerXQGlobal(t *testing.T) {
 	p, err := Lower(g, o)
 	require.NoError(t, err)
 	written := map[int]int{} // xq buffer → launches that wrote it
-	quants, products := 0, 0
+	quants, products, quantOuts := 0, 0, 0
 	for i, ln := range p.Launches {
 		k := p.Kernels[ln.Kernel]
 		require.NotEqual(t, "rmsnorm", k.Family)
@@ -355,18 +355,30 @@ func TestLowerXQGlobal(t *testing.T) {
 			written[out.Index]++
 		case k.Family == "gemv":
 			products++
-			require.Equal(t, xqGlobalParams, k.Params, k.Name)
-			require.Regexp(t, `_l1_g16_w2$`, k.Name)
 			require.Positive(t, ln.One, k.Name)
 			require.Regexp(t, `_l1_g1_w4$`, p.Kernels[ln.One-1].Name)
 			require.Equal(t, k.Params, p.Kernels[ln.One-1].Params)
-			require.Equal(t, 1, written[ln.Args[1].Index], "launch %d %s reads rows no xquant wrote before it", i, k.Name)
+			require.Equal(t, 1, written[ln.Args[1].Index], "launch %d %s reads rows nothing wrote before it", i, k.Name)
 			require.Equal(t, XQRowBytes(k0(k.Name)), 4*p.Buffers.Buffers[ln.Args[1].Index].Width, k.Name)
+			if strings.Contains(k.Name, "_res_") {
+				// the residual products quantise the new row for the next norm's products,
+				// their batch arm with whole groups of 32 rows a block
+				quantOuts++
+				require.Equal(t, xqQuantOutParams, k.Params, k.Name)
+				require.Regexp(t, `_res_qo_.*_l1_g16_w4$`, k.Name)
+				written[ln.Args[5].Index]++
+				continue
+			}
+			require.Equal(t, xqGlobalParams, k.Params, k.Name)
+			require.Regexp(t, `_l1_g16_w2$`, k.Name)
+			// QKV, gate/up and the output head follow a norm: they scale by its 1/rms
+			require.Contains(t, k.Name, "_rn_")
 		}
 	}
-	// per layer: the QKV input (shared by the three products), the attention output, the FFN input
-	// after its norm, the SwiGLU; then the output head's norm
-	require.Equal(t, 4*smallQwen3.Layers+1, quants)
+	// the first layer's QKV input (shared by the three products), then per layer the attention
+	// output and the SwiGLU: every later norm's rows come from the residual product before it
+	require.Equal(t, 2*smallQwen3.Layers+1, quants)
+	require.Equal(t, 2*smallQwen3.Layers, quantOuts)
 	require.Equal(t, 6*smallQwen3.Layers+1, products)
 
 	kinds := func(o LowerOptions) (xq, batch string) {

@@ -230,14 +230,22 @@ func emitXQRows(w *Writer, rt rpType, n int, arm GEMVArm, buf string) {
 // emitXQStore writes the end of an int8-activation GEMV: each of the
 // warp's rows and activation rows summed over the warp and stored (added
 // for a residual) by lane 0.
-func emitXQStore(w *Writer, residual bool) {
+func emitXQStore(w *Writer, residual bool) { emitXQStoreScaled(w, residual, "") }
+
+// emitXQStoreScaled is emitXQStore with each activation row j's sums
+// multiplied by the expression scale of j (none if empty).
+func emitXQStoreScaled(w *Writer, residual bool, scale string) {
 	op := "="
 	if residual {
 		op = "+="
 	}
+	v := "warp_sum(acc[r][j])"
+	if scale != "" {
+		v += " * " + scale
+	}
 	w.For("r", "0", "RW", "1", -1, func() {
 		w.For("j", "0", "MB", "1", -1, func() {
-			w.Line("const float v = warp_sum(acc[r][j]);")
+			w.Linef("const float v = %s;", v)
 			w.If("lane == 0 && r0 + r < N && j < mrows", func() { w.Linef("y[(size_t)(m0 + j) * YS + r0 + r] %s v;", op) })
 		})
 	})
@@ -273,10 +281,11 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, ys
 		return nil, fmt.Errorf("%w: int8-activation gemv for %v", ErrUnsupported, t)
 	}
 	switch arm.XQ {
-	case 2:
-		return gemvXQGlobal(t, n, k, residual, arm, ystride)
-	case 3:
-		return gemvMMA8(t, n, k, residual, arm, ystride)
+	case 2, 3:
+		if pro.Kind != ProNone {
+			return nil, fmt.Errorf("%w: XQ %d product with a prologue (XQuant computes it)", ErrUnsupported, arm.XQ)
+		}
+		return GEMVXQ(t, n, k, residual, arm, XQEnds{}, ystride)
 	}
 	mb := arm.batchRows()
 	rw := arm.rowsPerWarp()

@@ -171,3 +171,59 @@ func TestParseGEMVArm(t *testing.T) {
 		require.Error(t, err, s)
 	}
 }
+
+// TestXQDeferredNorm checks the arithmetic of the norm's rows (XQuant
+// ProNorm, XQEnds.QuantOut and NormIn), mirrored in Go: quantising x·nw
+// per group and scaling the product by 1/rms from the groups' sums of
+// squares gives what quantising the normalised row gives (within float
+// rounding: the int8 values agree but for rounding ties), and the product
+// of the normalised row within XQTol.
+func TestXQDeferredNorm(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	const eps = 1e-5
+	for _, ty := range RepackTypes {
+		t.Run(ty.String(), func(t *testing.T) {
+			const rows, k = 64, 1024
+			w, rp := randRepacked(t, r, ty, rows, k)
+			x, nw := make([]float32, k), make([]float32, k)
+			for i := range x {
+				x[i] = 3 * float32(r.NormFloat64())
+				nw[i] = float32(r.NormFloat64())
+			}
+			// the deferred rows: x·nw, and each group's Σx²
+			z := make([]float32, k)
+			ssq := make([]float32, k/32)
+			for i := range x {
+				z[i] = x[i] * nw[i]
+				ssq[i/32] += x[i] * x[i]
+			}
+			var total float32
+			for _, v := range ssq {
+				total += v
+			}
+			rn := float32(1 / math.Sqrt(float64(total/k+eps)))
+			zq, zmeta := xqQuantize(z)
+			// the normalised row, quantised as it is
+			_, y := RefRMSNormAdd(k, eps, false, x, nil, nw)
+			yq, ymeta := xqQuantize(y)
+			diff := 0
+			for i := range zq {
+				if zq[i] != yq[i] {
+					diff++
+				}
+			}
+			require.LessOrEqual(t, diff, k/100, "int8 values of x·nw and of the normalised row")
+			rb, _ := ty.RowBytes(k)
+			got, direct, want := make([]float32, rows), make([]float32, rows), make([]float32, rows)
+			for i := range rows {
+				got[i] = rn * xqRow(ty, rows, k, i, rp, zq, zmeta)
+				direct[i] = xqRow(ty, rows, k, i, rp, yq, ymeta)
+				want[i] = dtype.Dot(ty, w[i*rb:(i+1)*rb], y)
+			}
+			require.Less(t, RelErr(got, direct), 1e-3, "deferred 1/rms against quantising the normalised row")
+			e := RelErr(got, want)
+			t.Logf("%v: %d of %d int8 values differ; rel. L2 error %.3g", ty, diff, k, e)
+			require.Less(t, e, XQTol/2)
+		})
+	}
+}

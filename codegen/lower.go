@@ -129,6 +129,13 @@ type lowerer struct {
 	// xqShare, while the products of one fusion group are lowered, is the
 	// quantised input their XQ 2 products share (one XQuant launch).
 	xqShare *xqInput
+	// quantOut, while a residual product is lowered, is the norm after it
+	// whose products read XQ 2 rows: the product's epilogue quantises the
+	// new residual row for them (XQEnds.QuantOut) when its arms allow.
+	quantOut *normAfter
+	// preQuant are the quantised rows such epilogues wrote, by the norm
+	// input they are of, for quantised to take instead of an XQuant launch.
+	preQuant map[xqKey]preQuant
 }
 
 // Lower turns g (verified, after ir.RunPasses) into a Program for the step
@@ -152,7 +159,7 @@ func Lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 	}
 	l := &lowerer{g: g, o: opts, users: g.Users(), kernels: map[string]int{}, weights: map[string]int{},
 		val: map[int]view{}, done: map[int]bool{}, arms: opts.Arms.WithDefaults(), repacked: map[int]bool{},
-		swiglus: map[int]bool{}}
+		swiglus: map[int]bool{}, preQuant: map[xqKey]preQuant{}}
 	l.p = &Program{Model: g.Name, Arch: g.Arch, Class: opts.Class, MaxTokens: opts.MaxTokens, MaxSeqs: opts.MaxSeqs,
 		Context: opts.Context, Cache: opts.Cache, Layers: g.Consts["layers"],
 		KVWidth: g.Consts["heads_kv"] * g.Consts["head_dim"], Vocab: g.Consts["vocab"], Logits: -1, Argmax: -1,

@@ -68,14 +68,36 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 		}
 		class := ProductClass(t, n, k, residual)
 		arm := l.gemvArm(class, t, k)
+		var batch GEMVArm
+		hasBatch := false
+		if arm.Layout == 1 {
+			batch, hasBatch = l.batchArm(arm, class, k)
+		}
+		var qo *preQuant
 		if arm.XQ >= 2 {
-			// the rows an XQuant launch quantised (computing the prologue)
+			// the rows an XQuant launch (or the residual product before
+			// the norm) quantised, computing the prologue
 			xq, err := l.quantised(x, k, rows, pro)
 			if err != nil {
 				return err
 			}
-			gemv = func(arm GEMVArm) (*Kernel, error) { return GEMVInto(t, n, k, residual, arm, Prologue{}, y.stride) }
+			var e XQEnds
+			if pro != nil && pro.pro.Kind == ProNorm {
+				e.NormIn, e.NormEps = true, pro.pro.Eps
+			}
 			args = []Arg{wArg(w), bufArg(xq), bufArg(y), rowsArg()}
+			if na := l.quantOut; na != nil && residual && y.stride == n {
+				if hasBatch && batch.XQ == 2 && !QuantOutFits(batch, n) && batch.RowsPerWarp < 4 {
+					batch.RowsPerWarp = 4 // whole groups of 32 rows a block
+				}
+				if QuantOutFits(arm, n) && (!hasBatch || QuantOutFits(batch, n)) {
+					e.QuantOut = true
+					width := XQRowBytes(n) / 4
+					qo = &preQuant{xq: view{buf: l.buffer("xq", rows, width), width: width, stride: width}, nodes: na.nodes}
+					args = append(args, wArg(na.nw), bufArg(qo.xq))
+				}
+			}
+			gemv = func(arm GEMVArm) (*Kernel, error) { return GEMVXQ(t, n, k, residual, arm, e, y.stride) }
 			if pro != nil {
 				nodes = slices.DeleteFunc(slices.Clone(nodes), func(n int) bool { return n == pro.node })
 			}
@@ -83,13 +105,17 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 		kern, err = l.kernel(gemv(arm))
 		if err == nil && arm.Layout == 1 {
 			l.repacked[kern] = true
-			if batch, ok := l.batchArm(arm, class, k); ok {
+			if hasBatch {
 				one = kern
 				if kern, err = l.kernel(gemv(batch)); err != nil {
 					return err
 				}
 				l.repacked[kern] = true
 			}
+		}
+		if err == nil && qo != nil {
+			qo.launch = len(l.p.Launches)
+			l.preQuant[xqKey{x: y, nw: l.quantOut.nw}] = *qo
 		}
 	}
 	if err != nil {
@@ -114,9 +140,83 @@ type xqInput struct {
 	xq  view
 }
 
-// quantised returns the XQuant rows of x after the prologue pro: those of
-// the fusion group's earlier product when it quantised the same input, else
-// a new buffer written by a new XQuant launch.
+// xqKey is a norm input and its weight.
+type xqKey struct {
+	x  view
+	nw int
+}
+
+// preQuant are quantised rows of a norm's input that the residual product
+// writing that input quantised in its epilogue (launch; the norm's IR
+// nodes, once its products take them, are added to that launch's).
+type preQuant struct {
+	xq     view
+	launch int
+	nodes  []int
+}
+
+// normAfter is the norm after a residual product whose products read XQ 2
+// rows (nextNormXQ): its weight vector and IR node.
+type normAfter struct {
+	nw    int
+	nodes []int
+}
+
+// nextNormXQ returns the norm that reads the value of residual add add
+// when its group's products all read XQ 2 rows (fuseNorm holds and each
+// product's arm is XQ 2 or 3), so the residual product can quantise for them.
+func (l *lowerer) nextNormXQ(add *ir.Node, width int) *normAfter {
+	if !l.fusing() {
+		return nil
+	}
+	users := l.users[add.ID]
+	for _, u := range users {
+		if u.Op == ir.OpLastTokens && l.o.Class == Decode {
+			users = append(slices.Clone(users), l.users[u.ID]...) // the same rows (lastTokens)
+			break
+		}
+	}
+	for _, u := range users {
+		if u.Op != ir.OpRMSNorm || u.Role != "prologue" || (u.Args[0] != add && u.Args[0].Op != ir.OpLastTokens) {
+			continue
+		}
+		var parts []matPart
+		for _, mm := range l.users[u.ID] {
+			if mm.Op != ir.OpMatmul || mm.Args[0] != u || mm.Kernel != u.Kernel {
+				return nil
+			}
+			p, err := l.part(mm)
+			if err != nil {
+				return nil
+			}
+			parts = append(parts, p)
+		}
+		if len(parts) == 0 || !l.fuseNorm(parts, width) {
+			return nil
+		}
+		total, same := 0, true
+		for _, p := range parts {
+			total += p.padN
+			same = same && p.t == parts[0].t
+		}
+		if same {
+			parts = []matPart{{t: parts[0].t, n: total, padN: total}}
+		}
+		for _, p := range parts {
+			if l.gemvArm(ProductClass(p.t, p.padN, width, false), p.t, width).XQ < 2 {
+				return nil
+			}
+		}
+		return &normAfter{nw: l.vectorOf(u.Args[1]), nodes: []int{u.ID}}
+	}
+	return nil
+}
+
+// quantised returns the XQuant rows of x after the prologue pro: those a
+// residual product quantised for this norm in its epilogue, or those of the
+// fusion group's earlier product when it quantised the same input, else a
+// new buffer written by a new XQuant launch. A norm's rows hold x·nw and
+// their groups' sums of squares (the products apply 1/rms).
 func (l *lowerer) quantised(x view, k int, rows ir.Dim, pro *proIn) (view, error) {
 	want := xqInput{x: x}
 	var nodes []int
@@ -124,6 +224,15 @@ func (l *lowerer) quantised(x view, k int, rows ir.Dim, pro *proIn) (view, error
 		want.pro, nodes = pro.pro, []int{pro.node}
 		if pro.pro.Kind == ProNorm {
 			want.nw = pro.w
+			if q, ok := l.preQuant[xqKey{x: x, nw: pro.w}]; ok {
+				ln := &l.p.Launches[q.launch]
+				for _, n := range q.nodes {
+					if !slices.Contains(ln.Nodes, n) {
+						ln.Nodes = append(ln.Nodes, n)
+					}
+				}
+				return q.xq, nil
+			}
 		}
 	}
 	if s := l.xqShare; s != nil && s.x == want.x && s.pro == want.pro && s.nw == want.nw {
@@ -516,7 +625,10 @@ func (l *lowerer) residualProduct(p matPart, x view, rows ir.Dim, pro *proIn) er
 	if pro != nil {
 		nodes = append([]int{pro.node}, nodes...)
 	}
-	if err := l.product(p.t, p.n, padK, w, x, y, rows, true, nodes, pro); err != nil {
+	l.quantOut = l.nextNormXQ(add, p.n)
+	err = l.product(p.t, p.n, padK, w, x, y, rows, true, nodes, pro)
+	l.quantOut = nil
+	if err != nil {
 		return err
 	}
 	l.val[p.mm.ID] = y // not readable alone; only the add's value is used

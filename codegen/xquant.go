@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/memra-ai/memra/ir/dtype"
 )
@@ -10,14 +11,28 @@ import (
 // computes the product's prologue (RMSNorm, SwiGLU) and quantises each
 // activation row to int8 the way the XQ 1 stage does, into a buffer row of
 // XQRowBytes(k): the k int8 values, then k/32 float4 (dx, int8 sum of the
-// group's elements 0-15, of 16-31, float sum of the 32). The products read
-// those rows from global memory (through L1, shared by the block's warps)
-// instead of staging and quantising in every block, so a block starts on
-// its weights at once, and the products that share an input (Q, K and V of
-// different weight types) share one XQuant.
+// group's elements 0-15, of 16-31, float sum of the 32), then k/32 floats,
+// the sums of squares of the groups' inputs (written for a norm's rows
+// only), padded to 16 bytes. The products read those rows from global
+// memory (through L1, shared by the block's warps) instead of staging and
+// quantising in every block, so a block starts on its weights at once, and
+// the products that share an input (Q, K and V of different weight types)
+// share one XQuant.
+//
+// A norm's rows are quantised before the norm's 1/rms is known: the groups
+// hold x·nw, and the products that read them (GEMVXQ with XQEnds.NormIn)
+// sum the groups' squares of x into the row's 1/rms and scale their results
+// by it. Quantising is per group and the product linear in each row's
+// factors, so the int8 values are those of the normalised row, and no
+// quantiser needs the whole row: a residual product can write the next
+// norm's rows in its epilogue (XQEnds.QuantOut), one group of 32 outputs
+// at a time, and no XQuant launch is left between them.
 
 // XQRowBytes is the bytes of one quantised activation row of k elements.
-func XQRowBytes(k int) int { return k + k/2 }
+func XQRowBytes(k int) int { return k + k/2 + xqSSQBytes(k) }
+
+// xqSSQBytes is the bytes of a quantised row's group sums of squares.
+func xqSSQBytes(k int) int { return (k/8 + 15) / 16 * 16 }
 
 // xquantMaxLoads is the most chunks of 8 floats one XQuant thread holds: a
 // row is loaded once, kept in registers through the norm's reduction, and
@@ -35,8 +50,9 @@ func xquantThreads(k int) int {
 //	xquant(const float* x, [const float* nw,] u8* xq, int m)
 //
 // Row r of xq (XQRowBytes(k) bytes) is the int8 quantisation of row r of
-// x; with ProNorm of x / rms(x) · nw, with ProSwiGLU of silu(gate) · up
-// where x holds rows of 2k, [gate | up]. One block a row, grid (m).
+// x; with ProNorm of x · nw with the groups' sums of squares of x (the
+// products apply 1/rms(x)), with ProSwiGLU of silu(gate) · up where x holds
+// rows of 2k, [gate | up]. One block a row, grid (m).
 func XQuant(k int, pro Prologue) (*Kernel, error) {
 	threads := xquantThreads(k)
 	loads := (k/8 + threads - 1) / threads
@@ -81,20 +97,15 @@ func XQuant(k int, pro Prologue) (*Kernel, error) {
 					})
 				})
 				if pro.Kind == ProNorm {
-					w.Comment("the row's 1/rms, then the normalised values")
-					w.Line("__shared__ float red[32];")
-					w.Line("float ss = 0.f;")
-					w.For("s", "0", "SL", "1", -1, func() {
-						w.Line("const float4 a = la[s], b = lb[s];")
-						w.Line("ss += ((a.x * a.x + a.y * a.y) + (a.z * a.z + a.w * a.w)) + ((b.x * b.x + b.y * b.y) + (b.z * b.z + b.w * b.w));")
-					})
-					blockReduce(w, "ss", "total", "sum", threads)
-					w.Linef("const float r = rsqrtf(total / (float)K + %s);", cfloat(pro.Eps))
+					w.Comment("x · nw, and each chunk's sum of squares of x")
+					w.Line("float sq[SL];")
 					w.For("s", "0", "SL", "1", -1, func() {
 						w.Linef("const int c = threadIdx.x + s * %d;", threads)
+						w.Line("const float4 a = la[s], b = lb[s];")
+						w.Line("sq[s] = ((a.x * a.x + a.y * a.y) + (a.z * a.z + a.w * a.w)) + ((b.x * b.x + b.y * b.y) + (b.z * b.z + b.w * b.w));")
 						w.If("c < K / 8", func() {
-							w.Line("la[s] = norm4(la[s], r, *(const float4*)(nw + 8 * c));")
-							w.Line("lb[s] = norm4(lb[s], r, *(const float4*)(nw + 8 * c + 4));")
+							w.Line("la[s] = norm4(la[s], 1.f, *(const float4*)(nw + 8 * c));")
+							w.Line("lb[s] = norm4(lb[s], 1.f, *(const float4*)(nw + 8 * c + 4));")
 						})
 					})
 				}
@@ -104,6 +115,11 @@ func XQuant(k int, pro Prologue) (*Kernel, error) {
 					w.Line("const bool ok = c < K / 8;")
 					w.Line("const float4 a = la[s], b = lb[s];")
 					emitXQPack(w, "qr + 8 * c", "meta[c >> 2]")
+					if pro.Kind == ProNorm {
+						w.Line("float g2 = sq[s] + __shfl_xor_sync(0xffffffffu, sq[s], 1);")
+						w.Line("g2 += __shfl_xor_sync(0xffffffffu, g2, 2);")
+						w.If("ok && (c & 3) == 0", func() { w.Line("((float*)(qr + K + K / 2))[c >> 2] = g2;") })
+					}
 				})
 				w.Line("pdl_launch();")
 			}})
@@ -249,13 +265,144 @@ func emitXQCompute(w *Writer, t dtype.Type, rw int, buf, xr, mt string) {
 	})
 }
 
+// XQEnds are the optional ends of an XQ 2 or 3 product (GEMVXQ).
+type XQEnds struct {
+	// NormIn: the activation rows are a norm's (XQuant ProNorm, or a
+	// residual product's QuantOut): the product scales each row's result
+	// by 1/rms from the rows' group sums of squares, with this epsilon.
+	NormIn  bool
+	NormEps float32
+	// QuantOut (residual products, XQ 2): the epilogue also writes the new
+	// residual row as the next norm's quantised rows (x·nw per group of 32
+	// with the groups' sums of squares) into xo, so that the next products
+	// need no XQuant launch. Needs whole groups of 32 rows a block.
+	QuantOut bool
+}
+
+// suffix is the kernel name part of e.
+func (e XQEnds) suffix() string {
+	s := ""
+	if e.NormIn {
+		s += "_rn"
+	}
+	if e.QuantOut {
+		s += "_qo"
+	}
+	return s
+}
+
+// QuantOutFits reports whether a residual product of n rows with arm can
+// write the next norm's quantised rows (XQEnds.QuantOut): an XQ 2 arm whose
+// blocks hold whole groups of 32 rows, and n a multiple of a block's rows.
+func QuantOutFits(arm GEMVArm, n int) bool {
+	rb := arm.RowsPerBlock * arm.rowsPerWarp()
+	return arm.XQ == 2 && rb%32 == 0 && n%rb == 0
+}
+
 // xqGlobalParams are the parameters of an XQ 2 product.
 var xqGlobalParams = []Param{{"const u8* __restrict__", "W"}, {"const u8* __restrict__", "xq"}, {"float* __restrict__", "y"}, {"int", "m"}}
+
+// xqQuantOutParams are the parameters of an XQ 2 product with
+// XQEnds.QuantOut: the next norm's weight and its quantised rows.
+var xqQuantOutParams = append(slices.Clone(xqGlobalParams), Param{"const float* __restrict__", "nw"}, Param{"u8* __restrict__", "xo"})
+
+// GEMVXQ returns the product of an XQ 2 or 3 arm over the rows an XQuant
+// launch (or a QuantOut epilogue) wrote, with ends e:
+//
+//	gemv(const u8* W, const u8* xq, float* y, int m [, const float* nw, u8* xo])
+//
+// ystride as GEMVInto's.
+func GEMVXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystride int) (*Kernel, error) {
+	if err := checkRow(t, k); err != nil {
+		return nil, err
+	}
+	if err := arm.ValidFor(t); err != nil || arm.XQ < 2 {
+		return nil, fmt.Errorf("%w: gemv on quantised rows for %v and arm %v", ErrUnsupported, t, arm)
+	}
+	if _, ok := rpTypes[t]; !ok || xqPrep[t] == "" || k%32 != 0 {
+		return nil, fmt.Errorf("%w: int8-activation gemv for %v, K %d", ErrUnsupported, t, k)
+	}
+	if n <= 0 || (ystride != 0 && ystride < n) {
+		return nil, fmt.Errorf("%w: gemv N %d, output stride %d", ErrUnsupported, n, ystride)
+	}
+	if ystride == n {
+		ystride = 0
+	}
+	if e.QuantOut && (!residual || ystride != 0 || !QuantOutFits(arm, n)) {
+		return nil, fmt.Errorf("%w: quantised-output epilogue for N %d, arm %v, residual %v", ErrUnsupported, n, arm, residual)
+	}
+	if arm.XQ == 3 {
+		return gemvMMA8(t, n, k, residual, arm, e, ystride)
+	}
+	return gemvXQGlobal(t, n, k, residual, arm, e, ystride)
+}
+
+// emitXQRowNorms writes rn[j], 1/rms of each activation row j of the
+// block from its group sums of squares at xb + j * XR + K + K/2 (every
+// lane of the warp computes all of them).
+func emitXQRowNorms(w *Writer, eps float32, xb string) {
+	w.Line("float rn[MB];")
+	w.For("j", "0", "MB", "1", -1, func() {
+		w.Line("float s2 = 0.f;")
+		w.If("j < mrows", func() {
+			w.Linef("const float* sq = (const float*)(%s + j * XR + K + K / 2);", xb)
+			w.Block("for (int g = lane; g < K / 32; g += 32)", func() { w.Line("s2 += sq[g];") })
+		})
+		w.Linef("rn[j] = rsqrtf(warp_sum(s2) / (float)K + %s);", cfloat(eps))
+	})
+}
+
+// emitXQQuantOut writes the end of an XQ 2 residual product with
+// XQEnds.QuantOut: the warps' sums into shared memory, then each group of
+// 32 rows of each activation row by one warp, a lane an element: the new
+// residual value x = y + v stored, and x·nw quantised into xo's row as
+// XQuant's ProNorm writes it.
+func emitXQQuantOut(w *Writer, normIn bool) {
+	w.Line("__shared__ float ev[RPB * RW][MB];")
+	w.For("r", "0", "RW", "1", -1, func() {
+		w.For("j", "0", "MB", "1", -1, func() {
+			v := "warp_sum(acc[r][j])"
+			if normIn {
+				v += " * rn[j]"
+			}
+			w.Linef("const float v = %s;", v)
+			w.If("lane == 0", func() { w.Line("ev[(threadIdx.x >> 5) * RW + r][j] = v;") })
+		})
+	})
+	w.Line("__syncthreads();")
+	w.Line("#define G (RPB * RW / 32) // groups of 32 rows a block")
+	w.Block("for (int p = threadIdx.x >> 5; p < G * MB; p += RPB)", func() {
+		w.Line("const int g = p % G, j = p / G;")
+		w.If("j < mrows", func() { // the same for the whole warp
+			w.Line("const int row = blockIdx.x * (RPB * RW) + 32 * g + lane;")
+			w.Line("float* yr = y + (size_t)(m0 + j) * YS;")
+			w.Line("const float xv = yr[row] + ev[32 * g + lane][j];")
+			w.Line("yr[row] = xv;")
+			w.Line("const float z = xv * nw[row];")
+			w.Line("const float am = warp_max(fabsf(z));")
+			w.Line("const float inv = am > 0.f ? 127.f / am : 0.f;")
+			w.Line("const int q = __float2int_rn(z * inv);")
+			w.Line("int h = q;")
+			w.Comment("sums of the int8 values of lanes 0-15 and 16-31")
+			w.Line("#pragma unroll")
+			w.Block("for (int o = 8; o > 0; o >>= 1)", func() { w.Line("h += __shfl_xor_sync(0xffffffffu, h, o);") })
+			w.Line("const int h1 = __shfl_sync(0xffffffffu, h, 16);")
+			w.Line("const float zs = warp_sum(z), x2 = warp_sum(xv * xv);")
+			w.Line("u8* xr = xo + (size_t)(m0 + j) * XRO;")
+			w.Line("xr[row] = (u8)(q & 255);")
+			w.If("lane == 0", func() {
+				w.Line("((float4*)(xr + N))[row >> 5] = make_float4(am * (1.f / 127.f), (float)h, (float)h1, zs);")
+				w.Line("((float*)(xr + N + N / 2))[row >> 5] = x2;")
+			})
+		})
+	})
+	w.Line("pdl_launch();")
+}
 
 // gemvXQGlobal is gemvXQ for XQ 2: the activation rows come quantised from
 // XQuant, and the loop over a row's units keeps two sets of weight
 // registers, loading the next units while it computes the current ones.
-func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, ystride int) (*Kernel, error) {
+func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystride int) (*Kernel, error) {
 	rt := rpTypes[t]
 	if k%32 != 0 {
 		return nil, fmt.Errorf("%w: int8-activation gemv with K %d", ErrUnsupported, k)
@@ -267,9 +414,13 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, ystride in
 	if residual {
 		epi = "_res"
 	}
-	epi += ysName(ystride)
+	epi += e.suffix() + ysName(ystride)
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
-	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations from xquant, N %d, K %d, residual %v, %v", t, n, k, residual, arm),
+	params := xqGlobalParams
+	if e.QuantOut {
+		params = xqQuantOutParams
+	}
+	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations from xquant, N %d, K %d, residual %v, ends %q, %v", t, n, k, residual, e.suffix(), arm),
 		repackDeps(t, "f16", "warp", "pdl"), func(w *Writer) {
 			emitXQWeightHelpers(w, t)
 			emitRepackDefines(w, rt, n, k, nb)
@@ -278,9 +429,12 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, ystride in
 			w.Linef("#define U %d // units in flight per thread, row and buffer", arm.Unroll)
 			w.Linef("#define MB %d // activation rows per block", mb)
 			w.Linef("#define XR %d // bytes of a quantised activation row", XQRowBytes(k))
+			if e.QuantOut {
+				w.Linef("#define XRO %d // bytes of a quantised output row", XQRowBytes(n))
+			}
 			w.Raw(ysDefine(ystride))
 			w.Blank()
-			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: xqGlobalParams, Body: func(w *Writer) {
+			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
 				emitXQRows(w, rt, n, arm, "b")
 				// load writes the loads of buffer buf ("" or "b") of the U
 				// units from base on.
@@ -310,6 +464,9 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, ystride in
 					w.For("j", "0", "MB", "1", -1, func() { w.Line("acc[r][j] = 0.f;") })
 				})
 				w.Line("pdl_wait();")
+				if e.NormIn {
+					emitXQRowNorms(w, e.NormEps, "xb")
+				}
 				w.Comment("two buffers: the loads of the next units are in flight while the current ones are computed")
 				w.Block("for (;;)", func() {
 					load("b", "u + U * 32")
@@ -321,10 +478,17 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, ystride in
 					w.Line("u += U * 32;")
 					w.If("u >= UPR", func() { w.Line("break;") })
 				})
-				emitXQStore(w, residual)
+				switch {
+				case e.QuantOut:
+					emitXQQuantOut(w, e.NormIn)
+				case e.NormIn:
+					emitXQStoreScaled(w, residual, "rn[j]")
+				default:
+					emitXQStore(w, residual)
+				}
 			}})
 		})
-	return &Kernel{Family: "gemv", Name: name, Source: src, Params: xqGlobalParams, Launch: func(d Dims) Geometry {
+	return &Kernel{Family: "gemv", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(ceilDiv(n, arm.RowsPerBlock*rw), ceilDiv(d.Tokens, mb), 1), Block: dim3(arm.Threads, 1, 1)}
 	}}, nil
 }

@@ -26,13 +26,22 @@ func TestKernelCheckCases(t *testing.T) {
 	require.Equal(t, []string{"rmsnorm f32", "rope_kv f16 cache", "swiglu f32", "argmax f32", "attn_decode f16 cache", "attn_prefill f16 cache",
 		"attn_decode_live f16 cache",
 		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemm_small/qkv q4_k", "gemv/qkv×12 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
-		"gemv+norm/v (rows of 512) q4_k",
+		"gemv+norm/v (rows of 512) q4_k", "gemv+quant-out/attn_out→qkv q4_k", "gemv+quant-out/down→gate_up×12 q4_k",
 		"gemv/down q4_k", "gemv+swiglu/down q4_k", "gemv+swiglu/down×12 q4_k",
 		"embedding f16", "gemv/qkv f16", "mma/qkv f16", "gemm_small/qkv f16", "gemv+norm/qkv f16", "gemv/down f16", "gemv+swiglu/down f16"}, labels)
 	for _, c := range cs {
 		if c.Family == "gemv" {
 			want := 0
 			switch {
+			case strings.HasPrefix(c.Label, "gemv+quant-out"):
+				// the residual product's default arm; its epilogue writes the rows the next product reads
+				l, err := c.Launch(c.Space().Default)
+				require.NoError(t, err, c.Label)
+				require.Len(t, l.Kernels, 3, c.Label)
+				require.Same(t, l.Args[1][5].Buf, l.Args[2][1].Buf, c.Label)
+				require.Len(t, l.Args[1][5].Buf.Data, l.Dims.Tokens*codegen.XQRowBytes(tiny(t).Hidden), c.Label)
+				require.Contains(t, l.Kernels[1].Name, "_res_qo_", c.Label)
+				require.Contains(t, l.Kernels[2].Name, "_rn_", c.Label)
 			case strings.HasPrefix(c.Label, "gemv+") && c.DType == "q4_k":
 				want = 4 // the batch default besides the one-row default, the XQ 1 one-row and batch arms, the tensor-core batch arm
 			case c.DType == "q4_k":

@@ -526,11 +526,104 @@ func xqKernels(t dtype.Type, n, k int, residual bool, arm codegen.GEMVArm, pro c
 	if err != nil {
 		return nil, err
 	}
-	g, err := codegen.GEMVInto(t, n, k, residual, arm, codegen.Prologue{}, ystride)
+	g, err := codegen.GEMVXQ(t, n, k, residual, arm, codegen.XQEnds{NormIn: pro.Kind == codegen.ProNorm, NormEps: pro.Eps}, ystride)
 	if err != nil {
 		return nil, err
 	}
 	return []*codegen.Kernel{q, g}, nil
+}
+
+// ProductNormAfter is a residual product of m rows whose epilogue also
+// quantises the new residual rows for the norm after it
+// (codegen.XQEnds.QuantOut), then that norm's product reading them
+// (XQEnds.NormIn), as lowering chains an attention output or FFN down
+// product and the next layer's QKV or gate/up: x1 = x0 + W1·a and
+// y = W2·rmsnorm(x1, nw), checked against the CPU add, norm and products
+// (the worse of x1's and y's errors). The arm is the residual product's;
+// the norm's product takes the untuned one-row (m = 1) or batch arm.
+func ProductNormAfter(shape, use string, t1 dtype.Type, n1, k1 int, t2 dtype.Type, n2, m int, eps float32, seed uint64) *Case {
+	class := codegen.ProductClass(t1, n1, k1, true) + "_qo_" + codegen.ProductClass(t2, n2, n1, false)
+	c := &Case{Family: "gemv", Label: "gemv+quant-out/" + use, Shape: shape, DType: strings.ToLower(t1.String()), Class: class,
+		Use: use, Tol: 1e-4, seed: seed, K: k1}
+	next := codegen.DefaultXQGlobalOneArm
+	def := codegen.DefaultXQGlobalOneArm
+	if m > 1 {
+		next, def = codegen.DefaultXQGlobalBatchArm, codegen.DefaultXQGlobalBatchArm
+		def.RowsPerWarp = 4 // whole groups of 32 rows a block, as lowering takes it
+	}
+	sp := codegen.GEMVSpaceFor(t1)
+	sp.Default = def.Point()
+	c.space = &sp
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		a := codegen.GEMVArmOf(arm)
+		q, err := codegen.XQuant(k1, codegen.Prologue{})
+		if err != nil {
+			return nil, err
+		}
+		g1, err := codegen.GEMVXQ(t1, n1, k1, true, a, codegen.XQEnds{QuantOut: true}, 0)
+		if err != nil {
+			return nil, err
+		}
+		g2, err := codegen.GEMVXQ(t2, n2, n1, false, next, codegen.XQEnds{NormIn: true, NormEps: eps}, 0)
+		if err != nil {
+			return nil, err
+		}
+		return []*codegen.Kernel{q, g1, g2}, nil
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		W1, err := randWeights(t1, n1, k1, r.Uint64())
+		if err != nil {
+			return nil, err
+		}
+		W2, err := randWeights(t2, n2, n1, r.Uint64())
+		if err != nil {
+			return nil, err
+		}
+		a, x0, nw := randn(r, m*k1), randn(r, m*n1), randn(r, n1)
+		type refs struct{ x1, y []float32 }
+		ref := lazy(func() (refs, error) {
+			x1, err := refMatMul(t1, n1, k1, W1, a, m, x0, false)
+			if err != nil {
+				return refs{}, err
+			}
+			_, xin := codegen.RefRMSNormAdd(n1, eps, false, x1, nil, nw)
+			y, err := refMatMul(t2, n2, n1, W2, xin, m, nil, false)
+			return refs{x1, y}, err
+		})
+		w1, w2 := armWeights(t1, n1, k1, W1), armWeights(t2, n2, n1, W2)
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				wb1, err := w1(arm)
+				if err != nil {
+					return nil, err
+				}
+				wb2, err := w2(next.Point())
+				if err != nil {
+					return nil, err
+				}
+				xa := &Buf{Data: make([]byte, m*codegen.XQRowBytes(k1))}
+				xo := &Buf{Data: make([]byte, m*codegen.XQRowBytes(n1))}
+				x1, y := fbuf(x0), fbuf(make([]float32, m*n2))
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m}, Args: [][]Arg{
+					{b(fbuf(a)), b(xa), s(m)},
+					{b(&Buf{Data: wb1}), b(xa), b(x1), s(m), b(fbuf(nw)), b(xo)},
+					{b(&Buf{Data: wb2}), b(xo), b(y), s(m)},
+				}, Outs: []*Buf{y, x1}}, nil
+			},
+			compare: func(outs [][]byte) (float64, error) {
+				want, err := ref()
+				if err != nil {
+					return 0, err
+				}
+				return max(codegen.RelErr(bytesF32(outs[0]), want.y), codegen.RelErr(bytesF32(outs[1]), want.x1)), nil
+			},
+		}, nil
+	}
+	return c
 }
 
 // xqLaunch is the launch of an XQ 2 or 3 product's kernels (xqKernels) over

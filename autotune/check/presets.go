@@ -46,6 +46,13 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 				}
 			}
 		}
+		if codegen.Repackable(t) && rowOK(t, s.Hidden) && rowOK(t, s.Heads*s.HeadDim) && rowOK(t, s.FFN) {
+			// a residual product quantising for the next norm's product (XQEnds.QuantOut)
+			cs = append(cs, ProductNormAfter(s.Name, "attn_out→qkv", t, s.Hidden, s.Heads*s.HeadDim, t, qkv, 1, s.Eps, seed))
+			c := ProductNormAfter(s.Name, "down→gate_up", t, s.Hidden, s.FFN, t, 2*s.FFN, 12, s.Eps, seed)
+			c.Label += "×12"
+			cs = append(cs, c)
+		}
 		if rowOK(t, s.FFN) {
 			cs = append(cs, withQuantArms(Product(s.Name, "gemv", "down", t, s.Hidden, s.FFN, 1, true, seed), t, s.FFN))
 			if codegen.UntunedPrologues(t) {

@@ -50,7 +50,7 @@ static __device__ __forceinline__ u32 xq_pack4(float4 v, float inv, int& is) {
 }
 
 #define K 256
-#define XR 384 // bytes of a quantised row
+#define XR 416 // bytes of a quantised row
 #define SL 1 // chunks of 8 a thread
 
 extern "C" __global__ void __launch_bounds__(32) xquant_k256(

@@ -55,7 +55,7 @@ static __device__ __forceinline__ u32 xq_pack4(float4 v, float inv, int& is) {
 }
 
 #define K 256
-#define XR 384 // bytes of a quantised row
+#define XR 416 // bytes of a quantised row
 #define SL 1 // chunks of 8 a thread
 
 extern "C" __global__ void __launch_bounds__(32) xquant_k256_norm(
@@ -79,31 +79,16 @@ extern "C" __global__ void __launch_bounds__(32) xquant_k256_norm(
             lb[s] = xp[2 * c + 1];
         }
     }
-    // the row's 1/rms, then the normalised values
-    __shared__ float red[32];
-    float ss = 0.f;
-    #pragma unroll
-    for (int s = 0; s < SL; ++s) {
-        const float4 a = la[s], b = lb[s];
-        ss += ((a.x * a.x + a.y * a.y) + (a.z * a.z + a.w * a.w)) + ((b.x * b.x + b.y * b.y) + (b.z * b.z + b.w * b.w));
-    }
-    ss = warp_sum(ss);
-    if ((threadIdx.x & 31) == 0) {
-        red[threadIdx.x >> 5] = ss;
-    }
-    __syncthreads();
-    float total = red[0];
-    #pragma unroll
-    for (int i = 1; i < 1; ++i) {
-        total += red[i];
-    }
-    const float r = rsqrtf(total / (float)K + 9.99999975e-06f);
+    // x · nw, and each chunk's sum of squares of x
+    float sq[SL];
     #pragma unroll
     for (int s = 0; s < SL; ++s) {
         const int c = threadIdx.x + s * 32;
+        const float4 a = la[s], b = lb[s];
+        sq[s] = ((a.x * a.x + a.y * a.y) + (a.z * a.z + a.w * a.w)) + ((b.x * b.x + b.y * b.y) + (b.z * b.z + b.w * b.w));
         if (c < K / 8) {
-            la[s] = norm4(la[s], r, *(const float4*)(nw + 8 * c));
-            lb[s] = norm4(lb[s], r, *(const float4*)(nw + 8 * c + 4));
+            la[s] = norm4(la[s], 1.f, *(const float4*)(nw + 8 * c));
+            lb[s] = norm4(lb[s], 1.f, *(const float4*)(nw + 8 * c + 4));
         }
     }
     // 4 consecutive threads quantise a group of 32 (every lane runs the shuffles)
@@ -129,6 +114,11 @@ extern "C" __global__ void __launch_bounds__(32) xquant_k256_norm(
             if ((c & 3) == 0) {
                 meta[c >> 2] = make_float4(am * (1.f / 127.f), (float)i16, (float)io16, s16 + o16);
             }
+        }
+        float g2 = sq[s] + __shfl_xor_sync(0xffffffffu, sq[s], 1);
+        g2 += __shfl_xor_sync(0xffffffffu, g2, 2);
+        if (ok && (c & 3) == 0) {
+            ((float*)(qr + K + K / 2))[c >> 2] = g2;
         }
     }
     pdl_launch();

@@ -56,7 +56,7 @@ static __device__ __forceinline__ u32 xq_pack4(float4 v, float inv, int& is) {
 }
 
 #define K 512
-#define XR 768 // bytes of a quantised row
+#define XR 832 // bytes of a quantised row
 #define SL 2 // chunks of 8 a thread
 
 extern "C" __global__ void __launch_bounds__(32) xquant_k512_swiglu(
