@@ -339,47 +339,75 @@ func TestLowerFusedNormMixedTypes(t *testing.T) {
 func TestLowerXQGlobal(t *testing.T) {
 	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
 	o := LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16}
-	p, err := Lower(g, o)
-	require.NoError(t, err)
-	written := map[int]int{} // xq buffer → launches that wrote it
-	quants, products, quantOuts := 0, 0, 0
-	for i, ln := range p.Launches {
-		k := p.Kernels[ln.Kernel]
-		require.NotEqual(t, "rmsnorm", k.Family)
-		require.NotEqual(t, "swiglu", k.Family)
-		switch {
-		case k.Family == "xquant":
-			quants++
-			out := ln.Args[len(ln.Args)-2]
-			require.Equal(t, "xq", k.Params[len(k.Params)-2].Name)
-			written[out.Index]++
-		case k.Family == "gemv":
-			products++
-			require.Positive(t, ln.One, k.Name)
-			require.Regexp(t, `_l1_g1_w4$`, p.Kernels[ln.One-1].Name)
-			require.Equal(t, k.Params, p.Kernels[ln.One-1].Params)
-			require.Equal(t, 1, written[ln.Args[1].Index], "launch %d %s reads rows nothing wrote before it", i, k.Name)
-			require.Equal(t, XQRowBytes(k0(k.Name)), 4*p.Buffers.Buffers[ln.Args[1].Index].Width, k.Name)
-			if strings.Contains(k.Name, "_res_") {
-				// the residual products quantise the new row for the next norm's products,
-				// their batch arm with whole groups of 32 rows a block
-				quantOuts++
-				require.Equal(t, xqQuantOutParams, k.Params, k.Name)
-				require.Regexp(t, `_res_qo_.*_l1_g16_w4$`, k.Name)
-				written[ln.Args[5].Index]++
-				continue
+	// count lowers for seqs sequences and counts XQuant launches, products,
+	// residual products quantising the next norm's rows and gate/up
+	// products quantising the SwiGLU's, checking what every product reads
+	count := func(seqs int) (quants, products, quantOuts, swigluOuts int) {
+		o := o
+		o.MaxSeqs = seqs
+		p, err := Lower(g, o)
+		require.NoError(t, err)
+		written := map[int]int{} // xq buffer → launches that wrote it
+		for i, ln := range p.Launches {
+			k := p.Kernels[ln.Kernel]
+			require.NotEqual(t, "rmsnorm", k.Family)
+			require.NotEqual(t, "swiglu", k.Family)
+			switch {
+			case k.Family == "xquant":
+				quants++
+				out := ln.Args[len(ln.Args)-2]
+				require.Equal(t, "xq", k.Params[len(k.Params)-2].Name)
+				written[out.Index]++
+			case k.Family == "gemv":
+				products++
+				require.Equal(t, 1, written[ln.Args[1].Index], "launch %d %s reads rows nothing wrote before it", i, k.Name)
+				require.Equal(t, XQRowBytes(k0(k.Name)), 4*p.Buffers.Buffers[ln.Args[1].Index].Width, k.Name)
+				if seqs > 1 {
+					require.Positive(t, ln.One, k.Name)
+					require.Regexp(t, `_l1_g1_w4$`, p.Kernels[ln.One-1].Name)
+					require.Equal(t, k.Params, p.Kernels[ln.One-1].Params)
+				} else {
+					require.Zero(t, ln.One, k.Name)
+				}
+				switch {
+				case strings.Contains(k.Name, "_so_"):
+					// gate/up: computes the SwiGLU and quantises it for the down product,
+					// a block holding 32 gate and the same 32 up rows
+					swigluOuts++
+					require.Equal(t, xqSwiGLUOutParams, k.Params, k.Name)
+					require.Regexp(t, `_rn_so_t512_r16_.*_l1_g1_w4$`, k.Name)
+					written[ln.Args[2].Index]++
+				case strings.Contains(k.Name, "_res_"):
+					// the residual products quantise the new row for the next norm's products,
+					// their batch arm with whole groups of 32 rows a block
+					quantOuts++
+					require.Equal(t, xqQuantOutParams, k.Params, k.Name)
+					require.Regexp(t, `_res_qo_.*_l1_g(16|1)_w4$`, k.Name)
+					written[ln.Args[5].Index]++
+				default:
+					require.Equal(t, xqGlobalParams, k.Params, k.Name)
+					if seqs > 1 {
+						require.Regexp(t, `_l1_g16_w2$`, k.Name)
+					}
+					// QKV, gate/up and the output head follow a norm: they scale by its 1/rms
+					require.Contains(t, k.Name, "_rn_")
+				}
 			}
-			require.Equal(t, xqGlobalParams, k.Params, k.Name)
-			require.Regexp(t, `_l1_g16_w2$`, k.Name)
-			// QKV, gate/up and the output head follow a norm: they scale by its 1/rms
-			require.Contains(t, k.Name, "_rn_")
 		}
+		for _, w := range p.Weights {
+			require.Equal(t, swigluOuts > 0 && strings.Contains(w.Name, "ffn_gate"), w.Interleave == 32, w.Name)
+		}
+		return quants, products, quantOuts, swigluOuts
 	}
-	// the first layer's QKV input (shared by the three products), then per layer the attention
-	// output and the SwiGLU: every later norm's rows come from the residual product before it
-	require.Equal(t, 2*smallQwen3.Layers+1, quants)
-	require.Equal(t, 2*smallQwen3.Layers, quantOuts)
-	require.Equal(t, 6*smallQwen3.Layers+1, products)
+	// batches: the first layer's QKV input (shared by the three products), then per layer the
+	// attention output and the SwiGLU; every later norm's rows come from the residual product
+	// before it
+	L := smallQwen3.Layers
+	quants, products, quantOuts, swigluOuts := count(4)
+	require.Equal(t, []int{2*L + 1, 6*L + 1, 2 * L, 0}, []int{quants, products, quantOuts, swigluOuts})
+	// one sequence: the gate/up product also quantises the SwiGLU for the down product
+	quants, products, quantOuts, swigluOuts = count(1)
+	require.Equal(t, []int{L + 1, 6*L + 1, 2 * L, L}, []int{quants, products, quantOuts, swigluOuts})
 
 	kinds := func(o LowerOptions) (xq, batch string) {
 		p, err := Lower(g, o)

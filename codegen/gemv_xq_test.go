@@ -227,3 +227,27 @@ func TestXQDeferredNorm(t *testing.T) {
 		})
 	}
 }
+
+// TestInterleaveRows: 32 gate rows, then the same 32 up rows, and so on;
+// odd row counts are refused.
+func TestInterleaveRows(t *testing.T) {
+	const n, rb = 128, 3
+	data := make([]byte, n*rb)
+	for r := range n {
+		for b := range rb {
+			data[r*rb+b] = byte(r)
+		}
+	}
+	out, err := InterleaveRows(data, n, rb)
+	require.NoError(t, err)
+	for i := range n {
+		q, j := i/64, i%64
+		want := 32*q + j // gate row
+		if j >= 32 {
+			want = n/2 + 32*q + j - 32 // up row
+		}
+		require.Equal(t, byte(want), out[i*rb], "row %d", i)
+	}
+	_, err = InterleaveRows(data[:96*rb], 96, rb)
+	require.ErrorIs(t, err, ErrUnsupported)
+}

@@ -98,6 +98,13 @@ type LowerOptions struct {
 	// activation staging (GEMVNorm, GEMVSwiGLU); the exact configuration
 	// (PrefillGEMV) never fuses.
 	NoFusePrologue bool
+	// NoQuantOut keeps an XQuant launch before every int8 product: by
+	// default a residual product quantises the next norm's rows in its
+	// epilogue (XQEnds.QuantOut) and a gate/up product the SwiGLU's
+	// (XQEnds.SwiGLUOut) when their arms allow.
+	NoQuantOut bool
+	// NoSwiGLUOut keeps the SwiGLU's XQuant launch while NoQuantOut is off.
+	NoSwiGLUOut bool
 	// SmallBatch makes decode programs of MaxSeqs ≥ 2 use the small-batch
 	// tensor-core product (GemmSmall: weights read once per step for the
 	// whole batch, activations rounded to bf16) instead of the GEMV. Off by

@@ -86,11 +86,11 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 				e.NormIn, e.NormEps = true, pro.pro.Eps
 			}
 			args = []Arg{wArg(w), bufArg(xq), bufArg(y), rowsArg()}
-			if na := l.quantOut; na != nil && residual && y.stride == n {
-				if hasBatch && batch.XQ == 2 && !QuantOutFits(batch, n) && batch.RowsPerWarp < 4 {
-					batch.RowsPerWarp = 4 // whole groups of 32 rows a block
-				}
-				if QuantOutFits(arm, n) && (!hasBatch || QuantOutFits(batch, n)) {
+			if na := l.quantOut; na != nil && residual && y.stride == n && !l.o.NoQuantOut {
+				qe := XQEnds{QuantOut: true}
+				b, ok := FitQuantOut(batch, n, qe) // whole groups of 32 rows a block
+				if QuantOutFits(arm, n, qe) && (!hasBatch || ok) {
+					batch = b
 					e.QuantOut = true
 					width := XQRowBytes(n) / 4
 					qo = &preQuant{xq: view{buf: l.buffer("xq", rows, width), width: width, stride: width}, nodes: na.nodes}
@@ -115,7 +115,7 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 		}
 		if err == nil && qo != nil {
 			qo.launch = len(l.p.Launches)
-			l.preQuant[xqKey{x: y, nw: l.quantOut.nw}] = *qo
+			l.preQuant[xqKey{x: y, pro: ProNorm, nw: l.quantOut.nw}] = *qo
 		}
 	}
 	if err != nil {
@@ -142,8 +142,9 @@ type xqInput struct {
 
 // xqKey is a norm input and its weight.
 type xqKey struct {
-	x  view
-	nw int
+	x   view
+	pro PrologueKind
+	nw  int
 }
 
 // preQuant are quantised rows of a norm's input that the residual product
@@ -166,7 +167,7 @@ type normAfter struct {
 // when its group's products all read XQ 2 rows (fuseNorm holds and each
 // product's arm is XQ 2 or 3), so the residual product can quantise for them.
 func (l *lowerer) nextNormXQ(add *ir.Node, width int) *normAfter {
-	if !l.fusing() {
+	if !l.fusing() || l.o.NoQuantOut {
 		return nil
 	}
 	users := l.users[add.ID]
@@ -224,15 +225,15 @@ func (l *lowerer) quantised(x view, k int, rows ir.Dim, pro *proIn) (view, error
 		want.pro, nodes = pro.pro, []int{pro.node}
 		if pro.pro.Kind == ProNorm {
 			want.nw = pro.w
-			if q, ok := l.preQuant[xqKey{x: x, nw: pro.w}]; ok {
-				ln := &l.p.Launches[q.launch]
-				for _, n := range q.nodes {
-					if !slices.Contains(ln.Nodes, n) {
-						ln.Nodes = append(ln.Nodes, n)
-					}
+		}
+		if q, ok := l.preQuant[xqKey{x: x, pro: pro.pro.Kind, nw: want.nw}]; ok {
+			ln := &l.p.Launches[q.launch]
+			for _, n := range q.nodes {
+				if !slices.Contains(ln.Nodes, n) {
+					ln.Nodes = append(ln.Nodes, n)
 				}
-				return q.xq, nil
 			}
+			return q.xq, nil
 		}
 	}
 	if s := l.xqShare; s != nil && s.x == want.x && s.pro == want.pro && s.nw == want.nw {
@@ -331,6 +332,12 @@ func (l *lowerer) part(mm *ir.Node) (matPart, error) {
 // matrix registers the device weight of parts (rows concatenated), rows of
 // k elements padded to padK.
 func (l *lowerer) matrix(parts []matPart, padK int) (int, error) {
+	return l.matrixInterleaved(parts, padK, 0)
+}
+
+// matrixInterleaved is matrix with the rows of two parts interleaved by il
+// (WeightRef.Interleave; 0: concatenated).
+func (l *lowerer) matrixInterleaved(parts []matPart, padK, il int) (int, error) {
 	t := parts[0].t
 	if padK != parts[0].k && !floatType(t) {
 		return 0, fmt.Errorf("%s: rows of %d %v cannot be padded to %d", parts[0].name, parts[0].k, t, padK)
@@ -346,7 +353,10 @@ func (l *lowerer) matrix(parts []matPart, padK int) (int, error) {
 	for _, p := range wp {
 		key += fmt.Sprintf("/%d", p.PadRows)
 	}
-	return l.weight(key, WeightRef{Name: name, Kind: WeightMatrix, Type: t, Parts: wp, Cols: parts[0].k, PadCols: padK}), nil
+	if il > 0 {
+		key += fmt.Sprintf("/interleave%d", il)
+	}
+	return l.weight(key, WeightRef{Name: name, Kind: WeightMatrix, Type: t, Parts: wp, Cols: parts[0].k, PadCols: padK, Interleave: il}), nil
 }
 
 // normGroup lowers an rms_norm prologue and the products of its group.
@@ -505,7 +515,11 @@ func (l *lowerer) fusedProducts(parts []matPart, x view, rows ir.Dim, norm *proI
 	}
 	fb := l.buffer(strings.Join(names, "+"), rows, total)
 	fused := view{buf: fb, width: total, stride: total}
-	if same {
+	if so, ok := l.swigluOut(parts, x.width); ok {
+		if err := l.gateUpQuantised(parts, x, fused, rows, norm, so); err != nil {
+			return err
+		}
+	} else if same {
 		w, err := l.matrix(parts, x.width)
 		if err != nil {
 			return err
@@ -590,6 +604,90 @@ func (l *lowerer) fusedProducts(parts []matPart, x view, rows ir.Dim, norm *proI
 		}
 		off += p.padN
 	}
+	return nil
+}
+
+// swigluOutArms are the arms of a gate/up product that computes the
+// SwiGLU after it and quantises it for the down product (XQEnds.SwiGLUOut).
+type swigluOutArms struct {
+	sw  *ir.Node // the SwiGLU node
+	one GEMVArm
+}
+
+// swigluOut reports whether the products parts (rows of k) are a gate and
+// an up product whose product can compute the SwiGLU after them and
+// quantise it for the down product (XQEnds.SwiGLUOut): a decode program
+// outside the exact configuration, two parts of one type and n rows (a
+// multiple of 32) without bias, read only by one SwiGLU that the down
+// product computes (fuseSwiGLU) from XQ 2 rows, and an XQ 2 arm for the
+// gate/up product that holds whole pairs of 32 gate and 32 up rows a block
+// (FitQuantOut), in a program without batch arms (one sequence).
+// MEMRA_QUANT_OUT=0 or norm (LowerOptions.NoQuantOut, NoSwiGLUOut) turns
+// it off.
+func (l *lowerer) swigluOut(parts []matPart, k int) (swigluOutArms, bool) {
+	var so swigluOutArms
+	if !l.fusing() || l.o.NoQuantOut || l.o.NoSwiGLUOut || len(parts) != 2 {
+		return so, false
+	}
+	g, u := parts[0], parts[1]
+	if g.t != u.t || g.n != u.n || g.n%32 != 0 || g.padN != g.n || u.padN != u.n || g.bias != nil || u.bias != nil ||
+		g.residual != nil || u.residual != nil || len(l.users[g.mm.ID]) != 1 || len(l.users[u.mm.ID]) != 1 {
+		return so, false
+	}
+	sw := l.users[g.mm.ID][0]
+	if sw.Op != ir.OpSwiGLU || l.users[u.mm.ID][0] != sw || sw.Args[0] != g.mm || sw.Args[1] != u.mm || !l.fuseSwiGLU(sw, g.n) {
+		return so, false
+	}
+	down, err := l.part(l.users[sw.ID][0])
+	if err != nil || l.gemvArm(ProductClass(down.t, down.n, g.n, down.residual != nil), down.t, g.n).XQ < 2 {
+		return so, false
+	}
+	n := 2 * g.n
+	class := ProductClass(g.t, n, k, false)
+	one := l.gemvArm(class, g.t, k)
+	e := XQEnds{SwiGLUOut: true}
+	so.sw = sw
+	if _, batch := l.batchArm(one, class, k); batch {
+		// the batch arm would need pairs of 32 rows a block: twice the
+		// warps of the 16-row arm, and half its activation rows to keep
+		// the accumulators in registers, which read the gate/up weights
+		// twice at batch 16 (1435 against 1742 tok/s on the H200)
+		return so, false
+	}
+	var ok bool
+	so.one, ok = FitQuantOut(one, n, e)
+	return so, ok
+}
+
+// gateUpQuantised lowers gate/up products parts with their SwiGLU and its
+// quantisation in the product's epilogue (swigluOut said it can): one
+// product over the rows of both parts interleaved by 32, writing the down
+// product's XQ 2 rows; the float [gate | up] row fused is not written.
+func (l *lowerer) gateUpQuantised(parts []matPart, x, fused view, rows ir.Dim, norm *proIn, so swigluOutArms) error {
+	t, n, k := parts[0].t, 2*parts[0].n, x.width
+	w, err := l.matrixInterleaved(parts, k, 32)
+	if err != nil {
+		return err
+	}
+	xq, err := l.quantised(x, k, rows, norm)
+	if err != nil {
+		return err
+	}
+	e := XQEnds{SwiGLUOut: true}
+	if norm != nil {
+		e.NormIn, e.NormEps = true, norm.pro.Eps
+	}
+	kern, err := l.kernel(GEMVXQ(t, n, k, false, so.one, e, 0))
+	if err != nil {
+		return err
+	}
+	l.repacked[kern] = true
+	width := XQRowBytes(n/2) / 4
+	xo := view{buf: l.buffer("xq", rows, width), width: width, stride: width}
+	// the down product finds these rows by the SwiGLU's input, as swigluIn gives it
+	in := view{buf: fused.buf, off: fused.off, width: n / 2, stride: fused.stride}
+	l.preQuant[xqKey{x: in, pro: ProSwiGLU}] = preQuant{xq: xo, launch: len(l.p.Launches), nodes: []int{so.sw.ID}}
+	l.launch(kern, rows, []int{parts[0].mm.ID, parts[1].mm.ID}, wArg(w), bufArg(xq), bufArg(xo), rowsArg())
 	return nil
 }
 

@@ -85,6 +85,9 @@ func (p *BufferPlan) place(maxTokens, maxSeqs int) {
 			rows = maxSeqs
 		}
 		b.Size = alignUp(int64(rows)*int64(b.Width)*4, bufferAlign)
+		if b.First < 0 {
+			b.Size = 0 // no launch touches it (a value computed into an epilogue)
+		}
 	}
 	sort.SliceStable(order, func(a, b int) bool { return p.Buffers[order[a]].First < p.Buffers[order[b]].First })
 	var placed []int

@@ -277,6 +277,11 @@ type XQEnds struct {
 	// with the groups' sums of squares) into xo, so that the next products
 	// need no XQuant launch. Needs whole groups of 32 rows a block.
 	QuantOut bool
+	// SwiGLUOut (gate/up products, XQ 2): W's rows are [gate | up]
+	// interleaved by 32 (InterleaveRows), and instead of y the epilogue
+	// writes silu(gate)·up quantised into xo, rows of n/2, for the down
+	// product. Needs whole pairs of 32 gate and 32 up rows a block.
+	SwiGLUOut bool
 }
 
 // suffix is the kernel name part of e.
@@ -288,15 +293,63 @@ func (e XQEnds) suffix() string {
 	if e.QuantOut {
 		s += "_qo"
 	}
+	if e.SwiGLUOut {
+		s += "_so"
+	}
 	return s
 }
 
-// QuantOutFits reports whether a residual product of n rows with arm can
-// write the next norm's quantised rows (XQEnds.QuantOut): an XQ 2 arm whose
-// blocks hold whole groups of 32 rows, and n a multiple of a block's rows.
-func QuantOutFits(arm GEMVArm, n int) bool {
+// outRows is the weight rows a block must hold whole for e's epilogue: 32
+// (a group of outputs) for QuantOut, 64 (32 gate and 32 up rows) for
+// SwiGLUOut, else 1.
+func (e XQEnds) outRows() int {
+	switch {
+	case e.SwiGLUOut:
+		return 64
+	case e.QuantOut:
+		return 32
+	}
+	return 1
+}
+
+// QuantOutFits reports whether a product of n rows with arm can take
+// e's epilogue: an XQ 2 arm whose blocks hold whole groups of e.outRows()
+// rows, and n a multiple of a block's rows.
+func QuantOutFits(arm GEMVArm, n int, e XQEnds) bool {
 	rb := arm.RowsPerBlock * arm.rowsPerWarp()
-	return arm.XQ == 2 && rb%32 == 0 && n%rb == 0
+	return arm.XQ == 2 && rb%e.outRows() == 0 && n%rb == 0
+}
+
+// FitQuantOut returns arm with enough rows a block for e's epilogue (four
+// weight rows a warp, then twice the warps) and whether it fits n rows.
+func FitQuantOut(arm GEMVArm, n int, e XQEnds) (GEMVArm, bool) {
+	for arm.XQ == 2 && (arm.RowsPerBlock*arm.rowsPerWarp())%e.outRows() != 0 {
+		switch {
+		case arm.rowsPerWarp() < 4:
+			arm.RowsPerWarp = 4
+		case arm.Threads < 1024:
+			arm.Threads, arm.RowsPerBlock = 2*arm.Threads, 2*arm.RowsPerBlock
+		default:
+			return arm, false
+		}
+	}
+	return arm, QuantOutFits(arm, n, e)
+}
+
+// InterleaveRows returns the rows of a [gate | up] matrix (two halves of
+// n/2 rows of rb bytes each) in the order a SwiGLUOut product reads them:
+// 32 gate rows, the same 32 up rows, the next 32 gate rows, and so on.
+func InterleaveRows(data []byte, n, rb int) ([]byte, error) {
+	h := n / 2
+	if n%64 != 0 || len(data) != n*rb {
+		return nil, fmt.Errorf("%w: interleaving %d rows of %d bytes (%d bytes given)", ErrUnsupported, n, rb, len(data))
+	}
+	out := make([]byte, 0, len(data))
+	for g := 0; g < h; g += 32 {
+		out = append(out, data[g*rb:(g+32)*rb]...)
+		out = append(out, data[(h+g)*rb:(h+g+32)*rb]...)
+	}
+	return out, nil
 }
 
 // xqGlobalParams are the parameters of an XQ 2 product.
@@ -305,6 +358,10 @@ var xqGlobalParams = []Param{{"const u8* __restrict__", "W"}, {"const u8* __rest
 // xqQuantOutParams are the parameters of an XQ 2 product with
 // XQEnds.QuantOut: the next norm's weight and its quantised rows.
 var xqQuantOutParams = append(slices.Clone(xqGlobalParams), Param{"const float* __restrict__", "nw"}, Param{"u8* __restrict__", "xo"})
+
+// xqSwiGLUOutParams are the parameters of an XQ 2 product with
+// XQEnds.SwiGLUOut: its output is the down product's quantised rows.
+var xqSwiGLUOutParams = []Param{{"const u8* __restrict__", "W"}, {"const u8* __restrict__", "xq"}, {"u8* __restrict__", "xo"}, {"int", "m"}}
 
 // GEMVXQ returns the product of an XQ 2 or 3 arm over the rows an XQuant
 // launch (or a QuantOut epilogue) wrote, with ends e:
@@ -328,8 +385,11 @@ func GEMVXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystrid
 	if ystride == n {
 		ystride = 0
 	}
-	if e.QuantOut && (!residual || ystride != 0 || !QuantOutFits(arm, n)) {
+	if e.QuantOut && (!residual || ystride != 0 || !QuantOutFits(arm, n, e)) {
 		return nil, fmt.Errorf("%w: quantised-output epilogue for N %d, arm %v, residual %v", ErrUnsupported, n, arm, residual)
+	}
+	if e.SwiGLUOut && (residual || e.QuantOut || ystride != 0 || !QuantOutFits(arm, n, e)) {
+		return nil, fmt.Errorf("%w: SwiGLU-output epilogue for N %d, arm %v, residual %v", ErrUnsupported, n, arm, residual)
 	}
 	if arm.XQ == 3 {
 		return gemvMMA8(t, n, k, residual, arm, e, ystride)
@@ -352,17 +412,18 @@ func emitXQRowNorms(w *Writer, eps float32, xb string) {
 	})
 }
 
-// emitXQQuantOut writes the end of an XQ 2 residual product with
-// XQEnds.QuantOut: the warps' sums into shared memory, then each group of
-// 32 rows of each activation row by one warp, a lane an element: the new
-// residual value x = y + v stored, and x·nw quantised into xo's row as
-// XQuant's ProNorm writes it.
-func emitXQQuantOut(w *Writer, normIn bool) {
+// emitXQQuantOut writes the end of an XQ 2 product with XQEnds.QuantOut
+// or SwiGLUOut: the warps' sums into shared memory, then each group of 32
+// outputs of each activation row by one warp, a lane an element. QuantOut:
+// the new residual value x = y + v stored, and x·nw quantised into xo's row
+// as XQuant's ProNorm writes it. SwiGLUOut: silu(gate)·up of the group's 32
+// gate and 32 up rows quantised into xo's row as XQuant's ProSwiGLU does.
+func emitXQQuantOut(w *Writer, e XQEnds) {
 	w.Line("__shared__ float ev[RPB * RW][MB];")
 	w.For("r", "0", "RW", "1", -1, func() {
 		w.For("j", "0", "MB", "1", -1, func() {
 			v := "warp_sum(acc[r][j])"
-			if normIn {
+			if e.NormIn {
 				v += " * rn[j]"
 			}
 			w.Linef("const float v = %s;", v)
@@ -370,15 +431,20 @@ func emitXQQuantOut(w *Writer, normIn bool) {
 		})
 	})
 	w.Line("__syncthreads();")
-	w.Line("#define G (RPB * RW / 32) // groups of 32 rows a block")
+	w.Linef("#define G (RPB * RW / %d) // groups of 32 outputs a block", e.outRows())
 	w.Block("for (int p = threadIdx.x >> 5; p < G * MB; p += RPB)", func() {
 		w.Line("const int g = p % G, j = p / G;")
 		w.If("j < mrows", func() { // the same for the whole warp
-			w.Line("const int row = blockIdx.x * (RPB * RW) + 32 * g + lane;")
-			w.Line("float* yr = y + (size_t)(m0 + j) * YS;")
-			w.Line("const float xv = yr[row] + ev[32 * g + lane][j];")
-			w.Line("yr[row] = xv;")
-			w.Line("const float z = xv * nw[row];")
+			w.Line("const int col = (blockIdx.x * G + g) * 32 + lane; // this lane's output")
+			if e.SwiGLUOut {
+				w.Line("const float gv = ev[64 * g + lane][j], uv = ev[64 * g + 32 + lane][j];")
+				w.Line("const float z = gv / (1.f + expf(-gv)) * uv;")
+			} else {
+				w.Line("float* yr = y + (size_t)(m0 + j) * YS;")
+				w.Line("const float xv = yr[col] + ev[32 * g + lane][j];")
+				w.Line("yr[col] = xv;")
+				w.Line("const float z = xv * nw[col];")
+			}
 			w.Line("const float am = warp_max(fabsf(z));")
 			w.Line("const float inv = am > 0.f ? 127.f / am : 0.f;")
 			w.Line("const int q = __float2int_rn(z * inv);")
@@ -387,12 +453,17 @@ func emitXQQuantOut(w *Writer, normIn bool) {
 			w.Line("#pragma unroll")
 			w.Block("for (int o = 8; o > 0; o >>= 1)", func() { w.Line("h += __shfl_xor_sync(0xffffffffu, h, o);") })
 			w.Line("const int h1 = __shfl_sync(0xffffffffu, h, 16);")
-			w.Line("const float zs = warp_sum(z), x2 = warp_sum(xv * xv);")
+			w.Line("const float zs = warp_sum(z);")
+			if !e.SwiGLUOut {
+				w.Line("const float x2 = warp_sum(xv * xv);")
+			}
 			w.Line("u8* xr = xo + (size_t)(m0 + j) * XRO;")
-			w.Line("xr[row] = (u8)(q & 255);")
+			w.Line("xr[col] = (u8)(q & 255);")
 			w.If("lane == 0", func() {
-				w.Line("((float4*)(xr + N))[row >> 5] = make_float4(am * (1.f / 127.f), (float)h, (float)h1, zs);")
-				w.Line("((float*)(xr + N + N / 2))[row >> 5] = x2;")
+				w.Line("((float4*)(xr + NO))[col >> 5] = make_float4(am * (1.f / 127.f), (float)h, (float)h1, zs);")
+				if !e.SwiGLUOut {
+					w.Line("((float*)(xr + NO + NO / 2))[col >> 5] = x2;")
+				}
 			})
 		})
 	})
@@ -417,8 +488,11 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 	epi += e.suffix() + ysName(ystride)
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
 	params := xqGlobalParams
-	if e.QuantOut {
+	switch {
+	case e.QuantOut:
 		params = xqQuantOutParams
+	case e.SwiGLUOut:
+		params = xqSwiGLUOutParams
 	}
 	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations from xquant, N %d, K %d, residual %v, ends %q, %v", t, n, k, residual, e.suffix(), arm),
 		repackDeps(t, "f16", "warp", "pdl"), func(w *Writer) {
@@ -429,8 +503,10 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 			w.Linef("#define U %d // units in flight per thread, row and buffer", arm.Unroll)
 			w.Linef("#define MB %d // activation rows per block", mb)
 			w.Linef("#define XR %d // bytes of a quantised activation row", XQRowBytes(k))
-			if e.QuantOut {
-				w.Linef("#define XRO %d // bytes of a quantised output row", XQRowBytes(n))
+			if e.QuantOut || e.SwiGLUOut {
+				no := n / (e.outRows() / 32)
+				w.Linef("#define NO %d // outputs a row", no)
+				w.Linef("#define XRO %d // bytes of a quantised output row", XQRowBytes(no))
 			}
 			w.Raw(ysDefine(ystride))
 			w.Blank()
@@ -479,8 +555,8 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 					w.If("u >= UPR", func() { w.Line("break;") })
 				})
 				switch {
-				case e.QuantOut:
-					emitXQQuantOut(w, e.NormIn)
+				case e.QuantOut || e.SwiGLUOut:
+					emitXQQuantOut(w, e)
 				case e.NormIn:
 					emitXQStoreScaled(w, residual, "rn[j]")
 				default:

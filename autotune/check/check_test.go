@@ -27,12 +27,20 @@ func TestKernelCheckCases(t *testing.T) {
 		"attn_decode_live f16 cache",
 		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemm_small/qkv q4_k", "gemv/qkv×12 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
 		"gemv+norm/v (rows of 512) q4_k", "gemv+quant-out/attn_out→qkv q4_k", "gemv+quant-out/down→gate_up×12 q4_k",
+		"gemv+swiglu-out/gate_up→down q4_k",
 		"gemv/down q4_k", "gemv+swiglu/down q4_k", "gemv+swiglu/down×12 q4_k",
 		"embedding f16", "gemv/qkv f16", "mma/qkv f16", "gemm_small/qkv f16", "gemv+norm/qkv f16", "gemv/down f16", "gemv+swiglu/down f16"}, labels)
 	for _, c := range cs {
 		if c.Family == "gemv" {
 			want := 0
 			switch {
+			case strings.HasPrefix(c.Label, "gemv+swiglu-out"):
+				l, err := c.Launch(c.Space().Default)
+				require.NoError(t, err, c.Label)
+				require.Len(t, l.Kernels, 3, c.Label)
+				require.Same(t, l.Args[1][2].Buf, l.Args[2][1].Buf, c.Label)
+				require.Len(t, l.Args[1][2].Buf.Data, l.Dims.Tokens*codegen.XQRowBytes(tiny(t).FFN), c.Label)
+				require.Contains(t, l.Kernels[1].Name, "_rn_so_", c.Label)
 			case strings.HasPrefix(c.Label, "gemv+quant-out"):
 				// the residual product's default arm; its epilogue writes the rows the next product reads
 				l, err := c.Launch(c.Space().Default)

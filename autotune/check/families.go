@@ -639,6 +639,103 @@ func xqLaunch(ks []*codegen.Kernel, m, k int, x, nw *Buf, wb []byte, y *Buf) *La
 		Args: [][]Arg{qa, {b(&Buf{Data: wb}), b(xq), b(y), s(m)}}, Outs: []*Buf{y}}
 }
 
+// ProductSwiGLUOut is a gate/up product of m rows after a norm that
+// computes the SwiGLU and quantises it for the down product in its
+// epilogue (codegen.XQEnds.SwiGLUOut, rows interleaved by 32), then the
+// down product reading them, as lowering chains them:
+// y = y0 + Wd·swiglu(Wgu·rmsnorm(x, nw)), checked against the CPU norm,
+// products and SwiGLU. The arm is the gate/up product's (default: the
+// untuned one-row arm with pairs of 32 rows a block); the down product
+// takes the untuned one-row (m = 1) or batch arm.
+func ProductSwiGLUOut(shape string, t dtype.Type, ffn, k int, td dtype.Type, m int, eps float32, seed uint64) *Case {
+	n := 2 * ffn
+	class := codegen.ProductClass(t, n, k, false) + "_so_" + codegen.ProductClass(td, k, ffn, true)
+	c := &Case{Family: "gemv", Label: "gemv+swiglu-out/gate_up→down", Shape: shape, DType: strings.ToLower(t.String()), Class: class,
+		Use: "gate_up", Tol: 1e-4, seed: seed, K: k}
+	e := codegen.XQEnds{NormIn: true, NormEps: eps, SwiGLUOut: true}
+	next, def := codegen.DefaultXQGlobalOneArm, codegen.DefaultXQGlobalOneArm
+	if m > 1 {
+		next, def = codegen.DefaultXQGlobalBatchArm, codegen.DefaultXQGlobalBatchArm
+	}
+	def, _ = codegen.FitQuantOut(def, n, e)
+	def.BatchRows = min(def.BatchRows, 8) // twice the warps: half the activation rows
+	sp := codegen.GEMVSpaceFor(t)
+	sp.Default = def.Point()
+	c.space = &sp
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		q, err := codegen.XQuant(k, codegen.Prologue{Kind: codegen.ProNorm, Eps: eps})
+		if err != nil {
+			return nil, err
+		}
+		g1, err := codegen.GEMVXQ(t, n, k, false, codegen.GEMVArmOf(arm), e, 0)
+		if err != nil {
+			return nil, err
+		}
+		g2, err := codegen.GEMVXQ(td, k, ffn, true, next, codegen.XQEnds{}, 0)
+		if err != nil {
+			return nil, err
+		}
+		return []*codegen.Kernel{q, g1, g2}, nil
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		W, err := randWeights(t, n, k, r.Uint64())
+		if err != nil {
+			return nil, err
+		}
+		Wd, err := randWeights(td, k, ffn, r.Uint64())
+		if err != nil {
+			return nil, err
+		}
+		x, nw, y0 := randn(r, m*k), randn(r, k), randn(r, m*k)
+		ref := lazy(func() ([]float32, error) {
+			_, xin := codegen.RefRMSNormAdd(k, eps, false, x, nil, nw)
+			gu, err := refMatMul(t, n, k, W, xin, m, nil, false)
+			if err != nil {
+				return nil, err
+			}
+			return refMatMul(td, k, ffn, Wd, codegen.RefSwiGLU(ffn, gu), m, y0, false)
+		})
+		packed := lazy(func() ([]byte, error) {
+			rb, err := t.RowBytes(k)
+			if err != nil {
+				return nil, err
+			}
+			il, err := codegen.InterleaveRows(W, n, rb)
+			if err != nil {
+				return nil, err
+			}
+			return codegen.Repack(t, n, k, il)
+		})
+		wd := armWeights(td, k, ffn, Wd)
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				wb, err := packed()
+				if err != nil {
+					return nil, err
+				}
+				wdb, err := wd(next.Point())
+				if err != nil {
+					return nil, err
+				}
+				xa := &Buf{Data: make([]byte, m*codegen.XQRowBytes(k))}
+				xo := &Buf{Data: make([]byte, m*codegen.XQRowBytes(ffn))}
+				y := fbuf(y0)
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m}, Args: [][]Arg{
+					{b(fbuf(x)), b(fbuf(nw)), b(xa), s(m)},
+					{b(&Buf{Data: wb}), b(xa), b(xo), s(m)},
+					{b(&Buf{Data: wdb}), b(xo), b(y), s(m)},
+				}, Outs: []*Buf{y}}, nil
+			},
+			compare: relErrTo(ref),
+		}, nil
+	}
+	return c
+}
+
 // relErrTo compares a case's first output with the reference ref computes.
 func relErrTo(ref func() ([]float32, error)) func(outs [][]byte) (float64, error) {
 	return func(outs [][]byte) (float64, error) {

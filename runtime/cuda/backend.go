@@ -54,6 +54,12 @@ type BackendOptions struct {
 	// NoFusePrologue keeps each RMSNorm and SwiGLU before a decode product
 	// its own launch (codegen.LowerOptions.NoFusePrologue; MEMRA_FUSE=0).
 	NoFusePrologue bool
+	// NoQuantOut keeps an XQuant launch before every int8 product instead
+	// of quantising in the producing products' epilogues
+	// (codegen.LowerOptions.NoQuantOut; MEMRA_QUANT_OUT=0).
+	NoQuantOut bool
+	// NoSwiGLUOut keeps only the SwiGLU's XQuant launch (MEMRA_QUANT_OUT=norm).
+	NoSwiGLUOut bool
 	// EarlyPDL lets each kernel start the next one right after its own
 	// dependency wait instead of at its end (MEMRA_PDL=early; slower on the
 	// H200, kept for comparison).
@@ -187,7 +193,8 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 		return nil, nil, err
 	}
 	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
-		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue}
+		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue,
+		NoQuantOut: opts.NoQuantOut, NoSwiGLUOut: opts.NoSwiGLUOut}
 	if opts.Untuned {
 		base.Arms, base.Pick = codegen.Arms{}, nil
 	}
@@ -487,6 +494,15 @@ func envOptions(o *BackendOptions) error {
 		o.NoFusePrologue = true
 	default:
 		return bad("MEMRA_FUSE", v, "0 or 1")
+	}
+	switch v := os.Getenv("MEMRA_QUANT_OUT"); v {
+	case "", "1":
+	case "0":
+		o.NoQuantOut = true
+	case "norm":
+		o.NoSwiGLUOut = true
+	default:
+		return bad("MEMRA_QUANT_OUT", v, "0, 1 or norm")
 	}
 	if v := os.Getenv("MEMRA_DECODE_LIVE"); v != "" {
 		n, err := strconv.Atoi(v)
