@@ -322,13 +322,34 @@ func DecodeAttention(s AttnShape, arm DecodeArm) (partial, combine *Kernel, err 
 		return Geometry{Grid: dim3(s.HeadsKV, arm.Splits(d.KVLen), d.Seqs), Block: dim3(arm.Threads, 1, 1)}
 	}}
 
+	combine = decodeCombine(s, arm, false)
+	return partial, combine, nil
+}
+
+// decodeCombine is DecodeAttention's combine kernel; with xq it writes
+// the output rows quantised for an XQ 2 product (XQRowBytes(HQ·HD) bytes
+// each, XQuant's layout: each warp quantises the group of 32 it holds)
+// into xo instead of float rows into out (DecodeCombineXQ).
+func decodeCombine(s AttnShape, arm DecodeArm, xq bool) *Kernel {
 	cname := fmt.Sprintf("attn_combine_%s_%s", s.tag(), arm)
+	outp := Param{"float* __restrict__", "out"}
+	if xq {
+		cname += "_xq"
+		outp = Param{"u8* __restrict__", "xo"}
+	}
 	cparams := []Param{{"const float* __restrict__", "part_o"}, {"const float* __restrict__", "part_ml"}, {"const int* __restrict__", "kv_len"},
-		{"float* __restrict__", "out"}, {"int", "splits"}}
-	csrc := source(fmt.Sprintf("split-KV decode attention, combine: %s, %v", s.tag(), arm), []string{"types", "warp", "pdl"}, func(w *Writer) {
+		outp, {"int", "splits"}}
+	what := "split-KV decode attention, combine"
+	if xq {
+		what += " into int8 rows"
+	}
+	csrc := source(fmt.Sprintf("%s: %s, %v", what, s.tag(), arm), []string{"types", "warp", "pdl"}, func(w *Writer) {
 		s.defines(w)
 		if arm.Live != 0 {
 			w.Linef("#define CHUNK %d", arm.Chunk)
+		}
+		if xq {
+			w.Linef("#define XRO %d // bytes of a quantised output row", XQRowBytes(s.Heads*s.HeadDim))
 		}
 		w.Blank()
 		w.Emit(Func{Name: cname, Global: true, LaunchBounds: s.HeadDim, Params: cparams, Body: func(w *Writer) {
@@ -356,14 +377,48 @@ func DecodeAttention(s AttnShape, arm DecodeArm) (partial, combine *Kernel, err 
 				w.Line("num += wgt * part_o[(p0 + i) * HD + d];")
 				w.Line("den += wgt;")
 			})
-			w.Line("out[(size_t)seq * HQ * HD + h * HD + d] = den > 0.f ? num / den : 0.f;")
+			if !xq {
+				w.Line("out[(size_t)seq * HQ * HD + h * HD + d] = den > 0.f ? num / den : 0.f;")
+				w.Line("pdl_launch();")
+				return
+			}
+			w.Line("const float z = den > 0.f ? num / den : 0.f;")
+			w.Comment("a warp holds a group of 32 outputs: quantised as XQuant does")
+			w.Line("const int col = h * HD + d;")
+			w.Line("const float am = warp_max(fabsf(z));")
+			w.Line("const float inv = am > 0.f ? 127.f / am : 0.f;")
+			w.Line("const int q = __float2int_rn(z * inv);")
+			w.Line("int hs = q;")
+			w.Line("#pragma unroll")
+			w.Block("for (int o = 8; o > 0; o >>= 1)", func() { w.Line("hs += __shfl_xor_sync(0xffffffffu, hs, o);") })
+			w.Line("const int hs1 = __shfl_sync(0xffffffffu, hs, 16);")
+			w.Line("const float zs = warp_sum(z);")
+			w.Line("u8* xr = xo + (size_t)seq * XRO;")
+			w.Line("xr[col] = (u8)(q & 255);")
+			w.If("(d & 31) == 0", func() {
+				w.Line("((float4*)(xr + HQ * HD))[col >> 5] = make_float4(am * (1.f / 127.f), (float)hs, (float)hs1, zs);")
+			})
 			w.Line("pdl_launch();")
 		}})
 	})
-	combine = &Kernel{Family: "attn_decode", Name: cname, Source: csrc, Params: cparams, Launch: func(d Dims) Geometry {
+	return &Kernel{Family: "attn_decode", Name: cname, Source: csrc, Params: cparams, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(s.Heads, d.Seqs, 1), Block: dim3(s.HeadDim, 1, 1)}
 	}}
-	return partial, combine, nil
+}
+
+// DecodeCombineXQ is the combine kernel of DecodeAttention(s, arm) writing
+// its rows quantised for the XQ 2 product that reads them (the attention
+// output projection), so that product needs no XQuant launch:
+//
+//	attn_combine_…_xq(const float* part_o, const float* part_ml, const int* kv_len, u8* xo, int splits)
+func DecodeCombineXQ(s AttnShape, arm DecodeArm) (*Kernel, error) {
+	if s.HeadDim%32 != 0 {
+		return nil, fmt.Errorf("%w: quantised decode attention output with head dim %d", ErrUnsupported, s.HeadDim)
+	}
+	if _, _, err := DecodeAttention(s, arm); err != nil {
+		return nil, err
+	}
+	return decodeCombine(s, arm, true), nil
 }
 
 // emitVecLoad writes ld_vec(r, v): the vec cache elements of one raw vector

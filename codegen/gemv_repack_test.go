@@ -342,7 +342,7 @@ func TestLowerXQGlobal(t *testing.T) {
 	// count lowers for seqs sequences and counts XQuant launches, products,
 	// residual products quantising the next norm's rows and gate/up
 	// products quantising the SwiGLU's, checking what every product reads
-	count := func(seqs int) (quants, products, quantOuts, swigluOuts int) {
+	count := func(seqs int) (quants, products, quantOuts, swigluOuts, combines int) {
 		o := o
 		o.MaxSeqs = seqs
 		p, err := Lower(g, o)
@@ -358,6 +358,11 @@ func TestLowerXQGlobal(t *testing.T) {
 				out := ln.Args[len(ln.Args)-2]
 				require.Equal(t, "xq", k.Params[len(k.Params)-2].Name)
 				written[out.Index]++
+			case strings.HasSuffix(k.Name, "_xq"):
+				// the decode attention's combine quantises for the output projection
+				combines++
+				require.Equal(t, "xo", k.Params[3].Name)
+				written[ln.Args[3].Index]++
 			case k.Family == "gemv":
 				products++
 				require.Equal(t, 1, written[ln.Args[1].Index], "launch %d %s reads rows nothing wrote before it", i, k.Name)
@@ -397,17 +402,17 @@ func TestLowerXQGlobal(t *testing.T) {
 		for _, w := range p.Weights {
 			require.Equal(t, swigluOuts > 0 && strings.Contains(w.Name, "ffn_gate"), w.Interleave == 32, w.Name)
 		}
-		return quants, products, quantOuts, swigluOuts
+		return quants, products, quantOuts, swigluOuts, combines
 	}
-	// batches: the first layer's QKV input (shared by the three products), then per layer the
-	// attention output and the SwiGLU; every later norm's rows come from the residual product
-	// before it
+	// batches: XQuant launches for the first layer's QKV input (shared by the three products)
+	// and per layer the SwiGLU; every later norm's rows come from the residual product before
+	// it, the attention output's from the attention's combine
 	L := smallQwen3.Layers
-	quants, products, quantOuts, swigluOuts := count(4)
-	require.Equal(t, []int{2*L + 1, 6*L + 1, 2 * L, 0}, []int{quants, products, quantOuts, swigluOuts})
+	quants, products, quantOuts, swigluOuts, combines := count(4)
+	require.Equal(t, []int{L + 1, 6*L + 1, 2 * L, 0, L}, []int{quants, products, quantOuts, swigluOuts, combines})
 	// one sequence: the gate/up product also quantises the SwiGLU for the down product
-	quants, products, quantOuts, swigluOuts = count(1)
-	require.Equal(t, []int{L + 1, 6*L + 1, 2 * L, L}, []int{quants, products, quantOuts, swigluOuts})
+	quants, products, quantOuts, swigluOuts, combines = count(1)
+	require.Equal(t, []int{1, 6*L + 1, 2 * L, L, L}, []int{quants, products, quantOuts, swigluOuts, combines})
 
 	kinds := func(o LowerOptions) (xq, batch string) {
 		p, err := Lower(g, o)

@@ -98,13 +98,13 @@ type LowerOptions struct {
 	// activation staging (GEMVNorm, GEMVSwiGLU); the exact configuration
 	// (PrefillGEMV) never fuses.
 	NoFusePrologue bool
-	// NoQuantOut keeps an XQuant launch before every int8 product: by
-	// default a residual product quantises the next norm's rows in its
-	// epilogue (XQEnds.QuantOut) and a gate/up product the SwiGLU's
-	// (XQEnds.SwiGLUOut) when their arms allow.
-	NoQuantOut bool
-	// NoSwiGLUOut keeps the SwiGLU's XQuant launch while NoQuantOut is off.
-	NoSwiGLUOut bool
+	// NoQuantOut are the producers that keep an XQuant launch before the
+	// int8 products they feed. By default a residual product quantises the
+	// next norm's rows in its epilogue (QuantOutNorm, XQEnds.QuantOut), a
+	// gate/up product the SwiGLU's (QuantOutSwiGLU, XQEnds.SwiGLUOut) and
+	// the decode attention's combine the output projection's
+	// (QuantOutAttn, DecodeCombineXQ), where their arms allow.
+	NoQuantOut QuantOuts
 	// SmallBatch makes decode programs of MaxSeqs ≥ 2 use the small-batch
 	// tensor-core product (GemmSmall: weights read once per step for the
 	// whole batch, activations rounded to bf16) instead of the GEMV. Off by
@@ -144,6 +144,17 @@ type lowerer struct {
 	// input they are of, for quantised to take instead of an XQuant launch.
 	preQuant map[xqKey]preQuant
 }
+
+// QuantOuts is a set of the producers that quantise for the int8 products
+// after them (LowerOptions.NoQuantOut).
+type QuantOuts uint8
+
+const (
+	QuantOutNorm QuantOuts = 1 << iota
+	QuantOutSwiGLU
+	QuantOutAttn
+	QuantOutAll = QuantOutNorm | QuantOutSwiGLU | QuantOutAttn
+)
 
 // Lower turns g (verified, after ir.RunPasses) into a Program for the step
 // class of opts. Products read their weights in the model's stored types;

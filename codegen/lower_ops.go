@@ -86,7 +86,7 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 				e.NormIn, e.NormEps = true, pro.pro.Eps
 			}
 			args = []Arg{wArg(w), bufArg(xq), bufArg(y), rowsArg()}
-			if na := l.quantOut; na != nil && residual && y.stride == n && !l.o.NoQuantOut {
+			if na := l.quantOut; na != nil && residual && y.stride == n && l.o.NoQuantOut&QuantOutNorm == 0 {
 				qe := XQEnds{QuantOut: true}
 				b, ok := FitQuantOut(batch, n, qe) // whole groups of 32 rows a block
 				if QuantOutFits(arm, n, qe) && (!hasBatch || ok) {
@@ -167,7 +167,7 @@ type normAfter struct {
 // when its group's products all read XQ 2 rows (fuseNorm holds and each
 // product's arm is XQ 2 or 3), so the residual product can quantise for them.
 func (l *lowerer) nextNormXQ(add *ir.Node, width int) *normAfter {
-	if !l.fusing() || l.o.NoQuantOut {
+	if !l.fusing() || l.o.NoQuantOut&QuantOutNorm != 0 {
 		return nil
 	}
 	users := l.users[add.ID]
@@ -226,15 +226,15 @@ func (l *lowerer) quantised(x view, k int, rows ir.Dim, pro *proIn) (view, error
 		if pro.pro.Kind == ProNorm {
 			want.nw = pro.w
 		}
-		if q, ok := l.preQuant[xqKey{x: x, pro: pro.pro.Kind, nw: want.nw}]; ok {
-			ln := &l.p.Launches[q.launch]
-			for _, n := range q.nodes {
-				if !slices.Contains(ln.Nodes, n) {
-					ln.Nodes = append(ln.Nodes, n)
-				}
+	}
+	if q, ok := l.preQuant[xqKey{x: x, pro: want.pro.Kind, nw: want.nw}]; ok {
+		ln := &l.p.Launches[q.launch]
+		for _, n := range q.nodes {
+			if !slices.Contains(ln.Nodes, n) {
+				ln.Nodes = append(ln.Nodes, n)
 			}
-			return q.xq, nil
 		}
+		return q.xq, nil
 	}
 	if s := l.xqShare; s != nil && s.x == want.x && s.pro == want.pro && s.nw == want.nw {
 		return s.xq, nil
@@ -622,11 +622,10 @@ type swigluOutArms struct {
 // product computes (fuseSwiGLU) from XQ 2 rows, and an XQ 2 arm for the
 // gate/up product that holds whole pairs of 32 gate and 32 up rows a block
 // (FitQuantOut), in a program without batch arms (one sequence).
-// MEMRA_QUANT_OUT=0 or norm (LowerOptions.NoQuantOut, NoSwiGLUOut) turns
-// it off.
+// MEMRA_QUANT_OUT (LowerOptions.NoQuantOut) can turn it off.
 func (l *lowerer) swigluOut(parts []matPart, k int) (swigluOutArms, bool) {
 	var so swigluOutArms
-	if !l.fusing() || l.o.NoQuantOut || l.o.NoSwiGLUOut || len(parts) != 2 {
+	if !l.fusing() || l.o.NoQuantOut&QuantOutSwiGLU != 0 || len(parts) != 2 {
 		return so, false
 	}
 	g, u := parts[0], parts[1]
@@ -778,6 +777,32 @@ func (l *lowerer) matmul(n *ir.Node) error {
 	return nil
 }
 
+// outputXQ reports whether the only reader of attention node att's output
+// (rows of width, through reshapes) is a product whose arm reads XQ 2 rows
+// (the attention output projection), so the decode attention's combine can
+// quantise for it (DecodeCombineXQ).
+func (l *lowerer) outputXQ(att *ir.Node, width int) bool {
+	if !l.fusing() || l.o.NoQuantOut&QuantOutAttn != 0 {
+		return false
+	}
+	n := att
+	for len(l.users[n.ID]) == 1 && l.users[n.ID][0].Op == ir.OpReshape {
+		n = l.users[n.ID][0]
+	}
+	if len(l.users[n.ID]) != 1 {
+		return false
+	}
+	mm := l.users[n.ID][0]
+	if mm.Op != ir.OpMatmul || mm.Args[0] != n {
+		return false
+	}
+	p, err := l.part(mm)
+	if err != nil || p.k != width || p.bias != nil {
+		return false
+	}
+	return l.gemvArm(ProductClass(p.t, p.n, p.k, p.residual != nil), p.t, p.k).XQ >= 2
+}
+
 // shortName drops the ".weight" suffix and the "blk.N." prefix of a tensor name.
 func shortName(name string) string {
 	name = strings.TrimSuffix(name, ".weight")
@@ -880,12 +905,24 @@ func (l *lowerer) attention(att *ir.Node) error {
 			return err
 		}
 		kp, _ := l.kernel(p, nil)
-		kc2, _ := l.kernel(c, nil)
 		splits := arm.Splits(l.o.Context)
 		po := l.buffer("attn_part_o", ir.S, H*splits*D)
 		pml := l.buffer("attn_part_ml", ir.S, H*splits*2)
 		pov, pmlv := view{buf: po, width: H * splits * D, stride: H * splits * D}, view{buf: pml, width: H * splits * 2, stride: H * splits * 2}
 		l.launch(kp, ir.S, []int{att.ID}, qa, kc, vc, inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), constArg(splits))
+		if l.outputXQ(att, H*D) {
+			// the output projection reads XQ 2 rows: the combine writes them
+			cx, err := l.kernel(DecodeCombineXQ(s, arm))
+			if err != nil {
+				return err
+			}
+			width := XQRowBytes(H*D) / 4
+			xo := view{buf: l.buffer("xq", rows, width), width: width, stride: width}
+			l.preQuant[xqKey{x: out}] = preQuant{xq: xo, launch: len(l.p.Launches)}
+			l.launch(cx, ir.S, []int{att.ID}, bufArg(pov), bufArg(pmlv), inArg(InKVLen), bufArg(xo), constArg(splits))
+			break
+		}
+		kc2, _ := l.kernel(c, nil)
 		l.launch(kc2, ir.S, []int{att.ID}, bufArg(pov), bufArg(pmlv), inArg(InKVLen), bufArg(out), constArg(splits))
 	default:
 		k, err := l.kernel(PrefillAttention(s, l.prefillArm(AttnClass(s))))

@@ -187,12 +187,31 @@ func Argmax(shape string, vocab, tokens int, seed uint64) *Case {
 // the sequences' key counts (their caches laid out one after another with a
 // gap of 100 rows).
 func Decode(shape string, as codegen.AttnShape, lens []int32, seed uint64) *Case {
+	return decodeCase(shape, as, lens, false, seed)
+}
+
+// DecodeXQ is Decode with the combine that writes its rows quantised for
+// the output projection (codegen.DecodeCombineXQ), checked by
+// dequantising them (within codegen.XQTol; each group's int8 sums exact).
+func DecodeXQ(shape string, as codegen.AttnShape, lens []int32, seed uint64) *Case {
+	return decodeCase(shape, as, lens, true, seed)
+}
+
+func decodeCase(shape string, as codegen.AttnShape, lens []int32, xq bool, seed uint64) *Case {
 	c := &Case{Family: "attn_decode", Label: "attn_decode", Shape: shape, DType: strings.ToLower(as.Cache.String()) + " cache",
 		Class: codegen.AttnClass(as), Tol: 1e-4, seed: seed}
+	if xq {
+		c.Label, c.Class, c.Tol = "attn_decode+xq", c.Class+"_xq", codegen.XQTol
+	}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		p, cb, err := codegen.DecodeAttention(as, codegen.DecodeArmOf(arm))
 		if err != nil {
 			return nil, err
+		}
+		if xq {
+			if cb, err = codegen.DecodeCombineXQ(as, codegen.DecodeArmOf(arm)); err != nil {
+				return nil, err
+			}
 		}
 		return []*codegen.Kernel{p, cb}, nil
 	}
@@ -226,6 +245,9 @@ func Decode(shape string, as codegen.AttnShape, lens []int32, seed uint64) *Case
 				po := fbuf(make([]float32, seqs*as.Heads*splits*as.HeadDim))
 				pml := fbuf(make([]float32, seqs*as.Heads*splits*2))
 				lb, out := ibuf(lens), fbuf(make([]float32, seqs*as.Heads*as.HeadDim))
+				if xq {
+					out = &Buf{Data: make([]byte, seqs*codegen.XQRowBytes(as.Heads*as.HeadDim))}
+				}
 				return &Launch{Kernels: ks, Dims: codegen.Dims{Seqs: seqs, KVLen: max(maxLen, c.capacity)}, Args: [][]Arg{
 					{b(fbuf(q)), b(&Buf{Data: kcb}), b(&Buf{Data: vcb}), b(ibuf(base)), b(lb), b(po), b(pml), s(splits)},
 					{b(po), b(pml), b(lb), b(out), s(splits)},
@@ -233,11 +255,39 @@ func Decode(shape string, as codegen.AttnShape, lens []int32, seed uint64) *Case
 			},
 			compare: func(outs [][]byte) (float64, error) {
 				want, _ := ref()
-				return codegen.RelErr(bytesF32(outs[0]), want), nil
+				if !xq {
+					return codegen.RelErr(bytesF32(outs[0]), want), nil
+				}
+				return xqRowsErr(outs[0], as.Heads*as.HeadDim, want), nil
 			},
 		}, nil
 	}
 	return c
+}
+
+// xqRowsErr dequantises rows of k quantised as XQuant writes them (int8
+// values, then per group of 32 the float4 dx, int8 sums of elements 0-15
+// and 16-31, float sum) and returns their error against want; +Inf when a
+// group's int8 sums are not those of its values.
+func xqRowsErr(data []byte, k int, want []float32) float64 {
+	rb := codegen.XQRowBytes(k)
+	got := make([]float32, 0, len(want))
+	for r := 0; r+rb <= len(data); r += rb {
+		row := data[r : r+rb]
+		for g := range k / 32 {
+			m := bytesF32(row[k+16*g : k+16*g+16])
+			var s [2]float32
+			for i := range 32 {
+				v := float32(int8(row[32*g+i]))
+				s[i/16] += v
+				got = append(got, v*m[0])
+			}
+			if s[0] != m[1] || s[1] != m[2] {
+				return math.Inf(1)
+			}
+		}
+	}
+	return codegen.RelErr(got, want)
 }
 
 // Prefill is causal prefill attention for ntok tokens of one sequence

@@ -20,6 +20,7 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 		SwiGLU(s.Name, s.FFN, tokens, seed),
 		Argmax(s.Name, s.Vocab, tokens, seed),
 		Decode(s.Name, s.Attn(dtype.F16), []int32{1100, 333}, seed),
+		DecodeXQ(s.Name, s.Attn(dtype.F16), []int32{1100, 333}, seed),
 		Prefill(s.Name, s.Attn(dtype.F16), 48, 16, seed),
 		DecodeLive(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1}, 4096, seed),
 	}
