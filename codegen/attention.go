@@ -398,6 +398,7 @@ func decodeCombine(s AttnShape, arm DecodeArm, xq bool) *Kernel {
 			w.If("(d & 31) == 0", func() {
 				w.Line("((float4*)(xr + HQ * HD))[col >> 5] = make_float4(am * (1.f / 127.f), (float)hs, (float)hs1, zs);")
 			})
+			w.Line("__syncthreads(); // every warp's rows written before the block's launch trigger")
 			w.Line("pdl_launch();")
 		}})
 	})

@@ -467,6 +467,11 @@ func emitXQQuantOut(w *Writer, e XQEnds) {
 			})
 		})
 	})
+	w.Comment("one warp wrote this block's outputs while the others were done: the block's writes all")
+	w.Comment("come before its launch trigger (measured on the H200: with the trigger first, products")
+	w.Comment("after it read stale rows under programmatic dependent launch; not yet re-measured with")
+	w.Comment("the barrier)")
+	w.Line("__syncthreads();")
 	w.Line("pdl_launch();")
 }
 
