@@ -912,10 +912,7 @@ func (l *lowerer) attention(att *ir.Node) error {
 		l.launch(kp, ir.S, []int{att.ID}, qa, kc, vc, inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), constArg(splits))
 		if l.outputXQ(att, H*D) {
 			// the output projection reads XQ 2 rows: the combine writes them
-			cx, err := l.kernel(DecodeCombineXQ(s, arm))
-			if err != nil {
-				return err
-			}
+			cx, _ := l.kernel(decodeCombine(s, arm, true), nil) // DecodeAttention checked s and arm
 			width := XQRowBytes(H*D) / 4
 			xo := view{buf: l.buffer("xq", rows, width), width: width, stride: width}
 			l.preQuant[xqKey{x: out}] = preQuant{xq: xo, launch: len(l.p.Launches)}

@@ -412,6 +412,27 @@ func emitXQRowNorms(w *Writer, eps float32, xb string) {
 	})
 }
 
+// emitWarpQuant writes the quantisation of z, one element a lane, by a
+// warp that holds a group of 32 of a row of XQuant's layout: the int8
+// value into byte col of row xr (of k elements), the group's float4 (dx,
+// int8 sums of lanes 0-15 and 16-31, float sum) by the lane where first
+// holds. Every lane of the warp must run it (shuffles).
+func emitWarpQuant(w *Writer, xr, col, k, first string) {
+	w.Line("const float am = warp_max(fabsf(z));")
+	w.Line("const float inv = am > 0.f ? 127.f / am : 0.f;")
+	w.Line("const int q = __float2int_rn(z * inv);")
+	w.Line("int hs = q;")
+	w.Comment("sums of the int8 values of lanes 0-15 and 16-31")
+	w.Line("#pragma unroll")
+	w.Block("for (int o = 8; o > 0; o >>= 1)", func() { w.Line("hs += __shfl_xor_sync(0xffffffffu, hs, o);") })
+	w.Line("const int hs1 = __shfl_sync(0xffffffffu, hs, 16);")
+	w.Line("const float zs = warp_sum(z);")
+	w.Linef("%s[%s] = (u8)(q & 255);", xr, col)
+	w.If(first, func() {
+		w.Linef("((float4*)(%s + %s))[%s >> 5] = make_float4(am * (1.f / 127.f), (float)hs, (float)hs1, zs);", xr, k, col)
+	})
+}
+
 // emitXQQuantOut writes the end of an XQ 2 product with XQEnds.QuantOut
 // or SwiGLUOut: the warps' sums into shared memory, then each group of 32
 // outputs of each activation row by one warp, a lane an element. QuantOut:
@@ -445,26 +466,14 @@ func emitXQQuantOut(w *Writer, e XQEnds) {
 				w.Line("yr[col] = xv;")
 				w.Line("const float z = xv * nw[col];")
 			}
-			w.Line("const float am = warp_max(fabsf(z));")
-			w.Line("const float inv = am > 0.f ? 127.f / am : 0.f;")
-			w.Line("const int q = __float2int_rn(z * inv);")
-			w.Line("int h = q;")
-			w.Comment("sums of the int8 values of lanes 0-15 and 16-31")
-			w.Line("#pragma unroll")
-			w.Block("for (int o = 8; o > 0; o >>= 1)", func() { w.Line("h += __shfl_xor_sync(0xffffffffu, h, o);") })
-			w.Line("const int h1 = __shfl_sync(0xffffffffu, h, 16);")
-			w.Line("const float zs = warp_sum(z);")
 			if !e.SwiGLUOut {
 				w.Line("const float x2 = warp_sum(xv * xv);")
 			}
 			w.Line("u8* xr = xo + (size_t)(m0 + j) * XRO;")
-			w.Line("xr[col] = (u8)(q & 255);")
-			w.If("lane == 0", func() {
-				w.Line("((float4*)(xr + NO))[col >> 5] = make_float4(am * (1.f / 127.f), (float)h, (float)h1, zs);")
-				if !e.SwiGLUOut {
-					w.Line("((float*)(xr + NO + NO / 2))[col >> 5] = x2;")
-				}
-			})
+			emitWarpQuant(w, "xr", "col", "NO", "lane == 0")
+			if !e.SwiGLUOut {
+				w.If("lane == 0", func() { w.Line("((float*)(xr + NO + NO / 2))[col >> 5] = x2;") })
+			}
 		})
 	})
 	w.Comment("one warp wrote this block's outputs while the others were done: the block's writes all")
