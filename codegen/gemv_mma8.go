@@ -136,22 +136,8 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 				})
 				w.Line("pdl_wait();")
 				if e.NormIn {
-					w.Comment("1/rms of this lane's C columns' tokens, from the rows' group sums of squares")
-					w.Line("float rn0[NT], rn1[NT];")
-					w.For("nt", "0", "NT", "1", -1, func() { w.Line("rn0[nt] = rn1[nt] = 1.f;") })
-					w.Line("#pragma unroll")
-					w.Block("for (int j = 0; j < MB; ++j)", func() {
-						w.Line("float s2 = 0.f;")
-						w.If("j < mrows", func() {
-							w.Line("const float* sq = (const float*)(xq + (size_t)(m0 + j) * XR + K + K / 2);")
-							w.Block("for (int i = lane; i < K / 32; i += 32)", func() { w.Line("s2 += sq[i];") })
-						})
-						w.Linef("const float r = rsqrtf(warp_sum(s2) / (float)K + %s);", cfloat(e.NormEps))
-						w.For("nt", "0", "NT", "1", -1, func() {
-							w.If("8 * nt + 2 * t == j", func() { w.Line("rn0[nt] = r;") })
-							w.If("8 * nt + 2 * t + 1 == j", func() { w.Line("rn1[nt] = r;") })
-						})
-					})
+					w.Line("const u8* xr = xq + (size_t)m0 * XR;")
+					emitXQRowNorms(w, e.NormEps, "xr", mb)
 				}
 				w.Linef("#pragma unroll %d", arm.Unroll)
 				w.Block(fmt.Sprintf("for (int u = 0; u < %d; ++u)", mma8Groups(k)), func() {
@@ -196,12 +182,22 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 				if residual {
 					op = "+="
 				}
+				if e.NormIn {
+					emitXQNormBarrier(w, mb)
+				}
 				w.For("nt", "0", "NT", "1", -1, func() {
 					if e.NormIn {
-						w.Line("acc[nt][0] *= rn0[nt];")
-						w.Line("acc[nt][1] *= rn1[nt];")
-						w.Line("acc[nt][2] *= rn0[nt];")
-						w.Line("acc[nt][3] *= rn1[nt];")
+						rn := func(j string) string {
+							if mb == 1 {
+								return "rn[0]"
+							}
+							return "srn[min(" + j + ", MB - 1)]"
+						}
+						w.Linef("const float rn0 = ok0[nt] ? %s : 0.f, rn1 = ok1[nt] ? %s : 0.f;", rn("8 * nt + 2 * t"), rn("8 * nt + 2 * t + 1"))
+						w.Line("acc[nt][0] *= rn0;")
+						w.Line("acc[nt][1] *= rn1;")
+						w.Line("acc[nt][2] *= rn0;")
+						w.Line("acc[nt][3] *= rn1;")
 					}
 					w.Line("const size_t y0 = (size_t)(m0 + 8 * nt + 2 * t) * YS;")
 					w.If("ok0[nt] && r0 + g < N", func() { w.Linef("y[y0 + r0 + g] %s acc[nt][0];", op) })

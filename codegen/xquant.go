@@ -397,19 +397,44 @@ func GEMVXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystrid
 	return gemvXQGlobal(t, n, k, residual, arm, e, ystride)
 }
 
-// emitXQRowNorms writes rn[j], 1/rms of each activation row j of the
-// block from its group sums of squares at xb + j * XR + K + K/2 (every
-// lane of the warp computes all of them).
-func emitXQRowNorms(w *Writer, eps float32, xb string) {
-	w.Line("float rn[MB];")
-	w.For("j", "0", "MB", "1", -1, func() {
+// emitXQRowNorms writes 1/rms of each activation row j of the block from
+// its group sums of squares at xb + j * XR + K + K/2, and returns the
+// expression of row j's value for the code after the main loop. A block of
+// one row keeps it in a register of every lane (rn[j]); a block of more
+// rows computes each row's once, a warp a row, into shared memory (srn[j],
+// read after a __syncthreads the caller writes; emitXQNormBarrier): every
+// warp computing all of them held MB more registers through the main loop
+// and cost batch 16 a tenth of its speed on the H200.
+func emitXQRowNorms(w *Writer, eps float32, xb string, mb int) string {
+	if mb == 1 {
+		w.Line("float rn[MB];")
+		w.Line("float s2 = 0.f;")
+		w.If("mrows > 0", func() {
+			w.Linef("const float* sq = (const float*)(%s + K + K / 2);", xb)
+			w.Block("for (int g = lane; g < K / 32; g += 32)", func() { w.Line("s2 += sq[g];") })
+		})
+		w.Linef("rn[0] = rsqrtf(warp_sum(s2) / (float)K + %s);", cfloat(eps))
+		return "rn[j]"
+	}
+	w.Line("__shared__ float srn[MB];")
+	w.Block("for (int j = threadIdx.x >> 5; j < MB; j += blockDim.x >> 5)", func() {
 		w.Line("float s2 = 0.f;")
 		w.If("j < mrows", func() {
 			w.Linef("const float* sq = (const float*)(%s + j * XR + K + K / 2);", xb)
 			w.Block("for (int g = lane; g < K / 32; g += 32)", func() { w.Line("s2 += sq[g];") })
 		})
-		w.Linef("rn[j] = rsqrtf(warp_sum(s2) / (float)K + %s);", cfloat(eps))
+		w.Line("s2 = warp_sum(s2);")
+		w.If("lane == 0", func() { w.Linef("srn[j] = rsqrtf(s2 / (float)K + %s);", cfloat(eps)) })
 	})
+	return "srn[j]"
+}
+
+// emitXQNormBarrier writes the barrier after which emitXQRowNorms' shared
+// values may be read (none for a block of one row).
+func emitXQNormBarrier(w *Writer, mb int) {
+	if mb > 1 {
+		w.Line("__syncthreads(); // srn")
+	}
 }
 
 // emitWarpQuant writes the quantisation of z, one element a lane, by a
@@ -439,13 +464,13 @@ func emitWarpQuant(w *Writer, xr, col, k, first string) {
 // the new residual value x = y + v stored, and x·nw quantised into xo's row
 // as XQuant's ProNorm writes it. SwiGLUOut: silu(gate)·up of the group's 32
 // gate and 32 up rows quantised into xo's row as XQuant's ProSwiGLU does.
-func emitXQQuantOut(w *Writer, e XQEnds) {
+func emitXQQuantOut(w *Writer, e XQEnds, rn string) {
 	w.Line("__shared__ float ev[RPB * RW][MB];")
 	w.For("r", "0", "RW", "1", -1, func() {
 		w.For("j", "0", "MB", "1", -1, func() {
 			v := "warp_sum(acc[r][j])"
 			if e.NormIn {
-				v += " * rn[j]"
+				v += " * " + rn
 			}
 			w.Linef("const float v = %s;", v)
 			w.If("lane == 0", func() { w.Line("ev[(threadIdx.x >> 5) * RW + r][j] = v;") })
@@ -554,8 +579,9 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 					w.For("j", "0", "MB", "1", -1, func() { w.Line("acc[r][j] = 0.f;") })
 				})
 				w.Line("pdl_wait();")
+				rn := ""
 				if e.NormIn {
-					emitXQRowNorms(w, e.NormEps, "xb")
+					rn = emitXQRowNorms(w, e.NormEps, "xb", mb)
 				}
 				w.Comment("two buffers: the loads of the next units are in flight while the current ones are computed")
 				w.Block("for (;;)", func() {
@@ -568,11 +594,14 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 					w.Line("u += U * 32;")
 					w.If("u >= UPR", func() { w.Line("break;") })
 				})
+				if e.NormIn {
+					emitXQNormBarrier(w, mb)
+				}
 				switch {
 				case e.QuantOut || e.SwiGLUOut:
-					emitXQQuantOut(w, e)
+					emitXQQuantOut(w, e, rn)
 				case e.NormIn:
-					emitXQStoreScaled(w, residual, "rn[j]")
+					emitXQStoreScaled(w, residual, rn)
 				default:
 					emitXQStore(w, residual)
 				}
