@@ -382,13 +382,17 @@ func TestLowerXQGlobal(t *testing.T) {
 					require.Equal(t, xqSwiGLUOutParams, k.Params, k.Name)
 					require.Regexp(t, `_rn_so_t512_r16_.*_l1_g1_w4$`, k.Name)
 					written[ln.Args[2].Index]++
-				case strings.Contains(k.Name, "_res_"):
+				case strings.Contains(k.Name, "_res_qo_"):
 					// the residual products quantise the new row for the next norm's products,
 					// their batch arm with whole groups of 32 rows a block
 					quantOuts++
 					require.Equal(t, xqQuantOutParams, k.Params, k.Name)
 					require.Regexp(t, `_res_qo_.*_l1_g(16|1)_w4$`, k.Name)
 					written[ln.Args[5].Index]++
+				case strings.Contains(k.Name, "_res_"):
+					// without the epilogue: the residual add only
+					require.Equal(t, xqGlobalParams, k.Params, k.Name)
+					require.NotContains(t, k.Name, "_rn_")
 				default:
 					require.Equal(t, xqGlobalParams, k.Params, k.Name)
 					if seqs > 1 {
@@ -413,6 +417,15 @@ func TestLowerXQGlobal(t *testing.T) {
 	// one sequence: the gate/up product also quantises the SwiGLU for the down product
 	quants, products, quantOuts, swigluOuts, combines = count(1)
 	require.Equal(t, []int{1, 6*L + 1, 2 * L, L, L}, []int{quants, products, quantOuts, swigluOuts, combines})
+	// QuantOutBatch off (the runtime's default): batches quantise every product input
+	// in an XQuant launch (QKV, attention output, gate/up, down per layer, and the
+	// output head), one sequence still in the epilogues
+	o.NoQuantOut = QuantOutBatch
+	quants, products, quantOuts, swigluOuts, combines = count(4)
+	require.Equal(t, []int{4*L + 1, 6*L + 1, 0, 0, 0}, []int{quants, products, quantOuts, swigluOuts, combines})
+	quants, products, quantOuts, swigluOuts, combines = count(1)
+	require.Equal(t, []int{1, 6*L + 1, 2 * L, L, L}, []int{quants, products, quantOuts, swigluOuts, combines})
+	o.NoQuantOut = 0
 
 	kinds := func(o LowerOptions) (xq, batch string) {
 		p, err := Lower(g, o)

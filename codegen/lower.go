@@ -99,11 +99,14 @@ type LowerOptions struct {
 	// (PrefillGEMV) never fuses.
 	NoFusePrologue bool
 	// NoQuantOut are the producers that keep an XQuant launch before the
-	// int8 products they feed. By default a residual product quantises the
+	// int8 products they feed. Otherwise a residual product quantises the
 	// next norm's rows in its epilogue (QuantOutNorm, XQEnds.QuantOut), a
-	// gate/up product the SwiGLU's (QuantOutSwiGLU, XQEnds.SwiGLUOut) and
-	// the decode attention's combine the output projection's
-	// (QuantOutAttn, DecodeCombineXQ), where their arms allow.
+	// gate/up product the SwiGLU's (QuantOutSwiGLU, XQEnds.SwiGLUOut; one
+	// sequence only) and the decode attention's combine the output
+	// projection's (QuantOutAttn, DecodeCombineXQ), where their arms allow;
+	// QuantOutBatch in it turns them all off in programs of two or more
+	// sequences (the runtime's default: measured slower at batch 16 on the
+	// H200, docs/PERFORMANCE.md).
 	NoQuantOut QuantOuts
 	// SmallBatch makes decode programs of MaxSeqs ≥ 2 use the small-batch
 	// tensor-core product (GemmSmall: weights read once per step for the
@@ -153,7 +156,9 @@ const (
 	QuantOutNorm QuantOuts = 1 << iota
 	QuantOutSwiGLU
 	QuantOutAttn
-	QuantOutAll = QuantOutNorm | QuantOutSwiGLU | QuantOutAttn
+	// QuantOutBatch: in decode programs of two or more sequences as well
+	QuantOutBatch
+	QuantOutAll = QuantOutNorm | QuantOutSwiGLU | QuantOutAttn | QuantOutBatch
 )
 
 // Lower turns g (verified, after ir.RunPasses) into a Program for the step

@@ -86,11 +86,13 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 				e.NormIn, e.NormEps = true, pro.pro.Eps
 			}
 			args = []Arg{wArg(w), bufArg(xq), bufArg(y), rowsArg()}
-			if na := l.quantOut; na != nil && residual && y.stride == n && l.o.NoQuantOut&QuantOutNorm == 0 {
+			if na := l.quantOut; na != nil && residual && y.stride == n && l.quantOutOn(QuantOutNorm) {
 				qe := XQEnds{QuantOut: true}
-				b, ok := FitQuantOut(batch, n, qe) // whole groups of 32 rows a block
-				if QuantOutFits(arm, n, qe) && (!hasBatch || ok) {
-					batch = b
+				// whole groups of 32 rows a block, in both arms
+				a, okA := FitQuantOut(arm, n, qe)
+				b, ok := FitQuantOut(batch, n, qe)
+				if okA && (!hasBatch || ok) {
+					arm, batch = a, b
 					e.QuantOut = true
 					width := XQRowBytes(n) / 4
 					qo = &preQuant{xq: view{buf: l.buffer("xq", rows, width), width: width, stride: width}, nodes: na.nodes}
@@ -163,11 +165,22 @@ type normAfter struct {
 	nodes []int
 }
 
+// quantOutOn reports whether producer f quantises in its epilogue in this
+// program (LowerOptions.NoQuantOut; in a decode program of two or more
+// sequences only with QuantOutBatch on as well).
+func (l *lowerer) quantOutOn(f QuantOuts) bool {
+	off := l.o.NoQuantOut
+	if l.o.MaxSeqs >= 2 && off&QuantOutBatch != 0 {
+		return false
+	}
+	return off&f == 0
+}
+
 // nextNormXQ returns the norm that reads the value of residual add add
 // when its group's products all read XQ 2 rows (fuseNorm holds and each
 // product's arm is XQ 2 or 3), so the residual product can quantise for them.
 func (l *lowerer) nextNormXQ(add *ir.Node, width int) *normAfter {
-	if !l.fusing() || l.o.NoQuantOut&QuantOutNorm != 0 {
+	if !l.fusing() || !l.quantOutOn(QuantOutNorm) {
 		return nil
 	}
 	users := l.users[add.ID]
@@ -625,7 +638,7 @@ type swigluOutArms struct {
 // MEMRA_QUANT_OUT (LowerOptions.NoQuantOut) can turn it off.
 func (l *lowerer) swigluOut(parts []matPart, k int) (swigluOutArms, bool) {
 	var so swigluOutArms
-	if !l.fusing() || l.o.NoQuantOut&QuantOutSwiGLU != 0 || len(parts) != 2 {
+	if !l.fusing() || !l.quantOutOn(QuantOutSwiGLU) || len(parts) != 2 {
 		return so, false
 	}
 	g, u := parts[0], parts[1]
@@ -782,7 +795,7 @@ func (l *lowerer) matmul(n *ir.Node) error {
 // (the attention output projection), so the decode attention's combine can
 // quantise for it (DecodeCombineXQ).
 func (l *lowerer) outputXQ(att *ir.Node, width int) bool {
-	if !l.fusing() || l.o.NoQuantOut&QuantOutAttn != 0 {
+	if !l.fusing() || !l.quantOutOn(QuantOutAttn) {
 		return false
 	}
 	n := att

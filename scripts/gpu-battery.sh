@@ -16,7 +16,7 @@
 # kernel-check on the three shapes in Q4_K, Q6_K, Q8_0 and BF16 (checks, no timing), the compile
 # gate, stories260K, `memra run` on a synthesized model, and the exact-configuration parity
 # against the CPU (9 combinations) and against transformers. `quantout` checks the quantising
-# epilogues (MEMRA_QUANT_OUT) against the CPU, each alone and without PDL.
+# epilogues (MEMRA_QUANT_OUT) against the CPU: none, each alone, all, all without PDL.
 # Through the lent-GPU tool only 8 files come back: point OUT at a scratch folder and tar it.
 set -u
 cd "$(dirname "$0")/.."
@@ -109,10 +109,11 @@ if has parity && [ -z "${NO_HF:-}" ]; then
 	[ -n "${EXACT_ONLY:-}" ] || step hf-parity-default hf --tie-tol 0.02 --tie-sigma 3
 fi
 
-# The quantising epilogues (MEMRA_QUANT_OUT, off by default: decode with them failed parity):
-# gpu-parity with each alone, all of them, and all of them without programmatic dependent launch.
+# The quantising epilogues (MEMRA_QUANT_OUT; by default on in one-sequence programs only):
+# gpu-parity with none, each alone (in batch programs too), all of them, and all of them
+# without programmatic dependent launch.
 if [ "$MODE" = quantout ]; then
-	for v in norm attn swiglu 1 "1 MEMRA_PDL=off"; do
+	for v in 0 norm,batch attn,batch swiglu 1 "1 MEMRA_PDL=off"; do
 		for p in 1 2; do
 			step "quantout-${v// /-}-p$p" env MEMRA_QUANT_OUT=$v "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --tie-tol 0.02 --tie-sigma 3
 		done

@@ -54,12 +54,14 @@ type BackendOptions struct {
 	// NoFusePrologue keeps each RMSNorm and SwiGLU before a decode product
 	// its own launch (codegen.LowerOptions.NoFusePrologue; MEMRA_FUSE=0).
 	NoFusePrologue bool
-	// QuantOut are the producers that quantise in their epilogues for the
-	// int8 products after them instead of an XQuant launch
-	// (codegen.LowerOptions.NoQuantOut; MEMRA_QUANT_OUT). Off by default:
-	// each kernel passes kernel-check, but decode with them enabled failed
-	// the CPU parity tests on the H200 (docs/PERFORMANCE.md).
-	QuantOut codegen.QuantOuts
+	// NoQuantOut are the producers that keep an XQuant launch instead of
+	// quantising in their epilogues for the int8 products after them
+	// (codegen.LowerOptions.NoQuantOut). MEMRA_QUANT_OUT sets it; unset,
+	// the default is all of them in one-sequence programs and none in
+	// programs of two or more sequences (codegen.QuantOutBatch): on the
+	// H200 they decoded batch 1 at 1.09× and batch 16 at 0.98×
+	// (docs/PERFORMANCE.md).
+	NoQuantOut codegen.QuantOuts
 	// EarlyPDL lets each kernel start the next one right after its own
 	// dependency wait instead of at its end (MEMRA_PDL=early; slower on the
 	// H200, kept for comparison).
@@ -194,7 +196,7 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 	}
 	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
 		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue,
-		NoQuantOut: codegen.QuantOutAll &^ opts.QuantOut}
+		NoQuantOut: opts.NoQuantOut}
 	if opts.Untuned {
 		base.Arms, base.Pick = codegen.Arms{}, nil
 	}
@@ -496,18 +498,23 @@ func envOptions(o *BackendOptions) error {
 		return bad("MEMRA_FUSE", v, "0 or 1")
 	}
 	switch v := os.Getenv("MEMRA_QUANT_OUT"); v {
-	case "", "0":
+	case "":
+		o.NoQuantOut |= codegen.QuantOutBatch
+	case "0":
+		o.NoQuantOut = codegen.QuantOutAll
 	case "1":
-		o.QuantOut = codegen.QuantOutAll
+		o.NoQuantOut = 0
 	default:
-		o.QuantOut = 0
+		on := codegen.QuantOuts(0)
 		for _, f := range strings.Split(v, ",") {
-			b, ok := map[string]codegen.QuantOuts{"norm": codegen.QuantOutNorm, "swiglu": codegen.QuantOutSwiGLU, "attn": codegen.QuantOutAttn}[f]
+			b, ok := map[string]codegen.QuantOuts{"norm": codegen.QuantOutNorm, "swiglu": codegen.QuantOutSwiGLU,
+				"attn": codegen.QuantOutAttn, "batch": codegen.QuantOutBatch}[f]
 			if !ok {
-				return bad("MEMRA_QUANT_OUT", v, "0, 1 or a list of norm, swiglu, attn")
+				return bad("MEMRA_QUANT_OUT", v, "0, 1 or a list of norm, swiglu, attn, batch")
 			}
-			o.QuantOut |= b
+			on |= b
 		}
+		o.NoQuantOut = codegen.QuantOutAll &^ on
 	}
 	if v := os.Getenv("MEMRA_DECODE_LIVE"); v != "" {
 		n, err := strconv.Atoi(v)

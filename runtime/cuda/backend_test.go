@@ -324,7 +324,15 @@ func TestEnvOptions(t *testing.T) {
 	t.Setenv("MEMRA_PDL", "off")
 	var o BackendOptions
 	require.NoError(t, envOptions(&o))
-	require.Equal(t, codegen.QuantOutNorm|codegen.QuantOutAttn, o.QuantOut)
+	require.Equal(t, codegen.QuantOutSwiGLU|codegen.QuantOutBatch, o.NoQuantOut)
+	for v, want := range map[string]codegen.QuantOuts{"": codegen.QuantOutBatch, "0": codegen.QuantOutAll, "1": 0,
+		"swiglu,batch": codegen.QuantOutNorm | codegen.QuantOutAttn} {
+		t.Setenv("MEMRA_QUANT_OUT", v)
+		var o BackendOptions
+		require.NoError(t, envOptions(&o))
+		require.Equal(t, want, o.NoQuantOut, "MEMRA_QUANT_OUT=%q", v)
+	}
+	t.Setenv("MEMRA_QUANT_OUT", "norm,attn")
 	require.True(t, o.NoPDL)
 	require.Equal(t, codegen.GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 1, RowsPerWarp: 4}, o.Arms.GEMVQuant)
 	require.Equal(t, 8, o.Arms.GEMVBatch.BatchRows)
