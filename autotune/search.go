@@ -14,7 +14,8 @@ import (
 // Tune searches every task in order and returns one Result per task. The
 // budget is shared: each task gets an equal share of what is left when it
 // starts, so time one task does not use passes to the next. A task that runs
-// out of time still returns the best arm measured so far. Cancelling ctx
+// out of time still returns the best arm measured so far; a task that starts
+// with none left measures its default arm only. Cancelling ctx
 // stops the search between measurements; the results so far are returned
 // with ctx's error.
 func Tune(ctx context.Context, r Runner, tasks []Task, o Options) ([]Result, error) {
@@ -93,13 +94,20 @@ func search(ctx context.Context, r Runner, t Task, o Options, deadline time.Time
 		// budget still gets the default and a spread of arms measured
 		chunk := 2 * o.Parallel
 		for i, a := range pool {
-			if i%chunk == 0 && !expired() && ctx.Err() == nil {
-				compileAll(r, t, pool[i:min(i+chunk, len(pool))], o.Parallel)
+			// the default is measured even past the deadline: every task
+			// reports the baseline its tunedb entry is compared with
+			first := round == 0 && i == 0
+			if i%chunk == 0 && ctx.Err() == nil && (first || !expired()) {
+				end := min(i+chunk, len(pool))
+				if expired() {
+					end = i + 1
+				}
+				compileAll(r, t, pool[i:end], o.Parallel)
 			}
 			if a.Failed {
 				continue
 			}
-			if ctx.Err() != nil || expired() {
+			if ctx.Err() != nil || (expired() && !first) {
 				complete, res.OutOfTime = false, ctx.Err() == nil
 				break
 			}

@@ -44,12 +44,13 @@ type fakeRunner struct {
 	rng      *rand.Rand
 	measured map[string]int // arm name → Measure calls
 	compiled map[string]int
+	perTask  map[string]int // task ID → Compile calls
 }
 
 func newFake(space codegen.Space, clock *fakeClock, seed uint64) *fakeRunner {
 	f := &fakeRunner{clock: clock, times: map[string]float64{}, wrong: map[string]bool{}, broken: map[string]bool{},
 		overhead: 10 * time.Millisecond, space: space, rng: rand.New(rand.NewPCG(seed, 7)),
-		measured: map[string]int{}, compiled: map[string]int{}}
+		measured: map[string]int{}, compiled: map[string]int{}, perTask: map[string]int{}}
 	for i, p := range space.Arms() {
 		// a smooth-ish landscape: 20..60 µs, deterministic per arm
 		f.times[space.ArmName(p)] = 20 + float64((i*37)%41)
@@ -61,6 +62,7 @@ func (f *fakeRunner) Compile(t Task, arm codegen.Point) error {
 	name := f.space.ArmName(arm)
 	f.mu.Lock()
 	f.compiled[name]++
+	f.perTask[t.ID()]++
 	f.mu.Unlock()
 	f.clock.advance(f.compile)
 	if f.broken[name] {
@@ -184,6 +186,30 @@ func TestBudgetRespected(t *testing.T) {
 	require.NotNil(t, res[1].Best)
 	require.Equal(t, fr.argmin(), res[1].Best.Name)
 	require.LessOrEqual(t, clock.Now().Sub(time.Time{}), 4*time.Second+200*time.Millisecond)
+}
+
+// TestSpentBudgetMeasuresDefaults: tasks that start after the budget is
+// spent (the earlier ones overran it) still measure their default arm, and
+// only it, so each reports a baseline rather than "no arm passed".
+func TestSpentBudgetMeasuresDefaults(t *testing.T) {
+	clock := &fakeClock{}
+	f := newFake(space(t, "gemv"), clock, 3)
+	f.overhead = time.Second // the first measurement alone spends the budget
+	f.compile = 100 * time.Millisecond
+	tasks := []Task{task(t, "gemv"), {Family: "gemv", Class: "second", Space: space(t, "gemv")}, {Family: "gemv", Class: "third", Space: space(t, "gemv")}}
+	res, err := Tune(context.Background(), f, tasks, Options{Clock: clock, Budget: 500 * time.Millisecond})
+	require.NoError(t, err)
+	for _, r := range res {
+		require.True(t, r.OutOfTime, r.Task.ID())
+		require.Equal(t, 1, r.Tried, r.Task.ID())
+		require.NotNil(t, r.Default, r.Task.ID())
+		require.NotNil(t, r.Best, r.Task.ID())
+		require.Equal(t, r.Default.Name, r.Best.Name)
+	}
+	require.Greater(t, f.perTask[tasks[0].ID()], 1, "the first task started within the budget")
+	for _, tk := range tasks[1:] {
+		require.Equal(t, 1, f.perTask[tk.ID()], "%s: once the budget is spent only the default is compiled", tk.ID())
+	}
 }
 
 // routeRunner sends each task to the runner of its family.

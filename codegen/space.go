@@ -251,6 +251,29 @@ func GEMVBatchSpaceFor(t dtype.Type) Space {
 	return s
 }
 
+// GEMVOneSpaceFor is the gemv space of the one-row arms of products with
+// repacked weights of type t: the XQ 2 arms (one activation row a block,
+// reading the rows an XQuant launch or a producer's epilogue wrote),
+// starting from DefaultXQGlobalOneArm. Timed alone, an XQ 2 arm carries an
+// XQuant launch that a one-sequence program does not run (the epilogues
+// write its rows), so XQ 1 arms won there and then decoded llama2-7b
+// q4_k_m at 420 against 471 tok/s on the H200, without the epilogues; the
+// float-activation arms measured 1.5× the time of the int8 ones.
+func GEMVOneSpaceFor(t dtype.Type) Space {
+	s := GEMVSpaceFor(t)
+	s.Knobs = slices.Clone(s.Knobs)
+	for i, k := range s.Knobs {
+		switch k.Name {
+		case "layout", "shared_x", "batch_rows":
+			s.Knobs[i] = Knob{Name: k.Name, Values: []int{1}}
+		case "xq":
+			s.Knobs[i] = Knob{Name: k.Name, Values: []int{2}}
+		}
+	}
+	s.Default = DefaultXQGlobalOneArm.Point()
+	return s
+}
+
 // SpaceFamilies lists the family names of Spaces, in order.
 func SpaceFamilies() []string {
 	var names []string

@@ -3,6 +3,7 @@ package codegen
 import (
 	"testing"
 
+	"github.com/memra-ai/memra/ir/dtype"
 	"github.com/stretchr/testify/require"
 )
 
@@ -78,4 +79,25 @@ func TestSpaceValid(t *testing.T) {
 	require.Equal(t, "rows_per_block=8,shared_x=1,threads=256,unroll=4", DefaultGEMVArm.Point().String())
 	require.True(t, DefaultMMAArm.Point().Equal(MMAArmOf(DefaultMMAArm.Point()).Point()))
 	require.False(t, DefaultMMAArm.Point().Equal(DefaultGEMVArm.Point()))
+}
+
+// TestGEMVOneSpace: the one-row space of a repacked type is its XQ 2 arms
+// with one activation row a block, the untuned arm among them; a type
+// without a repacked layout has none.
+func TestGEMVOneSpace(t *testing.T) {
+	s := GEMVOneSpaceFor(dtype.Q4_K)
+	arms := s.Arms()
+	require.Len(t, arms, 48) // 4 block shapes × 4 unrolls × 3 rows a warp
+	names := map[string]bool{}
+	for _, p := range arms {
+		a := GEMVArmOf(p)
+		require.NoError(t, a.ValidFor(dtype.Q4_K))
+		require.Equal(t, 1, a.Layout, s.ArmName(p))
+		require.Equal(t, 1, a.BatchRows, s.ArmName(p))
+		require.Equal(t, 2, a.XQ, s.ArmName(p))
+		names[s.ArmName(p)] = true
+	}
+	require.True(t, names[DefaultXQGlobalOneArm.String()])
+	require.Equal(t, DefaultXQGlobalOneArm, GEMVArmOf(s.Default))
+	require.Empty(t, GEMVOneSpaceFor(dtype.F32).Arms())
 }

@@ -376,8 +376,9 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 	if family == "gemv" {
 		sp := codegen.GEMVSpaceFor(t)
 		if codegen.Repackable(t) {
-			// what lowering runs untuned: the baseline autotune must beat
-			sp.Default = codegen.DefaultXQGlobalOneArm.Point()
+			// the int8 one-row arms, from what lowering runs untuned: the
+			// baseline autotune must beat
+			sp = codegen.GEMVOneSpaceFor(t)
 		}
 		c.space = &sp
 	}

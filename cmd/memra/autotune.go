@@ -119,9 +119,28 @@ func autotuneCases(cmd *cobra.Command, args []string) ([]*check.Case, string, er
 			}
 		}
 		cases = slices.DeleteFunc(cases, func(c *check.Case) bool { return !slices.Contains(fams, c.Family) })
+	} else {
+		cases = slices.DeleteFunc(cases, int8Product)
 	}
 	return cases, what, nil
 }
+
+// int8Product reports whether c is a decode product of repacked weights
+// (int8 activations), which autotune leaves out unless --families names
+// gemv: timed alone, their winners decoded llama2-7b q4_k_m slower than
+// the untuned arms on the H200 (docs/PERFORMANCE.md: 425–429 against 467
+// tok/s at batch 1), since a product in a decode step overlaps the one
+// before it (programmatic dependent launch) and reads rows the producer's
+// epilogue wrote, which a measurement of one kernel does not see.
+func int8Product(c *check.Case) bool {
+	t, err := dtype.Parse(c.DType)
+	return c.Family == "gemv" && err == nil && codegen.Repackable(t)
+}
+
+// int8ProductNote is what autotune says of int8Product's cases.
+const int8ProductNote = "the decode products of repacked weights (int8 activations) are left out: " +
+	"their winners measured alone were slower in whole decode steps on the H200 (docs/PERFORMANCE.md); " +
+	"--families gemv tunes them anyway"
 
 // modelShape reads the constant dimensions and weight types of a model.
 func modelShape(m *load.Model) (codegen.Shape, check.Weights, error) {
@@ -189,6 +208,13 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 	tasks := check.Tasks(cases)
 	if len(tasks) == 0 {
 		return fmt.Errorf("%w: nothing to tune", errAutotune)
+	}
+	switch fams, _ := f.GetStringSlice("families"); {
+	case len(fams) == 0:
+		fmt.Fprintln(out, "autotune: "+int8ProductNote)
+	case slices.Contains(fams, "gemv") && slices.ContainsFunc(cases, int8Product):
+		fmt.Fprintln(out, "autotune: warning: the winners of the decode products of repacked weights are measured alone; "+
+			"compare `memra bench` with and without --untuned before keeping them")
 	}
 	if list, _ := f.GetBool("list"); list {
 		for _, t := range tasks {

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 
 	"github.com/memra-ai/memra/ir/dtype"
@@ -27,4 +30,49 @@ func TestModelShapeMixedLayers(t *testing.T) {
 	require.Contains(t, w.QKV, [3]dtype.Type{dtype.Q4_K, dtype.Q4_K, dtype.Q4_K})
 	require.Len(t, w.QKV, 2)
 	require.GreaterOrEqual(t, len(w.Downs), 2, "%v", w.Downs)
+}
+
+// TestAutotuneLeavesInt8ProductsOut: without --families, autotune lists no
+// decode product of repacked weights (their winners measured alone were
+// slower in whole decode steps) and says so; --families gemv lists them
+// with a warning, and keeps the products of other types either way.
+func TestAutotuneLeavesInt8ProductsOut(t *testing.T) {
+	list := func(args ...string) string {
+		cmd, _, err := rootCmd.Find([]string{"autotune"})
+		require.NoError(t, err)
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		t.Cleanup(func() { cmd.SetOut(nil); resetFlags(cmd.Flags()) })
+		resetFlags(cmd.Flags())
+		require.NoError(t, cmd.Flags().Parse(args))
+		require.NoError(t, runAutotune(cmd, nil))
+		return out.String()
+	}
+	all := list("--list", "--shapes", "tiny", "--types", "q4_k,f16")
+	require.Contains(t, all, "left out")
+	require.NotRegexp(t, `gemv/q4_k_`, all)
+	require.Regexp(t, `gemv/f16_`, all)
+	require.Regexp(t, `rmsnorm/`, all)
+	gemv := list("--list", "--shapes", "tiny", "--types", "q4_k,f16", "--families", "gemv")
+	require.Contains(t, gemv, "warning")
+	require.Regexp(t, `gemv/q4_k_n\d+_k\d+ +\S+ +48 arms`, gemv)
+	require.Regexp(t, `gemv/q4_k_n\d+_k\d+_batch `, gemv)
+	require.Regexp(t, `gemv/f16_`, gemv)
+	require.NotRegexp(t, `rmsnorm/`, gemv)
+}
+
+// resetFlags sets every flag of fs back to its default, unchanged.
+func resetFlags(fs *pflag.FlagSet) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			var def []string
+			if d := strings.Trim(f.DefValue, "[]"); d != "" {
+				def = strings.Split(d, ",")
+			}
+			_ = sv.Replace(def)
+		} else {
+			_ = f.Value.Set(f.DefValue)
+		}
+		f.Changed = false
+	})
 }
