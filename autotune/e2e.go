@@ -3,45 +3,26 @@ package autotune
 import (
 	"context"
 	"fmt"
-	"sort"
 
 	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/tunedb"
 )
 
-// Assignment is a choice of arm per kernel family for a whole model (the
-// form codegen's lowering takes its arms in).
-type Assignment map[string]codegen.Point
-
-// String lists the assignment as "family:arm" pairs, sorted.
-func (a Assignment) String() string {
-	keys := make([]string, 0, len(a))
-	for k := range a {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	s := ""
-	for i, k := range keys {
-		if i > 0 {
-			s += " "
-		}
-		s += k + ":" + a[k].String()
-	}
-	return s
-}
-
-// E2ERunner times whole decode steps of a compiled model with an arm
-// assignment, checked against the CPU reference step. It is the hook for
-// end-to-end tuning on the GPU backend (runtime/cuda Backend with
-// codegen.Lower's arms): kernel-level winners are confirmed, or a set of
-// them rejected, by a real step at batch 1 and a few batch sizes.
+// E2ERunner times whole decode steps of a model whose kernels take the
+// arms pick chooses (codegen.LowerOptions.Pick), checked against a
+// reference step. It confirms kernel-level winners in the place they run:
+// on the H200 the fastest int8 decode products timed alone made whole
+// steps slower (docs/AUTOTUNE.md). cmd/memra implements it on the CUDA
+// backend.
 type E2ERunner interface {
-	// Step lowers and loads the model with arms, runs decode steps at
-	// batch and returns the median µs per step, with the relative error of
-	// the step's logits against the reference.
-	Step(ctx context.Context, arms Assignment, batch int) (Measurement, error)
+	// Step lowers and loads the model with pick, runs decode steps of
+	// batch sequences and returns the median µs per step, with the
+	// relative error of a step's logits against the runner's reference for
+	// batch (the first Step at that batch is its own reference).
+	Step(ctx context.Context, pick codegen.ArmPicker, batch int) (Measurement, error)
 }
 
-// E2EResult is the end-to-end comparison of two assignments at one batch.
+// E2EResult is the end-to-end comparison of two pickers at one batch.
 type E2EResult struct {
 	Batch     int
 	Tuned     Measurement
@@ -50,10 +31,11 @@ type E2EResult struct {
 	TunedPass bool
 }
 
-// CompareE2E measures tuned against baseline (usually the family defaults)
-// at each batch size. A tuned step that fails the gate is reported with
-// TunedPass false; the caller must then not ship the tuned arms.
-func CompareE2E(ctx context.Context, r E2ERunner, tuned, baseline Assignment, batches []int) ([]E2EResult, error) {
+// CompareE2E measures tuned against baseline at each batch size, the
+// baseline first (it is the reference of the tuned step's logits). A tuned
+// step outside the tolerance is reported with TunedPass false; the caller
+// must then not keep the tuned arms.
+func CompareE2E(ctx context.Context, r E2ERunner, tuned, baseline codegen.ArmPicker, batches []int) ([]E2EResult, error) {
 	var out []E2EResult
 	for _, b := range batches {
 		base, err := r.Step(ctx, baseline, b)
@@ -73,11 +55,68 @@ func CompareE2E(ctx context.Context, r E2ERunner, tuned, baseline Assignment, ba
 	return out, nil
 }
 
-// DefaultAssignment is every tunable family's default arm.
-func DefaultAssignment() Assignment {
-	a := Assignment{}
-	for _, s := range codegen.Spaces() {
-		a[s.Family] = s.Default
+// Overlay returns a picker that chooses entries' arms for their (family,
+// class) and asks base for everything else (base may be nil: the family
+// defaults).
+func Overlay(base codegen.ArmPicker, entries []tunedb.Entry) codegen.ArmPicker {
+	by := map[[2]string]codegen.Point{}
+	for _, e := range entries {
+		by[[2]string{e.Family, e.Class}] = e.Arm
 	}
-	return a
+	return func(family, class string) (codegen.Point, bool) {
+		if p, ok := by[[2]string{family, class}]; ok {
+			return p, true
+		}
+		if base == nil {
+			return nil, false
+		}
+		return base(family, class)
+	}
+}
+
+// ConfirmGroup is a set of tuned entries judged together end to end, at
+// the batch size their kernels serve (the one-row arms at 1, the batch
+// arms at the batch they were tuned at).
+type ConfirmGroup struct {
+	Name    string
+	Batch   int
+	Entries []tunedb.Entry
+}
+
+// Confirmed is a group's end-to-end verdict.
+type Confirmed struct {
+	Group  ConfirmGroup
+	Result E2EResult
+	Keep   bool
+}
+
+// ConfirmMargin is how much faster than the baseline a group's steps must
+// be for Confirm to keep it: within it, a difference is noise and the
+// untuned arms stay.
+const ConfirmMargin = 0.01
+
+// Confirm judges each group in turn: steps with the group's entries over
+// base against base alone, at the group's batch. A group is kept when its
+// step passes and is at least ConfirmMargin faster; a kept group's entries
+// join the base of the groups after it.
+func Confirm(ctx context.Context, r E2ERunner, base codegen.ArmPicker, groups []ConfirmGroup) ([]Confirmed, error) {
+	var out []Confirmed
+	var kept []tunedb.Entry
+	for _, g := range groups {
+		if len(g.Entries) == 0 {
+			continue
+		}
+		b := Overlay(base, kept)
+		res, err := CompareE2E(ctx, r, Overlay(b, g.Entries), b, []int{g.Batch})
+		if err != nil {
+			return out, fmt.Errorf("autotune: confirming %s: %w", g.Name, err)
+		}
+		c := Confirmed{Group: g, Result: res[0]}
+		c.Keep = c.Result.TunedPass && c.Result.Speedup >= 1+ConfirmMargin
+		if c.Keep {
+			kept = append(kept, g.Entries...)
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }

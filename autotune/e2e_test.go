@@ -7,23 +7,33 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/tunedb"
 )
 
-// fakeE2E: a step costs the sum of per-family costs of the chosen arms,
-// times the batch's weight; one planted arm corrupts the logits.
+// fakeE2E: a step costs the sum over classes of the picked arm's cost (10
+// µs for an arm it has no cost of, or for no pick), times the batch; one
+// planted arm corrupts the logits. It records the pickers' choices.
 type fakeE2E struct {
-	cost  map[string]float64 // family:arm name → µs
-	wrong string
+	classes []string           // the (gemv) classes of the model
+	cost    map[string]float64 // class:arm name → µs
+	wrong   string             // class:arm name
+	steps   int
 }
 
-func (f *fakeE2E) Step(_ context.Context, arms Assignment, batch int) (Measurement, error) {
+func (f *fakeE2E) Step(_ context.Context, pick codegen.ArmPicker, batch int) (Measurement, error) {
+	f.steps++
+	sp, err := codegen.SpaceByName("gemv")
+	if err != nil {
+		return Measurement{}, err
+	}
 	m := Measurement{Tol: 1e-3, Samples: 10}
-	for fam, p := range arms {
-		sp, err := codegen.SpaceByName(fam)
-		if err != nil {
-			return m, err
+	for _, class := range f.classes {
+		key := class + ":default"
+		if pick != nil {
+			if p, ok := pick("gemv", class); ok {
+				key = class + ":" + sp.ArmName(p)
+			}
 		}
-		key := fam + ":" + sp.ArmName(p)
 		c, ok := f.cost[key]
 		if !ok {
 			c = 10
@@ -36,22 +46,82 @@ func (f *fakeE2E) Step(_ context.Context, arms Assignment, batch int) (Measureme
 	return m, nil
 }
 
+func entry(class string, a codegen.GEMVArm) tunedb.Entry {
+	return tunedb.Entry{Family: "gemv", Class: class, Arm: a.Point(), ArmName: a.String()}
+}
+
 func TestCompareE2E(t *testing.T) {
-	base := DefaultAssignment()
-	require.Len(t, base, len(codegen.Spaces()))
-	tuned := DefaultAssignment()
-	tuned["gemv"] = codegen.GEMVArm{Threads: 128, RowsPerBlock: 4, Unroll: 2, SharedX: 1}.Point()
-	f := &fakeE2E{cost: map[string]float64{"gemv:t128_r4_u2_s1": 5}}
-	res, err := CompareE2E(context.Background(), f, tuned, base, []int{1, 4})
+	fast := codegen.GEMVArm{Threads: 128, RowsPerBlock: 4, Unroll: 2, SharedX: 1}
+	f := &fakeE2E{classes: []string{"a", "b"}, cost: map[string]float64{"a:" + fast.String(): 5}}
+	tuned := Overlay(nil, []tunedb.Entry{entry("a", fast)})
+	res, err := CompareE2E(context.Background(), f, tuned, nil, []int{1, 4})
 	require.NoError(t, err)
 	require.Len(t, res, 2)
 	for _, r := range res {
 		require.True(t, r.TunedPass)
-		require.Greater(t, r.Speedup, 1.0)
+		require.InDelta(t, 20.0/15.0, r.Speedup, 1e-9)
 	}
-	f.wrong = "gemv:t128_r4_u2_s1"
-	res, err = CompareE2E(context.Background(), f, tuned, base, []int{1})
+	f.wrong = "a:" + fast.String()
+	res, err = CompareE2E(context.Background(), f, tuned, nil, []int{1})
 	require.NoError(t, err)
 	require.False(t, res[0].TunedPass, "a wrong step is refused")
-	require.Contains(t, tuned.String(), "gemv:rows_per_block=4")
+}
+
+// TestOverlay: entries win for their class, the base answers the rest.
+func TestOverlay(t *testing.T) {
+	a := codegen.GEMVArm{Threads: 128, RowsPerBlock: 4, Unroll: 2, SharedX: 1}
+	b := codegen.DefaultGEMVArm
+	base := func(family, class string) (codegen.Point, bool) {
+		if family == "gemv" && (class == "x" || class == "y") {
+			return b.Point(), true
+		}
+		return nil, false
+	}
+	pick := Overlay(base, []tunedb.Entry{entry("x", a)})
+	p, ok := pick("gemv", "x")
+	require.True(t, ok)
+	require.Equal(t, a.Point(), p)
+	p, ok = pick("gemv", "y")
+	require.True(t, ok)
+	require.Equal(t, b.Point(), p)
+	_, ok = pick("gemv", "z")
+	require.False(t, ok)
+	_, ok = pick("mma", "x")
+	require.False(t, ok, "entries are by family and class")
+	_, ok = Overlay(nil, nil)("gemv", "x")
+	require.False(t, ok)
+}
+
+// TestConfirm: a group that makes steps faster is kept and joins the base
+// of the next; one that makes them slower, or within the margin, or wrong,
+// is dropped.
+func TestConfirm(t *testing.T) {
+	fast := codegen.GEMVArm{Threads: 128, RowsPerBlock: 4, Unroll: 2, SharedX: 1}
+	slow := codegen.GEMVArm{Threads: 64, RowsPerBlock: 2, Unroll: 1, SharedX: 0}
+	f := &fakeE2E{classes: []string{"a", "b", "c", "d"}, cost: map[string]float64{
+		"a:" + fast.String(): 5,     // kept: 35 against 40 µs
+		"b:" + slow.String(): 20,    // dropped: slower
+		"c:" + fast.String(): 9.995, // dropped: within the margin
+		"d:" + fast.String(): 1,     // dropped: wrong logits
+	}, wrong: "d:" + fast.String()}
+	groups := []ConfirmGroup{
+		{Name: "one-row a", Batch: 1, Entries: []tunedb.Entry{entry("a", fast)}},
+		{Name: "empty", Batch: 1},
+		{Name: "one-row b", Batch: 1, Entries: []tunedb.Entry{entry("b", slow)}},
+		{Name: "batch c", Batch: 16, Entries: []tunedb.Entry{entry("c", fast)}},
+		{Name: "batch d", Batch: 16, Entries: []tunedb.Entry{entry("d", fast)}},
+	}
+	res, err := Confirm(context.Background(), f, nil, groups)
+	require.NoError(t, err)
+	require.Len(t, res, 4, "the empty group is not measured")
+	require.Equal(t, 8, f.steps)
+	keep := map[string]bool{}
+	for _, c := range res {
+		keep[c.Group.Name] = c.Keep
+	}
+	require.Equal(t, map[string]bool{"one-row a": true, "one-row b": false, "batch c": false, "batch d": false}, keep)
+	// the second group's baseline already has the first group's arm
+	require.InDelta(t, 35.0, res[1].Result.Baseline.TimeUS, 1e-9)
+	require.InDelta(t, 45.0, res[1].Result.Tuned.TimeUS, 1e-9)
+	require.False(t, res[3].Result.TunedPass)
 }

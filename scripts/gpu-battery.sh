@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -16,7 +16,8 @@
 # kernel-check on the three shapes in Q4_K, Q6_K, Q8_0 and BF16 (checks, no timing), the compile
 # gate, stories260K, `memra run` on a synthesized model, and the exact-configuration parity
 # against the CPU (9 combinations) and against transformers. `quantout` checks the quantising
-# epilogues (MEMRA_QUANT_OUT) against the CPU: none, each alone, all, all without PDL.
+# epilogues (MEMRA_QUANT_OUT) against the CPU: none, each alone, all, all without PDL. `tune`
+# autotunes the int8 decode products of llama2-7b q4_k_m with the end-to-end confirmation.
 # Through the lent-GPU tool only 8 files come back: point OUT at a scratch folder and tar it.
 set -u
 cd "$(dirname "$0")/.."
@@ -118,6 +119,18 @@ if [ "$MODE" = quantout ]; then
 			step "quantout-${v// /-}-p$p" env MEMRA_QUANT_OUT=$v "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --tie-tol 0.02 --tie-sigma 3
 		done
 	done
+fi
+
+# autotune of the int8 decode products with the end-to-end confirmation (autotune --confirm):
+# the confirm lines say which groups were kept; a bench with the user tunedb it wrote follows.
+if [ "$MODE" = tune ]; then
+	tune() {
+		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
+		"$BIN" autotune "$MODELS/llama2-7b-q4_k_m.gguf" --families gemv --budget "${TUNE_BUDGET:-240s}" --parallel 16 --report "$OUT/tune-report" &&
+			{ grep '^confirm:' "$OUT/tune.log" >&2 || true; } &&
+			"$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline -p 512 -n 128 -r 3 -b 1,16 --no-progress --perf-rows
+	}
+	step tune tune
 fi
 
 # Speed: scripts/gpu-bench.sh (bench with --roofline, batch sweep, tuned vs untuned).

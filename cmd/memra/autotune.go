@@ -36,7 +36,9 @@ func init() {
 			"(an arm outside the family's tolerance is recorded as failed and never chosen), then timed: a warm-up and\n" +
 			"the median of --reps CUDA-event samples over rotating inputs larger than L2. Small spaces are swept\n" +
 			"exhaustively, large ones by successive halving, all within --budget. Results go to the user tunedb\n" +
-			"(--write-user, the default), a shipped-defaults folder (--write-shipped DIR), and --report DIR.",
+			"(--write-user, the default), a shipped-defaults folder (--write-shipped DIR), and --report DIR.\n" +
+			"The decode products of repacked weights are tuned only with --families gemv; with a MODEL their winners\n" +
+			"are then kept only if whole decode steps run faster with them (--confirm, docs/AUTOTUNE.md).",
 		Args: cobra.MaximumNArgs(1),
 		RunE: runAutotune,
 	}
@@ -56,6 +58,8 @@ func init() {
 	f.Bool("write-user", true, "merge the results into the user tunedb (os.UserConfigDir()/memra/tunedb)")
 	f.String("write-shipped", "", "also write the results into this shipped-defaults folder (tunedb/defaults)")
 	f.Bool("list", false, "list the tasks and their space sizes, then exit (no GPU needed)")
+	f.Bool("confirm", true, "with a MODEL: keep the tuned arms of the decode products of repacked weights only if whole decode steps "+
+		"(batch 1 for one-row arms, 16 for batch arms) are at least 1 % faster with them than with the arms before, logits within 0.1")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -127,7 +131,7 @@ func autotuneCases(cmd *cobra.Command, args []string) ([]*check.Case, string, er
 
 // int8Product reports whether c is a decode product of repacked weights
 // (int8 activations), which autotune leaves out unless --families names
-// gemv: timed alone, their winners decoded llama2-7b q4_k_m slower than
+// gemv (and then confirms end to end, confirm.go): timed alone, their winners decoded llama2-7b q4_k_m slower than
 // the untuned arms on the H200 (docs/PERFORMANCE.md: 425–429 against 467
 // tok/s at batch 1), since a product in a decode step overlaps the one
 // before it (programmatic dependent launch) and reads rows the producer's
@@ -140,7 +144,7 @@ func int8Product(c *check.Case) bool {
 // int8ProductNote is what autotune says of int8Product's cases.
 const int8ProductNote = "the decode products of repacked weights (int8 activations) are left out: " +
 	"their winners measured alone were slower in whole decode steps on the H200 (docs/PERFORMANCE.md); " +
-	"--families gemv tunes them anyway"
+	"--families gemv tunes them (with a MODEL, --confirm keeps only arms that make whole decode steps faster)"
 
 // modelShape reads the constant dimensions and weight types of a model.
 func modelShape(m *load.Model) (codegen.Shape, check.Weights, error) {
@@ -209,11 +213,14 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 	if len(tasks) == 0 {
 		return fmt.Errorf("%w: nothing to tune", errAutotune)
 	}
+	confirm, _ := f.GetBool("confirm")
+	confirm = confirm && len(args) == 1
 	switch fams, _ := f.GetStringSlice("families"); {
 	case len(fams) == 0:
 		fmt.Fprintln(out, "autotune: "+int8ProductNote)
-	case slices.Contains(fams, "gemv") && slices.ContainsFunc(cases, int8Product):
-		fmt.Fprintln(out, "autotune: warning: the winners of the decode products of repacked weights are measured alone; "+
+	case !confirm && slices.Contains(fams, "gemv") && slices.ContainsFunc(cases, int8Product):
+		fmt.Fprintln(out, "autotune: warning: the winners of the decode products of repacked weights are measured alone "+
+			"and not confirmed in whole decode steps (that needs a MODEL and --confirm); "+
 			"compare `memra bench` with and without --untuned before keeping them")
 	}
 	if list, _ := f.GetBool("list"); list {
@@ -263,6 +270,24 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 			continue
 		}
 		entries = append(entries, e)
+	}
+	if groups := confirmGroups(cases, entries); confirm && len(groups) > 0 && ctx.Err() == nil {
+		// the backend takes the card: the sweep's device is done with
+		_ = dev.Close()
+		m, err := load.Open(args[0])
+		if err != nil {
+			return err
+		}
+		logf := func(format string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", a...) }
+		verdicts, err := autotune.Confirm(ctx, newCudaE2E(m, 0, logf), cuda.TunedPicker(db, key), groups)
+		m.Close()
+		writeVerdicts(out, verdicts)
+		if err != nil {
+			// keep nothing unconfirmed
+			verdicts = append(verdicts, unjudged(groups, verdicts)...)
+			fmt.Fprintln(cmd.ErrOrStderr(), "memra:", err)
+		}
+		entries = confirmed(entries, verdicts)
 	}
 	if dir, _ := f.GetString("report"); dir != "" {
 		m := report.Meta{Device: key.String(), Card: fmt.Sprintf("%s (%s, %d SMs, driver %d)", info.Name, info.Arch(), info.SMs, info.DriverVersion),

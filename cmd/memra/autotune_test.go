@@ -9,9 +9,13 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 
+	"github.com/memra-ai/memra/autotune"
+	"github.com/memra-ai/memra/autotune/check"
+	"github.com/memra-ai/memra/codegen"
 	"github.com/memra-ai/memra/ir/dtype"
 	"github.com/memra-ai/memra/runtime/load"
 	"github.com/memra-ai/memra/runtime/synth"
+	"github.com/memra-ai/memra/tunedb"
 )
 
 // TestModelShapeMixedLayers: autotune reads the per-layer types of a
@@ -75,4 +79,53 @@ func resetFlags(fs *pflag.FlagSet) {
 		}
 		f.Changed = false
 	})
+}
+
+// TestConfirmGroups: the tuned entries of the int8 decode products go to
+// the one-row (batch 1) and batch (batch 16) groups, every other entry is
+// kept without confirmation, and a dropped group's entries are removed.
+func TestConfirmGroups(t *testing.T) {
+	tiny, err := codegen.ShapeByName("tiny")
+	require.NoError(t, err)
+	cases := check.TuneCases(tiny, check.UniformWeights(dtype.Q4_K), check.DefaultSizes, 1)
+	cases = append(cases, check.TuneCases(tiny, check.UniformWeights(dtype.F16), check.DefaultSizes, 1)...)
+	var entries []tunedb.Entry
+	seen := map[string]bool{}
+	for _, c := range cases {
+		if !seen[c.Family+"/"+c.Class] {
+			seen[c.Family+"/"+c.Class] = true
+			entries = append(entries, tunedb.Entry{Family: c.Family, Class: c.Class})
+		}
+	}
+	groups := confirmGroups(cases, entries)
+	require.Len(t, groups, 2)
+	require.Equal(t, 1, groups[0].Batch)
+	require.Equal(t, check.BatchTuneTokens, groups[1].Batch)
+	inGroup := map[string]bool{}
+	for _, g := range groups {
+		require.NotEmpty(t, g.Entries)
+		for _, e := range g.Entries {
+			require.Equal(t, "gemv", e.Family)
+			require.True(t, strings.HasPrefix(e.Class, "q4_k_"), e.Class)
+			require.Equal(t, g.Batch > 1, strings.HasSuffix(e.Class, "_batch"), e.Class)
+			inGroup[e.Class] = true
+		}
+	}
+	for _, e := range entries {
+		if e.Family == "gemv" && strings.HasPrefix(e.Class, "q4_k_") {
+			require.True(t, inGroup[e.Class], "%s is confirmed", e.Class)
+		}
+	}
+	require.Empty(t, confirmGroups(cases, nil))
+
+	kept := confirmed(entries, []autotune.Confirmed{{Group: groups[0], Keep: true}, {Group: groups[1]}})
+	require.Len(t, kept, len(entries)-len(groups[1].Entries))
+	for _, e := range kept {
+		require.False(t, strings.HasSuffix(e.Class, "_batch") && strings.HasPrefix(e.Class, "q4_k_"), e.Class)
+	}
+	// a confirmation that stopped after the first group keeps nothing of the second
+	rest := unjudged(groups, []autotune.Confirmed{{Group: groups[0], Keep: true}})
+	require.Len(t, rest, 1)
+	require.Equal(t, groups[1].Name, rest[0].Group.Name)
+	require.False(t, rest[0].Keep)
 }

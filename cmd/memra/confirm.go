@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/memra-ai/memra/autotune"
+	"github.com/memra-ai/memra/autotune/check"
+	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/runtime"
+	"github.com/memra-ai/memra/runtime/cuda"
+	"github.com/memra-ai/memra/runtime/load"
+	"github.com/memra-ai/memra/tunedb"
+)
+
+// Sizes of autotune's end-to-end confirmation: decode steps after a prompt
+// of confirmPrompt random tokens (or the model's context, less), timed
+// over confirmGen steps, confirmReps times.
+const (
+	confirmPrompt = 512
+	confirmGen    = 32
+	confirmReps   = 3
+	// confirmTol bounds the relative difference of a step's logits between
+	// the tuned and the untuned arms. Both quantise the same activations
+	// to int8 and differ in summation order; over a 32-layer model with
+	// random weights that reaches ~1e-2 (CPU parity's cosine 0.9996), while
+	// a kernel that reads rows not yet written gives ~1 or non-finite logits.
+	confirmTol = 0.1
+)
+
+// confirmGroups sorts the entries of the decode products of repacked
+// weights (int8Product's cases) into the groups an end-to-end step judges:
+// their one-row arms at batch 1, their batch arms at the batch they were
+// tuned at. Other entries are not confirmed.
+func confirmGroups(cases []*check.Case, entries []tunedb.Entry) []autotune.ConfirmGroup {
+	int8 := map[string]bool{}
+	for _, c := range cases {
+		if int8Product(c) {
+			int8[c.Family+"/"+c.Class] = true
+		}
+	}
+	one := autotune.ConfirmGroup{Name: "one-row arms of the int8 decode products", Batch: 1}
+	batch := autotune.ConfirmGroup{Name: "batch arms of the int8 decode products", Batch: check.BatchTuneTokens}
+	for _, e := range entries {
+		switch {
+		case !int8[e.Family+"/"+e.Class]:
+		case strings.HasSuffix(e.Class, codegen.GEMVBatchClass("")):
+			batch.Entries = append(batch.Entries, e)
+		default:
+			one.Entries = append(one.Entries, e)
+		}
+	}
+	var out []autotune.ConfirmGroup
+	for _, g := range []autotune.ConfirmGroup{one, batch} {
+		if len(g.Entries) > 0 {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// confirmed returns entries without those of the groups verdicts dropped.
+func confirmed(entries []tunedb.Entry, verdicts []autotune.Confirmed) []tunedb.Entry {
+	drop := map[[2]string]bool{}
+	for _, v := range verdicts {
+		if v.Keep {
+			continue
+		}
+		for _, e := range v.Group.Entries {
+			drop[[2]string{e.Family, e.Class}] = true
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(entries), func(e tunedb.Entry) bool { return drop[[2]string{e.Family, e.Class}] })
+}
+
+// unjudged returns a dropping verdict for each group of groups without one
+// in verdicts (the confirmation stopped before it).
+func unjudged(groups []autotune.ConfirmGroup, verdicts []autotune.Confirmed) []autotune.Confirmed {
+	var out []autotune.Confirmed
+	for _, g := range groups {
+		if !slices.ContainsFunc(verdicts, func(v autotune.Confirmed) bool { return v.Group.Name == g.Name }) {
+			out = append(out, autotune.Confirmed{Group: g})
+		}
+	}
+	return out
+}
+
+// writeVerdicts prints one line a confirmed group.
+func writeVerdicts(w io.Writer, verdicts []autotune.Confirmed) {
+	for _, v := range verdicts {
+		r := v.Result
+		what := "dropped"
+		if v.Keep {
+			what = "kept"
+		}
+		fmt.Fprintf(w, "confirm: %s (%d entries) at batch %d: %.1f µs a step tuned, %.1f untuned (×%.3f), logits rel. err %.3g (tol %.3g): %s\n",
+			v.Group.Name, len(v.Group.Entries), r.Batch, r.Tuned.TimeUS, r.Baseline.TimeUS, r.Speedup, r.Tuned.RelErr, r.Tuned.Tol, what)
+	}
+}
+
+// cudaE2E is autotune.E2ERunner on the CUDA backend: each Step builds the
+// model with the picker (NVRTC's disk cache makes the kernels it compiled
+// before cheap), prefills batch sequences with the same random prompt and
+// times decode steps with bench's loop.
+type cudaE2E struct {
+	m      *load.Model
+	device int
+	prompt []int32
+	gen    int
+	reps   int
+	ref    map[int][]float32 // batch → the first step's logits there
+	logf   func(string, ...any)
+}
+
+func newCudaE2E(m *load.Model, device int, logf func(string, ...any)) *cudaE2E {
+	p := confirmPrompt
+	if cl := m.HParams.ContextLength; cl > 0 {
+		p = max(min(p, cl-confirmGen-1), 1)
+	}
+	rng := rand.New(rand.NewPCG(3, 5))
+	prompt := make([]int32, p)
+	for i := range prompt {
+		prompt[i] = int32(rng.IntN(max(m.HParams.VocabSize, 1)))
+	}
+	return &cudaE2E{m: m, device: device, prompt: prompt, gen: confirmGen, reps: confirmReps, ref: map[int][]float32{}, logf: logf}
+}
+
+func (r *cudaE2E) Step(ctx context.Context, pick codegen.ArmPicker, batch int) (autotune.Measurement, error) {
+	m := autotune.Measurement{Tol: confirmTol, Samples: r.reps}
+	b, err := cuda.NewBackend(r.m, cuda.BackendOptions{Device: r.device, MaxSeqs: batch, Context: len(r.prompt) + r.gen + 1,
+		PrefillTokens: len(r.prompt), Pick: pick, Logf: r.logf})
+	if err != nil {
+		return m, err
+	}
+	defer b.Close()
+	logits, err := r.firstStep(ctx, b, batch)
+	if err != nil {
+		return m, err
+	}
+	if ref, ok := r.ref[batch]; ok {
+		m.RelErr = codegen.RelErr(logits, ref)
+	} else {
+		r.ref[batch] = logits
+	}
+	times := make([]float64, 0, r.reps)
+	for range r.reps {
+		d, err := benchBatch(ctx, b, r.prompt, batch, r.gen)
+		if err != nil {
+			return m, err
+		}
+		times = append(times, float64(d)/float64(time.Microsecond)/float64(r.gen))
+	}
+	slices.Sort(times)
+	m.TimeUS = times[len(times)/2]
+	return m, nil
+}
+
+// firstStep prefills batch sequences with the prompt and returns the
+// logits of their first decode step, concatenated.
+func (r *cudaE2E) firstStep(ctx context.Context, b runtime.Backend, batch int) ([]float32, error) {
+	step := make([]runtime.SeqStep, batch)
+	for i := range step {
+		s := runtime.SeqID(200 + i)
+		defer b.Free(s)
+		if _, err := b.Step(ctx, []runtime.SeqStep{{Seq: s, Tokens: r.prompt}}); err != nil {
+			return nil, fmt.Errorf("confirm: prompt of sequence %d: %w", i, err)
+		}
+		step[i] = runtime.SeqStep{Seq: s, Pos: len(r.prompt), Tokens: []int32{r.prompt[i%len(r.prompt)]}, Logits: true}
+	}
+	out, err := b.Step(ctx, step)
+	if err != nil {
+		return nil, fmt.Errorf("confirm: decode step: %w", err)
+	}
+	var flat []float32
+	for _, l := range out {
+		flat = append(flat, l...)
+	}
+	return flat, nil
+}
