@@ -24,15 +24,16 @@ type GEMVArm struct {
 	// its input), reading them from global memory: no staging in the
 	// blocks, and the prologue (norm, SwiGLU) runs once in XQuant. XQ 3
 	// multiplies the same operands on int8 tensor cores (mma.sync, a warp
-	// per 16 weight rows; gemv_mma8.go), for batches.
+	// per 16 weight rows or a multiple; gemv_mma8.go), for batches.
 	XQ int
 	// BatchRows is the activation rows a block serves with one weight read:
 	// 1 to 16 with XQ 1 or 2, 0 otherwise (one row).
 	BatchRows int
-	// RowsPerWarp is the weight rows each warp of an XQ 1 arm computes
-	// together, so that each activation load from shared memory serves all
-	// of them and the block's quantised rows serve RowsPerBlock×RowsPerWarp
-	// weight rows: 0 (one) or 2 or 4.
+	// RowsPerWarp is the weight rows each warp of an XQ 1 or 2 arm
+	// computes together, so that each activation load serves all of them
+	// and the block's activation rows serve RowsPerBlock×RowsPerWarp weight
+	// rows: 0 (one) or 2 or 4. For XQ 3 it is the tiles of 16 weight rows
+	// a warp multiplies with each activation fragment it loads (0: one).
 	RowsPerWarp int
 }
 
@@ -108,7 +109,7 @@ func (a GEMVArm) Validate() error {
 	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.RowsPerBlock <= 0 ||
 		a.Threads%a.RowsPerBlock != 0 || (a.Threads/a.RowsPerBlock)%32 != 0 || a.Unroll <= 0 || a.SharedX < 0 || a.SharedX > 1 ||
 		a.Layout < 0 || a.Layout > 1 || (a.Layout == 1 && a.SharedX != 1) ||
-		a.XQ < 0 || a.XQ > 3 || (a.XQ != 0 && (a.Layout != 1 || a.Threads/a.RowsPerBlock != 32)) || (a.XQ == 3 && a.RowsPerWarp != 0) ||
+		a.XQ < 0 || a.XQ > 3 || (a.XQ != 0 && (a.Layout != 1 || a.Threads/a.RowsPerBlock != 32)) ||
 		(a.XQ == 0 && a.BatchRows != 0) || (a.XQ != 0 && (a.BatchRows < 1 || a.BatchRows > 16)) ||
 		(a.RowsPerWarp != 0 && a.RowsPerWarp != 2 && a.RowsPerWarp != 4) || (a.RowsPerWarp != 0 && a.XQ == 0) {
 		return fmt.Errorf("%w: gemv arm %+v", ErrUnsupported, a)

@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/memra-ai/memra/ir/dtype"
 )
@@ -65,7 +66,9 @@ var mma8Frags = map[dtype.Type]mma8Frag{
 // mma8Groups is the groups of 32 elements of a row of k.
 func mma8Groups(k int) int { return k / 32 }
 
-// gemvMMA8 is GEMV for arm.XQ 3. grid (⌈n/(16·RowsPerBlock)⌉, ⌈m/MB⌉).
+// gemvMMA8 is GEMV for arm.XQ 3: a warp owns RowsPerWarp (at least one)
+// tiles of 16 weight rows, each activation fragment it loads serving all
+// of them. grid (⌈n/(16·RowsPerWarp·RowsPerBlock)⌉, ⌈m/MB⌉).
 func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystride int) (*Kernel, error) {
 	rt, ok := rpTypes[t]
 	fr, ok2 := mma8Frags[t]
@@ -73,6 +76,7 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 		return nil, fmt.Errorf("%w: int8 tensor-core gemv for %v, K %d", ErrUnsupported, t, k)
 	}
 	mb := arm.batchRows()
+	mt := arm.rowsPerWarp() // tiles of 16 weight rows a warp, sharing each activation load
 	nb := k / t.BlockElems()
 	epi := ""
 	if residual {
@@ -98,7 +102,8 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 					w.Line(`    : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3]) : "r"(a0), "r"(a1), "r"(b0));`)
 				}})
 			emitRepackDefines(w, rt, n, k, nb)
-			w.Linef("#define RPB %d // warps per block, 16 weight rows each", arm.RowsPerBlock)
+			w.Linef("#define RPB %d // warps per block", arm.RowsPerBlock)
+			w.Linef("#define MT %d // tiles of 16 weight rows a warp", mt)
 			w.Linef("#define MB %d // activation rows per block", mb)
 			w.Linef("#define NT %d // tiles of 8 activation rows", (mb+7)/8)
 			w.Linef("#define U %d // groups unrolled", arm.Unroll)
@@ -107,12 +112,13 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 			w.Blank()
 			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: xqGlobalParams, Body: func(w *Writer) {
 				w.Line("const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
-				w.Line("const int r0 = (blockIdx.x * RPB + (threadIdx.x >> 5)) * 16; // the warp's first row")
-				w.Comment("rows past N read row N-1 and store nothing")
-				w.Line("const int ra = min(r0 + g, N - 1), rb = min(r0 + g + 8, N - 1);")
-				for _, p := range fr.ptrs {
-					w.Linef(p, "a", "ra")
-					w.Linef(p, "b", "rb")
+				w.Line("const int r0 = (blockIdx.x * RPB + (threadIdx.x >> 5)) * 16 * MT; // the warp's first row")
+				w.Comment("rows past N read row N-1 and store nothing; tile i: rows r0 + 16i + g (suffix ai) and + 8 (bi)")
+				for i := range mt {
+					for _, p := range fr.ptrs {
+						w.Linef(p, fmt.Sprintf("a%d", i), fmt.Sprintf("min(r0 + %d + g, N - 1)", 16*i))
+						w.Linef(p, fmt.Sprintf("b%d", i), fmt.Sprintf("min(r0 + %d + g + 8, N - 1)", 16*i))
+					}
 				}
 				w.Line("const int m0 = blockIdx.y * MB;")
 				w.Line("const int mrows = min(MB, m - m0);")
@@ -130,9 +136,11 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 					w.Line("mc0[nt] = (const float4*)(xq + (size_t)(m0 + (ok0[nt] ? n0 : 0)) * XR + K);")
 					w.Line("mc1[nt] = (const float4*)(xq + (size_t)(m0 + (ok1[nt] ? n0 + 1 : 0)) * XR + K);")
 				})
-				w.Line("float acc[NT][4];")
-				w.For("nt", "0", "NT", "1", -1, func() {
-					w.For("i", "0", "4", "1", -1, func() { w.Line("acc[nt][i] = 0.f;") })
+				w.Line("float acc[MT][NT][4];")
+				w.For("mt", "0", "MT", "1", -1, func() {
+					w.For("nt", "0", "NT", "1", -1, func() {
+						w.For("i", "0", "4", "1", -1, func() { w.Line("acc[mt][nt][i] = 0.f;") })
+					})
 				})
 				w.Line("pdl_wait();")
 				if e.NormIn {
@@ -141,9 +149,11 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 				}
 				w.Linef("#pragma unroll %d", arm.Unroll)
 				w.Block(fmt.Sprintf("for (int u = 0; u < %d; ++u)", mma8Groups(k)), func() {
-					for _, r := range []string{"a", "b"} {
-						for _, l := range fr.load {
-							w.Linef(l, r)
+					for i := range mt {
+						for _, r := range []string{"a", "b"} {
+							for _, l := range fr.load {
+								w.Linef(l, fmt.Sprintf("%s%d", r, i))
+							}
 						}
 					}
 					w.For("nt", "0", "NT", "1", -1, func() {
@@ -151,31 +161,11 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 						w.Line("const u32 b1 = okb[nt] ? *(const u32*)(xb[nt] + 32 * u + 16) : 0u;")
 						w.Line("const float4 x0 = ok0[nt] ? mc0[nt][u] : make_float4(0.f, 0.f, 0.f, 0.f);")
 						w.Line("const float4 x1 = ok1[nt] ? mc1[nt][u] : make_float4(0.f, 0.f, 0.f, 0.f);")
-						if fr.k16 {
-							w.Comment("Q6_K: the halves have their own scales; quants centred by 32")
-							w.Line("int s[4] = {0, 0, 0, 0}, h[4] = {0, 0, 0, 0};")
-							w.Line("mma_k16(s, loa, lob, b0);")
-							w.Line("mma_k16(h, hia, hib, b1);")
-							w.Line("acc[nt][0] += x0.x * (faa * ((float)s[0] - 32.f * x0.y) + fba * ((float)h[0] - 32.f * x0.z));")
-							w.Line("acc[nt][1] += x1.x * (faa * ((float)s[1] - 32.f * x1.y) + fba * ((float)h[1] - 32.f * x1.z));")
-							w.Line("acc[nt][2] += x0.x * (fab * ((float)s[2] - 32.f * x0.y) + fbb * ((float)h[2] - 32.f * x0.z));")
-							w.Line("acc[nt][3] += x1.x * (fab * ((float)s[3] - 32.f * x1.y) + fbb * ((float)h[3] - 32.f * x1.z));")
-							return
+						for i := range mt {
+							a, b := fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)
+							acc := fmt.Sprintf("acc[%d][nt]", i)
+							emitMMA8Tile(w, t, fr, a, b, acc)
 						}
-						w.Line("int c[4] = {0, 0, 0, 0};")
-						w.Line("mma_k32(c, loa, lob, hia, hib, b0, b1);")
-						if t == dtype.Q8_0 {
-							w.Line("acc[nt][0] += faa * x0.x * (float)c[0];")
-							w.Line("acc[nt][1] += faa * x1.x * (float)c[1];")
-							w.Line("acc[nt][2] += fab * x0.x * (float)c[2];")
-							w.Line("acc[nt][3] += fab * x1.x * (float)c[3];")
-							return
-						}
-						w.Comment("Σ (a q - mn) x = a dx Σ (q - 8) xq + b Σ x, b = 8a - mn (0 for Q4_0)")
-						w.Line("acc[nt][0] += faa * x0.x * ((float)c[0] - 8.f * (x0.y + x0.z)) + fba * x0.w;")
-						w.Line("acc[nt][1] += faa * x1.x * ((float)c[1] - 8.f * (x1.y + x1.z)) + fba * x1.w;")
-						w.Line("acc[nt][2] += fab * x0.x * ((float)c[2] - 8.f * (x0.y + x0.z)) + fbb * x0.w;")
-						w.Line("acc[nt][3] += fab * x1.x * ((float)c[3] - 8.f * (x1.y + x1.z)) + fbb * x1.w;")
 					})
 				})
 				op := "="
@@ -194,21 +184,63 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 							return "srn[min(" + j + ", MB - 1)]"
 						}
 						w.Linef("const float rn0 = ok0[nt] ? %s : 0.f, rn1 = ok1[nt] ? %s : 0.f;", rn("8 * nt + 2 * t"), rn("8 * nt + 2 * t + 1"))
-						w.Line("acc[nt][0] *= rn0;")
-						w.Line("acc[nt][1] *= rn1;")
-						w.Line("acc[nt][2] *= rn0;")
-						w.Line("acc[nt][3] *= rn1;")
 					}
 					w.Line("const size_t y0 = (size_t)(m0 + 8 * nt + 2 * t) * YS;")
-					w.If("ok0[nt] && r0 + g < N", func() { w.Linef("y[y0 + r0 + g] %s acc[nt][0];", op) })
-					w.If("ok1[nt] && r0 + g < N", func() { w.Linef("y[y0 + YS + r0 + g] %s acc[nt][1];", op) })
-					w.If("ok0[nt] && r0 + g + 8 < N", func() { w.Linef("y[y0 + r0 + g + 8] %s acc[nt][2];", op) })
-					w.If("ok1[nt] && r0 + g + 8 < N", func() { w.Linef("y[y0 + YS + r0 + g + 8] %s acc[nt][3];", op) })
+					w.For("mt", "0", "MT", "1", -1, func() {
+						w.Line("float* c = acc[mt][nt];")
+						if e.NormIn {
+							w.Line("c[0] *= rn0;")
+							w.Line("c[1] *= rn1;")
+							w.Line("c[2] *= rn0;")
+							w.Line("c[3] *= rn1;")
+						}
+						w.Line("const int ra = r0 + 16 * mt + g, rb = ra + 8;")
+						w.If("ok0[nt] && ra < N", func() { w.Linef("y[y0 + ra] %s c[0];", op) })
+						w.If("ok1[nt] && ra < N", func() { w.Linef("y[y0 + YS + ra] %s c[1];", op) })
+						w.If("ok0[nt] && rb < N", func() { w.Linef("y[y0 + rb] %s c[2];", op) })
+						w.If("ok1[nt] && rb < N", func() { w.Linef("y[y0 + YS + rb] %s c[3];", op) })
+					})
 				})
 				w.Line("pdl_launch();")
 			}})
 		})
 	return &Kernel{Family: "gemv", Name: name, Source: src, Params: xqGlobalParams, Launch: func(d Dims) Geometry {
-		return Geometry{Grid: dim3(ceilDiv(n, 16*arm.RowsPerBlock), ceilDiv(d.Tokens, mb), 1), Block: dim3(arm.Threads, 1, 1)}
+		return Geometry{Grid: dim3(ceilDiv(n, 16*mt*arm.RowsPerBlock), ceilDiv(d.Tokens, mb), 1), Block: dim3(arm.Threads, 1, 1)}
 	}}, nil
+}
+
+// emitMMA8Tile writes the mma of one group for the tile of weight rows a
+// (rows g) and b (rows g+8) against the activation fragment b0, b1 with
+// factors x0, x1 (tokens 2t, 2t+1), accumulated into acc (four floats).
+func emitMMA8Tile(w *Writer, t dtype.Type, fr mma8Frag, a, b, acc string) {
+	r := strings.NewReplacer("{acc}", acc, "{loa}", "lo"+a, "{lob}", "lo"+b, "{hia}", "hi"+a, "{hib}", "hi"+b,
+		"{faa}", "fa"+a, "{fab}", "fa"+b, "{fba}", "fb"+a, "{fbb}", "fb"+b)
+	line := func(s string) { w.Line(r.Replace(s)) }
+	w.Block(fmt.Sprintf("/* rows %s, %s */", a, b), func() {
+		if fr.k16 {
+			w.Comment("Q6_K: the halves have their own scales; quants centred by 32")
+			line("int s[4] = {0, 0, 0, 0}, h[4] = {0, 0, 0, 0};")
+			line("mma_k16(s, {loa}, {lob}, b0);")
+			line("mma_k16(h, {hia}, {hib}, b1);")
+			line("{acc}[0] += x0.x * ({faa} * ((float)s[0] - 32.f * x0.y) + {fba} * ((float)h[0] - 32.f * x0.z));")
+			line("{acc}[1] += x1.x * ({faa} * ((float)s[1] - 32.f * x1.y) + {fba} * ((float)h[1] - 32.f * x1.z));")
+			line("{acc}[2] += x0.x * ({fab} * ((float)s[2] - 32.f * x0.y) + {fbb} * ((float)h[2] - 32.f * x0.z));")
+			line("{acc}[3] += x1.x * ({fab} * ((float)s[3] - 32.f * x1.y) + {fbb} * ((float)h[3] - 32.f * x1.z));")
+			return
+		}
+		line("int c[4] = {0, 0, 0, 0};")
+		line("mma_k32(c, {loa}, {lob}, {hia}, {hib}, b0, b1);")
+		if t == dtype.Q8_0 {
+			line("{acc}[0] += {faa} * x0.x * (float)c[0];")
+			line("{acc}[1] += {faa} * x1.x * (float)c[1];")
+			line("{acc}[2] += {fab} * x0.x * (float)c[2];")
+			line("{acc}[3] += {fab} * x1.x * (float)c[3];")
+			return
+		}
+		w.Comment("Σ (a q - mn) x = a dx Σ (q - 8) xq + b Σ x, b = 8a - mn (0 for Q4_0)")
+		line("{acc}[0] += {faa} * x0.x * ((float)c[0] - 8.f * (x0.y + x0.z)) + {fba} * x0.w;")
+		line("{acc}[1] += {faa} * x1.x * ((float)c[1] - 8.f * (x1.y + x1.z)) + {fba} * x1.w;")
+		line("{acc}[2] += {fab} * x0.x * ((float)c[2] - 8.f * (x0.y + x0.z)) + {fbb} * x0.w;")
+		line("{acc}[3] += {fab} * x1.x * ((float)c[3] - 8.f * (x1.y + x1.z)) + {fbb} * x1.w;")
+	})
 }

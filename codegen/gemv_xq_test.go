@@ -160,13 +160,14 @@ func TestXQMirror(t *testing.T) {
 func TestParseGEMVArm(t *testing.T) {
 	for _, a := range []GEMVArm{DefaultGEMVArm, DefaultRepackArm, DefaultXQArm, DefaultXQBatchArm,
 		{Threads: 128, RowsPerBlock: 4, Unroll: 2, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 8, RowsPerWarp: 4},
-		DefaultXQGlobalOneArm, DefaultXQGlobalBatchArm, DefaultXQMMAArm} {
+		DefaultXQGlobalOneArm, DefaultXQGlobalBatchArm, DefaultXQMMAArm,
+		{Threads: 128, RowsPerBlock: 4, Unroll: 4, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16, RowsPerWarp: 2}} {
 		b, err := ParseGEMVArm(a.String())
 		require.NoError(t, err, a.String())
 		require.Equal(t, a, b)
 	}
 	for _, s := range []string{"", "t256", "t256_r8_u4_s1_x1", "t256_r8_u4_s1_l1_qx", "t100_r8_u4_s1", "t256_r8_u4_s1_w2",
-		"t256_r8_u1_s1_l1_g16_q16", "t128_r4_u4_s1_l1_m16_w2", "t128_r4_u4_s1_l1_m16_g16"} {
+		"t256_r8_u1_s1_l1_g16_q16", "t128_r4_u4_s1_l1_m16_w3", "t128_r4_u4_s1_l1_m16_g16"} {
 		_, err := ParseGEMVArm(s)
 		require.Error(t, err, s)
 	}

@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|xq3]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -17,7 +17,8 @@
 # gate, stories260K, `memra run` on a synthesized model, and the exact-configuration parity
 # against the CPU (9 combinations) and against transformers. `quantout` checks the quantising
 # epilogues (MEMRA_QUANT_OUT) against the CPU: none, each alone, all, all without PDL. `tune`
-# autotunes the int8 decode products of llama2-7b q4_k_m with the end-to-end confirmation.
+# autotunes the int8 decode products of llama2-7b q4_k_m with the end-to-end confirmation; `xq3`
+# checks and times the int8 tensor-core batch arms.
 # Through the lent-GPU tool only 8 files come back: point OUT at a scratch folder and tar it.
 set -u
 cd "$(dirname "$0")/.."
@@ -133,6 +134,19 @@ if [ "$MODE" = tune ]; then
 	step tune tune
 fi
 
+# The int8 tensor-core batch product (XQ 3) with one, two and four tiles of 16 weight rows a
+# warp: kernel-check (checks and µs) and batch-16 decode of llama2-7b q4_k_m with each, against
+# the CUDA-core default.
+if [ "$MODE" = xq3 ]; then
+	arms="t256_r8_u1_s1_l1_g16_w2 t128_r4_u4_s1_l1_m16 t128_r4_u4_s1_l1_m16_w2 t128_r4_u4_s1_l1_m16_w4 t256_r8_u2_s1_l1_m16_w2"
+	step xq3-kernel-check "$BIN" kernel-check --shapes llama3-8b --types q4_k,q6_k --only gemv --gemv-arms "${arms// /,}" --reps 10
+	xq3_bench() {
+		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
+		MEMRA_GEMV_BATCH=$1 "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda -p 512 -n 128 -r 3 -b 16 --no-progress --perf-rows
+	}
+	for a in $arms; do step "xq3-b16-$a" xq3_bench "$a"; done
+fi
+
 # Speed: scripts/gpu-bench.sh (bench with --roofline, batch sweep, tuned vs untuned).
 { [ "$MODE" = bench ] || [ "$MODE" = full ]; } && step gpu-bench env OUT="$OUT/bench" MODELS="$MODELS" scripts/gpu-bench.sh "$BIN"
 
@@ -140,4 +154,5 @@ echo
 echo "memra GPU battery ($(head -2 "$OUT/gpu.txt" | tail -1)), logs in $OUT"
 printf '%s\n' "${rows[@]}"
 [ -e "$OUT/gpu-bench.log" ] && grep -E '^\| 2' "$OUT/gpu-bench.log"
+[ "$MODE" = xq3 ] && grep -H -E '^\| 2.*tg128' "$OUT"/xq3-b16-*.log
 exit $failed
