@@ -127,7 +127,8 @@ fi
 if [ "$MODE" = tune ]; then
 	tune() {
 		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
-		"$BIN" autotune "$MODELS/llama2-7b-q4_k_m.gguf" --families gemv --budget "${TUNE_BUDGET:-240s}" --parallel 16 --report "$OUT/tune-report" &&
+		"$BIN" autotune "$MODELS/llama2-7b-q4_k_m.gguf" --families gemv --budget "${TUNE_BUDGET:-180s}" --parallel 16 --report /tmp/memra-tune-report &&
+			tar czf "$OUT/tune-report.tgz" -C /tmp memra-tune-report &&
 			{ grep '^confirm:' "$OUT/tune.log" >&2 || true; } &&
 			"$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline -p 512 -n 128 -r 3 -b 1,16 --no-progress --perf-rows
 	}
