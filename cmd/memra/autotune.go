@@ -131,11 +131,12 @@ func autotuneCases(cmd *cobra.Command, args []string) ([]*check.Case, string, er
 
 // int8Product reports whether c is a decode product of repacked weights
 // (int8 activations), which autotune leaves out unless --families names
-// gemv (and then confirms end to end, confirm.go): timed alone, their winners decoded llama2-7b q4_k_m slower than
-// the untuned arms on the H200 (docs/PERFORMANCE.md: 425–429 against 467
-// tok/s at batch 1), since a product in a decode step overlaps the one
-// before it (programmatic dependent launch) and reads rows the producer's
-// epilogue wrote, which a measurement of one kernel does not see.
+// gemv (and then confirms end to end, confirm.go): timed alone, their
+// winners decoded llama2-7b q4_k_m slower than the untuned arms on the
+// H200 (docs/PERFORMANCE.md: 425–429 against 467 tok/s at batch 1), since
+// a product in a decode step overlaps the one before it (programmatic
+// dependent launch) and reads rows the producer's epilogue wrote, which a
+// measurement of one kernel does not see.
 func int8Product(c *check.Case) bool {
 	t, err := dtype.Parse(c.DType)
 	return c.Family == "gemv" && err == nil && codegen.Repackable(t)
@@ -271,21 +272,16 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 		}
 		entries = append(entries, e)
 	}
-	if groups := confirmGroups(cases, entries); confirm && len(groups) > 0 && ctx.Err() == nil {
+	if groups := confirmGroups(cases, entries); confirm && len(groups) > 0 {
 		// the backend takes the card: the sweep's device is done with
 		_ = dev.Close()
-		m, err := load.Open(args[0])
-		if err != nil {
-			return err
-		}
 		logf := func(format string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", a...) }
-		verdicts, err := autotune.Confirm(ctx, newCudaE2E(m, 0, logf), cuda.TunedPicker(db, key), groups)
-		m.Close()
+		verdicts, err := confirmE2E(ctx, args[0], cuda.TunedPicker(db, key), groups, logf)
 		writeVerdicts(out, verdicts)
 		if err != nil {
-			// keep nothing unconfirmed
+			// what was not confirmed is not written; the other entries are
 			verdicts = append(verdicts, unjudged(groups, verdicts)...)
-			fmt.Fprintln(cmd.ErrOrStderr(), "memra:", err)
+			fmt.Fprintf(cmd.ErrOrStderr(), "memra: %v; the arms it did not confirm are not written\n", err)
 		}
 		entries = confirmed(entries, verdicts)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -128,4 +129,21 @@ func TestConfirmGroups(t *testing.T) {
 	require.Len(t, rest, 1)
 	require.Equal(t, groups[1].Name, rest[0].Group.Name)
 	require.False(t, rest[0].Keep)
+}
+
+// TestConfirmE2EStops: an interrupted sweep or a model that does not open
+// confirms nothing (the caller then writes none of the groups' entries),
+// with an error that says so; no GPU is needed to get there.
+func TestConfirmE2EStops(t *testing.T) {
+	groups := []autotune.ConfirmGroup{{Name: "g", Batch: 1, Entries: []tunedb.Entry{{Family: "gemv", Class: "q4_k_n64_k64"}}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	v, err := confirmE2E(ctx, "unused.gguf", nil, groups, nil)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Empty(t, v)
+	v, err = confirmE2E(context.Background(), filepath.Join(t.TempDir(), "missing.gguf"), nil, groups, nil)
+	require.ErrorContains(t, err, "missing.gguf")
+	require.Empty(t, v)
+	kept := confirmed(groups[0].Entries, append(v, unjudged(groups, v)...))
+	require.Empty(t, kept)
 }

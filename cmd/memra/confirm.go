@@ -103,6 +103,20 @@ func writeVerdicts(w io.Writer, verdicts []autotune.Confirmed) {
 	}
 }
 
+// confirmE2E judges groups end to end on the CUDA backend with model path
+// (autotune.Confirm over base). An interrupted sweep confirms nothing.
+func confirmE2E(ctx context.Context, path string, base codegen.ArmPicker, groups []autotune.ConfirmGroup, logf func(string, ...any)) ([]autotune.Confirmed, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("confirm: %w", err)
+	}
+	m, err := load.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("confirm: %w", err)
+	}
+	defer m.Close()
+	return autotune.Confirm(ctx, newCudaE2E(m, 0, logf), base, groups)
+}
+
 // cudaE2E is autotune.E2ERunner on the CUDA backend: each Step builds the
 // model with the picker (NVRTC's disk cache makes the kernels it compiled
 // before cheap), prefills batch sequences with the same random prompt and
