@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|xq3]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|xq3|profile]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -18,7 +18,7 @@
 # against the CPU (9 combinations) and against transformers. `quantout` checks the quantising
 # epilogues (MEMRA_QUANT_OUT) against the CPU: none, each alone, all, all without PDL. `tune`
 # autotunes the int8 decode products of llama2-7b q4_k_m with the end-to-end confirmation; `xq3`
-# checks and times the int8 tensor-core batch arms.
+# checks and times the int8 tensor-core batch arms; `profile` times each kernel of a decode step.
 # Through the lent-GPU tool only 8 files come back: point OUT at a scratch folder and tar it.
 set -u
 cd "$(dirname "$0")/.."
@@ -146,6 +146,17 @@ if [ "$MODE" = xq3 ]; then
 		MEMRA_GEMV_BATCH=$1 "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda -p 512 -n 128 -r 3 -b 16 --no-progress --perf-rows
 	}
 	for a in $arms; do step "xq3-b16-$a" xq3_bench "$a"; done
+fi
+
+# Where a decode step's time goes with the defaults: llama2-7b q4_k_m at batch 1 and 16, with the
+# roofline, then each kernel of one step timed (bench --profile: plain launches, no PDL).
+if [ "$MODE" = profile ]; then
+	profile() {
+		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
+		"$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline -p 512 -n 128 -r 5 -b "$1" --no-progress --perf-rows --profile
+	}
+	step profile-b1 profile 1
+	step profile-b16 profile 16
 fi
 
 # Speed: scripts/gpu-bench.sh (bench with --roofline, batch sweep, tuned vs untuned).
