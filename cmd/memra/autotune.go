@@ -37,8 +37,8 @@ func init() {
 			"the median of --reps CUDA-event samples over rotating inputs larger than L2. Small spaces are swept\n" +
 			"exhaustively, large ones by successive halving, all within --budget. Results go to the user tunedb\n" +
 			"(--write-user, the default), a shipped-defaults folder (--write-shipped DIR), and --report DIR.\n" +
-			"The decode products of repacked weights are tuned only with --families gemv; with a MODEL their winners\n" +
-			"are then kept only if whole decode steps run faster with them (--confirm, docs/AUTOTUNE.md).",
+			"The decode products of repacked weights are tuned only with --families gemv. With a MODEL the winners of\n" +
+			"the decode products are kept only if whole decode steps run faster with them (--confirm, docs/AUTOTUNE.md).",
 		Args: cobra.MaximumNArgs(1),
 		RunE: runAutotune,
 	}
@@ -58,7 +58,7 @@ func init() {
 	f.Bool("write-user", true, "merge the results into the user tunedb (os.UserConfigDir()/memra/tunedb)")
 	f.String("write-shipped", "", "also write the results into this shipped-defaults folder (tunedb/defaults)")
 	f.Bool("list", false, "list the tasks and their space sizes, then exit (no GPU needed)")
-	f.Bool("confirm", true, "with a MODEL: keep the tuned arms of the decode products of repacked weights only if whole decode steps "+
+	f.Bool("confirm", true, "with a MODEL: keep the tuned arms of the decode products (gemv) only if whole decode steps "+
 		"(batch 1 for one-row arms, 16 for batch arms) are at least 1 % faster with them than with the arms before, logits within 0.1")
 	rootCmd.AddCommand(cmd)
 }
@@ -272,7 +272,7 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 		}
 		entries = append(entries, e)
 	}
-	if groups := confirmGroups(cases, entries); confirm && len(groups) > 0 {
+	if groups := confirmGroups(entries); confirm && len(groups) > 0 {
 		// the backend takes the card: the sweep's device is done with
 		_ = dev.Close()
 		logf := func(format string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", a...) }

@@ -82,9 +82,9 @@ func resetFlags(fs *pflag.FlagSet) {
 	})
 }
 
-// TestConfirmGroups: the tuned entries of the int8 decode products go to
-// the one-row (batch 1) and batch (batch 16) groups, every other entry is
-// kept without confirmation, and a dropped group's entries are removed.
+// TestConfirmGroups: the tuned entries of the decode products go to the
+// one-row (batch 1) and batch (batch 16) groups, every other family's entry
+// is kept without confirmation, and a dropped group's entries are removed.
 func TestConfirmGroups(t *testing.T) {
 	tiny, err := codegen.ShapeByName("tiny")
 	require.NoError(t, err)
@@ -98,7 +98,7 @@ func TestConfirmGroups(t *testing.T) {
 			entries = append(entries, tunedb.Entry{Family: c.Family, Class: c.Class})
 		}
 	}
-	groups := confirmGroups(cases, entries)
+	groups := confirmGroups(entries)
 	require.Len(t, groups, 2)
 	require.Equal(t, 1, groups[0].Batch)
 	require.Equal(t, check.BatchTuneTokens, groups[1].Batch)
@@ -107,22 +107,23 @@ func TestConfirmGroups(t *testing.T) {
 		require.NotEmpty(t, g.Entries)
 		for _, e := range g.Entries {
 			require.Equal(t, "gemv", e.Family)
-			require.True(t, strings.HasPrefix(e.Class, "q4_k_"), e.Class)
 			require.Equal(t, g.Batch > 1, strings.HasSuffix(e.Class, "_batch"), e.Class)
-			inGroup[e.Class] = true
+			inGroup[e.Family+"/"+e.Class] = true
 		}
 	}
+	var f16, q4k bool
 	for _, e := range entries {
-		if e.Family == "gemv" && strings.HasPrefix(e.Class, "q4_k_") {
-			require.True(t, inGroup[e.Class], "%s is confirmed", e.Class)
-		}
+		require.Equal(t, e.Family == "gemv", inGroup[e.Family+"/"+e.Class], "%s/%s", e.Family, e.Class)
+		f16 = f16 || (e.Family == "gemv" && strings.HasPrefix(e.Class, "f16_"))
+		q4k = q4k || (e.Family == "gemv" && strings.HasPrefix(e.Class, "q4_k_"))
 	}
-	require.Empty(t, confirmGroups(cases, nil))
+	require.True(t, f16 && q4k, "both kinds of product are confirmed")
+	require.Empty(t, confirmGroups(nil))
 
 	kept := confirmed(entries, []autotune.Confirmed{{Group: groups[0], Keep: true}, {Group: groups[1]}})
 	require.Len(t, kept, len(entries)-len(groups[1].Entries))
 	for _, e := range kept {
-		require.False(t, strings.HasSuffix(e.Class, "_batch") && strings.HasPrefix(e.Class, "q4_k_"), e.Class)
+		require.False(t, e.Family == "gemv" && strings.HasSuffix(e.Class, "_batch"), e.Class)
 	}
 	// a confirmation that stopped after the first group keeps nothing of the second
 	rest := unjudged(groups, []autotune.Confirmed{{Group: groups[0], Keep: true}})

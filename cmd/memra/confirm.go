@@ -33,22 +33,17 @@ const (
 	confirmTol = 0.1
 )
 
-// confirmGroups sorts the entries of the decode products of repacked
-// weights (int8Product's cases) into the groups an end-to-end step judges:
-// their one-row arms at batch 1, their batch arms at the batch they were
-// tuned at. Other entries are not confirmed.
-func confirmGroups(cases []*check.Case, entries []tunedb.Entry) []autotune.ConfirmGroup {
-	int8 := map[string]bool{}
-	for _, c := range cases {
-		if int8Product(c) {
-			int8[c.Family+"/"+c.Class] = true
-		}
-	}
-	one := autotune.ConfirmGroup{Name: "one-row arms of the int8 decode products", Batch: 1}
-	batch := autotune.ConfirmGroup{Name: "batch arms of the int8 decode products", Batch: check.BatchTuneTokens}
+// confirmGroups sorts the tuned entries of the decode products (family
+// gemv: the int8 products of repacked weights and the float ones) into the
+// groups an end-to-end step judges: their one-row arms at batch 1, the
+// batch arms of repacked products at the batch they were tuned at. Entries
+// of other families are not confirmed.
+func confirmGroups(entries []tunedb.Entry) []autotune.ConfirmGroup {
+	one := autotune.ConfirmGroup{Name: "one-row arms of the decode products", Batch: 1}
+	batch := autotune.ConfirmGroup{Name: "batch arms of the decode products", Batch: check.BatchTuneTokens}
 	for _, e := range entries {
 		switch {
-		case !int8[e.Family+"/"+e.Class]:
+		case e.Family != "gemv":
 		case strings.HasSuffix(e.Class, codegen.GEMVBatchClass("")):
 			batch.Entries = append(batch.Entries, e)
 		default:
