@@ -23,45 +23,59 @@ func hashRequest(i int) Request {
 }
 
 func TestEngineBatchesAndMatchesSolo(t *testing.T) {
-	const vocab = 32
-	b := newFakeBackend(vocab, 256, hashLogits(vocab))
-	b.delay = time.Millisecond
-	e := newTestEngine(b, hashVocab(vocab), EngineConfig{MaxRunning: 8})
-	defer e.Close()
+	reqs := make([]Request, 8)
+	for i := range reqs {
+		reqs[i] = hashRequest(i)
+	}
+	together, lasts, st := requireBatchedMatchesSolo(t, 32, time.Millisecond, reqs, 4)
+	for i, toks := range together {
+		require.Equal(t, FinishLength, lasts[i].Finish)
+		require.Len(t, toks, 12+i)
+	}
+	require.Equal(t, 0, st.Running)
+	require.EqualValues(t, 8*12+28, st.TokensGenerated)
+}
 
-	chans := make([]<-chan Event, 8)
+// requireBatchedMatchesSolo runs reqs together on one engine over a fake
+// backend of vocab tokens (each step delayed by delay), requires that some
+// step batched at least minWidth of them and that each request generates
+// alone what it generated in the batch. It returns the batched tokens, the
+// last event of each request and the batched engine's stats.
+func requireBatchedMatchesSolo(t *testing.T, vocab int, delay time.Duration, reqs []Request, minWidth int) ([][]int32, []Event, Stats) {
+	t.Helper()
+	b := newFakeBackend(vocab, 256, hashLogits(vocab))
+	b.delay = delay
+	e := newTestEngine(b, hashVocab(vocab), EngineConfig{MaxRunning: len(reqs)})
+	defer e.Close()
+	chans := make([]<-chan Event, len(reqs))
 	for i := range chans {
-		ch, err := e.Submit(context.Background(), hashRequest(i))
+		ch, err := e.Submit(context.Background(), reqs[i])
 		require.NoError(t, err)
 		chans[i] = ch
 	}
-	together := make([][]int32, 8)
+	together := make([][]int32, len(reqs))
+	lasts := make([]Event, len(reqs))
 	for i, ch := range chans {
 		_, toks, last := collect(ch)
 		require.NoError(t, last.Err)
-		require.Equal(t, FinishLength, last.Finish)
-		require.Len(t, toks, 12+i)
-		together[i] = toks
+		together[i], lasts[i] = toks, last
 	}
 	steps, _ := b.record()
 	widest := 0
 	for _, s := range steps {
 		widest = max(widest, len(s))
 	}
-	require.GreaterOrEqual(t, widest, 4, "requests were not batched together")
-
-	for i := range 8 {
+	require.GreaterOrEqual(t, widest, minWidth, "requests were not batched together")
+	for i := range reqs {
 		solo := newFakeBackend(vocab, 256, hashLogits(vocab))
 		es := newTestEngine(solo, hashVocab(vocab), EngineConfig{MaxRunning: 1})
-		ch, err := es.Submit(context.Background(), hashRequest(i))
+		ch, err := es.Submit(context.Background(), reqs[i])
 		require.NoError(t, err)
 		_, toks, _ := collect(ch)
 		require.Equal(t, together[i], toks, "request %d differs alone", i)
 		require.NoError(t, es.Close())
 	}
-	st := e.Stats()
-	require.Equal(t, 0, st.Running)
-	require.EqualValues(t, 8*12+28, st.TokensGenerated)
+	return together, lasts, e.Stats()
 }
 
 func TestEngineChunkedPrefillInterleaves(t *testing.T) {

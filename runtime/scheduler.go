@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	goruntime "runtime"
+	"sync"
+	"sync/atomic"
 )
 
 // sequence is one request inside the scheduler. Only the loop goroutine
@@ -170,6 +173,10 @@ func (e *Engine) step(running []*sequence) []*sequence {
 		}
 		return remaining(running, members)
 	}
+	var pre []sampled
+	if greedy == nil {
+		pre = sampleParallel(batch, members, logits)
+	}
 	var finished []*sequence
 	for i, s := range members {
 		s.cached += len(batch[i].Tokens)
@@ -193,11 +200,70 @@ func (e *Engine) step(running []*sequence) []*sequence {
 			finished = append(finished, s)
 			continue
 		}
-		if e.sample(s, logits[i]) {
+		var done bool
+		if pre != nil && pre[i].ok {
+			done = e.sampled(s, pre[i].tok, pre[i].err, logits[i])
+		} else {
+			done = e.sample(s, logits[i])
+		}
+		if done {
 			finished = append(finished, s)
 		}
 	}
 	return remaining(running, finished)
+}
+
+// sampled is a token sampleParallel drew (ok), or the error it met.
+type sampled struct {
+	tok int32
+	err error
+	ok  bool
+}
+
+// parallelSampleMin is the vocabulary from which sampleParallel draws the
+// tokens of a step's sequences on several cores: at 32k tokens a sample
+// at temperature 1 (a softmax over the whole vocabulary) takes hundreds of
+// µs, and a step of 64 sequences pays that 64 times on the loop goroutine.
+const parallelSampleMin = 1024
+
+// sampleParallel draws, on up to GOMAXPROCS goroutines, the next token of
+// each entry of batch that wants one and whose sampler reads nothing but
+// its own state and logits (no Mask: masks may share caches or run
+// plugins, so they are sampled in the loop's order afterwards). Each
+// Sampler owns its random stream, so the tokens are those a serial pass
+// draws. It returns nil when fewer than two entries qualify or the
+// vocabulary is small; out[i].ok marks the entries it sampled.
+func sampleParallel(batch []SeqStep, members []*sequence, logits [][]float32) []sampled {
+	var idx []int
+	for i, s := range members {
+		if batch[i].Logits && len(logits[i]) >= parallelSampleMin && s.req.Mask == nil {
+			idx = append(idx, i)
+		}
+	}
+	workers := min(len(idx), goruntime.GOMAXPROCS(0))
+	if workers < 2 {
+		return nil
+	}
+	out := make([]sampled, len(members))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				k := int(next.Add(1)) - 1
+				if k >= len(idx) {
+					return
+				}
+				i := idx[k]
+				tok, err := members[i].sampler.Sample(logits[i])
+				out[i] = sampled{tok: tok, err: err, ok: true}
+			}
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // remaining returns running without the sequences in drop.
@@ -251,6 +317,11 @@ func (s *sequence) plainGreedy() bool {
 // reports whether s finished (and was retired).
 func (e *Engine) sample(s *sequence, logits []float32) bool {
 	tok, err := s.sampler.Sample(logits)
+	return e.sampled(s, tok, err, logits)
+}
+
+// sampled is sample after s's sampler returned tok or err for logits.
+func (e *Engine) sampled(s *sequence, tok int32, err error, logits []float32) bool {
 	if err != nil {
 		if errors.Is(err, ErrNoCandidates) && s.req.Mask == nil && !anyFinite(logits) {
 			// Nothing constrained the choice, yet no logit is a number: the
