@@ -337,9 +337,13 @@ func (s *Sampler) penalize(v float32, n int) float32 {
 
 // softmax fills p of cands with their softmax over cands.
 func softmax(cands []candidate) {
+	// a plain comparison: the candidates hold no NaN (candidates drops
+	// them), and math.Max's care for them cost a tenth of a sample
 	max := math.Inf(-1)
 	for _, c := range cands {
-		max = math.Max(max, float64(c.logit))
+		if v := float64(c.logit); v > max {
+			max = v
+		}
 	}
 	sum := 0.0
 	for i := range cands {
