@@ -138,6 +138,23 @@ func (a DecodeArm) Splits(kvLen int) int { return max(1, ceilDiv(kvLen, a.Chunk)
 // sum and rescaled output slice) over their keys; the groups of a warp are
 // merged with shuffles, the warps through shared memory.
 func DecodeAttention(s AttnShape, arm DecodeArm) (partial, combine *Kernel, err error) {
+	return decodeAttention(s, arm, false)
+}
+
+// DecodeAttentionXQ is DecodeAttention whose combine writes its rows
+// quantised for the XQ 2 product that reads them (the attention output
+// projection), so that product needs no XQuant launch:
+//
+//	attn_combine_…_xq(const float* part_o, const float* part_ml, const int* kv_len, u8* xo, int splits)
+func DecodeAttentionXQ(s AttnShape, arm DecodeArm) (partial, combine *Kernel, err error) {
+	if s.HeadDim%32 != 0 {
+		return nil, nil, fmt.Errorf("%w: quantised decode attention output with head dim %d", ErrUnsupported, s.HeadDim)
+	}
+	return decodeAttention(s, arm, true)
+}
+
+// decodeAttention is DecodeAttention, with the combine of decodeCombine(xq).
+func decodeAttention(s AttnShape, arm DecodeArm, xq bool) (partial, combine *Kernel, err error) {
 	if err := s.validate(); err != nil {
 		return nil, nil, err
 	}
@@ -322,14 +339,13 @@ func DecodeAttention(s AttnShape, arm DecodeArm) (partial, combine *Kernel, err 
 		return Geometry{Grid: dim3(s.HeadsKV, arm.Splits(d.KVLen), d.Seqs), Block: dim3(arm.Threads, 1, 1)}
 	}}
 
-	combine = decodeCombine(s, arm, false)
-	return partial, combine, nil
+	return partial, decodeCombine(s, arm, xq), nil
 }
 
 // decodeCombine is DecodeAttention's combine kernel; with xq it writes
 // the output rows quantised for an XQ 2 product (XQRowBytes(HQ·HD) bytes
 // each, XQuant's layout: each warp quantises the group of 32 it holds)
-// into xo instead of float rows into out (DecodeCombineXQ).
+// into xo instead of float rows into out (DecodeAttentionXQ).
 func decodeCombine(s AttnShape, arm DecodeArm, xq bool) *Kernel {
 	cname := fmt.Sprintf("attn_combine_%s_%s", s.tag(), arm)
 	outp := Param{"float* __restrict__", "out"}
@@ -394,21 +410,6 @@ func decodeCombine(s AttnShape, arm DecodeArm, xq bool) *Kernel {
 	return &Kernel{Family: "attn_decode", Name: cname, Source: csrc, Params: cparams, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(s.Heads, d.Seqs, 1), Block: dim3(s.HeadDim, 1, 1)}
 	}}
-}
-
-// DecodeCombineXQ is the combine kernel of DecodeAttention(s, arm) writing
-// its rows quantised for the XQ 2 product that reads them (the attention
-// output projection), so that product needs no XQuant launch:
-//
-//	attn_combine_…_xq(const float* part_o, const float* part_ml, const int* kv_len, u8* xo, int splits)
-func DecodeCombineXQ(s AttnShape, arm DecodeArm) (*Kernel, error) {
-	if s.HeadDim%32 != 0 {
-		return nil, fmt.Errorf("%w: quantised decode attention output with head dim %d", ErrUnsupported, s.HeadDim)
-	}
-	if _, _, err := DecodeAttention(s, arm); err != nil {
-		return nil, err
-	}
-	return decodeCombine(s, arm, true), nil
 }
 
 // emitVecLoad writes ld_vec(r, v): the vec cache elements of one raw vector

@@ -103,7 +103,7 @@ type LowerOptions struct {
 	// next norm's rows in its epilogue (QuantOutNorm, XQEnds.QuantOut), a
 	// gate/up product the SwiGLU's (QuantOutSwiGLU, XQEnds.SwiGLUOut; one
 	// sequence only) and the decode attention's combine the output
-	// projection's (QuantOutAttn, DecodeCombineXQ), where their arms allow;
+	// projection's (QuantOutAttn, DecodeAttentionXQ), where their arms allow;
 	// QuantOutBatch in it turns them all off in programs of two or more
 	// sequences (the runtime's default: measured slower at batch 16 on the
 	// H200, docs/PERFORMANCE.md).

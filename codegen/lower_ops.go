@@ -793,7 +793,7 @@ func (l *lowerer) matmul(n *ir.Node) error {
 // outputXQ reports whether the only reader of attention node att's output
 // (rows of width, through reshapes) is a product whose arm reads XQ 2 rows
 // (the attention output projection), so the decode attention's combine can
-// quantise for it (DecodeCombineXQ).
+// quantise for it (DecodeAttentionXQ).
 func (l *lowerer) outputXQ(att *ir.Node, width int) bool {
 	if !l.fusing() || !l.quantOutOn(QuantOutAttn) {
 		return false
@@ -913,7 +913,13 @@ func (l *lowerer) attention(att *ir.Node) error {
 		l.launch(k, rows, []int{att.ID}, qa, kc, vc, inArg(InTokBase), inArg(InPositions), bufArg(out), rowsArg())
 	case l.o.Class == Decode:
 		arm := l.decodeArm(AttnClass(s))
-		p, c, err := DecodeAttention(s, arm)
+		// the output projection reads XQ 2 rows: the combine writes them
+		xq := l.outputXQ(att, H*D)
+		attn := DecodeAttention
+		if xq {
+			attn = DecodeAttentionXQ
+		}
+		p, c, err := attn(s, arm)
 		if err != nil {
 			return err
 		}
@@ -923,17 +929,14 @@ func (l *lowerer) attention(att *ir.Node) error {
 		pml := l.buffer("attn_part_ml", ir.S, H*splits*2)
 		pov, pmlv := view{buf: po, width: H * splits * D, stride: H * splits * D}, view{buf: pml, width: H * splits * 2, stride: H * splits * 2}
 		l.launch(kp, ir.S, []int{att.ID}, qa, kc, vc, inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), constArg(splits))
-		if l.outputXQ(att, H*D) {
-			// the output projection reads XQ 2 rows: the combine writes them
-			cx, _ := l.kernel(decodeCombine(s, arm, true), nil) // DecodeAttention checked s and arm
-			width := XQRowBytes(H*D) / 4
-			xo := view{buf: l.buffer("xq", rows, width), width: width, stride: width}
-			l.preQuant[xqKey{x: out}] = preQuant{xq: xo, launch: len(l.p.Launches)}
-			l.launch(cx, ir.S, []int{att.ID}, bufArg(pov), bufArg(pmlv), inArg(InKVLen), bufArg(xo), constArg(splits))
-			break
-		}
 		kc2, _ := l.kernel(c, nil)
-		l.launch(kc2, ir.S, []int{att.ID}, bufArg(pov), bufArg(pmlv), inArg(InKVLen), bufArg(out), constArg(splits))
+		dst := out
+		if xq {
+			width := XQRowBytes(H*D) / 4
+			dst = view{buf: l.buffer("xq", rows, width), width: width, stride: width}
+			l.preQuant[xqKey{x: out}] = preQuant{xq: dst, launch: len(l.p.Launches)}
+		}
+		l.launch(kc2, ir.S, []int{att.ID}, bufArg(pov), bufArg(pmlv), inArg(InKVLen), bufArg(dst), constArg(splits))
 	default:
 		k, err := l.kernel(PrefillAttention(s, l.prefillArm(AttnClass(s))))
 		if err != nil {

@@ -490,8 +490,6 @@ func emitXQQuantOut(w *Writer, e XQEnds, rn string) {
 				w.Line("const float xv = yr[col] + ev[32 * g + lane][j];")
 				w.Line("yr[col] = xv;")
 				w.Line("const float z = xv * nw[col];")
-			}
-			if !e.SwiGLUOut {
 				w.Line("const float x2 = warp_sum(xv * xv);")
 			}
 			w.Line("u8* xr = xo + (size_t)(m0 + j) * XRO;")
@@ -502,9 +500,8 @@ func emitXQQuantOut(w *Writer, e XQEnds, rn string) {
 		})
 	})
 	w.Comment("one warp wrote this block's outputs while the others were done: the block's writes all")
-	w.Comment("come before its launch trigger (measured on the H200: with the trigger first, products")
-	w.Comment("after it read stale rows under programmatic dependent launch; not yet re-measured with")
-	w.Comment("the barrier)")
+	w.Comment("come before its launch trigger (on the H200, with the trigger first, products after it")
+	w.Comment("read stale rows under programmatic dependent launch; with the barrier they pass parity)")
 	w.Line("__syncthreads();")
 	w.Line("pdl_launch();")
 }

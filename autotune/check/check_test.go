@@ -35,21 +35,10 @@ func TestKernelCheckCases(t *testing.T) {
 			want := 0
 			switch {
 			case strings.HasPrefix(c.Label, "gemv+swiglu-out"):
-				l, err := c.Launch(c.Space().Default)
-				require.NoError(t, err, c.Label)
-				require.Len(t, l.Kernels, 3, c.Label)
-				require.Same(t, l.Args[1][2].Buf, l.Args[2][1].Buf, c.Label)
-				require.Len(t, l.Args[1][2].Buf.Data, l.Dims.Tokens*codegen.XQRowBytes(tiny(t).FFN), c.Label)
-				require.Contains(t, l.Kernels[1].Name, "_rn_so_", c.Label)
+				requireChain(t, c, 2, tiny(t).FFN, "_rn_so_")
 			case strings.HasPrefix(c.Label, "gemv+quant-out"):
 				// the residual product's default arm; its epilogue writes the rows the next product reads
-				l, err := c.Launch(c.Space().Default)
-				require.NoError(t, err, c.Label)
-				require.Len(t, l.Kernels, 3, c.Label)
-				require.Same(t, l.Args[1][5].Buf, l.Args[2][1].Buf, c.Label)
-				require.Len(t, l.Args[1][5].Buf.Data, l.Dims.Tokens*codegen.XQRowBytes(tiny(t).Hidden), c.Label)
-				require.Contains(t, l.Kernels[1].Name, "_res_qo_", c.Label)
-				require.Contains(t, l.Kernels[2].Name, "_rn_", c.Label)
+				requireChain(t, c, 5, tiny(t).Hidden, "_res_qo_", "_rn_")
 			case strings.HasPrefix(c.Label, "gemv+") && c.DType == "q4_k":
 				want = 4 // the batch default besides the one-row default, the XQ 1 one-row and batch arms, the tensor-core batch arm
 			case c.DType == "q4_k":
@@ -163,5 +152,20 @@ func TestTuneCasesMixedTypes(t *testing.T) {
 	for _, id := range []string{"gemv/q4_k_n6144_k4096", "gemv/q4_k_n4096_k4096", "gemv/q4_k_n1024_k4096", "gemv/q6_k_n1024_k4096",
 		"gemv/q6_k_n4096_k14336_res", "gemv/q4_k_n4096_k14336_res", "mma/q6_k_n1024_k4096"} {
 		require.True(t, seen[id], id)
+	}
+}
+
+// requireChain checks the default launch of a case chaining XQuant and two
+// products: argument out of the first product is the quantised rows (of
+// width elements) the second reads, and kernel i+1's name contains names[i].
+func requireChain(t *testing.T, c *Case, out, width int, names ...string) {
+	t.Helper()
+	l, err := c.Launch(c.Space().Default)
+	require.NoError(t, err, c.Label)
+	require.Len(t, l.Kernels, 3, c.Label)
+	require.Same(t, l.Args[1][out].Buf, l.Args[2][1].Buf, c.Label)
+	require.Len(t, l.Args[1][out].Buf.Data, l.Dims.Tokens*codegen.XQRowBytes(width), c.Label)
+	for i, n := range names {
+		require.Contains(t, l.Kernels[i+1].Name, n, c.Label)
 	}
 }

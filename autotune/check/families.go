@@ -191,7 +191,7 @@ func Decode(shape string, as codegen.AttnShape, lens []int32, seed uint64) *Case
 }
 
 // DecodeXQ is Decode with the combine that writes its rows quantised for
-// the output projection (codegen.DecodeCombineXQ), checked by
+// the output projection (codegen.DecodeAttentionXQ), checked by
 // dequantising them (within codegen.XQTol; each group's int8 sums exact).
 func DecodeXQ(shape string, as codegen.AttnShape, lens []int32, seed uint64) *Case {
 	return decodeCase(shape, as, lens, true, seed)
@@ -204,14 +204,13 @@ func decodeCase(shape string, as codegen.AttnShape, lens []int32, xq bool, seed 
 		c.Label, c.Class, c.Tol = "attn_decode+xq", c.Class+"_xq", codegen.XQTol
 	}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
-		p, cb, err := codegen.DecodeAttention(as, codegen.DecodeArmOf(arm))
+		attn := codegen.DecodeAttention
+		if xq {
+			attn = codegen.DecodeAttentionXQ
+		}
+		p, cb, err := attn(as, codegen.DecodeArmOf(arm))
 		if err != nil {
 			return nil, err
-		}
-		if xq {
-			if cb, err = codegen.DecodeCombineXQ(as, codegen.DecodeArmOf(arm)); err != nil {
-				return nil, err
-			}
 		}
 		return []*codegen.Kernel{p, cb}, nil
 	}
@@ -573,15 +572,35 @@ func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool
 // xqKernels are the launches of an XQ 2 product: XQuant (computing pro),
 // then the product over its rows.
 func xqKernels(t dtype.Type, n, k int, residual bool, arm codegen.GEMVArm, pro codegen.Prologue, ystride int) ([]*codegen.Kernel, error) {
+	return xqChain(k, pro, xqProduct{t, n, k, residual, arm, codegen.XQEnds{NormIn: pro.Kind == codegen.ProNorm, NormEps: pro.Eps}, ystride})
+}
+
+// xqProduct is the arguments of one codegen.GEMVXQ.
+type xqProduct struct {
+	t        dtype.Type
+	n, k     int
+	residual bool
+	arm      codegen.GEMVArm
+	e        codegen.XQEnds
+	ystride  int
+}
+
+// xqChain is XQuant of rows of k (computing pro), then products in order,
+// each reading the rows the launch before it wrote.
+func xqChain(k int, pro codegen.Prologue, products ...xqProduct) ([]*codegen.Kernel, error) {
 	q, err := codegen.XQuant(k, pro)
 	if err != nil {
 		return nil, err
 	}
-	g, err := codegen.GEMVXQ(t, n, k, residual, arm, codegen.XQEnds{NormIn: pro.Kind == codegen.ProNorm, NormEps: pro.Eps}, ystride)
-	if err != nil {
-		return nil, err
+	ks := []*codegen.Kernel{q}
+	for _, p := range products {
+		g, err := codegen.GEMVXQ(p.t, p.n, p.k, p.residual, p.arm, p.e, p.ystride)
+		if err != nil {
+			return nil, err
+		}
+		ks = append(ks, g)
 	}
-	return []*codegen.Kernel{q, g}, nil
+	return ks, nil
 }
 
 // ProductNormAfter is a residual product of m rows whose epilogue also
@@ -606,20 +625,9 @@ func ProductNormAfter(shape, use string, t1 dtype.Type, n1, k1 int, t2 dtype.Typ
 	sp.Default = def.Point()
 	c.space = &sp
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
-		a := codegen.GEMVArmOf(arm)
-		q, err := codegen.XQuant(k1, codegen.Prologue{})
-		if err != nil {
-			return nil, err
-		}
-		g1, err := codegen.GEMVXQ(t1, n1, k1, true, a, codegen.XQEnds{QuantOut: true}, 0)
-		if err != nil {
-			return nil, err
-		}
-		g2, err := codegen.GEMVXQ(t2, n2, n1, false, next, codegen.XQEnds{NormIn: true, NormEps: eps}, 0)
-		if err != nil {
-			return nil, err
-		}
-		return []*codegen.Kernel{q, g1, g2}, nil
+		return xqChain(k1, codegen.Prologue{},
+			xqProduct{t: t1, n: n1, k: k1, residual: true, arm: codegen.GEMVArmOf(arm), e: codegen.XQEnds{QuantOut: true}},
+			xqProduct{t: t2, n: n2, k: n1, arm: next, e: codegen.XQEnds{NormIn: true, NormEps: eps}})
 	}
 	c.setup = func(r *rand.Rand) (*inputs, error) {
 		W1, err := randWeights(t1, n1, k1, r.Uint64())
@@ -714,19 +722,9 @@ func ProductSwiGLUOut(shape string, t dtype.Type, ffn, k int, td dtype.Type, m i
 	sp.Default = def.Point()
 	c.space = &sp
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
-		q, err := codegen.XQuant(k, codegen.Prologue{Kind: codegen.ProNorm, Eps: eps})
-		if err != nil {
-			return nil, err
-		}
-		g1, err := codegen.GEMVXQ(t, n, k, false, codegen.GEMVArmOf(arm), e, 0)
-		if err != nil {
-			return nil, err
-		}
-		g2, err := codegen.GEMVXQ(td, k, ffn, true, next, codegen.XQEnds{}, 0)
-		if err != nil {
-			return nil, err
-		}
-		return []*codegen.Kernel{q, g1, g2}, nil
+		return xqChain(k, codegen.Prologue{Kind: codegen.ProNorm, Eps: eps},
+			xqProduct{t: t, n: n, k: k, arm: codegen.GEMVArmOf(arm), e: e},
+			xqProduct{t: td, n: k, k: ffn, residual: true, arm: next})
 	}
 	c.setup = func(r *rand.Rand) (*inputs, error) {
 		W, err := randWeights(t, n, k, r.Uint64())
