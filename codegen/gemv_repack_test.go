@@ -279,8 +279,9 @@ func TestLowerFusedNorm(t *testing.T) {
 }
 
 // TestLowerFusedNormMixedTypes: when the products after a norm have
-// different weight types (Q4_K_M's Q6_K attn_v), each runs its own product
-// and (XQ 1) normalises x itself; no norm launch remains.
+// different weight types (Q4_K_M's Q6_K attn_v), each run of one type (Q
+// and K) is one product and (XQ 1) each normalises x itself; no norm
+// launch remains.
 func TestLowerFusedNormMixedTypes(t *testing.T) {
 	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
 	p, err := Lower(g, LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16,
@@ -300,34 +301,37 @@ func TestLowerFusedNormMixedTypes(t *testing.T) {
 	}
 	require.Zero(t, norms)
 	require.Zero(t, swiglus)
-	// per layer: q, k and v apart, gate/up together; then the output head
-	require.Equal(t, 4*smallQwen3.Layers+1, fused)
-	// q, k and v write their columns of one fused row: three launches, one
-	// buffer, offsets 0, q and q + k, rows of q + k + v
+	// per layer: q and k together, v, gate/up together; then the output head
+	require.Equal(t, 3*smallQwen3.Layers+1, fused)
+	// q+k and v write their columns of one fused row: two launches, one
+	// buffer, offsets 0 and q + k, rows of q + k + v
 	hd := smallQwen3.HeadDim
-	widths := []int{smallQwen3.Heads * hd, smallQwen3.HeadsKV * hd, smallQwen3.HeadsKV * hd}
+	q, kv := smallQwen3.Heads*hd, smallQwen3.HeadsKV*hd
 	found := false
 	for i, ln := range p.Launches {
 		k := p.Kernels[ln.Kernel]
-		if !strings.Contains(k.Name, "_norm") || i+2 >= len(p.Launches) {
+		if !strings.Contains(k.Name, "_norm") || i+1 >= len(p.Launches) {
 			continue
 		}
-		if !strings.Contains(p.Kernels[p.Launches[i+2].Kernel].Name, "_norm") {
+		if !strings.Contains(p.Kernels[p.Launches[i+1].Kernel].Name, "_norm") {
 			continue
 		}
 		off := 0
-		for j, wd := range widths {
+		for j, wd := range []int{q + kv, kv} {
 			l := p.Launches[i+j]
 			y := l.Args[3]
+			name := p.Kernels[l.Kernel].Name
 			require.Equal(t, p.Launches[i].Args[3].Index, y.Index, "one fused buffer")
 			require.Equal(t, 4*off, y.Offset)
-			require.Contains(t, p.Kernels[l.Kernel].Name, fmt.Sprintf("_ys%d", widths[0]+widths[1]+widths[2]))
+			require.Contains(t, name, fmt.Sprintf("_n%d_", wd))
+			require.Contains(t, name, []string{"q4_k", "q6_k"}[j])
+			require.Contains(t, name, fmt.Sprintf("_ys%d", q+2*kv))
 			off += wd
 		}
 		found = true
 		break
 	}
-	require.True(t, found, "three norm-fused products in a row")
+	require.True(t, found, "two norm-fused products in a row")
 }
 
 // TestLowerXQGlobal: with XQ 2 arms (the defaults) every repacked decode product reads
@@ -410,21 +414,22 @@ func TestLowerXQGlobal(t *testing.T) {
 	}
 	// batches: XQuant launches for the first layer's QKV input (shared by the three products)
 	// and per layer the SwiGLU; every later norm's rows come from the residual product before
-	// it, the attention output's from the attention's combine
+	// it, the attention output's from the attention's combine. Products per layer: Q and K
+	// (Q4_K, one product), V (Q6_K), the attention output, gate/up and down
 	L := smallQwen3.Layers
 	quants, products, quantOuts, swigluOuts, combines := count(4)
-	require.Equal(t, []int{L + 1, 6*L + 1, 2 * L, 0, L}, []int{quants, products, quantOuts, swigluOuts, combines})
+	require.Equal(t, []int{L + 1, 5*L + 1, 2 * L, 0, L}, []int{quants, products, quantOuts, swigluOuts, combines})
 	// one sequence: the gate/up product also quantises the SwiGLU for the down product
 	quants, products, quantOuts, swigluOuts, combines = count(1)
-	require.Equal(t, []int{1, 6*L + 1, 2 * L, L, L}, []int{quants, products, quantOuts, swigluOuts, combines})
+	require.Equal(t, []int{1, 5*L + 1, 2 * L, L, L}, []int{quants, products, quantOuts, swigluOuts, combines})
 	// QuantOutBatch off (the runtime's default): batches quantise every product input
 	// in an XQuant launch (QKV, attention output, gate/up, down per layer, and the
 	// output head), one sequence still in the epilogues
 	o.NoQuantOut = QuantOutBatch
 	quants, products, quantOuts, swigluOuts, combines = count(4)
-	require.Equal(t, []int{4*L + 1, 6*L + 1, 0, 0, 0}, []int{quants, products, quantOuts, swigluOuts, combines})
+	require.Equal(t, []int{4*L + 1, 5*L + 1, 0, 0, 0}, []int{quants, products, quantOuts, swigluOuts, combines})
 	quants, products, quantOuts, swigluOuts, combines = count(1)
-	require.Equal(t, []int{1, 6*L + 1, 2 * L, L, L}, []int{quants, products, quantOuts, swigluOuts, combines})
+	require.Equal(t, []int{1, 5*L + 1, 2 * L, L, L}, []int{quants, products, quantOuts, swigluOuts, combines})
 	o.NoQuantOut = 0
 
 	kinds := func(o LowerOptions) (xq, batch string) {
@@ -497,5 +502,5 @@ func TestLowerTunedBatchArm(t *testing.T) {
 		require.Regexp(t, `_m16$`, p.Kernels[ln.Kernel].Name)
 		require.Regexp(t, `_g1_w4$`, p.Kernels[ln.One-1].Name)
 	}
-	require.Equal(t, 6*smallQwen3.Layers+1, batches)
+	require.Equal(t, 5*smallQwen3.Layers+1, batches) // per layer q+k, v (Q6_K), o, gate/up, down
 }

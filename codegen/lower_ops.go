@@ -508,6 +508,19 @@ func (l *lowerer) swigluIn(in *ir.Node, x view) (view, *proIn) {
 	return view{buf: x.buf, off: x.off, width: x.width / 2, stride: x.stride}, &proIn{pro: Prologue{Kind: ProSwiGLU}, node: in.ID}
 }
 
+// typeRuns splits parts into runs of adjacent parts of one weight type.
+func typeRuns(parts []matPart) [][]matPart {
+	var runs [][]matPart
+	for i, p := range parts {
+		if i > 0 && p.t == parts[i-1].t {
+			runs[len(runs)-1] = append(runs[len(runs)-1], p)
+			continue
+		}
+		runs = append(runs, []matPart{p})
+	}
+	return runs
+}
+
 // fusedProducts computes the products of parts from x into one fused row
 // [part0 | part1 | …]: one product over concatenated weights when their
 // types agree, else one per part and a concat; then the bias epilogue.
@@ -544,23 +557,30 @@ func (l *lowerer) fusedProducts(parts []matPart, x view, rows ir.Dim, norm *proI
 			return err
 		}
 	} else if norm != nil {
-		// each part's product normalises x and writes its columns of the
-		// fused row (GEMVInto's output stride): no concatenation
+		// each run of adjacent parts of one type (Q and K of Q4_K beside a
+		// Q6_K V) is one product over their concatenated weights; each
+		// normalises x and writes its columns of the fused row (GEMVInto's
+		// output stride): no concatenation
 		off := 0
-		for i, p := range parts {
-			w, err := l.matrix([]matPart{p}, x.width)
+		for i, run := range typeRuns(parts) {
+			w, err := l.matrix(run, x.width)
 			if err != nil {
 				return err
 			}
-			y := view{buf: fb, off: off, width: p.padN, stride: total}
-			pnodes := []int{p.mm.ID}
+			rn := 0
+			var pnodes []int
 			if i == 0 {
-				pnodes = append([]int{norm.node}, pnodes...)
+				pnodes = append(pnodes, norm.node)
 			}
-			if err := l.product(p.t, p.padN, x.width, w, x, y, rows, false, pnodes, norm); err != nil {
+			for _, p := range run {
+				rn += p.padN
+				pnodes = append(pnodes, p.mm.ID)
+			}
+			y := view{buf: fb, off: off, width: rn, stride: total}
+			if err := l.product(run[0].t, rn, x.width, w, x, y, rows, false, pnodes, norm); err != nil {
 				return err
 			}
-			off += p.padN
+			off += rn
 		}
 	} else {
 		var srcs []Arg
