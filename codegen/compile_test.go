@@ -124,8 +124,8 @@ func TestCompileGate(t *testing.T) {
 		require.NoError(t, err, t2)
 		ks = append(ks, g, into)
 		// the int8 tensor-core product (XQ 3) on the same operands: ragged rows, one or two token tiles,
-		// one, two or four tiles of 16 weight rows a warp
-		mma := codegen.GEMVArm{Threads: 32 * (1 + i), RowsPerBlock: 1 + i, Unroll: 1 + i%2, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 8 * (1 + i%2),
+		// one, two or four tiles of 16 weight rows a warp, one to four warps splitting each set's K
+		mma := codegen.GEMVArm{Threads: 32 * (1 + i) * []int{1, 4, 2, 1}[i], RowsPerBlock: 1 + i, Unroll: 1 + i%2, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 8 * (1 + i%2),
 			RowsPerWarp: []int{0, 2, 4, 2}[i]}
 		g3, err := codegen.GEMV(t2, 1000, 512, i%2 == 1, mma)
 		require.NoError(t, err, t2)

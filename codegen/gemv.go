@@ -10,8 +10,12 @@ import (
 
 // GEMVArm is the tuning of the matrix-vector product.
 type GEMVArm struct {
-	Threads      int // threads per block, a multiple of 32
-	RowsPerBlock int // output rows per block; Threads/RowsPerBlock threads (whole warps) per row
+	Threads int // threads per block, a multiple of 32
+	// RowsPerBlock is the output rows per block, Threads/RowsPerBlock
+	// threads (whole warps; one warp with XQ 1 and 2) per row. For XQ 3 it
+	// is the sets of rows a block (RowsPerWarp tiles of 16 each), each
+	// shared by Threads/32/RowsPerBlock warps that split its K.
+	RowsPerBlock int
 	Unroll       int // unroll factor of the loop over a row's 32-element units
 	SharedX      int // 1: stage the activation row in shared memory; 0: read it from global memory
 	// Layout is the weight layout the kernel reads: 0 the file's, 1 the
@@ -109,7 +113,7 @@ func (a GEMVArm) Validate() error {
 	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.RowsPerBlock <= 0 ||
 		a.Threads%a.RowsPerBlock != 0 || (a.Threads/a.RowsPerBlock)%32 != 0 || a.Unroll <= 0 || a.SharedX < 0 || a.SharedX > 1 ||
 		a.Layout < 0 || a.Layout > 1 || (a.Layout == 1 && a.SharedX != 1) ||
-		a.XQ < 0 || a.XQ > 3 || (a.XQ != 0 && (a.Layout != 1 || a.Threads/a.RowsPerBlock != 32)) ||
+		a.XQ < 0 || a.XQ > 3 || (a.XQ != 0 && (a.Layout != 1 || (a.XQ != 3 && a.Threads/a.RowsPerBlock != 32))) ||
 		(a.XQ == 0 && a.BatchRows != 0) || (a.XQ != 0 && (a.BatchRows < 1 || a.BatchRows > 16)) ||
 		(a.RowsPerWarp != 0 && a.RowsPerWarp != 2 && a.RowsPerWarp != 4) || (a.RowsPerWarp != 0 && a.XQ == 0) {
 		return fmt.Errorf("%w: gemv arm %+v", ErrUnsupported, a)

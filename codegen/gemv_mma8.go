@@ -68,7 +68,13 @@ func mma8Groups(k int) int { return k / 32 }
 
 // gemvMMA8 is GEMV for arm.XQ 3: a warp owns RowsPerWarp (at least one)
 // tiles of 16 weight rows, each activation fragment it loads serving all
-// of them. grid (⌈n/(16·RowsPerWarp·RowsPerBlock)⌉, ⌈m/MB⌉).
+// of them. A block holds RowsPerBlock such sets of rows; when it has more
+// warps than that (Threads/32 = KS·RowsPerBlock), KS warps share each set
+// and split its groups of 32 (warp ks takes groups ks, ks+KS, …, so the
+// warps read adjacent bytes of each row), their sums added in shared
+// memory before the first of them stores. Without the split a product of
+// 4096 rows ran 64 blocks of four warps on 132 SMs, each warp a serial
+// chain over all of K. grid (⌈n/(16·RowsPerWarp·RowsPerBlock)⌉, ⌈m/MB⌉).
 func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystride int) (*Kernel, error) {
 	rt, ok := rpTypes[t]
 	fr, ok2 := mma8Frags[t]
@@ -77,6 +83,11 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 	}
 	mb := arm.batchRows()
 	mt := arm.rowsPerWarp() // tiles of 16 weight rows a warp, sharing each activation load
+	ks := arm.Threads / 32 / arm.RowsPerBlock
+	nt := (mb + 7) / 8
+	if red := 4 * (ks - 1) * arm.RowsPerBlock * mt * nt * 4 * 32; red > 48<<10 {
+		return nil, fmt.Errorf("%w: int8 tensor-core gemv %v: %d bytes of shared memory to add the split sums", ErrUnsupported, arm, red)
+	}
 	nb := k / t.BlockElems()
 	epi := ""
 	if residual {
@@ -105,14 +116,16 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 			w.Linef("#define RPB %d // warps per block", arm.RowsPerBlock)
 			w.Linef("#define MT %d // tiles of 16 weight rows a warp", mt)
 			w.Linef("#define MB %d // activation rows per block", mb)
-			w.Linef("#define NT %d // tiles of 8 activation rows", (mb+7)/8)
+			w.Linef("#define NT %d // tiles of 8 activation rows", nt)
+			w.Linef("#define KS %d // warps splitting a set of rows' groups", ks)
 			w.Linef("#define U %d // groups unrolled", arm.Unroll)
 			w.Linef("#define XR %d // bytes of a quantised activation row", XQRowBytes(k))
 			w.Raw(ysDefine(ystride))
 			w.Blank()
 			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: xqGlobalParams, Body: func(w *Writer) {
 				w.Line("const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
-				w.Line("const int r0 = (blockIdx.x * RPB + (threadIdx.x >> 5)) * 16 * MT; // the warp's first row")
+				w.Line("const int wi = threadIdx.x >> 5, tw = wi % RPB, ks = wi / RPB; // set of rows, share of K")
+				w.Line("const int r0 = (blockIdx.x * RPB + tw) * 16 * MT; // the warp's first row")
 				w.Comment("rows past N read row N-1 and store nothing; tile i: rows r0 + 16i + g (suffix ai) and + 8 (bi)")
 				for i := range mt {
 					for _, p := range fr.ptrs {
@@ -148,7 +161,7 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 					emitXQRowNorms(w, e.NormEps, "xr", mb)
 				}
 				w.Linef("#pragma unroll %d", arm.Unroll)
-				w.Block(fmt.Sprintf("for (int u = 0; u < %d; ++u)", mma8Groups(k)), func() {
+				w.Block(fmt.Sprintf("for (int u = ks; u < %d; u += KS)", mma8Groups(k)), func() {
 					for i := range mt {
 						for _, r := range []string{"a", "b"} {
 							for _, l := range fr.load {
@@ -175,32 +188,60 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 				if e.NormIn {
 					emitXQNormBarrier(w, mb)
 				}
-				w.For("nt", "0", "NT", "1", -1, func() {
-					if e.NormIn {
-						rn := func(j string) string {
-							if mb == 1 {
-								return "rn[0]"
-							}
-							return "srn[min(" + j + ", MB - 1)]"
-						}
-						w.Linef("const float rn0 = ok0[nt] ? %s : 0.f, rn1 = ok1[nt] ? %s : 0.f;", rn("8 * nt + 2 * t"), rn("8 * nt + 2 * t + 1"))
-					}
-					w.Line("const size_t y0 = (size_t)(m0 + 8 * nt + 2 * t) * YS;")
-					w.For("mt", "0", "MT", "1", -1, func() {
-						w.Line("float* c = acc[mt][nt];")
-						if e.NormIn {
-							w.Line("c[0] *= rn0;")
-							w.Line("c[1] *= rn1;")
-							w.Line("c[2] *= rn0;")
-							w.Line("c[3] *= rn1;")
-						}
-						w.Line("const int ra = r0 + 16 * mt + g, rb = ra + 8;")
-						w.If("ok0[nt] && ra < N", func() { w.Linef("y[y0 + ra] %s c[0];", op) })
-						w.If("ok1[nt] && ra < N", func() { w.Linef("y[y0 + YS + ra] %s c[1];", op) })
-						w.If("ok0[nt] && rb < N", func() { w.Linef("y[y0 + rb] %s c[2];", op) })
-						w.If("ok1[nt] && rb < N", func() { w.Linef("y[y0 + YS + rb] %s c[3];", op) })
+				if ks > 1 {
+					w.Comment("the split sums: warps ks > 0 leave theirs in shared memory, warp 0 of the set adds them and stores")
+					w.Line("__shared__ float red[KS - 1][RPB][MT * NT * 4][32];")
+					w.If("ks > 0", func() {
+						w.For("mt", "0", "MT", "1", -1, func() {
+							w.For("nt", "0", "NT", "1", -1, func() {
+								w.For("i", "0", "4", "1", -1, func() { w.Line("red[ks - 1][tw][(mt * NT + nt) * 4 + i][lane] = acc[mt][nt][i];") })
+							})
+						})
 					})
-				})
+					w.Line("__syncthreads();")
+					w.If("ks == 0", func() {
+						w.For("s", "0", "KS - 1", "1", -1, func() {
+							w.For("mt", "0", "MT", "1", -1, func() {
+								w.For("nt", "0", "NT", "1", -1, func() {
+									w.For("i", "0", "4", "1", -1, func() { w.Line("acc[mt][nt][i] += red[s][tw][(mt * NT + nt) * 4 + i][lane];") })
+								})
+							})
+						})
+					})
+				}
+				store := func() {
+					w.For("nt", "0", "NT", "1", -1, func() {
+						if e.NormIn {
+							rn := func(j string) string {
+								if mb == 1 {
+									return "rn[0]"
+								}
+								return "srn[min(" + j + ", MB - 1)]"
+							}
+							w.Linef("const float rn0 = ok0[nt] ? %s : 0.f, rn1 = ok1[nt] ? %s : 0.f;", rn("8 * nt + 2 * t"), rn("8 * nt + 2 * t + 1"))
+						}
+						w.Line("const size_t y0 = (size_t)(m0 + 8 * nt + 2 * t) * YS;")
+						w.For("mt", "0", "MT", "1", -1, func() {
+							w.Line("float* c = acc[mt][nt];")
+							if e.NormIn {
+								w.Line("c[0] *= rn0;")
+								w.Line("c[1] *= rn1;")
+								w.Line("c[2] *= rn0;")
+								w.Line("c[3] *= rn1;")
+							}
+							w.Line("const int ra = r0 + 16 * mt + g, rb = ra + 8;")
+							w.If("ok0[nt] && ra < N", func() { w.Linef("y[y0 + ra] %s c[0];", op) })
+							w.If("ok1[nt] && ra < N", func() { w.Linef("y[y0 + YS + ra] %s c[1];", op) })
+							w.If("ok0[nt] && rb < N", func() { w.Linef("y[y0 + rb] %s c[2];", op) })
+							w.If("ok1[nt] && rb < N", func() { w.Linef("y[y0 + YS + rb] %s c[3];", op) })
+						})
+					})
+				}
+				if ks > 1 {
+					w.If("ks == 0", store)
+				} else {
+					store()
+				}
 				w.Line("pdl_launch();")
 			}})
 		})
