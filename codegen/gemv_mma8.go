@@ -23,33 +23,44 @@ import (
 // group, and it receives C for rows g, g+8 and tokens 2t, 2t+1.
 
 // mma8Frag describes, per weight type, the XQ 3 product's per-lane code:
-// the row pointers of row R ("a" or "b": rows g and g+8), the loads of
-// group u into lane registers, and the int32-to-float scaling.
+// the row pointers of row R ("a" or "b": rows g and g+8), the raw words
+// of group U a lane fetches (into registers of the suffix %[1]s, one
+// group ahead of the mma that uses them), and their decoding into the
+// fragment words lo, hi and the int32-to-float factors fa, fb (reading
+// the fetched words through the prefix c).
 type mma8Frag struct {
-	k16  bool     // Q6_K: two m16n8k16 (lo, hi) instead of one m16n8k32
-	ptrs []string // %[1]s: row suffix, %[2]s: row expression
-	load []string // %[1]s: row suffix; group u
+	k16  bool      // Q6_K: two m16n8k16 (lo, hi) instead of one m16n8k32
+	ptrs []string  // %[1]s: row suffix, %[2]s: row expression
+	raw  []mma8Raw // fetched a group ahead
+	dec  []string  // %[1]s: row suffix; group u, its words c<name>
 }
+
+// mma8Raw is one fetched word of a group: its C type, register name, and
+// load expression (%[1]s: row suffix; @: the group).
+type mma8Raw struct{ ctype, name, expr string }
 
 var mma8Frags = map[dtype.Type]mma8Frag{
 	dtype.Q4_0: {
 		ptrs: []string{"const u32* qp%[1]s = (const u32*)((const uint4*)W + (size_t)(%[2]s) * UPR) + t;",
 			"const u16* dp%[1]s = (const u16*)(W + DOFF) + (size_t)(%[2]s) * NB;"},
-		load: []string{"const u32 w%[1]s = qp%[1]s[4 * u];", "const float fa%[1]s = f16_to_f32(dp%[1]s[u]), fb%[1]s = 0.f;",
-			"const u32 lo%[1]s = w%[1]s & 0x0f0f0f0fu, hi%[1]s = (w%[1]s >> 4) & 0x0f0f0f0fu;"},
+		raw: []mma8Raw{{"u32", "w", "qp%[1]s[4 * @]"}, {"u16", "dv", "dp%[1]s[@]"}},
+		dec: []string{"const float fa%[1]s = f16_to_f32(cdv%[1]s), fb%[1]s = 0.f;",
+			"const u32 lo%[1]s = cw%[1]s & 0x0f0f0f0fu, hi%[1]s = (cw%[1]s >> 4) & 0x0f0f0f0fu;"},
 	},
 	dtype.Q4_K: {
 		ptrs: []string{"const u32* qp%[1]s = (const u32*)((const uint4*)W + (size_t)(%[2]s) * UPR) + t;",
 			"const uint4* hp%[1]s = (const uint4*)(W + HOFF) + (size_t)(%[2]s) * NB;"},
-		load: []string{"const u32 w%[1]s = qp%[1]s[4 * u];", "float fa%[1]s, mn%[1]s;", "q4k_dm(hp%[1]s[u >> 3], u & 7, fa%[1]s, mn%[1]s);",
+		raw: []mma8Raw{{"u32", "w", "qp%[1]s[4 * @]"}, {"uint4", "hv", "hp%[1]s[@ >> 3]"}},
+		dec: []string{"float fa%[1]s, mn%[1]s;", "q4k_dm(chv%[1]s, u & 7, fa%[1]s, mn%[1]s);",
 			"const float fb%[1]s = 8.f * fa%[1]s - mn%[1]s;",
-			"const u32 lo%[1]s = w%[1]s & 0x0f0f0f0fu, hi%[1]s = (w%[1]s >> 4) & 0x0f0f0f0fu;"},
+			"const u32 lo%[1]s = cw%[1]s & 0x0f0f0f0fu, hi%[1]s = (cw%[1]s >> 4) & 0x0f0f0f0fu;"},
 	},
 	dtype.Q8_0: {
 		// a group of 32 is two 16-element units: elements 4t.. in unit 2u, 16+4t.. in unit 2u+1
 		ptrs: []string{"const u32* qp%[1]s = (const u32*)((const uint4*)W + (size_t)(%[2]s) * UPR) + t;",
 			"const u16* dp%[1]s = (const u16*)(W + DOFF) + (size_t)(%[2]s) * NB;"},
-		load: []string{"const u32 lo%[1]s = qp%[1]s[8 * u], hi%[1]s = qp%[1]s[8 * u + 4];", "const float fa%[1]s = f16_to_f32(dp%[1]s[u]), fb%[1]s = 0.f;"},
+		raw: []mma8Raw{{"u32", "wl", "qp%[1]s[8 * @]"}, {"u32", "wh", "qp%[1]s[8 * @ + 4]"}, {"u16", "dv", "dp%[1]s[@]"}},
+		dec: []string{"const u32 lo%[1]s = cwl%[1]s, hi%[1]s = cwh%[1]s;", "const float fa%[1]s = f16_to_f32(cdv%[1]s), fb%[1]s = 0.f;"},
 	},
 	dtype.Q6_K: {
 		k16: true,
@@ -57,10 +68,18 @@ var mma8Frags = map[dtype.Type]mma8Frag{
 			"const u32* hp%[1]s = (const u32*)((const uint2*)(W + HOFF) + (size_t)(%[2]s) * UPR) + (t >> 1);",
 			"const u16* sp%[1]s = (const u16*)(W + SOFF) + (size_t)(%[2]s) * UPR;",
 			"const u16* dp%[1]s = (const u16*)(W + DOFF) + (size_t)(%[2]s) * NB;"},
-		load: []string{"u32 lo%[1]s, hi%[1]s;", "q6_words(lp%[1]s[4 * u], hp%[1]s[2 * u], t & 1, lo%[1]s, hi%[1]s);",
-			"const u16 sc%[1]s = sp%[1]s[u];", "const float d%[1]s = f16_to_f32(dp%[1]s[u >> 3]);",
-			"const float fa%[1]s = d%[1]s * (float)(signed char)(sc%[1]s & 0xffu), fb%[1]s = d%[1]s * (float)(signed char)(sc%[1]s >> 8);"},
+		raw: []mma8Raw{{"u32", "wl", "lp%[1]s[4 * @]"}, {"u32", "wh", "hp%[1]s[2 * @]"}, {"u16", "sv", "sp%[1]s[@]"}, {"u16", "dv", "dp%[1]s[@ >> 3]"}},
+		dec: []string{"u32 lo%[1]s, hi%[1]s;", "q6_words(cwl%[1]s, cwh%[1]s, t & 1, lo%[1]s, hi%[1]s);",
+			"const float d%[1]s = f16_to_f32(cdv%[1]s);",
+			"const float fa%[1]s = d%[1]s * (float)(signed char)(csv%[1]s & 0xffu), fb%[1]s = d%[1]s * (float)(signed char)(csv%[1]s >> 8);"},
 	},
+}
+
+// fetch writes the loads of group idx into the raw registers of row r.
+func (f mma8Frag) fetch(w *Writer, r, idx string) {
+	for _, x := range f.raw {
+		w.Linef("%s%s = %s;", x.name, r, strings.ReplaceAll(fmt.Sprintf(x.expr, r), "@", "("+idx+")"))
+	}
 }
 
 // mma8Groups is the groups of 32 elements of a row of k.
@@ -155,25 +174,68 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 						w.For("i", "0", "4", "1", -1, func() { w.Line("acc[mt][nt][i] = 0.f;") })
 					})
 				})
+				var rows []string // the row suffixes: a0, b0, a1, …
+				for i := range mt {
+					rows = append(rows, fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i))
+				}
+				groups := mma8Groups(k)
+				w.Comment("each group's words are fetched while the group before it multiplies; the weights'")
+				w.Comment("first ones before the wait for the previous kernel (they do not depend on it)")
+				for _, r := range rows {
+					for _, x := range fr.raw {
+						w.Linef("%s %s%s;", x.ctype, x.name, r)
+					}
+				}
+				w.If(fmt.Sprintf("ks < %d", groups), func() {
+					for _, r := range rows {
+						fr.fetch(w, r, "ks")
+					}
+				})
 				w.Line("pdl_wait();")
 				if e.NormIn {
 					w.Line("const u8* xr = xq + (size_t)m0 * XR;")
 					emitXQRowNorms(w, e.NormEps, "xr", mb)
 				}
+				fetchX := func(idx string) {
+					w.For("nt", "0", "NT", "1", -1, func() {
+						w.Linef("xw0[nt] = okb[nt] ? *(const u32*)(xb[nt] + 32 * (%s)) : 0u;", idx)
+						w.Linef("xw1[nt] = okb[nt] ? *(const u32*)(xb[nt] + 32 * (%s) + 16) : 0u;", idx)
+						w.Linef("xf0[nt] = ok0[nt] ? mc0[nt][%s] : make_float4(0.f, 0.f, 0.f, 0.f);", idx)
+						w.Linef("xf1[nt] = ok1[nt] ? mc1[nt][%s] : make_float4(0.f, 0.f, 0.f, 0.f);", idx)
+					})
+				}
+				w.Line("u32 xw0[NT], xw1[NT];")
+				w.Line("float4 xf0[NT], xf1[NT];")
+				w.If(fmt.Sprintf("ks < %d", groups), func() { fetchX("ks") })
 				w.Linef("#pragma unroll %d", arm.Unroll)
-				w.Block(fmt.Sprintf("for (int u = ks; u < %d; u += KS)", mma8Groups(k)), func() {
-					for i := range mt {
-						for _, r := range []string{"a", "b"} {
-							for _, l := range fr.load {
-								w.Linef(l, fmt.Sprintf("%s%d", r, i))
-							}
+				w.Block(fmt.Sprintf("for (int u = ks; u < %d; u += KS)", groups), func() {
+					for _, r := range rows {
+						for _, x := range fr.raw {
+							w.Linef("const %s c%s%s = %s%s;", x.ctype, x.name, r, x.name, r)
+						}
+					}
+					w.Line("u32 cxw0[NT], cxw1[NT];")
+					w.Line("float4 cxf0[NT], cxf1[NT];")
+					w.For("nt", "0", "NT", "1", -1, func() {
+						w.Line("cxw0[nt] = xw0[nt];")
+						w.Line("cxw1[nt] = xw1[nt];")
+						w.Line("cxf0[nt] = xf0[nt];")
+						w.Line("cxf1[nt] = xf1[nt];")
+					})
+					w.If(fmt.Sprintf("u + KS < %d", groups), func() {
+						for _, r := range rows {
+							fr.fetch(w, r, "u + KS")
+						}
+						fetchX("u + KS")
+					})
+					for _, r := range rows {
+						for _, l := range fr.dec {
+							w.Linef(l, r)
 						}
 					}
 					w.For("nt", "0", "NT", "1", -1, func() {
-						w.Line("const u32 b0 = okb[nt] ? *(const u32*)(xb[nt] + 32 * u) : 0u;")
-						w.Line("const u32 b1 = okb[nt] ? *(const u32*)(xb[nt] + 32 * u + 16) : 0u;")
-						w.Line("const float4 x0 = ok0[nt] ? mc0[nt][u] : make_float4(0.f, 0.f, 0.f, 0.f);")
-						w.Line("const float4 x1 = ok1[nt] ? mc1[nt][u] : make_float4(0.f, 0.f, 0.f, 0.f);")
+						w.Line("const u32 b0 = cxw0[nt], b1 = cxw1[nt];")
+						w.Line("const float4 x0 = cxf0[nt], x1 = cxf1[nt];")
 						for i := range mt {
 							a, b := fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)
 							acc := fmt.Sprintf("acc[%d][nt]", i)
