@@ -82,10 +82,18 @@ var (
 	DefaultXQGlobalBatchArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 16, RowsPerWarp: 2}
 )
 
-// DefaultXQMMAArm is the int8 tensor-core batch arm (XQ 3): four warps of
-// 16 weight rows, 16 activation rows a block, four groups unrolled. Not
-// yet measured, so no default uses it (MEMRA_GEMV_BATCH selects it).
-var DefaultXQMMAArm = GEMVArm{Threads: 128, RowsPerBlock: 4, Unroll: 4, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16}
+// DefaultXQMMAArm is the int8 tensor-core arm (XQ 3) of steps of
+// GEMVLargeRows rows or more (Arms.GEMVLarge): two tiles of 16 weight rows
+// (32 rows) a block, its eight warps splitting K, 16 activation rows a
+// block. On the H200 (llama2-7b q4_k_m, docs/PERFORMANCE.md) it decoded
+// 16 sequences at 1.05× DefaultXQGlobalBatchArm and 64 at 1.37×, but 2 to
+// 8 at 0.54 to 0.80×: its mma tiles cost the same for 2 rows as for 16.
+var DefaultXQMMAArm = GEMVArm{Threads: 256, RowsPerBlock: 1, Unroll: 1, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16, RowsPerWarp: 2}
+
+// GEMVLargeRows is the step rows from which products take the
+// Arms.GEMVLarge kernel (Launch.Large): the batch where DefaultXQMMAArm
+// overtook DefaultXQGlobalBatchArm on the H200.
+const GEMVLargeRows = 16
 
 // FitXQ halves an int8-activation arm's BatchRows until its activation rows
 // of k elements fit shared memory (XQ 1; XQ 2 arms stage nothing).

@@ -453,7 +453,7 @@ func TestLowerXQGlobal(t *testing.T) {
 	o.Arms = Arms{GEMVBatch: DefaultXQMMAArm} // tensor cores for batches read the same XQuant rows
 	xq, batch = kinds(o)
 	require.NotEmpty(t, xq)
-	require.Regexp(t, `_m16$`, batch)
+	require.Regexp(t, `_m16_w2$`, batch)
 	o.Arms = Arms{GEMVQuant: DefaultXQOneArm} // the one-row arm stages (XQ 1): so does the batch arm
 	xq, batch = kinds(o)
 	require.Empty(t, xq)
@@ -499,8 +499,71 @@ func TestLowerTunedBatchArm(t *testing.T) {
 			continue
 		}
 		batches++
-		require.Regexp(t, `_m16$`, p.Kernels[ln.Kernel].Name)
+		require.Regexp(t, `_m16_w2$`, p.Kernels[ln.Kernel].Name)
 		require.Regexp(t, `_g1_w4$`, p.Kernels[ln.One-1].Name)
 	}
 	require.Equal(t, 5*smallQwen3.Layers+1, batches) // per layer q+k, v (Q6_K), o, gate/up, down
+}
+
+// TestLowerLargeArm: in programs of GEMVLargeRows sequences or more, the
+// launches of repacked products take a third kernel (Launch.Large, the
+// tensor-core DefaultXQMMAArm) at steps of that many rows, the batch
+// kernel below and the one-row kernel at one; not in smaller programs,
+// not over a tunedb pick for the batch class, not when the large arm is
+// the batch arm, and not for the residual products whose epilogue
+// quantises the next norm's rows (XQ 3 has no such epilogue).
+func TestLowerLargeArm(t *testing.T) {
+	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
+	o := LowerOptions{Class: Decode, MaxSeqs: GEMVLargeRows, Context: 256, Cache: dtype.F16, NoQuantOut: QuantOutBatch}
+	// count lowers and returns the launches with a batch kernel and those with a large one
+	count := func(o LowerOptions) (batches, larges int) {
+		p, err := Lower(g, o)
+		require.NoError(t, err)
+		for _, ln := range p.Launches {
+			if ln.One == 0 {
+				require.Zero(t, ln.Large)
+				continue
+			}
+			batches++
+			require.Equal(t, ln.One-1, ln.KernelFor(1))
+			require.Equal(t, ln.Kernel, ln.KernelFor(GEMVLargeRows-1))
+			require.Regexp(t, `_g16_w[24]$`, p.Kernels[ln.Kernel].Name) // w4: fitted to a quantising epilogue
+			if ln.Large == 0 {
+				require.Equal(t, ln.Kernel, ln.KernelFor(GEMVLargeRows))
+				continue
+			}
+			larges++
+			require.Equal(t, ln.Large-1, ln.KernelFor(GEMVLargeRows))
+			require.Equal(t, ln.Large-1, ln.KernelFor(64))
+			require.Regexp(t, `_m16_w2$`, p.Kernels[ln.Large-1].Name)
+			require.Equal(t, p.Kernels[ln.Kernel].Params, p.Kernels[ln.Large-1].Params)
+		}
+		return batches, larges
+	}
+	products := 5*smallQwen3.Layers + 1 // per layer q+k, v (Q6_K), o, gate/up, down; the output head
+	b, lg := count(o)
+	require.Equal(t, []int{products, products}, []int{b, lg})
+	small := o
+	small.MaxSeqs = GEMVLargeRows - 1
+	b, lg = count(small)
+	require.Equal(t, []int{products, 0}, []int{b, lg})
+	same := o
+	same.Arms.GEMVLarge = DefaultXQGlobalBatchArm
+	b, lg = count(same)
+	require.Equal(t, []int{products, 0}, []int{b, lg})
+	tuned := o
+	tuned.Pick = func(family, class string) (Point, bool) {
+		if family == "gemv" && strings.HasSuffix(class, "_batch") {
+			return DefaultXQGlobalBatchArm.Point(), true
+		}
+		return nil, false
+	}
+	b, lg = count(tuned)
+	require.Equal(t, []int{products, 0}, []int{b, lg})
+	// the batch programs' epilogues on: the attention output and down products quantise
+	// the next norm's rows, so only the other products have a large kernel
+	epi := o
+	epi.NoQuantOut = 0
+	b, lg = count(epi)
+	require.Equal(t, []int{products, products - 2*smallQwen3.Layers}, []int{b, lg})
 }

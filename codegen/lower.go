@@ -34,6 +34,13 @@ type Arms struct {
 	// arm's (both read XQuant rows, or neither). The exact configuration
 	// never uses it.
 	GEMVBatch GEMVArm
+	// GEMVLarge is the GEMV arm of the launches of those products at steps
+	// of GEMVLargeRows rows or more, in programs of that many sequences,
+	// when the batch arm is the untuned XQ 2 kind (a tunedb pick for the
+	// batch class serves every batch step): the zero value is
+	// DefaultXQMMAArm; equal to the batch arm keeps two kernels. An
+	// epilogue the arm cannot compute leaves those steps to the batch arm.
+	GEMVLarge GEMVArm
 	MMA       MMAArm
 	Block     BlockArm
 	Decode    DecodeArm
@@ -53,6 +60,9 @@ func (a Arms) WithDefaults() Arms {
 	}
 	if a.GEMVBatch == (GEMVArm{}) {
 		a.GEMVBatch = DefaultXQGlobalBatchArm
+	}
+	if a.GEMVLarge == (GEMVArm{}) {
+		a.GEMVLarge = DefaultXQMMAArm
 	}
 	if a.MMA == (MMAArm{}) {
 		a.MMA = DefaultMMAArm

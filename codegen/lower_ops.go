@@ -1,6 +1,7 @@
 package codegen
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -54,7 +55,8 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	var kern int
 	var err error
 	args := l.productArgs(w, x, y, pro)
-	one := -1 // the kernel of one-row steps, when it differs
+	one := -1   // the kernel of one-row steps, when it differs
+	large := -1 // the kernel of steps of GEMVLargeRows rows or more, when it differs
 	if l.o.Class == Prefill && !l.o.PrefillGEMV && rows == ir.T {
 		kern, err = l.kernel(MatMulMMA(t, n, k, residual, l.mmaArm(ProductClass(t, n, k, residual))))
 	} else if l.o.SmallBatch && l.o.Class == Decode && l.o.MaxSeqs >= 2 {
@@ -113,6 +115,15 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 					return err
 				}
 				l.repacked[kern] = true
+				if a, ok := l.largeArm(batch, class); ok {
+					switch k, err := l.kernel(gemv(a)); {
+					case err == nil:
+						large = k
+						l.repacked[k] = true
+					case !errors.Is(err, ErrUnsupported):
+						return err
+					} // else an epilogue it cannot compute: the batch kernel serves large steps
+				}
 			}
 		}
 		if err == nil && qo != nil {
@@ -129,6 +140,9 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	l.launch(kern, rows, nodes, args...)
 	if one >= 0 {
 		l.p.Launches[len(l.p.Launches)-1].One = one + 1
+	}
+	if large >= 0 {
+		l.p.Launches[len(l.p.Launches)-1].Large = large + 1
 	}
 	return nil
 }
@@ -276,6 +290,21 @@ func (l *lowerer) productArgs(w int, x, y view, pro *proIn) []Arg {
 		return []Arg{wArg(w), bufArg(x), wArg(pro.w), bufArg(y), rowsArg()}
 	}
 	return []Arg{wArg(w), bufArg(x), bufArg(y), rowsArg()}
+}
+
+// largeArm returns the arm of the launches at GEMVLargeRows rows or more
+// of the product of class whose batch arm is batch: Arms.GEMVLarge in a
+// program of that many sequences when batch is the untuned kind (XQ 2, no
+// tunedb pick for the batch class) and the large arm differs from it.
+func (l *lowerer) largeArm(batch GEMVArm, class string) (GEMVArm, bool) {
+	a := l.arms.GEMVLarge
+	if l.o.MaxTokens < GEMVLargeRows || batch.XQ != 2 || a.XQ < 2 || a == batch {
+		return GEMVArm{}, false
+	}
+	if _, ok := l.picked("gemv", GEMVBatchClass(class)); ok {
+		return GEMVArm{}, false
+	}
+	return a, true
 }
 
 // batchArm returns the arm of the launches at two or more rows of the

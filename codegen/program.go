@@ -109,6 +109,10 @@ type Launch struct {
 	// when the step has a single row (batch-1 decode): a kernel with the
 	// same parameters and weight layout, tuned for one row.
 	One int
+	// Large, when positive, is 1 + the index of the kernel launched
+	// instead when the step has GEMVLargeRows rows or more: a kernel with
+	// the same parameters and weight layout, for large batches.
+	Large int
 }
 
 // KernelFor returns the index of the kernel l launches for a step whose
@@ -116,6 +120,9 @@ type Launch struct {
 func (l *Launch) KernelFor(rows int) int {
 	if l.One > 0 && rows == 1 {
 		return l.One - 1
+	}
+	if l.Large > 0 && rows >= GEMVLargeRows {
+		return l.Large - 1
 	}
 	return l.Kernel
 }
@@ -301,6 +308,9 @@ func (p *Program) String() string {
 		one := ""
 		if l.One > 0 {
 			one = fmt.Sprintf(" (k%d at one row)", l.One-1)
+		}
+		if l.Large > 0 {
+			one += fmt.Sprintf(" (k%d from %d rows)", l.Large-1, GEMVLargeRows)
 		}
 		fmt.Fprintf(&b, "  L%d k%d%s rows=%v grid(%d,%d,%d) block(%d) smem %d (%s)  ; %s\n", i, l.Kernel, one, l.Rows,
 			g.Grid[0], g.Grid[1], g.Grid[2], g.Block[0], g.Shared, strings.Join(args, ", "), strings.Join(nodes, " "))

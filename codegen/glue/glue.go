@@ -108,6 +108,9 @@ func program(f *jen.File, p *codegen.Program) error {
 		if l.One > 0 {
 			d[jen.Id("One")] = jen.Lit(l.One)
 		}
+		if l.Large > 0 {
+			d[jen.Id("Large")] = jen.Lit(l.Large)
+		}
 		launches[i] = jen.Values(d)
 	}
 	f.Commentf("%sLaunches returns the %s program's launch sequence, in order.", pre, p.Class)

@@ -474,7 +474,8 @@ func (b *Backend) StepGreedy(ctx context.Context, batch []runtime.SeqStep) ([]in
 // are not yet defaults (they become tunedb choices once measured):
 // MEMRA_SMALL_BATCH=1, MEMRA_FUSE=0, MEMRA_DECODE_LIVE=1|2, MEMRA_GEMV_QUANT and
 // MEMRA_GEMV_BATCH (the batch-1 and batched decode GEMV of repacked
-// types), MEMRA_PDL=early. A value it cannot read is an error naming the
+// types), MEMRA_GEMV_LARGE (the GEMV of steps of 16 rows or more, or off),
+// MEMRA_PDL=early. A value it cannot read is an error naming the
 // variable, not a silent default.
 func envOptions(o *BackendOptions) error {
 	bad := func(name, v, want string) error {
@@ -540,6 +541,19 @@ func envOptions(o *BackendOptions) error {
 			return bad(e.name, v, arms)
 		}
 		*e.arm = a
+	}
+	// MEMRA_GEMV_LARGE: the arm of steps of codegen.GEMVLargeRows rows or
+	// more; off leaves them to the batch arm
+	switch v := os.Getenv("MEMRA_GEMV_LARGE"); v {
+	case "":
+	case "off":
+		o.Arms.GEMVLarge = o.Arms.WithDefaults().GEMVBatch
+	default:
+		a, ok := gemvQuantArm(v)
+		if !ok {
+			return bad("MEMRA_GEMV_LARGE", v, "off or "+arms)
+		}
+		o.Arms.GEMVLarge = a
 	}
 	switch v := os.Getenv("MEMRA_PDL"); v {
 	case "", "late":

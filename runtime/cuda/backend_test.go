@@ -336,10 +336,18 @@ func TestEnvOptions(t *testing.T) {
 	require.True(t, o.NoPDL)
 	require.Equal(t, codegen.GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 1, RowsPerWarp: 4}, o.Arms.GEMVQuant)
 	require.Equal(t, 8, o.Arms.GEMVBatch.BatchRows)
+	require.Zero(t, o.Arms.GEMVLarge) // the default
+	t.Setenv("MEMRA_GEMV_LARGE", "off")
+	require.NoError(t, envOptions(&o))
+	require.Equal(t, o.Arms.GEMVBatch, o.Arms.GEMVLarge) // no third kernel
+	t.Setenv("MEMRA_GEMV_LARGE", "t512_r2_u1_s1_l1_m16_w2")
+	require.NoError(t, envOptions(&o))
+	require.Equal(t, codegen.GEMVArm{Threads: 512, RowsPerBlock: 2, Unroll: 1, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16, RowsPerWarp: 2}, o.Arms.GEMVLarge)
 	require.True(t, o.NoFusePrologue)
 	require.Equal(t, -1, o.DecodeLive)
 	for name, v := range map[string]string{"MEMRA_GEMV_QUANT": "xq99", "MEMRA_GEMV_BATCH": "fast", "MEMRA_FUSE": "no",
-		"MEMRA_DECODE_LIVE": "3", "MEMRA_SMALL_BATCH": "yes", "MEMRA_PDL": "soon", "MEMRA_QUANT_OUT": "norm,gate"} {
+		"MEMRA_DECODE_LIVE": "3", "MEMRA_SMALL_BATCH": "yes", "MEMRA_PDL": "soon", "MEMRA_QUANT_OUT": "norm,gate",
+		"MEMRA_GEMV_LARGE": "tensor"} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv(name, v)
 			err := envOptions(&BackendOptions{})
