@@ -123,7 +123,8 @@ func (a GEMVArm) Validate() error {
 		a.Layout < 0 || a.Layout > 1 || (a.Layout == 1 && a.SharedX != 1) ||
 		a.XQ < 0 || a.XQ > 3 || (a.XQ != 0 && (a.Layout != 1 || (a.XQ != 3 && a.Threads/a.RowsPerBlock != 32))) ||
 		(a.XQ == 0 && a.BatchRows != 0) || (a.XQ != 0 && (a.BatchRows < 1 || a.BatchRows > 16)) ||
-		(a.RowsPerWarp != 0 && a.RowsPerWarp != 2 && a.RowsPerWarp != 4) || (a.RowsPerWarp != 0 && a.XQ == 0) {
+		(a.RowsPerWarp != 0 && a.RowsPerWarp != 2 && a.RowsPerWarp != 4) || (a.RowsPerWarp != 0 && a.XQ == 0) ||
+		(a.XQ == 3 && a.mma8SplitBytes() > 48<<10) { // the split sums in static shared memory
 		return fmt.Errorf("%w: gemv arm %+v", ErrUnsupported, a)
 	}
 	return nil

@@ -82,6 +82,13 @@ func (f mma8Frag) fetch(w *Writer, r, idx string) {
 	}
 }
 
+// mma8SplitBytes is the static shared memory an XQ 3 arm's warps use to
+// add their split sums: (KS-1)·RowsPerBlock sets of MT·NT·4 floats a lane.
+func (a GEMVArm) mma8SplitBytes() int {
+	ks := a.Threads / 32 / a.RowsPerBlock
+	return 4 * (ks - 1) * a.RowsPerBlock * a.rowsPerWarp() * ((a.batchRows() + 7) / 8) * 4 * 32
+}
+
 // mma8Groups is the groups of 32 elements of a row of k.
 func mma8Groups(k int) int { return k / 32 }
 
@@ -104,9 +111,6 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 	mt := arm.rowsPerWarp() // tiles of 16 weight rows a warp, sharing each activation load
 	ks := arm.Threads / 32 / arm.RowsPerBlock
 	nt := (mb + 7) / 8
-	if red := 4 * (ks - 1) * arm.RowsPerBlock * mt * nt * 4 * 32; red > 48<<10 {
-		return nil, fmt.Errorf("%w: int8 tensor-core gemv %v: %d bytes of shared memory to add the split sums", ErrUnsupported, arm, red)
-	}
 	nb := k / t.BlockElems()
 	epi := ""
 	if residual {

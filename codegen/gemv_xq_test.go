@@ -161,13 +161,16 @@ func TestParseGEMVArm(t *testing.T) {
 	for _, a := range []GEMVArm{DefaultGEMVArm, DefaultRepackArm, DefaultXQArm, DefaultXQBatchArm,
 		{Threads: 128, RowsPerBlock: 4, Unroll: 2, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 8, RowsPerWarp: 4},
 		DefaultXQGlobalOneArm, DefaultXQGlobalBatchArm, DefaultXQMMAArm,
-		{Threads: 128, RowsPerBlock: 4, Unroll: 4, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16, RowsPerWarp: 2}} {
+		{Threads: 128, RowsPerBlock: 4, Unroll: 4, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16, RowsPerWarp: 2},
+		{Threads: 512, RowsPerBlock: 1, Unroll: 1, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 12, RowsPerWarp: 2}} {
 		b, err := ParseGEMVArm(a.String())
 		require.NoError(t, err, a.String())
 		require.Equal(t, a, b)
 	}
 	for _, s := range []string{"", "t256", "t256_r8_u4_s1_x1", "t256_r8_u4_s1_l1_qx", "t100_r8_u4_s1", "t256_r8_u4_s1_w2",
-		"t256_r8_u1_s1_l1_g16_q16", "t128_r4_u4_s1_l1_m16_w3", "t128_r4_u4_s1_l1_m16_g16"} {
+		"t256_r8_u1_s1_l1_g16_q16", "t128_r4_u4_s1_l1_m16_w3", "t128_r4_u4_s1_l1_m16_g16",
+		"t512_r2_u1_s1_l1_g16",      // XQ 2: one warp a row
+		"t512_r1_u1_s1_l1_m16_w4"} { // XQ 3: 60 KiB of split sums (15 warps × 4 tiles × 2 token tiles)
 		_, err := ParseGEMVArm(s)
 		require.Error(t, err, s)
 	}
