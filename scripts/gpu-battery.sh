@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|xq3|profile]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|xq3|large|profile]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -18,7 +18,9 @@
 # against the CPU (9 combinations) and against transformers. `quantout` checks the quantising
 # epilogues (MEMRA_QUANT_OUT) against the CPU: none, each alone, all, all without PDL. `tune`
 # autotunes the int8 decode products of llama2-7b q4_k_m with the end-to-end confirmation; `xq3`
-# checks and times the int8 tensor-core batch arms; `profile` times each kernel of a decode step.
+# checks and times the int8 tensor-core batch arms; `large` checks and times the products' third kernel
+# for steps of 16 rows or more (parity at 16 sequences, batch sweep with plot, MEMRA_GEMV_LARGE=off
+# against the default at batch 16); `profile` times each kernel of a decode step.
 # Through the lent-GPU tool only 8 files come back: point OUT at a scratch folder and tar it.
 set -u
 cd "$(dirname "$0")/.."
@@ -139,13 +141,28 @@ fi
 # warp: kernel-check (checks and µs) and batch-16 decode of llama2-7b q4_k_m with each, against
 # the CUDA-core default.
 if [ "$MODE" = xq3 ]; then
-	arms="t256_r8_u1_s1_l1_g16_w2 t128_r4_u4_s1_l1_m16 t128_r4_u4_s1_l1_m16_w2 t128_r4_u4_s1_l1_m16_w4 t256_r8_u2_s1_l1_m16_w2"
+	arms="t256_r8_u1_s1_l1_g16_w2 t256_r1_u1_s1_l1_m16_w2 t512_r2_u1_s1_l1_m16_w2 t256_r1_u1_s1_l1_m16 t128_r1_u1_s1_l1_m16_w2"
 	step xq3-kernel-check "$BIN" kernel-check --shapes llama3-8b --types q4_k,q6_k --only gemv --gemv-arms "${arms// /,}" --reps 10
 	xq3_bench() {
 		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
 		MEMRA_GEMV_BATCH=$1 "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda -p 512 -n 128 -r 3 -b 16 --no-progress --perf-rows
 	}
 	for a in $arms; do step "xq3-b16-$a" xq3_bench "$a"; done
+fi
+
+# The third kernel of repacked products (Launch.Large, from 16 rows): CPU parity at 16 and 3
+# sequences, the batch sweep with the defaults and its plot, and batch 16 with and without it.
+if [ "$MODE" = large ]; then
+	for p in 16 3; do
+		step "large-parity-p$p" "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --tie-tol 0.02 --tie-sigma 3
+	done
+	large_bench() {
+		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
+		"$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline --no-progress --perf-rows "$@"
+	}
+	step large-sweep large_bench -p 128 -n 32 -r 3 -b 1,2,4,8,16,32,64 --plot "$OUT/batch-sweep.svg"
+	step large-b16 large_bench -p 512 -n 128 -r 5 -b 1,16
+	step large-off-b16 env MEMRA_GEMV_LARGE=off "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r 3 -b 16
 fi
 
 # Where a decode step's time goes with the defaults: llama2-7b q4_k_m at batch 1 and 16, with the
@@ -167,4 +184,5 @@ echo "memra GPU battery ($(head -2 "$OUT/gpu.txt" | tail -1)), logs in $OUT"
 printf '%s\n' "${rows[@]}"
 [ -e "$OUT/gpu-bench.log" ] && grep -E '^\| 2' "$OUT/gpu-bench.log"
 [ "$MODE" = xq3 ] && grep -H -E '^\| 2.*tg128' "$OUT"/xq3-b16-*.log
+[ "$MODE" = large ] && grep -H -E '^\| 2.*tg' "$OUT"/large-*.log
 exit $failed
