@@ -141,6 +141,11 @@ func TestCompileGate(t *testing.T) {
 		}
 		gq, err := codegen.GEMVXQ(t2, 1024, k, true, qo, codegen.XQEnds{NormIn: i < 2, NormEps: 1e-6, QuantOut: true}, 0)
 		require.NoError(t, err, t2)
+		// the QKV product doing RopeKV's work in its epilogue: columns from 64 of a [q | k | v] row
+		rs := codegen.RopeShape{Heads: 4, HeadsKV: 2, HeadDim: 64, RopeDim: 64 - 32*(i%2), Cache: []dtype.Type{dtype.F16, dtype.BF16, dtype.F32, dtype.F16}[i]}
+		ro, err := codegen.GEMVXQ(t2, 384, k, false, qo, codegen.XQEnds{NormIn: i < 3, NormEps: 1e-6, Rope: true, RopeShape: rs, RopeCol0: 64}, rs.QKVStride())
+		require.NoError(t, err, t2)
+		ks = append(ks, ro)
 		rn, err := codegen.GEMVXQ(t2, 1000, k, false, arm, codegen.XQEnds{NormIn: true, NormEps: 1e-5}, 0)
 		require.NoError(t, err, t2)
 		rn3, err := codegen.GEMVXQ(t2, 200, k, false, mma, codegen.XQEnds{NormIn: true, NormEps: 1e-5}, 1000)

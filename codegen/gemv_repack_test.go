@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/memra-ai/memra/ir"
 	"github.com/memra-ai/memra/ir/dtype"
 )
 
@@ -566,4 +567,88 @@ func TestLowerLargeArm(t *testing.T) {
 	epi.NoQuantOut = 0
 	b, lg = count(epi)
 	require.Equal(t, []int{products, products - 2*smallQwen3.Layers}, []int{b, lg})
+}
+
+// TestLowerRopeInProduct: with LowerOptions.RopeInProduct, a llama-style
+// decode program (adjacent RoPE pairs, no bias, no q/k norm) launches no
+// RopeKV: the QKV products (Q and K over Q4_K, V over Q6_K) carry the RoPE
+// epilogue in every kernel but the tensor-core one, which they drop, take
+// the positions, cache rows, inverse frequencies and the layer's caches,
+// and write their columns of the fused row; the kernels they had before
+// are gone from the program. NeoX RoPE (qwen3) and prefill keep RopeKV,
+// and so does the option's absence.
+func TestLowerRopeInProduct(t *testing.T) {
+	llama := smallQwen3
+	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
+	g := buildGraph(t, llama, synthTensors(llama, dtype.Q4_K, dtype.Q6_K))
+	count := func(p *Program, family string) int {
+		n := 0
+		for _, ln := range p.Launches {
+			if p.Kernels[ln.Kernel].Family == family {
+				n++
+			}
+		}
+		return n
+	}
+	o := LowerOptions{Class: Decode, MaxSeqs: GEMVLargeRows, Context: 256, Cache: dtype.F16, NoQuantOut: QuantOutBatch}
+	p, err := Lower(g, o)
+	require.NoError(t, err)
+	require.Equal(t, llama.Layers, count(p, "rope_kv"))
+	products := count(p, "gemv")
+
+	o.RopeInProduct = true
+	p, err = Lower(g, o)
+	require.NoError(t, err)
+	require.Zero(t, count(p, "rope_kv"))
+	require.Equal(t, products, count(p, "gemv"))
+	hd := llama.HeadDim
+	qkv := (llama.Heads + 2*llama.HeadsKV) * hd
+	used := map[int]bool{}
+	ropes := 0
+	for _, ln := range p.Launches {
+		used[ln.Kernel] = true
+		if ln.One > 0 {
+			used[ln.One-1] = true
+		}
+		if ln.Large > 0 {
+			used[ln.Large-1] = true
+		}
+		name := p.Kernels[ln.Kernel].Name
+		if !strings.Contains(name, "_rope_") {
+			continue
+		}
+		ropes++
+		require.Zero(t, ln.Large, "the XQ 3 kernel has no RoPE epilogue")
+		require.Contains(t, p.Kernels[ln.One-1].Name, "_rope_")
+		require.Equal(t, p.Kernels[ln.Kernel].Params, p.Kernels[ln.One-1].Params)
+		require.Len(t, ln.Args, 9)
+		require.Equal(t, []ArgKind{ArgWeight, ArgBuffer, ArgBuffer, ArgRows, ArgInput, ArgInput, ArgWeight, ArgKCache, ArgVCache},
+			[]ArgKind{ln.Args[0].Kind, ln.Args[1].Kind, ln.Args[2].Kind, ln.Args[3].Kind, ln.Args[4].Kind, ln.Args[5].Kind, ln.Args[6].Kind, ln.Args[7].Kind, ln.Args[8].Kind})
+		require.Equal(t, []int{int(InPositions), int(InSlots)}, []int{ln.Args[4].Index, ln.Args[5].Index})
+		require.Equal(t, ln.Args[7].Index, ln.Args[8].Index, "one layer's caches")
+		// Q and K (Q4_K) from column 0, V (Q6_K) from column q + k
+		switch {
+		case strings.Contains(name, "q4_k"):
+			require.Contains(t, name, fmt.Sprintf("_n%d_", (llama.Heads+llama.HeadsKV)*hd))
+			require.Contains(t, name, "_c0_")
+			require.Equal(t, 0, ln.Args[2].Offset)
+		default:
+			require.Contains(t, name, fmt.Sprintf("_n%d_", llama.HeadsKV*hd))
+			require.Contains(t, name, fmt.Sprintf("_c%d_", (llama.Heads+llama.HeadsKV)*hd))
+			require.Equal(t, 4*(llama.Heads+llama.HeadsKV)*hd, ln.Args[2].Offset)
+		}
+		require.Contains(t, name, fmt.Sprintf("_ys%d", qkv))
+	}
+	require.Equal(t, 2*llama.Layers, ropes)
+	require.Len(t, used, len(p.Kernels), "every kernel of the program is launched")
+
+	for _, c := range []struct {
+		name string
+		hp   ir.HParams
+		o    LowerOptions
+	}{{"neox", smallQwen3, o}, {"prefill", llama, LowerOptions{Class: Prefill, MaxSeqs: 2, MaxTokens: 64, Context: 256, Cache: dtype.F16, RopeInProduct: true}}} {
+		p, err := Lower(buildGraph(t, c.hp, synthTensors(c.hp, dtype.Q4_K, dtype.Q6_K)), c.o)
+		require.NoError(t, err, c.name)
+		require.Equal(t, c.hp.Layers, count(p, "rope_kv"), c.name)
+	}
 }

@@ -252,6 +252,53 @@ func emitXQStoreScaled(w *Writer, residual bool, scale string) {
 	w.Line("pdl_launch();")
 }
 
+// emitXQStoreRope is emitXQStoreScaled for XQEnds.Rope: per activation
+// row (token) j, the warp's rows in pairs (r0 and RW even, so a pair never
+// leaves the warp, and C0 even, so it is one of RopeKV's adjacent pairs),
+// rotated by pos[token] where they are q or k columns within RD; q goes to
+// y rotated, k rotated and v as computed to the cache row slot[token], and
+// y keeps k and v as computed (what RopeKV leaves in the fused row).
+func emitXQStoreRope(w *Writer, cache dtype.Type, scale string) {
+	ct := cacheCType(cache)
+	w.For("j", "0", "MB", "1", -1, func() {
+		w.Line("float v[RW];")
+		w.For("r", "0", "RW", "1", -1, func() {
+			if scale != "" {
+				w.Linef("v[r] = warp_sum(acc[r][j]) * %s;", scale)
+			} else {
+				w.Line("v[r] = warp_sum(acc[r][j]);")
+			}
+		})
+		w.If("lane == 0 && j < mrows", func() {
+			w.Line("const int tok = m0 + j;")
+			w.Line("const float p = (float)pos[tok];")
+			w.Line("const size_t crow = (size_t)slot[tok] * HKV * HD;")
+			w.For("r", "0", "RW", "2", -1, func() {
+				w.If("r0 + r < N", func() {
+					w.Line("const int c = C0 + r0 + r, u = c / HD, e = c % HD; // head unit (q, k, v heads in order), element")
+					w.Line("float va = v[r], vb = v[r + 1];")
+					w.If("u < HQ + HKV && e / 2 < RD / 2", func() {
+						w.Line("float sn, cs;")
+						w.Line("sincosf(p * inv_freq[e / 2], &sn, &cs);")
+						w.Line("const float ra = va * cs - vb * sn;")
+						w.Line("vb = va * sn + vb * cs;")
+						w.Line("va = ra;")
+					})
+					w.Comment("y: q rotated, k and v as computed")
+					w.Line("y[(size_t)tok * YS + r0 + r] = u < HQ ? va : v[r];")
+					w.Line("y[(size_t)tok * YS + r0 + r + 1] = u < HQ ? vb : v[r + 1];")
+					w.If("u >= HQ", func() {
+						w.Linef("%s* cr = (u < HQ + HKV ? kcache + (u - HQ) * HD : vcache + (u - HQ - HKV) * HD) + crow;", ct)
+						w.Line(cacheStore(cache, "cr[e]", "va"))
+						w.Line(cacheStore(cache, "cr[e + 1]", "vb"))
+					})
+				})
+			})
+		})
+	})
+	w.Line("pdl_launch();")
+}
+
 // xqNames are the row pointers and weight registers of rpTypes' code, to
 // which xqRename gives the suffix of weight row w of a warp's RowsPerWarp
 // rows.

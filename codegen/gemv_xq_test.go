@@ -255,3 +255,34 @@ func TestInterleaveRows(t *testing.T) {
 	_, err = InterleaveRows(data[:96*rb], 96, rb)
 	require.ErrorIs(t, err, ErrUnsupported)
 }
+
+// TestGEMVXQRopeEnds: the RoPE epilogue is generated for XQ 2 arms with
+// pairs of weight rows a warp and refused, with ErrUnsupported, for the
+// tensor-core arm, one row a warp, a residual product, NeoX pairs, an odd
+// first column and columns past the fused row.
+func TestGEMVXQRopeEnds(t *testing.T) {
+	rs := RopeShape{Heads: 4, HeadsKV: 2, HeadDim: 64, RopeDim: 64, Cache: dtype.F16}
+	e := XQEnds{NormIn: true, NormEps: 1e-6, Rope: true, RopeShape: rs, RopeCol0: 384}
+	k, err := GEMVXQ(dtype.Q6_K, 128, 256, false, DefaultXQGlobalOneArm, e, rs.QKVStride())
+	require.NoError(t, err)
+	require.Contains(t, k.Name, "_rn_rope_h4_2_d64_r64_f16_c384")
+	require.Equal(t, xqRopeParams(dtype.F16), k.Params)
+	_, err = GEMVXQ(dtype.Q6_K, 128, 256, false, DefaultXQGlobalBatchArm, e, rs.QKVStride())
+	require.NoError(t, err)
+	one := DefaultXQGlobalOneArm
+	one.RowsPerWarp = 0
+	half := e
+	half.RopeShape.Half = true
+	odd, past := e, e
+	odd.RopeCol0 = 383
+	past.RopeCol0 = 448
+	for name, c := range map[string]struct {
+		arm      GEMVArm
+		residual bool
+		e        XQEnds
+	}{"xq3": {DefaultXQMMAArm, false, e}, "one row a warp": {one, false, e}, "residual": {DefaultXQGlobalOneArm, true, e},
+		"neox": {DefaultXQGlobalOneArm, false, half}, "odd column": {DefaultXQGlobalOneArm, false, odd}, "past the row": {DefaultXQGlobalOneArm, false, past}} {
+		_, err := GEMVXQ(dtype.Q6_K, 128, 256, c.residual, c.arm, c.e, rs.QKVStride())
+		require.ErrorIs(t, err, ErrUnsupported, name)
+	}
+}

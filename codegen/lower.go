@@ -123,6 +123,13 @@ type LowerOptions struct {
 	// whole batch, activations rounded to bf16) instead of the GEMV. Off by
 	// default until measured.
 	SmallBatch bool
+	// RopeInProduct makes the XQ 2 products that write a decode step's
+	// fused [q | k | v] rows rotate q and k and write the KV cache in
+	// their epilogue (XQEnds.Rope) instead of a RopeKV launch a layer,
+	// where the rows come straight from products (no bias, no q/k norm),
+	// RoPE rotates adjacent pairs and every kernel of those launches has
+	// two or four weight rows a warp. Off by default: not yet run on a GPU.
+	RopeInProduct bool
 }
 
 // view is where a node's value lives: floats [off, off+width) of each row
@@ -156,6 +163,20 @@ type lowerer struct {
 	// preQuant are the quantised rows such epilogues wrote, by the norm
 	// input they are of, for quantised to take instead of an XQuant launch.
 	preQuant map[xqKey]preQuant
+	// xqLaunches are the launches of XQ 2 and 3 products without a
+	// residual or quantising epilogue, by launch index: what ropeInProducts
+	// needs to give them the RoPE epilogue.
+	xqLaunches map[int]xqLaunch
+}
+
+// xqLaunch is a product launch ropeInProducts may regenerate: its kernels'
+// generator, ends and arms (one and large zero when the launch has no such
+// kernel), and its output view.
+type xqLaunch struct {
+	gen             func(GEMVArm, XQEnds) (*Kernel, error)
+	e               XQEnds
+	arm, one, large GEMVArm
+	y               view
 }
 
 // QuantOuts is a set of the producers that quantise for the int8 products
@@ -192,7 +213,7 @@ func Lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 	}
 	l := &lowerer{g: g, o: opts, users: g.Users(), kernels: map[string]int{}, weights: map[string]int{},
 		val: map[int]view{}, done: map[int]bool{}, arms: opts.Arms.WithDefaults(), repacked: map[int]bool{},
-		swiglus: map[int]bool{}, preQuant: map[xqKey]preQuant{}}
+		swiglus: map[int]bool{}, preQuant: map[xqKey]preQuant{}, xqLaunches: map[int]xqLaunch{}}
 	l.p = &Program{Model: g.Name, Arch: g.Arch, Class: opts.Class, MaxTokens: opts.MaxTokens, MaxSeqs: opts.MaxSeqs,
 		Context: opts.Context, Cache: opts.Cache, Layers: g.Consts["layers"],
 		KVWidth: g.Consts["heads_kv"] * g.Consts["head_dim"], Vocab: g.Consts["vocab"], Logits: -1, Argmax: -1,
@@ -206,6 +227,7 @@ func Lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 		}
 	}
 	l.splitLayouts()
+	l.pruneKernels()
 	if l.p.Logits < 0 && l.p.HiddenOut < 0 {
 		return nil, fmt.Errorf("%w: graph has no output", ErrLower)
 	}

@@ -55,8 +55,9 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	var kern int
 	var err error
 	args := l.productArgs(w, x, y, pro)
-	one := -1   // the kernel of one-row steps, when it differs
-	large := -1 // the kernel of steps of GEMVLargeRows rows or more, when it differs
+	one := -1        // the kernel of one-row steps, when it differs
+	large := -1      // the kernel of steps of GEMVLargeRows rows or more, when it differs
+	var xl *xqLaunch // an XQ 2 or 3 product without a residual or quantising epilogue
 	if l.o.Class == Prefill && !l.o.PrefillGEMV && rows == ir.T {
 		kern, err = l.kernel(MatMulMMA(t, n, k, residual, l.mmaArm(ProductClass(t, n, k, residual))))
 	} else if l.o.SmallBatch && l.o.Class == Decode && l.o.MaxSeqs >= 2 {
@@ -102,6 +103,10 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 				}
 			}
 			gemv = func(arm GEMVArm) (*Kernel, error) { return GEMVXQ(t, n, k, residual, arm, e, y.stride) }
+			if !residual && !e.QuantOut {
+				xl = &xqLaunch{gen: func(a GEMVArm, e XQEnds) (*Kernel, error) { return GEMVXQ(t, n, k, residual, a, e, y.stride) },
+					e: e, arm: arm, y: y}
+			}
 			if pro != nil {
 				nodes = slices.DeleteFunc(slices.Clone(nodes), func(n int) bool { return n == pro.node })
 			}
@@ -115,11 +120,17 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 					return err
 				}
 				l.repacked[kern] = true
+				if xl != nil {
+					xl.one, xl.arm = arm, batch
+				}
 				if a, ok := l.largeArm(batch, class); ok {
 					switch k, err := l.kernel(gemv(a)); {
 					case err == nil:
 						large = k
 						l.repacked[k] = true
+						if xl != nil {
+							xl.large = a
+						}
 					case !errors.Is(err, ErrUnsupported):
 						return err
 					} // else an epilogue it cannot compute: the batch kernel serves large steps
@@ -143,6 +154,9 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	}
 	if large >= 0 {
 		l.p.Launches[len(l.p.Launches)-1].Large = large + 1
+	}
+	if xl != nil {
+		l.xqLaunches[len(l.p.Launches)-1] = *xl
 	}
 	return nil
 }
@@ -918,16 +932,101 @@ func (l *lowerer) ropeKV(kvw *ir.Node) error {
 	}
 	w := l.weight(fmt.Sprintf("rope:%+v:%s", qp, factors), WeightRef{Name: "rope_inv_freq", Kind: WeightRope, Type: dtype.F32, Rope: qp, Factors: factors})
 	rs := RopeShape{Heads: H, HeadsKV: Hkv, HeadDim: D, RopeDim: qp.Dims, Half: qp.Style == ir.RopeHalf, Cache: l.o.Cache}
+	layer := kvw.Int("layer")
+	if ok, err := l.ropeInProducts(q, k, v, qv, rs, w, layer, []int{q.ID, k.ID, kvw.ID}); err != nil || ok {
+		l.val[q.ID] = qv
+		return err
+	}
 	kern, err := l.kernel(RopeKV(rs, l.blockArm("rope_kv", RopeKVClass(rs))))
 	if err != nil {
 		return err
 	}
-	layer := kvw.Int("layer")
 	rows := q.Shape[0]
 	l.launch(kern, rows, []int{q.ID, k.ID, kvw.ID}, bufArg(view{buf: qv.buf, off: qv.off}), inArg(InPositions), inArg(InSlots), wArg(w),
 		cacheArg(layer, false), cacheArg(layer, true), rowsArg())
 	l.val[q.ID] = qv
 	return nil
+}
+
+// ropeInProducts gives the product launches that wrote the fused [q | k |
+// v] rows qkv the RoPE epilogue (XQEnds.Rope; LowerOptions.RopeInProduct)
+// and reports whether it did: q, k and v must come straight from XQ 2
+// products covering the row, and every kernel of those launches must have
+// the epilogue (a large-batch kernel without it is dropped: the batch
+// kernel serves those steps). It changes nothing unless all of that holds.
+func (l *lowerer) ropeInProducts(q, k, v *ir.Node, qkv view, rs RopeShape, inv, layer int, nodes []int) (bool, error) {
+	if !l.o.RopeInProduct || l.o.Class != Decode || rs.Half {
+		return false, nil
+	}
+	for _, n := range []*ir.Node{q.Args[0], k.Args[0], v} {
+		for n.Op == ir.OpReshape {
+			n = n.Args[0]
+		}
+		if n.Op != ir.OpMatmul {
+			return false, nil
+		}
+	}
+	var idx []int
+	width := 0
+	for i, xl := range l.xqLaunches {
+		if xl.y.buf == qkv.buf {
+			idx = append(idx, i)
+			width += xl.y.width
+		}
+	}
+	if width != rs.QKVStride() {
+		return false, nil
+	}
+	slices.Sort(idx)
+	type patch struct{ kern, one, large int }
+	patches := make([]patch, len(idx))
+	for j, i := range idx {
+		xl := l.xqLaunches[i]
+		e := xl.e
+		e.Rope, e.RopeShape, e.RopeCol0 = true, rs, xl.y.off-qkv.off
+		gen := func(a GEMVArm) (int, error) {
+			kn, err := l.kernel(xl.gen(a, e))
+			if err == nil {
+				l.repacked[kn] = true
+			}
+			return kn, err
+		}
+		p := patch{one: -1, large: -1}
+		var err error
+		if p.kern, err = gen(xl.arm); err != nil {
+			return false, ignoreUnsupported(err)
+		}
+		if xl.one != (GEMVArm{}) {
+			if p.one, err = gen(xl.one); err != nil {
+				return false, ignoreUnsupported(err)
+			}
+		}
+		if xl.large != (GEMVArm{}) {
+			if p.large, err = gen(xl.large); err != nil && !errors.Is(err, ErrUnsupported) {
+				return false, err
+			} else if err != nil {
+				p.large = -1
+			}
+		}
+		patches[j] = p
+	}
+	for j, i := range idx {
+		ln, p := &l.p.Launches[i], patches[j]
+		ln.Kernel, ln.One, ln.Large = p.kern, p.one+1, p.large+1
+		ln.Args = append(ln.Args, inArg(InPositions), inArg(InSlots), wArg(inv), cacheArg(layer, false), cacheArg(layer, true))
+		if j == 0 {
+			ln.Nodes = append(ln.Nodes, nodes...)
+		}
+	}
+	return true, nil
+}
+
+// ignoreUnsupported returns nil for an ErrUnsupported error, else err.
+func ignoreUnsupported(err error) error {
+	if errors.Is(err, ErrUnsupported) {
+		return nil
+	}
+	return err
 }
 
 // attention lowers causal attention over the layer's cache: split-KV decode

@@ -53,3 +53,41 @@ func (l *lowerer) splitLayouts() {
 		}
 	}
 }
+
+// pruneKernels drops the kernels no launch runs (those a launch had before
+// ropeInProducts gave it the RoPE epilogue), renumbering the launches'.
+func (l *lowerer) pruneKernels() {
+	used := make([]bool, len(l.p.Kernels))
+	for _, ln := range l.p.Launches {
+		used[ln.Kernel] = true
+		if ln.One > 0 {
+			used[ln.One-1] = true
+		}
+		if ln.Large > 0 {
+			used[ln.Large-1] = true
+		}
+	}
+	index := make([]int, len(l.p.Kernels))
+	var kept []*Kernel
+	for i, k := range l.p.Kernels {
+		index[i] = len(kept)
+		if used[i] {
+			kept = append(kept, k)
+		}
+	}
+	if len(kept) == len(l.p.Kernels) {
+		return
+	}
+	for i := range l.p.Launches {
+		ln := &l.p.Launches[i]
+		ln.Kernel = index[ln.Kernel]
+		if ln.One > 0 {
+			ln.One = index[ln.One-1] + 1
+		}
+		if ln.Large > 0 {
+			ln.Large = index[ln.Large-1] + 1
+		}
+	}
+	l.p.Kernels = kept
+	l.kernels = nil // names → indices no longer hold
+}

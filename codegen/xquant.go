@@ -282,6 +282,15 @@ type XQEnds struct {
 	// writes silu(gate)·up quantised into xo, rows of n/2, for the down
 	// product. Needs whole pairs of 32 gate and 32 up rows a block.
 	SwiGLUOut bool
+	// Rope (XQ 2 with two or four weight rows a warp, no residual): the
+	// product's rows are columns RopeCol0… of a decode step's fused
+	// [q | k | v] rows of shape RopeShape (adjacent pairs, not NeoX), and
+	// the epilogue does RopeKV's work for them: q rotated into y, k rotated
+	// and v as it is into the KV cache row slot[token] (y keeps k and v as
+	// computed, as RopeKV leaves them), so the program launches no RopeKV.
+	Rope      bool
+	RopeShape RopeShape
+	RopeCol0  int
 }
 
 // suffix is the kernel name part of e.
@@ -295,6 +304,10 @@ func (e XQEnds) suffix() string {
 	}
 	if e.SwiGLUOut {
 		s += "_so"
+	}
+	if e.Rope {
+		r := e.RopeShape
+		s += fmt.Sprintf("_rope_h%d_%d_d%d_r%d_%s_c%d", r.Heads, r.HeadsKV, r.HeadDim, r.RopeDim, typeTag(r.Cache), e.RopeCol0)
 	}
 	return s
 }
@@ -363,6 +376,15 @@ var xqQuantOutParams = append(slices.Clone(xqGlobalParams), Param{"const float* 
 // XQEnds.SwiGLUOut: its output is the down product's quantised rows.
 var xqSwiGLUOutParams = []Param{{"const u8* __restrict__", "W"}, {"const u8* __restrict__", "xq"}, {"u8* __restrict__", "xo"}, {"int", "m"}}
 
+// xqRopeParams are the parameters of an XQ 2 product with XQEnds.Rope:
+// RopeKV's positions, cache rows, inverse frequencies and the layer's
+// caches (of the cache element type, named by cacheCType).
+func xqRopeParams(cache dtype.Type) []Param {
+	ct := cacheCType(cache)
+	return append(slices.Clone(xqGlobalParams), Param{"const int* __restrict__", "pos"}, Param{"const int* __restrict__", "slot"},
+		Param{"const float* __restrict__", "inv_freq"}, Param{ct + "* __restrict__", "kcache"}, Param{ct + "* __restrict__", "vcache"})
+}
+
 // GEMVXQ returns the product of an XQ 2 or 3 arm over the rows an XQuant
 // launch (or a QuantOut epilogue) wrote, with ends e:
 //
@@ -390,6 +412,17 @@ func GEMVXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystrid
 	}
 	if e.SwiGLUOut && (residual || e.QuantOut || ystride != 0 || !QuantOutFits(arm, n, e)) {
 		return nil, fmt.Errorf("%w: SwiGLU-output epilogue for N %d, arm %v, residual %v", ErrUnsupported, n, arm, residual)
+	}
+	if e.Rope {
+		r := e.RopeShape
+		if err := r.validate(); err != nil {
+			return nil, err
+		}
+		if arm.XQ != 2 || arm.rowsPerWarp()%2 != 0 || residual || e.QuantOut || e.SwiGLUOut || r.Half ||
+			e.RopeCol0%2 != 0 || n%2 != 0 || e.RopeCol0+n > r.QKVStride() {
+			return nil, fmt.Errorf("%w: RoPE epilogue for N %d at column %d of %d, arm %v, residual %v, NeoX %v",
+				ErrUnsupported, n, e.RopeCol0, r.QKVStride(), arm, residual, r.Half)
+		}
 	}
 	if arm.XQ == 3 {
 		return gemvMMA8(t, n, k, residual, arm, e, ystride)
@@ -529,13 +562,27 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 		params = xqQuantOutParams
 	case e.SwiGLUOut:
 		params = xqSwiGLUOutParams
+	case e.Rope:
+		params = xqRopeParams(e.RopeShape.Cache)
+	}
+	deps := repackDeps(t, "f16", "warp", "pdl")
+	if e.Rope {
+		deps = append(deps, cacheHelpers(e.RopeShape.Cache)...)
 	}
 	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations from xquant, N %d, K %d, residual %v, ends %q, %v", t, n, k, residual, e.suffix(), arm),
-		repackDeps(t, "f16", "warp", "pdl"), func(w *Writer) {
+		deps, func(w *Writer) {
 			emitXQWeightHelpers(w, t)
 			emitRepackDefines(w, rt, n, k, nb)
 			w.Linef("#define RPB %d // warps per block", arm.RowsPerBlock)
 			w.Linef("#define RW %d // weight rows per warp", rw)
+			if e.Rope {
+				r := e.RopeShape
+				w.Linef("#define HQ %d", r.Heads)
+				w.Linef("#define HKV %d", r.HeadsKV)
+				w.Linef("#define HD %d", r.HeadDim)
+				w.Linef("#define RD %d // rotated dimensions a head", r.RopeDim)
+				w.Linef("#define C0 %d // the product's first column of the [q | k | v] row", e.RopeCol0)
+			}
 			w.Linef("#define U %d // units in flight per thread, row and buffer", arm.Unroll)
 			w.Linef("#define MB %d // activation rows per block", mb)
 			w.Linef("#define XR %d // bytes of a quantised activation row", XQRowBytes(k))
@@ -597,6 +644,8 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 				switch {
 				case e.QuantOut || e.SwiGLUOut:
 					emitXQQuantOut(w, e, rn)
+				case e.Rope:
+					emitXQStoreRope(w, e.RopeShape.Cache, rn)
 				case e.NormIn:
 					emitXQStoreScaled(w, residual, rn)
 				default:

@@ -62,6 +62,11 @@ type BackendOptions struct {
 	// H200 they decoded batch 1 at 1.09× and batch 16 at 0.98×
 	// (docs/PERFORMANCE.md).
 	NoQuantOut codegen.QuantOuts
+	// RopeInProduct makes the QKV products rotate q and k and write the KV
+	// cache in their epilogue instead of a RoPE launch a layer
+	// (codegen.LowerOptions.RopeInProduct; MEMRA_ROPE_IN_PRODUCT=1). Off
+	// until it has run on a GPU.
+	RopeInProduct bool
 	// EarlyPDL lets each kernel start the next one right after its own
 	// dependency wait instead of at its end (MEMRA_PDL=early; slower on the
 	// H200, kept for comparison).
@@ -196,7 +201,7 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 	}
 	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
 		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue,
-		NoQuantOut: opts.NoQuantOut}
+		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct}
 	if opts.Untuned {
 		base.Arms, base.Pick = codegen.Arms{}, nil
 	}
@@ -475,7 +480,7 @@ func (b *Backend) StepGreedy(ctx context.Context, batch []runtime.SeqStep) ([]in
 // MEMRA_SMALL_BATCH=1, MEMRA_FUSE=0, MEMRA_DECODE_LIVE=1|2, MEMRA_GEMV_QUANT and
 // MEMRA_GEMV_BATCH (the batch-1 and batched decode GEMV of repacked
 // types), MEMRA_GEMV_LARGE (the GEMV of steps of 16 rows or more, or off),
-// MEMRA_PDL=early. A value it cannot read is an error naming the
+// MEMRA_ROPE_IN_PRODUCT=1, MEMRA_PDL=early. A value it cannot read is an error naming the
 // variable, not a silent default.
 func envOptions(o *BackendOptions) error {
 	bad := func(name, v, want string) error {
@@ -490,6 +495,13 @@ func envOptions(o *BackendOptions) error {
 		o.SmallBatch = true
 	default:
 		return bad("MEMRA_SMALL_BATCH", v, "0 or 1")
+	}
+	switch v := os.Getenv("MEMRA_ROPE_IN_PRODUCT"); v {
+	case "", "0":
+	case "1":
+		o.RopeInProduct = true
+	default:
+		return bad("MEMRA_ROPE_IN_PRODUCT", v, "0 or 1")
 	}
 	switch v := os.Getenv("MEMRA_FUSE"); v {
 	case "", "1":
