@@ -1,7 +1,9 @@
 package check
 
 import (
+	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,7 +28,7 @@ func TestKernelCheckCases(t *testing.T) {
 	require.Equal(t, []string{"rmsnorm f32", "rope_kv f16 cache", "swiglu f32", "argmax f32", "attn_decode f16 cache", "attn_decode+xq f16 cache", "attn_prefill f16 cache",
 		"attn_decode_live f16 cache",
 		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemm_small/qkv q4_k", "gemv/qkv×12 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
-		"gemv+norm/v (rows of 512) q4_k", "gemv+quant-out/attn_out→qkv q4_k", "gemv+quant-out/down→gate_up×12 q4_k",
+		"gemv+norm/v (rows of 512) q4_k", "gemv+rope/q+k q4_k", "gemv+rope/v×12 q4_k", "gemv+quant-out/attn_out→qkv q4_k", "gemv+quant-out/down→gate_up×12 q4_k",
 		"gemv+swiglu-out/gate_up→down q4_k",
 		"gemv/down q4_k", "gemv+swiglu/down q4_k", "gemv+swiglu/down×12 q4_k",
 		"embedding f16", "gemv/qkv f16", "mma/qkv f16", "gemm_small/qkv f16", "gemv+norm/qkv f16", "gemv/down f16", "gemv+swiglu/down f16"}, labels)
@@ -36,6 +38,26 @@ func TestKernelCheckCases(t *testing.T) {
 			switch {
 			case strings.HasPrefix(c.Label, "gemv+swiglu-out"):
 				requireChain(t, c, 2, tiny(t).FFN, "_rn_so_")
+			case strings.HasPrefix(c.Label, "gemv+rope"):
+				// XQuant (the norm's rows), then the product with RopeKV's operands after its own
+				l, err := c.Launch(c.Space().Default)
+				require.NoError(t, err, c.Label)
+				require.Len(t, l.Kernels, 2, c.Label)
+				require.Contains(t, l.Kernels[1].Name, "_rn_rope_", c.Label)
+				require.Len(t, l.Args[1], len(l.Kernels[1].Params), c.Label)
+				require.Same(t, l.Args[0][2].Buf, l.Args[1][1].Buf, c.Label)
+				require.Len(t, l.Outs, 3, c.Label) // the row and the two caches
+				// the reference runs: the untouched outputs are far from it, and a row written
+				// outside the product's columns is an infinite error
+				outs := [][]byte{slices.Clone(l.Outs[0].Data), l.Outs[1].Data, l.Outs[2].Data}
+				e, err := c.Compare(outs)
+				require.NoError(t, err, c.Label)
+				require.Greater(t, e, 0.5, c.Label)
+				require.False(t, math.IsInf(e, 0), c.Label)
+				outs[0][len(outs[0])-1] ^= 1
+				e, err = c.Compare(outs)
+				require.NoError(t, err, c.Label)
+				require.True(t, math.IsInf(e, 1), c.Label)
 			case strings.HasPrefix(c.Label, "gemv+quant-out"):
 				// the residual product's default arm; its epilogue writes the rows the next product reads
 				requireChain(t, c, 5, tiny(t).Hidden, "_res_qo_", "_rn_")

@@ -808,3 +808,146 @@ func armWeights(t dtype.Type, n, k int, W []byte) func(arm codegen.Point) ([]byt
 		return W, nil
 	}
 }
+
+// ProductRope is a QKV product of m rows after a norm whose epilogue does
+// RopeKV's work (codegen.XQEnds.Rope) for its n columns from col0 of the
+// fused [q | k | v] rows of rs, as lowering gives a decode step's QKV
+// products with LowerOptions.RopeInProduct. The product writes its
+// columns at the start of rows of rs.QKVStride() floats (the rest must
+// stay as it was): q columns rotated, k and v as computed; the k columns
+// rotated and the v columns go into the cache rows slot[token], the other
+// cache values must stay. Checked against the CPU norm, product and
+// RefRopeKV (the worse of the row's and the caches' errors). The arm is the
+// product's (default: the untuned one-row arm, the batch arm for m > 1).
+func ProductRope(shape, use string, t dtype.Type, rs codegen.RopeShape, n, col0, k, m int, eps float32, seed uint64) *Case {
+	stride := rs.QKVStride()
+	class := fmt.Sprintf("%s_rope_c%d", codegen.ProductClass(t, n, k, false), col0)
+	c := &Case{Family: "gemv", Label: "gemv+rope/" + use, Shape: shape, DType: strings.ToLower(t.String()), Class: class,
+		Use: use, Tol: 1e-4, seed: seed, K: k}
+	e := codegen.XQEnds{NormIn: true, NormEps: eps, Rope: true, RopeShape: rs, RopeCol0: col0}
+	def := codegen.DefaultXQGlobalOneArm
+	if m > 1 {
+		def = codegen.DefaultXQGlobalBatchArm
+	}
+	sp := codegen.GEMVSpaceFor(t)
+	sp.Default = def.Point()
+	c.space = &sp
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		pro := codegen.Prologue{Kind: codegen.ProNorm, Eps: eps}
+		return xqChain(k, pro, xqProduct{t, n, k, false, codegen.GEMVArmOf(arm), e, stride})
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		W, err := randWeights(t, n, k, r.Uint64())
+		if err != nil {
+			return nil, err
+		}
+		x, nw, yinit := randn(r, m*k), randn(r, k), randn(r, m*stride)
+		pos, slot := make([]int32, m), make([]int32, m)
+		for i := range pos {
+			pos[i], slot[i] = int32(r.IntN(8000)), int32(i*3+1)
+		}
+		inv := make([]float32, rs.RopeDim/2)
+		for i := range inv {
+			inv[i] = float32(math.Pow(500000, -2*float64(i)/float64(rs.RopeDim)))
+		}
+		kvw := rs.HeadsKV * rs.HeadDim
+		cacheN := (3*m + 2) * kvw
+		kcb, kc, err := cacheValues(rs.Cache, randn(r, cacheN))
+		if err != nil {
+			return nil, err
+		}
+		vcb, vc, err := cacheValues(rs.Cache, randn(r, cacheN))
+		if err != nil {
+			return nil, err
+		}
+		// want: the check's rows (the product's columns first), then the caches
+		ref := lazy(func() ([3][]float32, error) {
+			_, xin := codegen.RefRMSNormAdd(k, eps, false, x, nil, nw)
+			prod, err := refMatMul(t, n, k, W, xin, m, nil, false)
+			if err != nil {
+				return [3][]float32{}, err
+			}
+			qkv := make([]float32, m*stride)
+			for i := range m {
+				copy(qkv[i*stride+col0:i*stride+col0+n], prod[i*n:(i+1)*n])
+			}
+			qo, ko, vo := codegen.RefRopeKV(rs, qkv, pos, slot, inv, kc, vc)
+			rows := append([]float32(nil), yinit...)
+			for i := range m {
+				copy(rows[i*stride:i*stride+n], qo[i*stride+col0:i*stride+col0+n])
+			}
+			// cache values of columns outside the product stay as they were
+			kq := rs.Heads * rs.HeadDim
+			for _, sl := range slot {
+				for j := range kvw {
+					if c := kq + j; c < col0 || c >= col0+n {
+						ko[int(sl)*kvw+j] = kc[int(sl)*kvw+j]
+					}
+					if c := kq + kvw + j; c < col0 || c >= col0+n {
+						vo[int(sl)*kvw+j] = vc[int(sl)*kvw+j]
+					}
+				}
+			}
+			return [3][]float32{rows, ko, vo}, nil
+		})
+		weights := armWeights(t, n, k, W)
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				wb, err := weights(arm)
+				if err != nil {
+					return nil, err
+				}
+				y, kb, vb := fbuf(yinit), &Buf{Data: append([]byte(nil), kcb...)}, &Buf{Data: append([]byte(nil), vcb...)}
+				xq := &Buf{Data: make([]byte, m*codegen.XQRowBytes(k))}
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m}, Args: [][]Arg{
+					{b(fbuf(x)), b(fbuf(nw)), b(xq), s(m)},
+					{b(&Buf{Data: wb}), b(xq), b(y), s(m), b(ibuf(pos)), b(ibuf(slot)), b(fbuf(inv)), b(kb), b(vb)},
+				}, Outs: []*Buf{y, kb, vb}}, nil
+			},
+			compare: func(outs [][]byte) (float64, error) {
+				want, err := ref()
+				if err != nil {
+					return 0, err
+				}
+				got := bytesF32(outs[0])
+				for i := range m {
+					for j := i*stride + n; j < (i+1)*stride; j++ {
+						if got[j] != yinit[j] {
+							return math.Inf(1), nil // wrote outside its columns
+						}
+					}
+				}
+				gk, gv := make([]float32, cacheN), make([]float32, cacheN)
+				if err := dtype.Dequantize(rs.Cache, outs[1], gk); err != nil {
+					return 0, err
+				}
+				if err := dtype.Dequantize(rs.Cache, outs[2], gv); err != nil {
+					return 0, err
+				}
+				// the errors over what the product wrote (the rest is compared exactly)
+				var gy, wy, gc, wc []float32
+				for i := range m {
+					gy, wy = append(gy, got[i*stride:i*stride+n]...), append(wy, want[0][i*stride:i*stride+n]...)
+				}
+				for i := range gk {
+					if gk[i] != kc[i] || want[1][i] != kc[i] {
+						gc, wc = append(gc, gk[i]), append(wc, want[1][i])
+					}
+					if gv[i] != vc[i] || want[2][i] != vc[i] {
+						gc, wc = append(gc, gv[i]), append(wc, want[2][i])
+					}
+				}
+				e := codegen.RelErr(gy, wy)
+				if len(wc) > 0 {
+					e = math.Max(e, codegen.RelErr(gc, wc))
+				}
+				return e, nil
+			},
+		}, nil
+	}
+	return c
+}

@@ -44,6 +44,15 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 					// the V part of a fused QKV row of mixed types (Q4_K_M's Q6_K V)
 					v := ProductNormInto(s.Name, "v", t, s.HeadsKV*s.HeadDim, s.Hidden, 4, s.Eps, qkv, seed)
 					cs = append(cs, c, v)
+					// with RopeKV's work in the epilogue (adjacent RoPE pairs only): Q and K
+					// one product, V another (LowerOptions.RopeInProduct)
+					if rs := s.Rope(dtype.F16); !rs.Half {
+						qk := (s.Heads + s.HeadsKV) * s.HeadDim
+						cs = append(cs, ProductRope(s.Name, "q+k", t, rs, qk, 0, s.Hidden, 1, s.Eps, seed))
+						v := ProductRope(s.Name, "v", t, rs, s.HeadsKV*s.HeadDim, qk, s.Hidden, 12, s.Eps, seed)
+						v.Label += "×12"
+						cs = append(cs, v)
+					}
 				}
 			}
 		}
