@@ -112,6 +112,17 @@ func (a DecodeArm) liveChunk(w *Writer) {
 	w.Line("const int chunk = CHUNK;")
 }
 
+// liveSplits writes, for the live arms, "const int live": the splits that
+// hold keys (len and chunk in scope), and returns the expression of the
+// splits a combine reads: live, or splits.
+func (a DecodeArm) liveSplits(w *Writer) string {
+	if a.Live == 0 {
+		return "splits"
+	}
+	w.Line("const int live = min(splits, (len + chunk - 1) / chunk); // the splits holding keys; neutral partials (sum 0) are skipped too")
+	return "live"
+}
+
 // Splits returns the number of KV splits for a key length.
 func (a DecodeArm) Splits(kvLen int) int { return max(1, ceilDiv(kvLen, a.Chunk)) }
 
@@ -155,20 +166,60 @@ func DecodeAttentionXQ(s AttnShape, arm DecodeArm) (partial, combine *Kernel, er
 
 // decodeAttention is DecodeAttention, with the combine of decodeCombine(xq).
 func decodeAttention(s AttnShape, arm DecodeArm, xq bool) (partial, combine *Kernel, err error) {
-	if err := s.validate(); err != nil {
+	if partial, err = decodePartial(s, arm, false, xq); err != nil {
 		return nil, nil, err
 	}
+	return partial, decodeCombine(s, arm, xq), nil
+}
+
+// DecodeAttentionFused is DecodeAttention in one kernel: each block counts
+// itself done on its (kv head, sequence)'s counter, and the last of the
+// splits' blocks to finish combines their partials (the same arithmetic as
+// the combine kernel) into out, or with xq into quantised rows xo:
+//
+//	attn_fused(const float* q, const cache_t* kc, const cache_t* vc, const int* kv_base,
+//	           const int* kv_len, float* part_o, float* part_ml, float* out | u8* xo,
+//	           unsigned* counters, int splits)
+//
+// counters holds one zeroed word per (sequence, kv head) ([seq][HKV]); the
+// last block leaves it at zero again (atomicInc wraps), so a captured
+// graph replays with it. One launch a layer fewer than the pair.
+func DecodeAttentionFused(s AttnShape, arm DecodeArm, xq bool) (*Kernel, error) {
+	if xq && s.HeadDim%32 != 0 {
+		return nil, fmt.Errorf("%w: quantised decode attention output with head dim %d", ErrUnsupported, s.HeadDim)
+	}
+	return decodePartial(s, arm, true, xq)
+}
+
+// decodePartial is DecodeAttention's partial kernel; fused, the kernel of
+// DecodeAttentionFused.
+func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) {
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
 	if err := arm.Validate(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	ct := cacheCType(s.Cache)
 	pname := fmt.Sprintf("attn_part_%s_%s", s.tag(), arm)
 	pparams := []Param{{"const float* __restrict__", "q"}, {"const " + ct + "* __restrict__", "kc"}, {"const " + ct + "* __restrict__", "vc"},
 		{"const int* __restrict__", "kv_base"}, {"const int* __restrict__", "kv_len"}, {"float* __restrict__", "part_o"},
 		{"float* __restrict__", "part_ml"}, {"int", "splits"}}
+	what := "partials"
+	if fused {
+		pname = fmt.Sprintf("attn_fused_%s_%s", s.tag(), arm)
+		out := Param{"float* __restrict__", "out"}
+		what = "partials, combined by the last block"
+		if xq {
+			pname += "_xq"
+			out = Param{"u8* __restrict__", "xo"}
+			what += " into int8 rows"
+		}
+		pparams = append(pparams[:7:7], out, Param{"unsigned* __restrict__", "counters"}, pparams[7])
+	}
 	tl := decodeTile(s, arm.Threads)
 	group := s.Heads / s.HeadsKV
-	psrc := source(fmt.Sprintf("split-KV decode attention, partials: %s, %v", s.tag(), arm), append(cacheHelpers(s.Cache), "warp", "pdl"), func(w *Writer) {
+	psrc := source(fmt.Sprintf("split-KV decode attention, %s: %s, %v", what, s.tag(), arm), append(cacheHelpers(s.Cache), "warp", "pdl"), func(w *Writer) {
 		s.defines(w)
 		w.Linef("#define CHUNK %d", arm.Chunk)
 		w.Linef("#define THREADS %d", arm.Threads)
@@ -181,11 +232,53 @@ func decodeAttention(s AttnShape, arm DecodeArm, xq bool) (partial, combine *Ker
 		w.Linef("#define HT %d // query heads per pass", tl.ht)
 		w.Linef("#define U %d // keys in flight per lane group", tl.u)
 		w.Line("#define MNEG (-3.0e38f) // running max before any key: exp(MNEG - x) is 0, exp(MNEG - MNEG) is 1")
+		if fused && xq {
+			w.Linef("#define XRO %d // bytes of a quantised output row", XQRowBytes(s.Heads*s.HeadDim))
+		}
 		w.Blank()
 		raw := emitVecLoad(w, s.Cache, tl.vec)
+		// tail writes the end of a fused block: count it done, and the last
+		// of its (kv head, sequence) combines the splits (every thread of
+		// the block runs it)
+		tail := func() {
+			w.Comment("this block's partials are out: count it done; the last of the splits combines them")
+			w.Line("__threadfence();")
+			w.Line("__syncthreads();")
+			w.If("threadIdx.x == 0", func() {
+				w.Line("last = atomicInc(counters + seq * HKV + kvh, gridDim.y - 1) == gridDim.y - 1; // wraps to 0 for the next launch")
+			})
+			w.Line("__syncthreads();")
+			w.If("!last", func() {
+				w.Line("pdl_launch();")
+				w.Line("return;")
+			})
+			w.Line("__threadfence(); // the other blocks' partials, read below past L1")
+			live := arm.liveSplits(w)
+			w.Comment("a thread an output (head g of the group, element d); whole warps, so each holds a group of 32")
+			w.For("e", "threadIdx.x", "GROUP * HD", "THREADS", 0, func() {
+				w.Line("const int g = e / HD, d = e % HD;")
+				w.Line("const size_t p0 = (size_t)(seq * HQ + kvh * GROUP + g) * splits;")
+				w.Linef("float m = %s;", cfloat(float32(math.Inf(-1))))
+				w.For("i", "0", live, "1", 0, func() { w.Line("m = fmaxf(m, __ldcg(part_ml + 2 * (p0 + i)));") })
+				emitSplitSums(w, live, "__ldcg")
+				w.Line("const float z = den > 0.f ? num / den : 0.f;")
+				w.Line("const int col = (kvh * GROUP + g) * HD + d;")
+				if xq {
+					w.Line("u8* xr = xo + (size_t)seq * XRO;")
+					emitWarpQuant(w, "xr", "col", "HQ * HD", "(d & 31) == 0")
+				} else {
+					w.Line("out[(size_t)seq * HQ * HD + col] = z;")
+				}
+			})
+			w.Line("__syncthreads(); // every warp's outputs written before the block's launch trigger")
+			w.Line("pdl_launch();")
+		}
 		w.Emit(Func{Name: pname, Global: true, LaunchBounds: arm.Threads, Params: pparams, Body: func(w *Writer) {
 			w.Line("__shared__ float so[NW][HT][HD]; // each warp's output accumulator")
 			w.Line("__shared__ float sm[NW][HT], sl[NW][HT], sw[NW][HT]; // each warp's max and sum; merge weights")
+			if fused {
+				w.Line("__shared__ bool last; // this block is the last of its (kv head, sequence) to finish")
+			}
 			w.Line("const int kvh = blockIdx.x, split = blockIdx.y, seq = blockIdx.z;")
 			w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;")
 			w.Line("const int grp = lane / LPK, gl = lane % LPK; // the lane's key slot in the warp step, its place in the row")
@@ -211,6 +304,9 @@ func decodeAttention(s AttnShape, arm DecodeArm, xq bool) (partial, combine *Ker
 					w.Linef("part_ml[2 * (po0 + (size_t)g * splits)] = %s;", cfloat(float32(math.Inf(-1))))
 					w.Line("part_ml[2 * (po0 + (size_t)g * splits) + 1] = 0.f;")
 				})
+				if fused {
+					tail()
+				}
 				w.Line("return;")
 			})
 			w.Comment("this lane's first element of key 0 of the split")
@@ -332,14 +428,16 @@ func decodeAttention(s AttnShape, arm DecodeArm, xq bool) (partial, combine *Ker
 					w.Line("__syncthreads(); // shared memory is reused by the next pass")
 				})
 			}
-			w.Line("pdl_launch();")
+			if fused {
+				tail()
+			} else {
+				w.Line("pdl_launch();")
+			}
 		}})
 	})
-	partial = &Kernel{Family: "attn_decode", Name: pname, Source: psrc, Params: pparams, Launch: func(d Dims) Geometry {
+	return &Kernel{Family: "attn_decode", Name: pname, Source: psrc, Params: pparams, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(s.HeadsKV, arm.Splits(d.KVLen), d.Seqs), Block: dim3(arm.Threads, 1, 1)}
-	}}
-
-	return partial, decodeCombine(s, arm, xq), nil
+	}}, nil
 }
 
 // decodeCombine is DecodeAttention's combine kernel; with xq it writes
@@ -373,26 +471,17 @@ func decodeCombine(s AttnShape, arm DecodeArm, xq bool) *Kernel {
 			w.Line("const int h = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;")
 			w.Line("pdl_wait();")
 			w.Line("const size_t p0 = (size_t)(seq * HQ + h) * splits;")
-			live := "splits"
 			if arm.Live != 0 {
 				w.Line("const int len = kv_len[seq];")
 				arm.liveChunk(w)
-				w.Comment("only the splits holding keys; neutral partials (sum 0) are skipped as well")
-				w.Line("const int live = min(splits, (len + chunk - 1) / chunk);")
-				live = "live"
 			}
+			live := arm.liveSplits(w)
 			w.Comment("the max over the splits, read in parallel")
 			w.Linef("float mx = %s;", cfloat(float32(math.Inf(-1))))
 			w.For("i", "threadIdx.x", live, "HD", 0, func() { w.Line("mx = fmaxf(mx, part_ml[2 * (p0 + i)]);") })
 			blockReduce(w, "mx", "m", "max", s.HeadDim)
 			w.Comment("every split read holds a written output (zeros for an empty one), so the loads need no branch")
-			w.Line("float num = 0.f, den = 0.f;")
-			w.For("i", "0", live, "1", 4, func() {
-				w.Line("const float l = part_ml[2 * (p0 + i) + 1];")
-				w.Line("const float wgt = l > 0.f ? l * expf(part_ml[2 * (p0 + i)] - m) : 0.f;")
-				w.Line("num += wgt * part_o[(p0 + i) * HD + d];")
-				w.Line("den += wgt;")
-			})
+			emitSplitSums(w, live, "")
 			if !xq {
 				w.Line("out[(size_t)seq * HQ * HD + h * HD + d] = den > 0.f ? num / den : 0.f;")
 				w.Line("pdl_launch();")
@@ -410,6 +499,25 @@ func decodeCombine(s AttnShape, arm DecodeArm, xq bool) *Kernel {
 	return &Kernel{Family: "attn_decode", Name: cname, Source: csrc, Params: cparams, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(s.Heads, d.Seqs, 1), Block: dim3(s.HeadDim, 1, 1)}
 	}}
+}
+
+// emitSplitSums writes num and den of the combine over splits i < live of
+// head p0's partials: den the sum of the weights l·exp(max − m), num of
+// the weighted outputs of element d; ld ("" or "__ldcg") reads them.
+func emitSplitSums(w *Writer, live, ld string) {
+	rd := func(arr, idx string) string {
+		if ld == "" {
+			return arr + "[" + idx + "]"
+		}
+		return ld + "(&" + arr + "[" + idx + "])"
+	}
+	w.Line("float num = 0.f, den = 0.f;")
+	w.For("i", "0", live, "1", 4, func() {
+		w.Linef("const float l = %s;", rd("part_ml", "2 * (p0 + i) + 1"))
+		w.Linef("const float wgt = l > 0.f ? l * expf(%s - m) : 0.f;", rd("part_ml", "2 * (p0 + i)"))
+		w.Linef("num += wgt * %s;", rd("part_o", "(p0 + i) * HD + d"))
+		w.Line("den += wgt;")
+	})
 }
 
 // emitVecLoad writes ld_vec(r, v): the vec cache elements of one raw vector

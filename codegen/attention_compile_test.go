@@ -12,7 +12,8 @@ import (
 // TestCompileDecodeAttentionTilings compiles the decode attention kernels
 // for shapes covering every tiling of the partial kernel (load widths 16, 8
 // and 4 bytes, 4 to 32 lanes per key, several loads per lane, one or several
-// passes over the query heads of a group) and every live mode.
+// passes over the query heads of a group) and every live mode, in the
+// partial/combine pair and the fused kernel.
 func TestCompileDecodeAttentionTilings(t *testing.T) {
 	nv := nvrtcOrSkip(t)
 	var ks []*codegen.Kernel
@@ -36,6 +37,15 @@ func TestCompileDecodeAttentionTilings(t *testing.T) {
 		p, cb, err := codegen.DecodeAttention(s, c.arm)
 		require.NoError(t, err)
 		ks = append(ks, p, cb)
+		// the one-kernel form, float rows and (head dims of whole warps) quantised rows
+		f, err := codegen.DecodeAttentionFused(s, c.arm, false)
+		require.NoError(t, err)
+		ks = append(ks, f)
+		if c.hd%32 == 0 {
+			fx, err := codegen.DecodeAttentionFused(s, c.arm, true)
+			require.NoError(t, err)
+			ks = append(ks, fx)
+		}
 	}
 	compileAll(t, nv, "compute_90", ks)
 }

@@ -130,6 +130,12 @@ type LowerOptions struct {
 	// RoPE rotates adjacent pairs and every kernel of those launches has
 	// two or four weight rows a warp. Off by default: not yet run on a GPU.
 	RopeInProduct bool
+	// FusedAttention makes decode attention one launch a layer
+	// (DecodeAttentionFused: the last block of each kv head and sequence
+	// combines the splits) instead of the partial and combine pair, with
+	// a zeroed counter weight of MaxSeqs·HeadsKV words. Off by default:
+	// not yet run on a GPU.
+	FusedAttention bool
 }
 
 // view is where a node's value lives: floats [off, off+width) of each row

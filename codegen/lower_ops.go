@@ -1063,6 +1063,31 @@ func (l *lowerer) attention(att *ir.Node) error {
 		arm := l.decodeArm(AttnClass(s))
 		// the output projection reads XQ 2 rows: the combine writes them
 		xq := l.outputXQ(att, H*D)
+		splits := arm.Splits(l.o.Context)
+		po := l.buffer("attn_part_o", ir.S, H*splits*D)
+		pml := l.buffer("attn_part_ml", ir.S, H*splits*2)
+		pov, pmlv := view{buf: po, width: H * splits * D, stride: H * splits * D}, view{buf: pml, width: H * splits * 2, stride: H * splits * 2}
+		// dst is the output the combine writes, quantised for the output projection with xq
+		dst := out
+		if xq {
+			width := XQRowBytes(H*D) / 4
+			dst = view{buf: l.buffer("xq", rows, width), width: width, stride: width}
+		}
+		if l.o.FusedAttention {
+			kf, err := l.kernel(DecodeAttentionFused(s, arm, xq))
+			if err != nil {
+				return err
+			}
+			n := l.o.MaxSeqs * Hkv
+			counters := l.weight("attn_counters", WeightRef{Name: "attn_counters", Kind: WeightVector, Type: dtype.F32,
+				Parts: []WeightPart{{Rows: n, PadRows: n}}})
+			if xq {
+				l.preQuant[xqKey{x: out}] = preQuant{xq: dst, launch: len(l.p.Launches)}
+			}
+			l.launch(kf, ir.S, []int{att.ID}, qa, kc, vc, inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), bufArg(dst),
+				wArg(counters), constArg(splits))
+			break
+		}
 		attn := DecodeAttention
 		if xq {
 			attn = DecodeAttentionXQ
@@ -1072,16 +1097,9 @@ func (l *lowerer) attention(att *ir.Node) error {
 			return err
 		}
 		kp, _ := l.kernel(p, nil)
-		splits := arm.Splits(l.o.Context)
-		po := l.buffer("attn_part_o", ir.S, H*splits*D)
-		pml := l.buffer("attn_part_ml", ir.S, H*splits*2)
-		pov, pmlv := view{buf: po, width: H * splits * D, stride: H * splits * D}, view{buf: pml, width: H * splits * 2, stride: H * splits * 2}
 		l.launch(kp, ir.S, []int{att.ID}, qa, kc, vc, inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), constArg(splits))
 		kc2, _ := l.kernel(c, nil)
-		dst := out
 		if xq {
-			width := XQRowBytes(H*D) / 4
-			dst = view{buf: l.buffer("xq", rows, width), width: width, stride: width}
 			l.preQuant[xqKey{x: out}] = preQuant{xq: dst, launch: len(l.p.Launches)}
 		}
 		l.launch(kc2, ir.S, []int{att.ID}, bufArg(pov), bufArg(pmlv), inArg(InKVLen), bufArg(dst), constArg(splits))

@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|xq3|large|rope|profile]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|xq3|large|rope|attn|both|profile]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -20,9 +20,9 @@
 # autotunes the int8 decode products of llama2-7b q4_k_m with the end-to-end confirmation; `xq3`
 # checks and times the int8 tensor-core batch arms; `large` checks and times the products' third kernel
 # for steps of 16 rows or more (parity at 16 sequences, batch sweep with plot, MEMRA_GEMV_LARGE=off
-# against the default at batch 16); `rope` checks and times RoPE in the QKV products' epilogue
-# (MEMRA_ROPE_IN_PRODUCT=1: kernel-check, the CUDA tests, parity at 1, 2 and 16 sequences, batch 1
-# and 16 with and without); `profile` times each kernel of a decode step.
+# against the default at batch 16); `rope`, `attn` and `both` check and time the launch-saving
+# switches that are off by default (RoPE in the QKV products' epilogue, decode attention in one
+# kernel); `profile` times each kernel of a decode step.
 # Through the lent-GPU tool only 8 files come back: point OUT at a scratch folder and tar it.
 set -u
 cd "$(dirname "$0")/.."
@@ -167,21 +167,29 @@ if [ "$MODE" = large ]; then
 	step large-off-b16 env MEMRA_GEMV_LARGE=off "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r 3 -b 16
 fi
 
-# RoPE and the KV write in the QKV products' epilogue (MEMRA_ROPE_IN_PRODUCT=1, off by default).
-if [ "$MODE" = rope ]; then
-	step rope-kernel-check "$BIN" kernel-check --shapes llama3-8b,tiny --types q4_k,q6_k,q8_0 --only rope --reps 10
-	rope_cuda_tests() { (cd runtime/cuda && MEMRA_ROPE_IN_PRODUCT=1 ../../.gpu/cuda.test -test.count=1 -test.run 'TestGPUSynthParity|TestGPUBatchEqualsAlone|TestGPUGraphsEqualPlain'); }
-	step rope-cuda-tests rope_cuda_tests
+# The launch-saving switches, off by default until these pass: rope (MEMRA_ROPE_IN_PRODUCT=1,
+# RoPE and the KV write in the QKV products' epilogue) and attn (MEMRA_ATTN_FUSED=1, decode
+# attention in one kernel); both turns both on. kernel-check of the kernels, the CUDA tests,
+# parity at 1, 2 and 16 sequences, and batch 1 and 16 with the switch against without.
+if [ "$MODE" = rope ] || [ "$MODE" = attn ] || [ "$MODE" = both ]; then
+	switches=(MEMRA_ROPE_IN_PRODUCT=1)
+	kc="rope"
+	case $MODE in
+	attn) switches=(MEMRA_ATTN_FUSED=1) kc="fused" ;;
+	both) switches=(MEMRA_ROPE_IN_PRODUCT=1 MEMRA_ATTN_FUSED=1) kc="" ;;
+	esac
+	[ -n "$kc" ] && step "$MODE-kernel-check" "$BIN" kernel-check --shapes llama3-8b,tiny --types q4_k,q6_k,q8_0 --only "$kc" --reps 10
+	switch_cuda_tests() { (cd runtime/cuda && env "${switches[@]}" ../../.gpu/cuda.test -test.count=1 -test.run 'TestGPUSynthParity|TestGPUBatchEqualsAlone|TestGPUGraphsEqualPlain'); }
+	step "$MODE-cuda-tests" switch_cuda_tests
 	for p in 1 2 16; do
-		step "rope-parity-p$p" env MEMRA_ROPE_IN_PRODUCT=1 "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --tie-tol 0.02 --tie-sigma 3
+		step "$MODE-parity-p$p" env "${switches[@]}" "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --tie-tol 0.02 --tie-sigma 3
 	done
-	rope_bench() {
+	switch_bench() {
 		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
-		"$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r 5 -b 1,16
+		env "$@" "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r 5 -b 1,16
 	}
-	rope_bench_on() { (export MEMRA_ROPE_IN_PRODUCT=1 && rope_bench); }
-	step rope-bench-on rope_bench_on
-	step rope-bench-off rope_bench
+	step "$MODE-bench-on" switch_bench "${switches[@]}"
+	step "$MODE-bench-off" switch_bench MEMRA_NOTHING=0
 fi
 
 # Where a decode step's time goes with the defaults: llama2-7b q4_k_m at batch 1 and 16, with the
@@ -204,5 +212,5 @@ printf '%s\n' "${rows[@]}"
 [ -e "$OUT/gpu-bench.log" ] && grep -E '^\| 2' "$OUT/gpu-bench.log"
 [ "$MODE" = xq3 ] && grep -H -E '^\| 2.*tg128' "$OUT"/xq3-b16-*.log
 [ "$MODE" = large ] && grep -H -E '^\| 2.*tg' "$OUT"/large-*.log
-[ "$MODE" = rope ] && grep -H -E '^\| 2.*tg' "$OUT"/rope-bench-*.log
+case $MODE in rope | attn | both) grep -H -E '^\| 2.*tg' "$OUT/$MODE"-bench-*.log ;; esac
 exit $failed

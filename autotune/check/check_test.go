@@ -25,7 +25,8 @@ func TestKernelCheckCases(t *testing.T) {
 	for _, c := range cs {
 		labels = append(labels, c.Label+" "+c.DType)
 	}
-	require.Equal(t, []string{"rmsnorm f32", "rope_kv f16 cache", "swiglu f32", "argmax f32", "attn_decode f16 cache", "attn_decode+xq f16 cache", "attn_prefill f16 cache",
+	require.Equal(t, []string{"rmsnorm f32", "rope_kv f16 cache", "swiglu f32", "argmax f32", "attn_decode f16 cache", "attn_decode+xq f16 cache",
+		"attn_decode_fused f16 cache", "attn_decode_fused+xq f16 cache", "attn_prefill f16 cache",
 		"attn_decode_live f16 cache",
 		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemm_small/qkv q4_k", "gemv/qkv×12 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
 		"gemv+norm/v (rows of 512) q4_k", "gemv+rope/q+k q4_k", "gemv+rope/v×12 q4_k", "gemv+quant-out/attn_out→qkv q4_k", "gemv+quant-out/down→gate_up×12 q4_k",
@@ -84,6 +85,18 @@ func TestKernelCheckCases(t *testing.T) {
 			}
 		}
 		switch c.Family {
+		case "attn_decode":
+			if !strings.HasPrefix(c.Label, "attn_decode_fused") {
+				break
+			}
+			// twice over one set of counters, into two outputs
+			l, err := c.Launch(c.Space().Default)
+			require.NoError(t, err)
+			require.Len(t, l.Kernels, 2)
+			require.Same(t, l.Kernels[0], l.Kernels[1])
+			require.Same(t, l.Args[0][8].Buf, l.Args[1][8].Buf)
+			require.NotSame(t, l.Args[0][7].Buf, l.Args[1][7].Buf)
+			require.Equal(t, []*Buf{l.Args[0][7].Buf, l.Args[1][7].Buf}, l.Outs)
 		case "gemm_small":
 			l, err := c.Launch(c.Space().Default)
 			require.NoError(t, err)

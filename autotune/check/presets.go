@@ -21,6 +21,8 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 		Argmax(s.Name, s.Vocab, tokens, seed),
 		Decode(s.Name, s.Attn(dtype.F16), []int32{1100, 333}, seed),
 		DecodeXQ(s.Name, s.Attn(dtype.F16), []int32{1100, 333}, seed),
+		DecodeFused(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1}, false, seed),
+		DecodeFused(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1}, true, seed),
 		Prefill(s.Name, s.Attn(dtype.F16), 48, 16, seed),
 		DecodeLive(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1}, 4096, seed),
 	}

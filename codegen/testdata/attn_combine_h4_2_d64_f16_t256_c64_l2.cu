@@ -61,8 +61,7 @@ extern "C" __global__ void __launch_bounds__(64) attn_combine_h4_2_d64_f16_t256_
     const size_t p0 = (size_t)(seq * HQ + h) * splits;
     const int len = kv_len[seq];
     const int chunk = min(CHUNK, max(32, ((len + splits - 1) / splits + 31) & ~31));
-    // only the splits holding keys; neutral partials (sum 0) are skipped as well
-    const int live = min(splits, (len + chunk - 1) / chunk);
+    const int live = min(splits, (len + chunk - 1) / chunk); // the splits holding keys; neutral partials (sum 0) are skipped too
     // the max over the splits, read in parallel
     float mx = __int_as_float(0xff800000);
     for (int i = threadIdx.x; i < live; i += HD) {

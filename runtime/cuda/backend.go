@@ -67,6 +67,11 @@ type BackendOptions struct {
 	// (codegen.LowerOptions.RopeInProduct; MEMRA_ROPE_IN_PRODUCT=1). Off
 	// until it has run on a GPU.
 	RopeInProduct bool
+	// FusedAttention makes decode attention one launch a layer, the last
+	// block of each kv head combining the splits
+	// (codegen.LowerOptions.FusedAttention; MEMRA_ATTN_FUSED=1). Off until
+	// it has run on a GPU.
+	FusedAttention bool
 	// EarlyPDL lets each kernel start the next one right after its own
 	// dependency wait instead of at its end (MEMRA_PDL=early; slower on the
 	// H200, kept for comparison).
@@ -201,7 +206,7 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 	}
 	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
 		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue,
-		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct}
+		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct, FusedAttention: opts.FusedAttention}
 	if opts.Untuned {
 		base.Arms, base.Pick = codegen.Arms{}, nil
 	}
@@ -480,7 +485,7 @@ func (b *Backend) StepGreedy(ctx context.Context, batch []runtime.SeqStep) ([]in
 // MEMRA_SMALL_BATCH=1, MEMRA_FUSE=0, MEMRA_DECODE_LIVE=1|2, MEMRA_GEMV_QUANT and
 // MEMRA_GEMV_BATCH (the batch-1 and batched decode GEMV of repacked
 // types), MEMRA_GEMV_LARGE (the GEMV of steps of 16 rows or more, or off),
-// MEMRA_ROPE_IN_PRODUCT=1, MEMRA_PDL=early. A value it cannot read is an error naming the
+// MEMRA_ROPE_IN_PRODUCT=1, MEMRA_ATTN_FUSED=1, MEMRA_PDL=early. A value it cannot read is an error naming the
 // variable, not a silent default.
 func envOptions(o *BackendOptions) error {
 	bad := func(name, v, want string) error {
@@ -489,19 +494,18 @@ func envOptions(o *BackendOptions) error {
 	if v := os.Getenv("MEMRA_KV_CACHE"); v != "" && o.Cache == "" {
 		o.Cache = v
 	}
-	switch v := os.Getenv("MEMRA_SMALL_BATCH"); v {
-	case "", "0":
-	case "1":
-		o.SmallBatch = true
-	default:
-		return bad("MEMRA_SMALL_BATCH", v, "0 or 1")
-	}
-	switch v := os.Getenv("MEMRA_ROPE_IN_PRODUCT"); v {
-	case "", "0":
-	case "1":
-		o.RopeInProduct = true
-	default:
-		return bad("MEMRA_ROPE_IN_PRODUCT", v, "0 or 1")
+	// the switches that are off unless set to 1
+	for _, e := range []struct {
+		name string
+		on   *bool
+	}{{"MEMRA_SMALL_BATCH", &o.SmallBatch}, {"MEMRA_ROPE_IN_PRODUCT", &o.RopeInProduct}, {"MEMRA_ATTN_FUSED", &o.FusedAttention}} {
+		switch v := os.Getenv(e.name); v {
+		case "", "0":
+		case "1":
+			*e.on = true
+		default:
+			return bad(e.name, v, "0 or 1")
+		}
 	}
 	switch v := os.Getenv("MEMRA_FUSE"); v {
 	case "", "1":
