@@ -136,7 +136,7 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 					w.Line(`    : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3]) : "r"(a0), "r"(a1), "r"(b0));`)
 				}})
 			emitRepackDefines(w, rt, n, k, nb)
-			w.Linef("#define RPB %d // warps per block", arm.RowsPerBlock)
+			w.Linef("#define RPB %d // sets of 16·MT weight rows a block", arm.RowsPerBlock)
 			w.Linef("#define MT %d // tiles of 16 weight rows a warp", mt)
 			w.Linef("#define MB %d // activation rows per block", mb)
 			w.Linef("#define NT %d // tiles of 8 activation rows", nt)
