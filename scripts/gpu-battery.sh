@@ -35,7 +35,8 @@ export MEMRA_NVRTC_DIR=${MEMRA_NVRTC_DIR:-/usr/local/cuda/targets/x86_64-linux/l
 rows=()
 failed=0
 
-# step NAME CMD…: run CMD with its output in $OUT/NAME.log and record pass/FAIL and seconds.
+# step NAME CMD…: run CMD with its output in $OUT/NAME.log and record pass/FAIL and seconds;
+# returns CMD's status.
 step() {
 	local name=$1 t0 rc
 	shift
@@ -46,6 +47,7 @@ step() {
 	[ $rc -ne 0 ] && r=FAIL && failed=1
 	rows+=("$(printf '%-34s %-5s %5ss' "$name" "$r" "$(($(date +%s) - t0))")")
 	echo "== $name: $r" >&2
+	return $rc
 }
 
 synth() { # synth FILE ARGS…: write a synthesized model once
@@ -169,28 +171,47 @@ fi
 
 # The launch-saving switches, off by default until these pass: rope (MEMRA_ROPE_IN_PRODUCT=1,
 # RoPE and the KV write in the QKV products' epilogue) and attn (MEMRA_ATTN_FUSED=1, decode
-# attention in one kernel); both turns both on. kernel-check of the kernels, the CUDA tests,
-# parity at 1, 2 and 16 sequences, and batch 1 and 16 with the switch against without.
-if [ "$MODE" = rope ] || [ "$MODE" = attn ] || [ "$MODE" = both ]; then
-	switches=(MEMRA_ROPE_IN_PRODUCT=1)
-	kc="rope"
-	case $MODE in
-	attn) switches=(MEMRA_ATTN_FUSED=1) kc="fused" ;;
-	both) switches=(MEMRA_ROPE_IN_PRODUCT=1 MEMRA_ATTN_FUSED=1) kc="" ;;
-	esac
-	[ -n "$kc" ] && step "$MODE-kernel-check" "$BIN" kernel-check --shapes llama3-8b,tiny --types q4_k,q6_k,q8_0 --only "$kc" --reps 10
-	switch_cuda_tests() { (cd runtime/cuda && env "${switches[@]}" ../../.gpu/cuda.test -test.count=1 -test.run 'TestGPUSynthParity|TestGPUBatchEqualsAlone|TestGPUGraphsEqualPlain'); }
-	step "$MODE-cuda-tests" switch_cuda_tests
+# attention in one kernel): kernel-check of the kernels, the CUDA tests, parity at 1, 2 and 16
+# sequences, and batch 1 and 16 with the switch against without. both is the two in one call:
+# both kernel-checks, the CUDA tests and parity with both on (each alone too if that fails), then
+# batch 1 with neither, each and both, and batch 16 with neither and both.
+switch_bench() { # switch_bench BATCHES ENV…: bench llama2-7b q4_k_m with the switches ENV
+	local batches=$1
+	shift
+	synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
+	env "$@" "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r 5 -b "$batches"
+}
+switch_checks() { # switch_checks NAME ENV…: the CUDA tests and parity with the switches ENV; fails if any does
+	local name=$1 rc=0
+	shift
+	(cd runtime/cuda && env "$@" ../../.gpu/cuda.test -test.count=1 -test.run 'TestGPUSynthParity|TestGPUBatchEqualsAlone|TestGPUGraphsEqualPlain') >"$OUT/$name-cuda-tests.log" 2>&1 || rc=1
 	for p in 1 2 16; do
-		step "$MODE-parity-p$p" env "${switches[@]}" "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --tie-tol 0.02 --tie-sigma 3
+		env "$@" "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --tie-tol 0.02 --tie-sigma 3 >"$OUT/$name-parity-p$p.log" 2>&1 || rc=1
 	done
-	switch_bench() {
-		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
-		env "$@" "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r 5 -b 1,16
-	}
-	step "$MODE-bench-on" switch_bench "${switches[@]}"
-	step "$MODE-bench-off" switch_bench MEMRA_NOTHING=0
-fi
+	return $rc
+}
+case $MODE in
+rope | attn)
+	sw=MEMRA_ROPE_IN_PRODUCT=1 kc=rope
+	[ "$MODE" = attn ] && sw=MEMRA_ATTN_FUSED=1 kc=fused
+	step "$MODE-kernel-check" "$BIN" kernel-check --shapes llama3-8b,tiny --types q4_k,q6_k,q8_0 --only "$kc" --reps 10
+	step "$MODE-checks" switch_checks "$MODE" "$sw"
+	step "$MODE-bench-on" switch_bench 1,16 "$sw"
+	step "$MODE-bench-off" switch_bench 1,16 MEMRA_NOTHING=0
+	;;
+both)
+	step both-kernel-check-rope "$BIN" kernel-check --shapes llama3-8b,tiny --types q4_k,q6_k,q8_0 --only rope --reps 0
+	step both-kernel-check-fused "$BIN" kernel-check --shapes llama3-8b,tiny --types q4_k --only fused --reps 0
+	if ! step both-checks switch_checks both MEMRA_ROPE_IN_PRODUCT=1 MEMRA_ATTN_FUSED=1; then
+		step both-checks-rope switch_checks rope MEMRA_ROPE_IN_PRODUCT=1
+		step both-checks-attn switch_checks attn MEMRA_ATTN_FUSED=1
+	fi
+	step both-bench-off switch_bench 1,16 MEMRA_NOTHING=0
+	step both-bench-rope switch_bench 1 MEMRA_ROPE_IN_PRODUCT=1
+	step both-bench-attn switch_bench 1 MEMRA_ATTN_FUSED=1
+	step both-bench-on switch_bench 1,16 MEMRA_ROPE_IN_PRODUCT=1 MEMRA_ATTN_FUSED=1
+	;;
+esac
 
 # Where a decode step's time goes with the defaults: llama2-7b q4_k_m at batch 1 and 16, with the
 # roofline, then each kernel of one step timed (bench --profile: plain launches, no PDL).
