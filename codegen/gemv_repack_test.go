@@ -509,10 +509,11 @@ func TestLowerTunedBatchArm(t *testing.T) {
 // TestLowerLargeArm: in programs of GEMVLargeRows sequences or more, the
 // launches of repacked products take a third kernel (Launch.Large, the
 // tensor-core DefaultXQMMAArm) at steps of that many rows, the batch
-// kernel below and the one-row kernel at one; not in smaller programs,
-// not over a tunedb pick for the batch class, not when the large arm is
-// the batch arm, and not for the residual products whose epilogue
-// quantises the next norm's rows (XQ 3 has no such epilogue).
+// kernel below and the one-row kernel at one, also over a tunedb pick of
+// an XQ 2 batch arm; not in smaller programs, not over a tensor-core batch
+// pick, not when the large arm is the batch arm, and not for the residual
+// products whose epilogue quantises the next norm's rows (XQ 3 has no
+// such epilogue).
 func TestLowerLargeArm(t *testing.T) {
 	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
 	o := LowerOptions{Class: Decode, MaxSeqs: GEMVLargeRows, Context: 256, Cache: dtype.F16, NoQuantOut: QuantOutBatch}
@@ -553,14 +554,34 @@ func TestLowerLargeArm(t *testing.T) {
 	b, lg = count(same)
 	require.Equal(t, []int{products, 0}, []int{b, lg})
 	tuned := o
+	pick := DefaultXQGlobalBatchArm
+	pick.Unroll = 2
 	tuned.Pick = func(family, class string) (Point, bool) {
 		if family == "gemv" && strings.HasSuffix(class, "_batch") {
-			return DefaultXQGlobalBatchArm.Point(), true
+			return pick.Point(), true
 		}
 		return nil, false
 	}
-	b, lg = count(tuned)
-	require.Equal(t, []int{products, 0}, []int{b, lg})
+	p, err := Lower(g, tuned)
+	require.NoError(t, err)
+	for _, ln := range p.Launches {
+		if ln.One > 0 {
+			require.Contains(t, p.Kernels[ln.Kernel].Name, "_u2_", "the tuned batch arm")
+			require.Regexp(t, `_m16_w2$`, p.Kernels[ln.Large-1].Name)
+		}
+	}
+	mma := tuned
+	mma.Pick = func(family, class string) (Point, bool) {
+		if family == "gemv" && strings.HasSuffix(class, "_batch") {
+			return DefaultXQMMAArm.Point(), true
+		}
+		return nil, false
+	}
+	p, err = Lower(g, mma)
+	require.NoError(t, err)
+	for _, ln := range p.Launches {
+		require.Zero(t, ln.Large, "a tensor-core batch pick serves every batch step")
+	}
 	// the batch programs' epilogues on: the attention output and down products quantise
 	// the next norm's rows, so only the other products have a large kernel
 	epi := o

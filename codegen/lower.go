@@ -36,8 +36,7 @@ type Arms struct {
 	GEMVBatch GEMVArm
 	// GEMVLarge is the GEMV arm of the launches of those products at steps
 	// of GEMVLargeRows rows or more, in programs of that many sequences,
-	// when the batch arm is the untuned XQ 2 kind (a tunedb pick for the
-	// batch class serves every batch step): the zero value is
+	// when the batch arm (tuned or not) is an XQ 2 one: the zero value is
 	// DefaultXQMMAArm; equal to the batch arm keeps two kernels. An
 	// epilogue the arm cannot compute leaves those steps to the batch arm.
 	GEMVLarge GEMVArm

@@ -123,7 +123,7 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 				if xl != nil {
 					xl.one, xl.arm = arm, batch
 				}
-				if a, ok := l.largeArm(batch, class); ok {
+				if a, ok := l.largeArm(batch); ok {
 					switch k, err := l.kernel(gemv(a)); {
 					case err == nil:
 						large = k
@@ -307,15 +307,13 @@ func (l *lowerer) productArgs(w int, x, y view, pro *proIn) []Arg {
 }
 
 // largeArm returns the arm of the launches at GEMVLargeRows rows or more
-// of the product of class whose batch arm is batch: Arms.GEMVLarge in a
-// program of that many sequences when batch is the untuned kind (XQ 2, no
-// tunedb pick for the batch class) and the large arm differs from it.
-func (l *lowerer) largeArm(batch GEMVArm, class string) (GEMVArm, bool) {
+// of a product whose batch arm is batch: Arms.GEMVLarge in a program of
+// that many sequences when batch reads XQuant rows on CUDA cores (XQ 2,
+// tuned or not: batch arms are tuned below GEMVLargeRows rows) and the
+// large arm differs from it.
+func (l *lowerer) largeArm(batch GEMVArm) (GEMVArm, bool) {
 	a := l.arms.GEMVLarge
 	if l.o.MaxTokens < GEMVLargeRows || batch.XQ != 2 || a.XQ < 2 || a == batch {
-		return GEMVArm{}, false
-	}
-	if _, ok := l.picked("gemv", GEMVBatchClass(class)); ok {
 		return GEMVArm{}, false
 	}
 	return a, true

@@ -231,9 +231,11 @@ func GEMVSpaceFor(t dtype.Type) Space {
 func GEMVBatchClass(class string) string { return class + "_batch" }
 
 // GEMVBatchSpaceFor is the gemv space of the batch arms of products with
-// repacked weights of type t: the arms that read XQuant rows (XQ 2 with
-// two to sixteen rows a block, XQ 3 on tensor cores), the operands of the
-// untuned one-row arm, starting from DefaultXQGlobalBatchArm.
+// repacked weights of type t: the XQ 2 arms with eight or sixteen rows a
+// block, which read the XQuant rows the untuned one-row arm reads,
+// starting from DefaultXQGlobalBatchArm. The batch kernel serves steps of
+// 2 to GEMVLargeRows-1 rows; from GEMVLargeRows the tensor-core kernel
+// (Arms.GEMVLarge, XQ 3) runs, which measured slower than XQ 2 below that.
 func GEMVBatchSpaceFor(t dtype.Type) Space {
 	s := GEMVSpaceFor(t)
 	s.Knobs = slices.Clone(s.Knobs)
@@ -242,7 +244,7 @@ func GEMVBatchSpaceFor(t dtype.Type) Space {
 		case "layout", "shared_x":
 			s.Knobs[i] = Knob{Name: k.Name, Values: []int{1}}
 		case "xq":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{2, 3}}
+			s.Knobs[i] = Knob{Name: k.Name, Values: []int{2}}
 		case "batch_rows":
 			s.Knobs[i] = Knob{Name: k.Name, Values: []int{8, 16}}
 		}

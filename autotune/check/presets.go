@@ -134,8 +134,9 @@ type Sizes struct {
 }
 
 // BatchTuneTokens is the batch the batch arms of repacked decode products
-// are tuned at: the rows one of their blocks serves with a weight read.
-const BatchTuneTokens = 16
+// are tuned and confirmed at: inside the steps they serve (2 to
+// codegen.GEMVLargeRows-1 rows; larger steps run the tensor-core kernel).
+const BatchTuneTokens = 8
 
 // DefaultSizes: batch-1 decode at a 4096-token context, 256-token prefill chunks.
 var DefaultSizes = Sizes{DecodeTokens: 1, PrefillTokens: 256, DecodeKV: []int32{4096}}
