@@ -44,7 +44,9 @@ func init() {
 kernels.cu (every generated kernel), plan.txt (both programs: kernels, inputs, buffer plan,
 weights, launches), glue.go with --emit-go (typed Go launch code made with jennifer) and
 manifest.json (model sha256, target arch, arms per family, NVRTC version when the library
-loads, memra version). --dump prints the IR, the plans and the generated source to stdout.`,
+loads, memra version). --dump prints the IR, the plans and the generated source to stdout.
+The CUDA backend's environment switches (MEMRA_QUANT_OUT, MEMRA_GEMV_*, …; docs/FLAGS.md)
+apply, so the programs are those the backend would run.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runCompile(cmd, args[0], o) },
 	}

@@ -186,8 +186,12 @@ func (o *BackendOptions) fill(hp ir.HParams) (dtype.Type, error) {
 }
 
 // Lower builds m's graph and lowers it for both step classes with opts
-// (filled with defaults), as NewBackend does.
+// (filled with defaults, the environment switches applied), as NewBackend
+// does, so that `memra compile` writes the programs a backend would run.
 func Lower(m *load.Model, opts BackendOptions) (decode, prefill *codegen.Program, err error) {
+	if err := envOptions(&opts); err != nil {
+		return nil, nil, err
+	}
 	return lowerStage(m, opts, 0, m.HParams.Layers)
 }
 

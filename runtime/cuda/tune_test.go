@@ -165,3 +165,43 @@ func TestLowerClassesMatchTuneCases(t *testing.T) {
 		})
 	}
 }
+
+// TestLowerTakesEnvironment: Lower (what `memra compile` writes) applies the
+// environment switches as NewBackend does: by default a batch program keeps
+// RopeKV and the attention pair and its residual products quantise nothing;
+// MEMRA_ROPE_IN_PRODUCT and MEMRA_ATTN_FUSED remove those launches, and a
+// value it cannot read is an error.
+func TestLowerTakesEnvironment(t *testing.T) {
+	m := tinyModel(t, "llama3-8b", "q4_k_m")
+	families := func(p *codegen.Program) map[string]int {
+		n := map[string]int{}
+		for _, ln := range p.Launches {
+			k := p.Kernels[ln.Kernel]
+			n[k.Family]++
+			if strings.Contains(k.Name, "_qo_") {
+				n["quant-out"]++
+			}
+			if strings.HasPrefix(k.Name, "attn_fused") {
+				n["fused"]++
+			}
+		}
+		return n
+	}
+	dec, _, err := cuda.Lower(m, cuda.BackendOptions{MaxSeqs: 4})
+	require.NoError(t, err)
+	f := families(dec)
+	require.Equal(t, 2, f["rope_kv"])
+	require.Equal(t, 4, f["attn_decode"], "two kernels a layer")
+	require.Zero(t, f["quant-out"], "no quantising epilogue in batch programs by default")
+	t.Setenv("MEMRA_ROPE_IN_PRODUCT", "1")
+	t.Setenv("MEMRA_ATTN_FUSED", "1")
+	dec, _, err = cuda.Lower(m, cuda.BackendOptions{MaxSeqs: 4})
+	require.NoError(t, err)
+	f = families(dec)
+	require.Zero(t, f["rope_kv"])
+	require.Equal(t, 2, f["fused"])
+	require.Equal(t, 2, f["attn_decode"])
+	t.Setenv("MEMRA_ATTN_FUSED", "on")
+	_, _, err = cuda.Lower(m, cuda.BackendOptions{MaxSeqs: 4})
+	require.ErrorIs(t, err, cuda.ErrArg)
+}
