@@ -224,14 +224,7 @@ func TestLowerBatchArm(t *testing.T) {
 // NoFusePrologue, the exact configuration and prefill keep the norm
 // launches.
 func TestLowerFusedNorm(t *testing.T) {
-	family := func(p *Program, f string) (n int) {
-		for _, ln := range p.Launches {
-			if p.Kernels[ln.Kernel].Family == f {
-				n++
-			}
-		}
-		return n
-	}
+	family := launchesOf
 	norms := 2*smallQwen3.Layers + 1
 	for _, wt := range []dtype.Type{dtype.Q4_K, dtype.F16} {
 		g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, wt, wt))
@@ -602,15 +595,7 @@ func TestLowerRopeInProduct(t *testing.T) {
 	llama := smallQwen3
 	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
 	g := buildGraph(t, llama, synthTensors(llama, dtype.Q4_K, dtype.Q6_K))
-	count := func(p *Program, family string) int {
-		n := 0
-		for _, ln := range p.Launches {
-			if p.Kernels[ln.Kernel].Family == family {
-				n++
-			}
-		}
-		return n
-	}
+	count := launchesOf
 	o := LowerOptions{Class: Decode, MaxSeqs: GEMVLargeRows, Context: 256, Cache: dtype.F16, NoQuantOut: QuantOutBatch}
 	p, err := Lower(g, o)
 	require.NoError(t, err)

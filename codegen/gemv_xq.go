@@ -239,17 +239,22 @@ func emitXQStoreScaled(w *Writer, residual bool, scale string) {
 	if residual {
 		op = "+="
 	}
-	v := "warp_sum(acc[r][j])"
-	if scale != "" {
-		v += " * " + scale
-	}
 	w.For("r", "0", "RW", "1", -1, func() {
 		w.For("j", "0", "MB", "1", -1, func() {
-			w.Linef("const float v = %s;", v)
+			w.Linef("const float v = %s;", xqWarpValue(scale))
 			w.If("lane == 0 && r0 + r < N && j < mrows", func() { w.Linef("y[(size_t)(m0 + j) * YS + r0 + r] %s v;", op) })
 		})
 	})
 	w.Line("pdl_launch();")
+}
+
+// xqWarpValue is the expression of weight row r's result for activation
+// row j, summed over the warp and multiplied by scale (none if empty).
+func xqWarpValue(scale string) string {
+	if scale == "" {
+		return "warp_sum(acc[r][j])"
+	}
+	return "warp_sum(acc[r][j]) * " + scale
 }
 
 // emitXQStoreRope is emitXQStoreScaled for XQEnds.Rope: per activation
@@ -262,13 +267,7 @@ func emitXQStoreRope(w *Writer, cache dtype.Type, scale string) {
 	ct := cacheCType(cache)
 	w.For("j", "0", "MB", "1", -1, func() {
 		w.Line("float v[RW];")
-		w.For("r", "0", "RW", "1", -1, func() {
-			if scale != "" {
-				w.Linef("v[r] = warp_sum(acc[r][j]) * %s;", scale)
-			} else {
-				w.Line("v[r] = warp_sum(acc[r][j]);")
-			}
-		})
+		w.For("r", "0", "RW", "1", -1, func() { w.Linef("v[r] = %s;", xqWarpValue(scale)) })
 		w.If("lane == 0 && j < mrows", func() {
 			w.Line("const int tok = m0 + j;")
 			w.Line("const float p = (float)pos[tok];")

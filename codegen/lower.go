@@ -36,9 +36,10 @@ type Arms struct {
 	GEMVBatch GEMVArm
 	// GEMVLarge is the GEMV arm of the launches of those products at steps
 	// of GEMVLargeRows rows or more, in programs of that many sequences,
-	// when the batch arm (tuned or not) is an XQ 2 one: the zero value is
-	// DefaultXQMMAArm; equal to the batch arm keeps two kernels. An
-	// epilogue the arm cannot compute leaves those steps to the batch arm.
+	// when the batch arm (tuned or not) is an XQ 2 one: a tensor-core (XQ 3)
+	// arm, the zero value DefaultXQMMAArm; an arm of another kind keeps two
+	// kernels (MEMRA_GEMV_LARGE=off sets the batch arm). An epilogue the
+	// arm cannot compute leaves those steps to the batch arm.
 	GEMVLarge GEMVArm
 	MMA       MMAArm
 	Block     BlockArm

@@ -102,10 +102,10 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 					args = append(args, wArg(na.nw), bufArg(qo.xq))
 				}
 			}
-			gemv = func(arm GEMVArm) (*Kernel, error) { return GEMVXQ(t, n, k, residual, arm, e, y.stride) }
+			gen := func(a GEMVArm, e XQEnds) (*Kernel, error) { return GEMVXQ(t, n, k, residual, a, e, y.stride) }
+			gemv = func(arm GEMVArm) (*Kernel, error) { return gen(arm, e) }
 			if !residual && !e.QuantOut {
-				xl = &xqLaunch{gen: func(a GEMVArm, e XQEnds) (*Kernel, error) { return GEMVXQ(t, n, k, residual, a, e, y.stride) },
-					e: e, arm: arm, y: y}
+				xl = &xqLaunch{gen: gen, e: e, arm: arm, y: y}
 			}
 			if pro != nil {
 				nodes = slices.DeleteFunc(slices.Clone(nodes), func(n int) bool { return n == pro.node })
@@ -124,16 +124,16 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 					xl.one, xl.arm = arm, batch
 				}
 				if a, ok := l.largeArm(batch); ok {
-					switch k, err := l.kernel(gemv(a)); {
-					case err == nil:
-						large = k
-						l.repacked[k] = true
+					// -1 for an epilogue it cannot compute: the batch kernel serves large steps
+					if large, err = l.optionalKernel(gemv(a)); err != nil {
+						return err
+					}
+					if large >= 0 {
+						l.repacked[large] = true
 						if xl != nil {
 							xl.large = a
 						}
-					case !errors.Is(err, ErrUnsupported):
-						return err
-					} // else an epilogue it cannot compute: the batch kernel serves large steps
+					}
 				}
 			}
 		}
@@ -307,16 +307,25 @@ func (l *lowerer) productArgs(w int, x, y view, pro *proIn) []Arg {
 }
 
 // largeArm returns the arm of the launches at GEMVLargeRows rows or more
-// of a product whose batch arm is batch: Arms.GEMVLarge in a program of
-// that many sequences when batch reads XQuant rows on CUDA cores (XQ 2,
-// tuned or not: batch arms are tuned below GEMVLargeRows rows) and the
-// large arm differs from it.
+// of a product whose batch arm is batch: Arms.GEMVLarge, a tensor-core
+// (XQ 3) arm, in a program of that many sequences when batch reads XQuant
+// rows on CUDA cores (XQ 2, tuned or not: batch arms are tuned below
+// GEMVLargeRows rows).
 func (l *lowerer) largeArm(batch GEMVArm) (GEMVArm, bool) {
 	a := l.arms.GEMVLarge
-	if l.o.MaxTokens < GEMVLargeRows || batch.XQ != 2 || a.XQ < 2 || a == batch {
+	if l.o.MaxTokens < GEMVLargeRows || batch.XQ != 2 || a.XQ != 3 {
 		return GEMVArm{}, false
 	}
 	return a, true
+}
+
+// optionalKernel is kernel for a kernel a launch can do without: -1 and
+// no error when k's generator returned ErrUnsupported.
+func (l *lowerer) optionalKernel(k *Kernel, err error) (int, error) {
+	if errors.Is(err, ErrUnsupported) {
+		return -1, nil
+	}
+	return l.kernel(k, err)
 }
 
 // batchArm returns the arm of the launches at two or more rows of the
@@ -982,31 +991,29 @@ func (l *lowerer) ropeInProducts(q, k, v *ir.Node, qkv view, rs RopeShape, inv, 
 		xl := l.xqLaunches[i]
 		e := xl.e
 		e.Rope, e.RopeShape, e.RopeCol0 = true, rs, xl.y.off-qkv.off
+		// gen is the kernel of arm a with the epilogue (-1: none), or
+		// -1 for no arm
 		gen := func(a GEMVArm) (int, error) {
-			kn, err := l.kernel(xl.gen(a, e))
-			if err == nil {
+			if a == (GEMVArm{}) {
+				return -1, nil
+			}
+			kn, err := l.optionalKernel(xl.gen(a, e))
+			if kn >= 0 {
 				l.repacked[kn] = true
 			}
 			return kn, err
 		}
-		p := patch{one: -1, large: -1}
+		p := &patches[j]
 		var err error
-		if p.kern, err = gen(xl.arm); err != nil {
-			return false, ignoreUnsupported(err)
+		if p.kern, err = gen(xl.arm); err != nil || p.kern < 0 {
+			return false, err
 		}
-		if xl.one != (GEMVArm{}) {
-			if p.one, err = gen(xl.one); err != nil {
-				return false, ignoreUnsupported(err)
-			}
+		if p.one, err = gen(xl.one); err != nil || (p.one < 0 && xl.one != (GEMVArm{})) {
+			return false, err
 		}
-		if xl.large != (GEMVArm{}) {
-			if p.large, err = gen(xl.large); err != nil && !errors.Is(err, ErrUnsupported) {
-				return false, err
-			} else if err != nil {
-				p.large = -1
-			}
-		}
-		patches[j] = p
+		if p.large, err = gen(xl.large); err != nil {
+			return false, err
+		} // a large kernel without the epilogue is dropped
 	}
 	for j, i := range idx {
 		ln, p := &l.p.Launches[i], patches[j]
@@ -1017,14 +1024,6 @@ func (l *lowerer) ropeInProducts(q, k, v *ir.Node, qkv view, rs RopeShape, inv, 
 		}
 	}
 	return true, nil
-}
-
-// ignoreUnsupported returns nil for an ErrUnsupported error, else err.
-func ignoreUnsupported(err error) error {
-	if errors.Is(err, ErrUnsupported) {
-		return nil
-	}
-	return err
 }
 
 // attention lowers causal attention over the layer's cache: split-KV decode
@@ -1071,6 +1070,13 @@ func (l *lowerer) attention(att *ir.Node) error {
 			width := XQRowBytes(H*D) / 4
 			dst = view{buf: l.buffer("xq", rows, width), width: width, stride: width}
 		}
+		// writeDst launches k, the kernel that writes dst (recorded for the projection with xq)
+		writeDst := func(k int, args ...Arg) {
+			if xq {
+				l.preQuant[xqKey{x: out}] = preQuant{xq: dst, launch: len(l.p.Launches)}
+			}
+			l.launch(k, ir.S, []int{att.ID}, args...)
+		}
 		if l.o.FusedAttention {
 			kf, err := l.kernel(DecodeAttentionFused(s, arm, xq))
 			if err != nil {
@@ -1079,11 +1085,7 @@ func (l *lowerer) attention(att *ir.Node) error {
 			n := l.o.MaxSeqs * Hkv
 			counters := l.weight("attn_counters", WeightRef{Name: "attn_counters", Kind: WeightVector, Type: dtype.F32,
 				Parts: []WeightPart{{Rows: n, PadRows: n}}})
-			if xq {
-				l.preQuant[xqKey{x: out}] = preQuant{xq: dst, launch: len(l.p.Launches)}
-			}
-			l.launch(kf, ir.S, []int{att.ID}, qa, kc, vc, inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), bufArg(dst),
-				wArg(counters), constArg(splits))
+			writeDst(kf, qa, kc, vc, inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), bufArg(dst), wArg(counters), constArg(splits))
 			break
 		}
 		attn := DecodeAttention
@@ -1097,10 +1099,7 @@ func (l *lowerer) attention(att *ir.Node) error {
 		kp, _ := l.kernel(p, nil)
 		l.launch(kp, ir.S, []int{att.ID}, qa, kc, vc, inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), constArg(splits))
 		kc2, _ := l.kernel(c, nil)
-		if xq {
-			l.preQuant[xqKey{x: out}] = preQuant{xq: dst, launch: len(l.p.Launches)}
-		}
-		l.launch(kc2, ir.S, []int{att.ID}, bufArg(pov), bufArg(pmlv), inArg(InKVLen), bufArg(dst), constArg(splits))
+		writeDst(kc2, bufArg(pov), bufArg(pmlv), inArg(InKVLen), bufArg(dst), constArg(splits))
 	default:
 		k, err := l.kernel(PrefillAttention(s, l.prefillArm(AttnClass(s))))
 		if err != nil {

@@ -188,19 +188,22 @@ func TestLowerPlan(t *testing.T) {
 	}
 }
 
+// launchesOf counts p's launches of kernels of family.
+func launchesOf(p *Program, family string) int {
+	n := 0
+	for _, l := range p.Launches {
+		if p.Kernels[l.Kernel].Family == family {
+			n++
+		}
+	}
+	return n
+}
+
 func TestLowerStructure(t *testing.T) {
 	g := storiesGraph(t)
 	dec, err := Lower(g, LowerOptions{Class: Decode, MaxSeqs: 4, Context: 512, Cache: dtype.F16})
 	require.NoError(t, err)
-	count := func(p *Program, family string) int {
-		n := 0
-		for _, l := range p.Launches {
-			if p.Kernels[l.Kernel].Family == family {
-				n++
-			}
-		}
-		return n
-	}
+	count := launchesOf
 	// per layer: norm, qkv gemv, rope_kv, attention, o gemv, norm, gate/up gemv, swiglu, down gemv
 	require.Equal(t, 5*2+1, count(dec, "rmsnorm"))
 	require.Equal(t, 5*4+1, count(dec, "gemv"))

@@ -14,6 +14,15 @@ type RopeShape struct {
 	Cache                   dtype.Type // KV cache element type: F32, F16 or BF16
 }
 
+// defines writes the shape's head counts, head size and rotated
+// dimensions (HQ, HKV, HD, RD), as RopeKV and XQEnds.Rope use them.
+func (s RopeShape) defines(w *Writer) {
+	w.Linef("#define HQ %d", s.Heads)
+	w.Linef("#define HKV %d", s.HeadsKV)
+	w.Linef("#define HD %d", s.HeadDim)
+	w.Linef("#define RD %d", s.RopeDim)
+}
+
 // QKVStride is the floats per token of the fused QKV activation row:
 // [q (Heads·HeadDim) | k (HeadsKV·HeadDim) | v (HeadsKV·HeadDim)].
 func (s RopeShape) QKVStride() int { return (s.Heads + 2*s.HeadsKV) * s.HeadDim }

@@ -86,10 +86,7 @@ func RopeKV(s RopeShape, arm BlockArm) (*Kernel, error) {
 		{"const float* __restrict__", "inv_freq"}, {ct + "* __restrict__", "kcache"}, {ct + "* __restrict__", "vcache"}, {"int", "ntok"}}
 	src := source(fmt.Sprintf("RoPE (%s) + KV cache write: heads %d/%d, head dim %d, rope dim %d, %v cache, %v",
 		style, s.Heads, s.HeadsKV, s.HeadDim, s.RopeDim, s.Cache, arm), append(cacheHelpers(s.Cache), "pdl"), func(w *Writer) {
-		w.Linef("#define HQ %d", s.Heads)
-		w.Linef("#define HKV %d", s.HeadsKV)
-		w.Linef("#define HD %d", s.HeadDim)
-		w.Linef("#define RD %d", s.RopeDim)
+		s.defines(w)
 		w.Linef("#define STRIDE %d", s.QKVStride())
 		w.Linef("#define NT %d", arm.Threads)
 		w.Linef("#define PAIRS %d // element pairs per head", pl.Pairs)

@@ -501,11 +501,7 @@ func emitXQQuantOut(w *Writer, e XQEnds, rn string) {
 	w.Line("__shared__ float ev[RPB * RW][MB];")
 	w.For("r", "0", "RW", "1", -1, func() {
 		w.For("j", "0", "MB", "1", -1, func() {
-			v := "warp_sum(acc[r][j])"
-			if e.NormIn {
-				v += " * " + rn
-			}
-			w.Linef("const float v = %s;", v)
+			w.Linef("const float v = %s;", xqWarpValue(rn))
 			w.If("lane == 0", func() { w.Line("ev[(threadIdx.x >> 5) * RW + r][j] = v;") })
 		})
 	})
@@ -576,11 +572,7 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 			w.Linef("#define RPB %d // warps per block", arm.RowsPerBlock)
 			w.Linef("#define RW %d // weight rows per warp", rw)
 			if e.Rope {
-				r := e.RopeShape
-				w.Linef("#define HQ %d", r.Heads)
-				w.Linef("#define HKV %d", r.HeadsKV)
-				w.Linef("#define HD %d", r.HeadDim)
-				w.Linef("#define RD %d // rotated dimensions a head", r.RopeDim)
+				e.RopeShape.defines(w)
 				w.Linef("#define C0 %d // the product's first column of the [q | k | v] row", e.RopeCol0)
 			}
 			w.Linef("#define U %d // units in flight per thread, row and buffer", arm.Unroll)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 
@@ -71,25 +72,12 @@ func RopeKV(shape string, rs codegen.RopeShape, tokens int, seed uint64) *Case {
 	}
 	c.setup = func(r *rand.Rand) (*inputs, error) {
 		qkv := randn(r, tokens*rs.QKVStride())
-		pos, slot := make([]int32, tokens), make([]int32, tokens)
-		for i := range pos {
-			pos[i], slot[i] = int32(r.IntN(8000)), int32(i*3+1)
-		}
-		inv := make([]float32, rs.RopeDim/2)
-		for i := range inv {
-			inv[i] = float32(math.Pow(500000, -2*float64(i)/float64(rs.RopeDim)))
-		}
-		cacheN := (3*tokens + 2) * rs.HeadsKV * rs.HeadDim
-		kcb, kc, err := cacheValues(rs.Cache, randn(r, cacheN))
-		if err != nil {
-			return nil, err
-		}
-		vcb, vc, err := cacheValues(rs.Cache, randn(r, cacheN))
+		ro, err := newRopeOperands(r, rs, tokens)
 		if err != nil {
 			return nil, err
 		}
 		ref := lazy(func() ([3][]float32, error) {
-			qo, ko, vo := codegen.RefRopeKV(rs, qkv, pos, slot, inv, kc, vc)
+			qo, ko, vo := codegen.RefRopeKV(rs, qkv, ro.pos, ro.slot, ro.inv, ro.kc, ro.vc)
 			return [3][]float32{qo, ko, vo}, nil
 		})
 		return &inputs{
@@ -98,17 +86,15 @@ func RopeKV(shape string, rs codegen.RopeShape, tokens int, seed uint64) *Case {
 				if err != nil {
 					return nil, err
 				}
-				q, k, v := fbuf(qkv), &Buf{Data: append([]byte(nil), kcb...)}, &Buf{Data: append([]byte(nil), vcb...)}
+				q := fbuf(qkv)
+				args, k, v := ro.args()
 				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: tokens},
-					Args: [][]Arg{{b(q), b(ibuf(pos)), b(ibuf(slot)), b(fbuf(inv)), b(k), b(v), s(tokens)}}, Outs: []*Buf{q, k, v}}, nil
+					Args: [][]Arg{append(append([]Arg{b(q)}, args...), s(tokens))}, Outs: []*Buf{q, k, v}}, nil
 			},
 			compare: func(outs [][]byte) (float64, error) {
 				want, _ := ref()
-				gk, gv := make([]float32, cacheN), make([]float32, cacheN)
-				if err := dtype.Dequantize(rs.Cache, outs[1], gk); err != nil {
-					return 0, err
-				}
-				if err := dtype.Dequantize(rs.Cache, outs[2], gv); err != nil {
+				gk, gv, err := ro.read(rs.Cache, outs[1], outs[2])
+				if err != nil {
 					return 0, err
 				}
 				e := math.Max(codegen.RelErr(bytesF32(outs[0]), want[0]), math.Max(codegen.RelErr(gk, want[1]), codegen.RelErr(gv, want[2])))
@@ -117,6 +103,54 @@ func RopeKV(shape string, rs codegen.RopeShape, tokens int, seed uint64) *Case {
 		}, nil
 	}
 	return c
+}
+
+// ropeOperands are RopeKV's operands for tokens rows: random positions,
+// cache rows 1, 4, 7, …, llama-3-like inverse frequencies, and random
+// caches of (3·tokens + 2) rows in the cache type (bytes and values).
+type ropeOperands struct {
+	pos, slot []int32
+	inv       []float32
+	kcb, vcb  []byte
+	kc, vc    []float32
+}
+
+func newRopeOperands(r *rand.Rand, rs codegen.RopeShape, tokens int) (*ropeOperands, error) {
+	o := &ropeOperands{pos: make([]int32, tokens), slot: make([]int32, tokens), inv: make([]float32, rs.RopeDim/2)}
+	for i := range o.pos {
+		o.pos[i], o.slot[i] = int32(r.IntN(8000)), int32(i*3+1)
+	}
+	for i := range o.inv {
+		o.inv[i] = float32(math.Pow(500000, -2*float64(i)/float64(rs.RopeDim)))
+	}
+	n := (3*tokens + 2) * rs.HeadsKV * rs.HeadDim
+	var err error
+	if o.kcb, o.kc, err = cacheValues(rs.Cache, randn(r, n)); err != nil {
+		return nil, err
+	}
+	if o.vcb, o.vc, err = cacheValues(rs.Cache, randn(r, n)); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// args are the kernel arguments pos, slot, inv_freq, kcache, vcache, with
+// fresh copies of the caches (also returned, to read back).
+func (o *ropeOperands) args() (args []Arg, kc, vc *Buf) {
+	kc, vc = &Buf{Data: slices.Clone(o.kcb)}, &Buf{Data: slices.Clone(o.vcb)}
+	return []Arg{b(ibuf(o.pos)), b(ibuf(o.slot)), b(fbuf(o.inv)), b(kc), b(vc)}, kc, vc
+}
+
+// read returns the values of the caches a launch wrote.
+func (o *ropeOperands) read(cache dtype.Type, kb, vb []byte) (gk, gv []float32, err error) {
+	gk, gv = make([]float32, len(o.kc)), make([]float32, len(o.vc))
+	if err := dtype.Dequantize(cache, kb, gk); err != nil {
+		return nil, nil, err
+	}
+	if err := dtype.Dequantize(cache, vb, gv); err != nil {
+		return nil, nil, err
+	}
+	return gk, gv, nil
 }
 
 // SwiGLU is silu(gate)·up over tokens rows.
@@ -874,24 +908,11 @@ func ProductRope(shape, use string, t dtype.Type, rs codegen.RopeShape, n, col0,
 			return nil, err
 		}
 		x, nw, yinit := randn(r, m*k), randn(r, k), randn(r, m*stride)
-		pos, slot := make([]int32, m), make([]int32, m)
-		for i := range pos {
-			pos[i], slot[i] = int32(r.IntN(8000)), int32(i*3+1)
-		}
-		inv := make([]float32, rs.RopeDim/2)
-		for i := range inv {
-			inv[i] = float32(math.Pow(500000, -2*float64(i)/float64(rs.RopeDim)))
-		}
-		kvw := rs.HeadsKV * rs.HeadDim
-		cacheN := (3*m + 2) * kvw
-		kcb, kc, err := cacheValues(rs.Cache, randn(r, cacheN))
+		ro, err := newRopeOperands(r, rs, m)
 		if err != nil {
 			return nil, err
 		}
-		vcb, vc, err := cacheValues(rs.Cache, randn(r, cacheN))
-		if err != nil {
-			return nil, err
-		}
+		kvw, kc, vc := rs.HeadsKV*rs.HeadDim, ro.kc, ro.vc
 		// want: the check's rows (the product's columns first), then the caches
 		ref := lazy(func() ([3][]float32, error) {
 			_, xin := codegen.RefRMSNormAdd(k, eps, false, x, nil, nw)
@@ -903,14 +924,14 @@ func ProductRope(shape, use string, t dtype.Type, rs codegen.RopeShape, n, col0,
 			for i := range m {
 				copy(qkv[i*stride+col0:i*stride+col0+n], prod[i*n:(i+1)*n])
 			}
-			qo, ko, vo := codegen.RefRopeKV(rs, qkv, pos, slot, inv, kc, vc)
+			qo, ko, vo := codegen.RefRopeKV(rs, qkv, ro.pos, ro.slot, ro.inv, kc, vc)
 			rows := append([]float32(nil), yinit...)
 			for i := range m {
 				copy(rows[i*stride:i*stride+n], qo[i*stride+col0:i*stride+col0+n])
 			}
 			// cache values of columns outside the product stay as they were
 			kq := rs.Heads * rs.HeadDim
-			for _, sl := range slot {
+			for _, sl := range ro.slot {
 				for j := range kvw {
 					if c := kq + j; c < col0 || c >= col0+n {
 						ko[int(sl)*kvw+j] = kc[int(sl)*kvw+j]
@@ -933,11 +954,12 @@ func ProductRope(shape, use string, t dtype.Type, rs codegen.RopeShape, n, col0,
 				if err != nil {
 					return nil, err
 				}
-				y, kb, vb := fbuf(yinit), &Buf{Data: append([]byte(nil), kcb...)}, &Buf{Data: append([]byte(nil), vcb...)}
+				y := fbuf(yinit)
+				args, kb, vb := ro.args()
 				xq := &Buf{Data: make([]byte, m*codegen.XQRowBytes(k))}
 				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m}, Args: [][]Arg{
 					{b(fbuf(x)), b(fbuf(nw)), b(xq), s(m)},
-					{b(&Buf{Data: wb}), b(xq), b(y), s(m), b(ibuf(pos)), b(ibuf(slot)), b(fbuf(inv)), b(kb), b(vb)},
+					append([]Arg{b(&Buf{Data: wb}), b(xq), b(y), s(m)}, args...),
 				}, Outs: []*Buf{y, kb, vb}}, nil
 			},
 			compare: func(outs [][]byte) (float64, error) {
@@ -953,11 +975,8 @@ func ProductRope(shape, use string, t dtype.Type, rs codegen.RopeShape, n, col0,
 						}
 					}
 				}
-				gk, gv := make([]float32, cacheN), make([]float32, cacheN)
-				if err := dtype.Dequantize(rs.Cache, outs[1], gk); err != nil {
-					return 0, err
-				}
-				if err := dtype.Dequantize(rs.Cache, outs[2], gv); err != nil {
+				gk, gv, err := ro.read(rs.Cache, outs[1], outs[2])
+				if err != nil {
 					return 0, err
 				}
 				// the errors over what the product wrote (the rest is compared exactly)

@@ -489,8 +489,8 @@ func (b *Backend) StepGreedy(ctx context.Context, batch []runtime.SeqStep) ([]in
 // MEMRA_SMALL_BATCH=1, MEMRA_FUSE=0, MEMRA_DECODE_LIVE=1|2, MEMRA_GEMV_QUANT and
 // MEMRA_GEMV_BATCH (the batch-1 and batched decode GEMV of repacked
 // types), MEMRA_GEMV_LARGE (the GEMV of steps of 16 rows or more, or off),
-// MEMRA_ROPE_IN_PRODUCT=1, MEMRA_ATTN_FUSED=1, MEMRA_PDL=early. A value it cannot read is an error naming the
-// variable, not a silent default.
+// MEMRA_ROPE_IN_PRODUCT=1, MEMRA_ATTN_FUSED=1, MEMRA_PDL=early. A value it
+// cannot read is an error naming the variable, not a silent default.
 func envOptions(o *BackendOptions) error {
 	bad := func(name, v, want string) error {
 		return fmt.Errorf("%w: %s=%q: want %s", ErrArg, name, v, want)
@@ -562,8 +562,9 @@ func envOptions(o *BackendOptions) error {
 		}
 		*e.arm = a
 	}
-	// MEMRA_GEMV_LARGE: the arm of steps of codegen.GEMVLargeRows rows or
-	// more; off leaves them to the batch arm
+	// MEMRA_GEMV_LARGE: the tensor-core arm of steps of
+	// codegen.GEMVLargeRows rows or more; off (the batch arm, not a
+	// tensor-core one) leaves them to the batch arm
 	switch v := os.Getenv("MEMRA_GEMV_LARGE"); v {
 	case "":
 	case "off":
