@@ -1,12 +1,16 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -120,9 +124,40 @@ func runParity(cmd *cobra.Command, args []string, o *parityOptions) error {
 	fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d/%d\t%.4f\t%.2f\t%.6f\t%s\t%s\t%v\t%v\n", name, quant, o.prompts, o.steps, total-rep.Mismatches, total,
 		rep.MaxGap, rep.MaxGapSigma, rep.MinCosine, o.gpu.Cache, prefill, !o.gpu.NoGraphs, pass)
 	tw.Flush()
+	printFlips(cmd.OutOrStdout(), rep, 5)
 	if !pass {
 		return fmt.Errorf("%w: %d of %d greedy tokens differ (worst reference gap %.4f, %.2f× the step's RMS logit difference; tie tolerance %g, %g×), min cosine %.6f (want ≥ %g)",
 			errParity, rep.Mismatches, total, rep.MaxGap, rep.MaxGapSigma, o.tieTol, o.tieSigma, rep.MinCosine, o.minCos)
 	}
 	return nil
+}
+
+// printFlips writes how far from a tie the disagreements were: how many
+// fall in each band of gap/RMS (the reference's margin over the step's RMS
+// logit difference), and the worst few by that ratio with their sequence
+// and step. Nothing without disagreements.
+func printFlips(w io.Writer, rep cuda.ParityReport, worst int) {
+	if len(rep.Flips) == 0 {
+		return
+	}
+	ratio := func(f cuda.Flip) float64 {
+		if f.RMS == 0 {
+			return math.Inf(1)
+		}
+		return f.Gap / f.RMS
+	}
+	var bands [4]int // gap/rms ≤ 1, ≤ 2, ≤ 3, above
+	for _, f := range rep.Flips {
+		b := 0
+		for b < 3 && ratio(f) > float64(b+1) {
+			b++
+		}
+		bands[b]++
+	}
+	fmt.Fprintf(w, "disagreements by gap/rms: ≤1 %d, 1–2 %d, 2–3 %d, >3 %d\n", bands[0], bands[1], bands[2], bands[3])
+	fl := slices.Clone(rep.Flips)
+	slices.SortStableFunc(fl, func(a, b cuda.Flip) int { return cmp.Compare(ratio(b), ratio(a)) })
+	for _, f := range fl[:min(worst, len(fl))] {
+		fmt.Fprintf(w, "  sequence %d, step %d: gap %.4f, rms %.4f, %.2f×\n", f.Seq, f.Step, f.Gap, f.RMS, ratio(f))
+	}
 }

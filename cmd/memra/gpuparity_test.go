@@ -1,0 +1,30 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/memra-ai/memra/runtime/cuda"
+)
+
+// TestPrintFlips: the disagreements are counted by gap/RMS band and the
+// worst are listed by that ratio, largest first; a report without any
+// prints nothing.
+func TestPrintFlips(t *testing.T) {
+	var b bytes.Buffer
+	printFlips(&b, cuda.ParityReport{}, 5)
+	require.Empty(t, b.String())
+	rep := cuda.ParityReport{Flips: []cuda.Flip{
+		{Seq: 0, Step: 3, Gap: 0.01, RMS: 0.02},   // 0.5×
+		{Seq: 7, Step: 29, Gap: 0.078, RMS: 0.02}, // 3.9×
+		{Seq: 2, Step: 42, Gap: 0.05, RMS: 0.02},  // 2.5×
+		{Seq: 1, Step: 5, Gap: 0.02, RMS: 0.02},   // 1×: the first band
+		{Seq: 4, Step: 9, Gap: 0.03, RMS: 0.02},   // 1.5×
+	}}
+	printFlips(&b, rep, 2)
+	require.Equal(t, "disagreements by gap/rms: ≤1 2, 1–2 1, 2–3 1, >3 1\n"+
+		"  sequence 7, step 29: gap 0.0780, rms 0.0200, 3.90×\n"+
+		"  sequence 2, step 42: gap 0.0500, rms 0.0200, 2.50×\n", b.String())
+}
