@@ -157,6 +157,22 @@ func TestCompileGate(t *testing.T) {
 		gs, err := codegen.GEMVXQ(t2, 2048, k, false, so, codegen.XQEnds{NormIn: true, NormEps: 1e-5, SwiGLUOut: true}, 0)
 		require.NoError(t, err, t2)
 		ks = append(ks, gq, rn, rn3, gs)
+		// K split over two or four warps a row set (XQ 2): the same ends
+		sp := qo
+		sp.Threads *= 2 << (i % 2)
+		sq, err := codegen.GEMVXQ(t2, 1024, k, true, sp, codegen.XQEnds{NormIn: i < 2, NormEps: 1e-6, QuantOut: true}, 0)
+		require.NoError(t, err, t2)
+		sr, err := codegen.GEMVXQ(t2, 384, k, false, sp, codegen.XQEnds{NormIn: i < 3, NormEps: 1e-6, Rope: true, RopeShape: rs, RopeCol0: 64}, rs.QKVStride())
+		require.NoError(t, err, t2)
+		sa := arm
+		sa.Threads *= 2
+		sn, err := codegen.GEMVXQ(t2, 1000, k, i%2 == 0, sa, codegen.XQEnds{NormIn: i > 1, NormEps: 1e-5}, 0)
+		require.NoError(t, err, t2)
+		ss := so
+		ss.Threads *= 2
+		sg, err := codegen.GEMVXQ(t2, 2048, k, false, ss, codegen.XQEnds{NormIn: true, NormEps: 1e-5, SwiGLUOut: true}, 0)
+		require.NoError(t, err, t2)
+		ks = append(ks, sq, sr, sn, sg)
 	}
 	r, err := codegen.RMSNormAdd(s.Hidden, s.Eps, false, codegen.BlockArm{Threads: 1024})
 	require.NoError(t, err)

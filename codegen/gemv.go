@@ -12,9 +12,10 @@ import (
 type GEMVArm struct {
 	Threads int // threads per block, a multiple of 32
 	// RowsPerBlock is the output rows per block, Threads/RowsPerBlock
-	// threads (whole warps; one warp with XQ 1 and 2) per row. For XQ 3 it
-	// is the sets of rows a block (RowsPerWarp tiles of 16 each), each
-	// shared by Threads/32/RowsPerBlock warps that split its K.
+	// threads (whole warps; one warp with XQ 1) per row. For XQ 2 it is the
+	// sets of RowsPerWarp rows a block, each shared by Threads/32/RowsPerBlock
+	// warps (1, 2 or 4) that split its K; for XQ 3 the sets of rows a block
+	// (RowsPerWarp tiles of 16 each), split the same way.
 	RowsPerBlock int
 	Unroll       int // unroll factor of the loop over a row's 32-element units
 	SharedX      int // 1: stage the activation row in shared memory; 0: read it from global memory
@@ -42,6 +43,18 @@ type GEMVArm struct {
 }
 
 func (a GEMVArm) rowsPerWarp() int { return max(1, a.RowsPerWarp) }
+
+// kSplit is the warps that share each of an XQ 2 or 3 arm's row sets,
+// each taking every kSplit-th stretch of K (1 otherwise).
+func (a GEMVArm) kSplit() int {
+	if a.XQ < 2 || a.RowsPerBlock <= 0 {
+		return 1
+	}
+	return max(1, a.Threads/32/a.RowsPerBlock)
+}
+
+// xqMaxSplit is the most warps an XQ 2 arm's row set may be split over.
+const xqMaxSplit = 4
 
 func (a GEMVArm) batchRows() int { return max(1, a.BatchRows) }
 
@@ -121,7 +134,8 @@ func (a GEMVArm) Validate() error {
 	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.RowsPerBlock <= 0 ||
 		a.Threads%a.RowsPerBlock != 0 || (a.Threads/a.RowsPerBlock)%32 != 0 || a.Unroll <= 0 || a.SharedX < 0 || a.SharedX > 1 ||
 		a.Layout < 0 || a.Layout > 1 || (a.Layout == 1 && a.SharedX != 1) ||
-		a.XQ < 0 || a.XQ > 3 || (a.XQ != 0 && (a.Layout != 1 || (a.XQ != 3 && a.Threads/a.RowsPerBlock != 32))) ||
+		a.XQ < 0 || a.XQ > 3 || (a.XQ != 0 && (a.Layout != 1 || (a.XQ == 1 && a.Threads/a.RowsPerBlock != 32))) ||
+		(a.XQ == 2 && a.Threads/a.RowsPerBlock > 32*xqMaxSplit) ||
 		(a.XQ == 0 && a.BatchRows != 0) || (a.XQ != 0 && (a.BatchRows < 1 || a.BatchRows > 16)) ||
 		(a.RowsPerWarp != 0 && a.RowsPerWarp != 2 && a.RowsPerWarp != 4) || (a.RowsPerWarp != 0 && a.XQ == 0) ||
 		(a.XQ == 3 && a.mma8SplitBytes() > 48<<10) { // the split sums in static shared memory
@@ -134,7 +148,12 @@ func (a GEMVArm) Validate() error {
 func GEMVArms() []GEMVArm {
 	return enumerate(GEMVKnobs, func(v map[string]int) GEMVArm {
 		return GEMVArmOf(v)
-	}, GEMVArm.Validate)
+	}, func(a GEMVArm) error {
+		if !searched(a) {
+			return ErrUnsupported
+		}
+		return a.Validate()
+	})
 }
 
 // String is the arm's short name used in kernel names and tables.

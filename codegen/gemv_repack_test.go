@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -701,4 +703,51 @@ func TestLowerFusedAttention(t *testing.T) {
 	for _, k := range p.Kernels {
 		require.NotContains(t, k.Name, "attn_fused")
 	}
+}
+
+// TestLowerGEMVSplit: with LowerOptions.GEMVSplitRows, the one-row
+// products of at most that many rows (attention output, down, V) run their
+// XQ 2 arm with twice the threads, two warps a row set splitting K, their
+// epilogues (quantised output, RoPE) kept; the larger ones (Q and K, gate
+// and up) and the option's absence keep the unsplit arm.
+func TestLowerGEMVSplit(t *testing.T) {
+	llama := smallQwen3
+	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
+	g := buildGraph(t, llama, synthTensors(llama, dtype.Q4_K, dtype.Q6_K))
+	o := LowerOptions{Class: Decode, MaxSeqs: 1, Context: 256, Cache: dtype.F16, RopeInProduct: true}
+	arms := func(o LowerOptions) map[int][]string { // the products' arms by row count
+		p, err := Lower(g, o)
+		require.NoError(t, err)
+		by := map[int][]string{}
+		re := regexp.MustCompile(`^gemv_\w+?_n(\d+)_k\d+.*_(t\d+_r\d+_u\d+_s\d+_l1_g1_w\d)$`)
+		for _, ln := range p.Launches {
+			k := p.Kernels[ln.Kernel]
+			if k.Family != "gemv" {
+				continue
+			}
+			m := re.FindStringSubmatch(k.Name)
+			require.NotNil(t, m, k.Name)
+			n, _ := strconv.Atoi(m[1])
+			by[n] = append(by[n], m[2])
+		}
+		return by
+	}
+	plain := arms(o)
+	o.GEMVSplitRows = llama.Embedding
+	split := arms(o)
+	require.Equal(t, len(plain), len(split))
+	for n, as := range split {
+		for i, a := range as {
+			want := plain[n][i]
+			if n <= llama.Embedding {
+				want = strings.Replace(want, "t256_", "t512_", 1)
+			}
+			require.Equal(t, want, a, "%d rows", n)
+		}
+	}
+	for _, n := range []int{llama.HeadsKV * llama.HeadDim, llama.Embedding} {
+		require.NotEmpty(t, split[n])
+		require.True(t, strings.HasPrefix(split[n][0], "t512_r8_"), split[n][0])
+	}
+	require.True(t, strings.HasPrefix(split[(llama.Heads+llama.HeadsKV)*llama.HeadDim][0], "t256_r8_"))
 }

@@ -203,7 +203,12 @@ func emitXQPack(w *Writer, q, meta string) {
 // weight registers (and their second buffer buf, if not empty).
 func emitXQRows(w *Writer, rt rpType, n int, arm GEMVArm, buf string) {
 	rw := arm.rowsPerWarp()
-	w.Line("const int r0 = (blockIdx.x * RPB + (threadIdx.x >> 5)) * RW; // the warp's first row")
+	if arm.kSplit() > 1 {
+		w.Line("const int wr = (threadIdx.x >> 5) % RPB, ks = (threadIdx.x >> 5) / RPB; // the warp's row set, its share of K")
+		w.Line("const int r0 = (blockIdx.x * RPB + wr) * RW; // the warp's first row")
+	} else {
+		w.Line("const int r0 = (blockIdx.x * RPB + (threadIdx.x >> 5)) * RW; // the warp's first row")
+	}
 	w.Line("const int lane = threadIdx.x & 31;")
 	clamp := n%(arm.RowsPerBlock*rw) != 0
 	if clamp {

@@ -136,6 +136,13 @@ type LowerOptions struct {
 	// a zeroed counter weight of MaxSeqs·HeadsKV words. Off by default:
 	// not yet run on a GPU.
 	FusedAttention bool
+	// GEMVSplitRows: products of at most this many rows, and rows of at
+	// least GEMVSplitK elements, whose one-row arm is an unsplit XQ 2 one
+	// run it with twice the threads, the two warps of each row set
+	// splitting K: a product of fewer blocks than the card has
+	// multiprocessors then keeps twice the loads in flight, and each warp's
+	// chain of loads is half as long (0: off).
+	GEMVSplitRows, GEMVSplitK int
 }
 
 // view is where a node's value lives: floats [off, off+width) of each row

@@ -49,6 +49,9 @@ type Space struct {
 	optional Point
 	// check validates the typed arm built from a complete point.
 	check func(Point) error
+	// unsearched, when set, names valid arms that Arms leaves out: arms
+	// chosen by hand until measured (they still run where named).
+	unsearched func(Point) bool
 	// name returns the typed arm's short name.
 	name func(Point) string
 }
@@ -96,7 +99,12 @@ func (s Space) ArmName(p Point) string {
 
 // Arms lists every valid arm of the space in a stable order.
 func (s Space) Arms() []Point {
-	return enumerate(s.Knobs, func(v map[string]int) Point { return s.canonical(Point(v)) }, s.Valid)
+	return enumerate(s.Knobs, func(v map[string]int) Point { return s.canonical(Point(v)) }, func(p Point) error {
+		if s.unsearched != nil && s.unsearched(p) {
+			return ErrUnsupported
+		}
+		return s.Valid(p)
+	})
 }
 
 // Size is the number of valid arms.
@@ -202,6 +210,7 @@ func Spaces() []Space {
 func gemvSpace() Space {
 	s := armSpace("gemv", GEMVKnobs, DefaultGEMVArm.Point(), GEMVArmOf)
 	s.optional = Point{"layout": 0, "xq": 0, "batch_rows": 0, "rows_per_warp": 0}
+	s.unsearched = func(p Point) bool { return !searched(GEMVArmOf(p)) }
 	return s
 }
 
@@ -224,6 +233,12 @@ func GEMVSpaceFor(t dtype.Type) Space {
 	s.check = func(p Point) error { return GEMVArmOf(p).ValidFor(t) }
 	return s
 }
+
+// searched reports whether the search spaces hold a valid GEMV arm: not
+// the XQ 2 arms that split K over a row set's warps, chosen by hand
+// (MEMRA_GEMV_QUANT, MEMRA_GEMV_BATCH, kernel-check --gemv-arms) until
+// measured.
+func searched(a GEMVArm) bool { return a.XQ != 2 || a.kSplit() == 1 }
 
 // GEMVBatchClass is the shape class under which the tunedb keeps the batch
 // arm (steps of two or more rows, Launch.One's other kernel) of the

@@ -334,12 +334,15 @@ func QuantOutFits(arm GEMVArm, n int, e XQEnds) bool {
 }
 
 // FitQuantOut returns arm with enough rows a block for e's epilogue (four
-// weight rows a warp, then twice the warps) and whether it fits n rows.
+// weight rows a warp, then the warps of a split arm on rows of their own,
+// then twice the warps) and whether it fits n rows.
 func FitQuantOut(arm GEMVArm, n int, e XQEnds) (GEMVArm, bool) {
 	for arm.XQ == 2 && (arm.RowsPerBlock*arm.rowsPerWarp())%e.outRows() != 0 {
 		switch {
 		case arm.rowsPerWarp() < 4:
 			arm.RowsPerWarp = 4
+		case arm.kSplit() > 1:
+			arm.RowsPerBlock *= 2
 		case arm.Threads < 1024:
 			arm.Threads, arm.RowsPerBlock = 2*arm.Threads, 2*arm.RowsPerBlock
 		default:
@@ -491,23 +494,56 @@ func emitWarpQuant(w *Writer, xr, col, k, first string) {
 	})
 }
 
+// emitXQSplitSums writes the meeting of a split arm's sums (kSplit > 1):
+// the warps ks > 0 of each row set leave their warp sums in shared
+// memory, and lane 0 of warp ks 0 adds them to its own, so that the warp
+// sum of warp ks 0's accumulators is the row set's product.
+func emitXQSplitSums(w *Writer) {
+	w.Comment("each row set's warps ks > 0 hand their sums to warp ks 0")
+	w.Line("__shared__ float kpart[KS - 1][RPB][RW][MB];")
+	w.If("ks > 0", func() {
+		w.For("r", "0", "RW", "1", -1, func() {
+			w.For("j", "0", "MB", "1", -1, func() {
+				w.Line("const float v = warp_sum(acc[r][j]);")
+				w.If("lane == 0", func() { w.Line("kpart[ks - 1][wr][r][j] = v;") })
+			})
+		})
+	})
+	w.Line("__syncthreads();")
+	w.If("ks == 0 && lane == 0", func() {
+		w.For("r", "0", "RW", "1", -1, func() {
+			w.For("j", "0", "MB", "1", -1, func() {
+				w.For("s", "0", "KS - 1", "1", -1, func() { w.Line("acc[r][j] += kpart[s][wr][r][j];") })
+			})
+		})
+	})
+}
+
 // emitXQQuantOut writes the end of an XQ 2 product with XQEnds.QuantOut
 // or SwiGLUOut: the warps' sums into shared memory, then each group of 32
 // outputs of each activation row by one warp, a lane an element. QuantOut:
 // the new residual value x = y + v stored, and x·nw quantised into xo's row
 // as XQuant's ProNorm writes it. SwiGLUOut: silu(gate)·up of the group's 32
 // gate and 32 up rows quantised into xo's row as XQuant's ProSwiGLU does.
-func emitXQQuantOut(w *Writer, e XQEnds, rn string) {
+func emitXQQuantOut(w *Writer, e XQEnds, rn string, split bool) {
 	w.Line("__shared__ float ev[RPB * RW][MB];")
 	w.For("r", "0", "RW", "1", -1, func() {
 		w.For("j", "0", "MB", "1", -1, func() {
 			w.Linef("const float v = %s;", xqWarpValue(rn))
-			w.If("lane == 0", func() { w.Line("ev[(threadIdx.x >> 5) * RW + r][j] = v;") })
+			if split {
+				w.If("lane == 0 && ks == 0", func() { w.Line("ev[wr * RW + r][j] = v;") })
+			} else {
+				w.If("lane == 0", func() { w.Line("ev[(threadIdx.x >> 5) * RW + r][j] = v;") })
+			}
 		})
 	})
 	w.Line("__syncthreads();")
 	w.Linef("#define G (RPB * RW / %d) // groups of 32 outputs a block", e.outRows())
-	w.Block("for (int p = threadIdx.x >> 5; p < G * MB; p += RPB)", func() {
+	warps := "RPB"
+	if split {
+		warps = "RPB * KS"
+	}
+	w.Block("for (int p = threadIdx.x >> 5; p < G * MB; p += "+warps+")", func() {
 		w.Line("const int g = p % G, j = p / G;")
 		w.If("j < mrows", func() { // the same for the whole warp
 			w.Line("const int col = (blockIdx.x * G + g) * 32 + lane; // this lane's output")
@@ -545,6 +581,7 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 	}
 	mb := arm.batchRows()
 	rw := arm.rowsPerWarp()
+	split := arm.kSplit() > 1
 	nb := k / t.BlockElems()
 	epi := ""
 	if residual {
@@ -576,6 +613,11 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 				w.Linef("#define C0 %d // the product's first column of the [q | k | v] row", e.RopeCol0)
 			}
 			w.Linef("#define U %d // units in flight per thread, row and buffer", arm.Unroll)
+			step := "U * 32" // a warp's stride over a row's units
+			if split {
+				w.Linef("#define KS %d // warps a row set, each taking every KS-th stretch of U·32 units", arm.kSplit())
+				step = "KS * U * 32"
+			}
 			w.Linef("#define MB %d // activation rows per block", mb)
 			w.Linef("#define XR %d // bytes of a quantised activation row", XQRowBytes(k))
 			if e.QuantOut || e.SwiGLUOut {
@@ -604,7 +646,11 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 				compute := func(buf string) {
 					emitXQCompute(w, t, rw, buf, "(const int4*)(xb + j * XR)", "(const float4*)(xb + j * XR + K)")
 				}
-				w.Line("int u = lane;")
+				if split {
+					w.Line("int u = ks * U * 32 + lane;")
+				} else {
+					w.Line("int u = lane;")
+				}
 				w.Comment("the first weight loads do not wait for the previous kernel")
 				load("", "u")
 				w.Line("const int m0 = blockIdx.y * MB;")
@@ -621,21 +667,33 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 				}
 				w.Comment("two buffers: the loads of the next units are in flight while the current ones are computed")
 				w.Block("for (;;)", func() {
-					load("b", "u + U * 32")
+					load("b", "u + "+step)
 					compute("")
-					w.Line("u += U * 32;")
+					w.Linef("u += %s;", step)
 					w.If("u >= UPR", func() { w.Line("break;") })
-					load("", "u + U * 32")
+					load("", "u + "+step)
 					compute("b")
-					w.Line("u += U * 32;")
+					w.Linef("u += %s;", step)
 					w.If("u >= UPR", func() { w.Line("break;") })
 				})
+				if split {
+					emitXQSplitSums(w)
+				}
 				if e.NormIn {
 					emitXQNormBarrier(w, mb)
 				}
 				switch {
 				case e.QuantOut || e.SwiGLUOut:
-					emitXQQuantOut(w, e, rn)
+					emitXQQuantOut(w, e, rn, split)
+				case split:
+					w.Comment("warp ks 0 of each row set holds the sums and stores them")
+					w.If("ks == 0", func() {
+						if e.Rope {
+							emitXQStoreRope(w, e.RopeShape.Cache, rn)
+						} else {
+							emitXQStoreScaled(w, residual, rn)
+						}
+					})
 				case e.Rope:
 					emitXQStoreRope(w, e.RopeShape.Cache, rn)
 				case e.NormIn:

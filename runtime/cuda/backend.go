@@ -64,14 +64,23 @@ type BackendOptions struct {
 	NoQuantOut codegen.QuantOuts
 	// RopeInProduct makes the QKV products rotate q and k and write the KV
 	// cache in their epilogue instead of a RoPE launch a layer
-	// (codegen.LowerOptions.RopeInProduct; MEMRA_ROPE_IN_PRODUCT=1). Off
-	// until it has run on a GPU.
-	RopeInProduct bool
+	// (codegen.LowerOptions.RopeInProduct): 0, the default, in one-sequence
+	// programs only (on the H200 batch 1 decoded at 1.016×; from 16 rows
+	// the tensor-core kernel has no such epilogue, so a batch program would
+	// give those steps to the CUDA-core one); 1 in every decode program
+	// (MEMRA_ROPE_IN_PRODUCT=1); -1 in none (MEMRA_ROPE_IN_PRODUCT=0).
+	RopeInProduct int
 	// FusedAttention makes decode attention one launch a layer, the last
 	// block of each kv head combining the splits
 	// (codegen.LowerOptions.FusedAttention; MEMRA_ATTN_FUSED=1). Off until
 	// it has run on a GPU.
 	FusedAttention bool
+	// GEMVSplitRows and GEMVSplitK split K over two warps in the one-row
+	// products of at most GEMVSplitRows rows of at least GEMVSplitK
+	// elements (codegen.LowerOptions.GEMVSplitRows;
+	// MEMRA_GEMV_SPLIT=off|ROWS[/K]). 0 rows: DefaultGEMVSplitRows;
+	// negative: off.
+	GEMVSplitRows, GEMVSplitK int
 	// EarlyPDL lets each kernel start the next one right after its own
 	// dependency wait instead of at its end (MEMRA_PDL=early; slower on the
 	// H200, kept for comparison).
@@ -210,7 +219,8 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 	}
 	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
 		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue,
-		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct, FusedAttention: opts.FusedAttention}
+		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct > 0 || (opts.RopeInProduct == 0 && opts.MaxSeqs == 1),
+		FusedAttention: opts.FusedAttention, GEMVSplitRows: max(0, cmp.Or(opts.GEMVSplitRows, DefaultGEMVSplitRows)), GEMVSplitK: opts.GEMVSplitK}
 	if opts.Untuned {
 		base.Arms, base.Pick = codegen.Arms{}, nil
 	}
@@ -483,13 +493,21 @@ func (b *Backend) StepGreedy(ctx context.Context, batch []runtime.SeqStep) ([]in
 	return b.greedy, nil
 }
 
+// DefaultGEMVSplitRows is the default of BackendOptions.GEMVSplitRows: on
+// the H200, llama2-7b q4_k_m decoded batch 1 at 508.22 tok/s with the
+// products of 4096 rows split (128 blocks of 32 rows against 132
+// multiprocessors), against 477.29 unsplit and 493.11 with the 8192-row
+// ones split too (docs/PERFORMANCE.md).
+const DefaultGEMVSplitRows = 4096
+
 // envOptions applies the environment switches: MEMRA_KV_CACHE=f16|bf16|f32
 // (the KV cache element type, when the caller chose none), and arms that
 // are not yet defaults (they become tunedb choices once measured):
 // MEMRA_SMALL_BATCH=1, MEMRA_FUSE=0, MEMRA_DECODE_LIVE=1|2, MEMRA_GEMV_QUANT and
 // MEMRA_GEMV_BATCH (the batch-1 and batched decode GEMV of repacked
 // types), MEMRA_GEMV_LARGE (the GEMV of steps of 16 rows or more, or off),
-// MEMRA_ROPE_IN_PRODUCT=1, MEMRA_ATTN_FUSED=1, MEMRA_PDL=early. A value it
+// MEMRA_ROPE_IN_PRODUCT=0|1 (none or every program; unset, one-sequence
+// programs), MEMRA_ATTN_FUSED=1, MEMRA_GEMV_SPLIT=off|N, MEMRA_PDL=early. A value it
 // cannot read is an error naming the variable, not a silent default.
 func envOptions(o *BackendOptions) error {
 	bad := func(name, v, want string) error {
@@ -502,7 +520,7 @@ func envOptions(o *BackendOptions) error {
 	for _, e := range []struct {
 		name string
 		on   *bool
-	}{{"MEMRA_SMALL_BATCH", &o.SmallBatch}, {"MEMRA_ROPE_IN_PRODUCT", &o.RopeInProduct}, {"MEMRA_ATTN_FUSED", &o.FusedAttention}} {
+	}{{"MEMRA_SMALL_BATCH", &o.SmallBatch}, {"MEMRA_ATTN_FUSED", &o.FusedAttention}} {
 		switch v := os.Getenv(e.name); v {
 		case "", "0":
 		case "1":
@@ -510,6 +528,15 @@ func envOptions(o *BackendOptions) error {
 		default:
 			return bad(e.name, v, "0 or 1")
 		}
+	}
+	switch v := os.Getenv("MEMRA_ROPE_IN_PRODUCT"); v {
+	case "":
+	case "0":
+		o.RopeInProduct = -1
+	case "1":
+		o.RopeInProduct = 1
+	default:
+		return bad("MEMRA_ROPE_IN_PRODUCT", v, "0 or 1")
 	}
 	switch v := os.Getenv("MEMRA_FUSE"); v {
 	case "", "1":
@@ -536,6 +563,23 @@ func envOptions(o *BackendOptions) error {
 			on |= b
 		}
 		o.NoQuantOut = codegen.QuantOutAll &^ on
+	}
+	if v := os.Getenv("MEMRA_GEMV_SPLIT"); v != "" {
+		rows, k, _ := strings.Cut(v, "/")
+		n, err := strconv.Atoi(rows)
+		kn := 0
+		if k != "" && err == nil {
+			kn, err = strconv.Atoi(k)
+		}
+		if v == "off" || v == "0" {
+			n, kn, err = -1, 0, nil
+		} else if err == nil && n <= 0 {
+			err = ErrArg
+		}
+		if err != nil || kn < 0 {
+			return bad("MEMRA_GEMV_SPLIT", v, "off, 0 or ROWS[/K] (most rows, least row length)")
+		}
+		o.GEMVSplitRows, o.GEMVSplitK = n, kn
 	}
 	if v := os.Getenv("MEMRA_DECODE_LIVE"); v != "" {
 		n, err := strconv.Atoi(v)

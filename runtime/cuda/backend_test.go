@@ -324,6 +324,7 @@ func TestEnvOptions(t *testing.T) {
 	t.Setenv("MEMRA_PDL", "off")
 	t.Setenv("MEMRA_ROPE_IN_PRODUCT", "1")
 	t.Setenv("MEMRA_ATTN_FUSED", "1")
+	t.Setenv("MEMRA_GEMV_SPLIT", "4096")
 	var o BackendOptions
 	require.NoError(t, envOptions(&o))
 	require.Equal(t, codegen.QuantOutSwiGLU|codegen.QuantOutBatch, o.NoQuantOut)
@@ -336,7 +337,8 @@ func TestEnvOptions(t *testing.T) {
 	}
 	t.Setenv("MEMRA_QUANT_OUT", "norm,attn")
 	require.True(t, o.NoPDL)
-	require.True(t, o.RopeInProduct)
+	require.Equal(t, 1, o.RopeInProduct)
+	require.Equal(t, 4096, o.GEMVSplitRows)
 	require.True(t, o.FusedAttention)
 	require.Equal(t, codegen.GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 1, RowsPerWarp: 4}, o.Arms.GEMVQuant)
 	require.Equal(t, 8, o.Arms.GEMVBatch.BatchRows)
@@ -351,7 +353,7 @@ func TestEnvOptions(t *testing.T) {
 	require.Equal(t, -1, o.DecodeLive)
 	for name, v := range map[string]string{"MEMRA_GEMV_QUANT": "xq99", "MEMRA_GEMV_BATCH": "fast", "MEMRA_FUSE": "no",
 		"MEMRA_DECODE_LIVE": "3", "MEMRA_SMALL_BATCH": "yes", "MEMRA_PDL": "soon", "MEMRA_QUANT_OUT": "norm,gate",
-		"MEMRA_GEMV_LARGE": "tensor", "MEMRA_ROPE_IN_PRODUCT": "yes",
+		"MEMRA_GEMV_LARGE": "tensor", "MEMRA_ROPE_IN_PRODUCT": "yes", "MEMRA_GEMV_SPLIT": "4096/x",
 		"MEMRA_ATTN_FUSED": "2"} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv(name, v)
