@@ -222,9 +222,10 @@ func TestLowerBatchArm(t *testing.T) {
 // TestLowerFusedNorm: in decode programs the RMSNorm before products with
 // GEMVNorm-capable arms (int8 activations staged by each block, XQ 1; f16
 // with activations in shared memory) runs inside them: no rmsnorm
-// launches, the products read the residual stream and the norm weight.
-// NoFusePrologue, the exact configuration and prefill keep the norm
-// launches.
+// launches, the products read the residual stream and the norm weight
+// (f16 products only with FuseFloat). NoFusePrologue, the exact
+// configuration and prefill keep the norm launches, and so do f16
+// products without FuseFloat.
 func TestLowerFusedNorm(t *testing.T) {
 	family := launchesOf
 	norms := 2*smallQwen3.Layers + 1
@@ -234,6 +235,13 @@ func TestLowerFusedNorm(t *testing.T) {
 		o := LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16, Arms: xq1}
 		p, err := Lower(g, o)
 		require.NoError(t, err)
+		if wt == dtype.F16 {
+			require.Equal(t, norms, family(p, "rmsnorm"), "f16 products fuse only with FuseFloat")
+			require.Equal(t, smallQwen3.Layers, family(p, "swiglu"))
+			o.FuseFloat = true
+			p, err = Lower(g, o)
+			require.NoError(t, err)
+		}
 		require.Zero(t, family(p, "rmsnorm"), wt)
 		require.Zero(t, family(p, "swiglu"), wt)
 		fused, swi := 0, 0

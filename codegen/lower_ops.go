@@ -530,11 +530,11 @@ func (l *lowerer) fusable(t dtype.Type, n, k int, residual bool) bool {
 		return false
 	}
 	one := l.gemvArm(ProductClass(t, n, k, residual), t, k)
-	if !PrologueFusable(t, one) {
+	if !PrologueFusable(t, one) || (one.XQ == 0 && !l.o.FuseFloat) {
 		return false
 	}
 	if one.Layout == 1 {
-		if b, ok := l.batchArm(one, ProductClass(t, n, k, residual), k); ok && !PrologueFusable(t, b) {
+		if b, ok := l.batchArm(one, ProductClass(t, n, k, residual), k); ok && (!PrologueFusable(t, b) || (b.XQ == 0 && !l.o.FuseFloat)) {
 			return false
 		}
 	}

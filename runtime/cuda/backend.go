@@ -54,6 +54,9 @@ type BackendOptions struct {
 	// NoFusePrologue keeps each RMSNorm and SwiGLU before a decode product
 	// its own launch (codegen.LowerOptions.NoFusePrologue; MEMRA_FUSE=0).
 	NoFusePrologue bool
+	// FuseFloat fuses them into float-activation (f16/bf16) products too
+	// (codegen.LowerOptions.FuseFloat; MEMRA_FUSE=1).
+	FuseFloat bool
 	// NoQuantOut are the producers that keep an XQuant launch instead of
 	// quantising in their epilogues for the int8 products after them
 	// (codegen.LowerOptions.NoQuantOut). MEMRA_QUANT_OUT sets it; unset,
@@ -218,7 +221,7 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 		return nil, nil, err
 	}
 	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
-		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue,
+		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue, FuseFloat: opts.FuseFloat,
 		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct > 0 || (opts.RopeInProduct == 0 && opts.MaxSeqs == 1),
 		FusedAttention: opts.FusedAttention, GEMVSplitRows: max(0, cmp.Or(opts.GEMVSplitRows, DefaultGEMVSplitRows)), GEMVSplitK: opts.GEMVSplitK}
 	if opts.Untuned {
@@ -539,7 +542,9 @@ func envOptions(o *BackendOptions) error {
 		return bad("MEMRA_ROPE_IN_PRODUCT", v, "0 or 1")
 	}
 	switch v := os.Getenv("MEMRA_FUSE"); v {
-	case "", "1":
+	case "":
+	case "1":
+		o.FuseFloat = true
 	case "0":
 		o.NoFusePrologue = true
 	default:

@@ -339,6 +339,13 @@ func TestEnvOptions(t *testing.T) {
 	require.True(t, o.NoPDL)
 	require.Equal(t, 1, o.RopeInProduct)
 	require.Equal(t, 4096, o.GEMVSplitRows)
+	require.True(t, o.NoFusePrologue)
+	t.Setenv("MEMRA_FUSE", "1")
+	var f BackendOptions
+	require.NoError(t, envOptions(&f))
+	require.True(t, f.FuseFloat)
+	require.False(t, f.NoFusePrologue)
+	t.Setenv("MEMRA_FUSE", "0")
 	require.True(t, o.FusedAttention)
 	require.Equal(t, codegen.GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 1, RowsPerWarp: 4}, o.Arms.GEMVQuant)
 	require.Equal(t, 8, o.Arms.GEMVBatch.BatchRows)
