@@ -53,6 +53,13 @@ func (a GEMVArm) kSplit() int {
 	return max(1, a.Threads/32/a.RowsPerBlock)
 }
 
+// Split returns a with each row set shared by ks warps splitting its K
+// (kSplit; XQ 2 and 3 arms): the threads a block that gives.
+func (a GEMVArm) Split(ks int) GEMVArm {
+	a.Threads = 32 * ks * a.RowsPerBlock
+	return a
+}
+
 // xqMaxSplit is the most warps an XQ 2 arm's row set may be split over.
 const xqMaxSplit = 4
 

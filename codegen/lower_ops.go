@@ -324,7 +324,7 @@ func (l *lowerer) largeArm(batch GEMVArm) (GEMVArm, bool) {
 // say so.
 func (l *lowerer) splitArm(arm GEMVArm, n, k int) GEMVArm {
 	if arm.XQ == 2 && arm.BatchRows == 1 && arm.kSplit() == 1 && n <= l.o.GEMVSplitRows && k >= l.o.GEMVSplitK && 2*arm.Threads <= 1024 {
-		arm.Threads *= 2
+		arm = arm.Split(2)
 	}
 	return arm
 }

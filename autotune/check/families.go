@@ -690,6 +690,9 @@ func ProductNormAfter(shape, use string, t1 dtype.Type, n1, k1 int, t2 dtype.Typ
 	sp := codegen.GEMVSpaceFor(t1)
 	sp.Default = def.Point()
 	c.space = &sp
+	if m == 1 {
+		c.ExtraArms = []codegen.Point{def.Split(2).Point()} // K split over two warps, as lowering splits products of ≤ GEMVSplitRows rows
+	}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		return xqChain(k1, codegen.Prologue{},
 			xqProduct{t: t1, n: n1, k: k1, residual: true, arm: codegen.GEMVArmOf(arm), e: codegen.XQEnds{QuantOut: true}},
@@ -898,6 +901,9 @@ func ProductRope(shape, use string, t dtype.Type, rs codegen.RopeShape, n, col0,
 	sp := codegen.GEMVSpaceFor(t)
 	sp.Default = def.Point()
 	c.space = &sp
+	if m == 1 {
+		c.ExtraArms = []codegen.Point{def.Split(2).Point()} // K split over two warps, as lowering splits products of ≤ GEMVSplitRows rows
+	}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		pro := codegen.Prologue{Kind: codegen.ProNorm, Eps: eps}
 		return xqChain(k, pro, xqProduct{t, n, k, false, codegen.GEMVArmOf(arm), e, stride})
