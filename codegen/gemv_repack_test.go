@@ -758,4 +758,13 @@ func TestLowerGEMVSplit(t *testing.T) {
 		require.True(t, strings.HasPrefix(split[n][0], "t512_r8_"), split[n][0])
 	}
 	require.True(t, strings.HasPrefix(split[(llama.Heads+llama.HeadsKV)*llama.HeadDim][0], "t256_r8_"))
+
+	// a tunedb pick runs as picked: the attention output product's unsplit arm stays unsplit
+	outClass := ProductClass(dtype.Q4_K, llama.Embedding, llama.Heads*llama.HeadDim, true)
+	o.Pick = func(family, class string) (Point, bool) {
+		return DefaultXQGlobalOneArm.Point(), family == "gemv" && class == outClass
+	}
+	picked := arms(o)
+	require.Contains(t, picked[llama.Embedding], "t256_r8_u1_s1_l1_g1_w4", "the picked output product")
+	require.Contains(t, picked[llama.Embedding], "t512_r8_u1_s1_l1_g1_w4", "the down product, not picked, still split")
 }

@@ -70,7 +70,10 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 			panic("BUG: strided product output without a fused prologue")
 		}
 		class := ProductClass(t, n, k, residual)
-		arm := l.splitArm(l.gemvArm(class, t, k), n, k)
+		arm := l.gemvArm(class, t, k)
+		if _, tuned := l.picked("gemv", class); !tuned {
+			arm = l.splitArm(arm, n, k)
+		}
 		var batch GEMVArm
 		hasBatch := false
 		if arm.Layout == 1 {
@@ -319,9 +322,9 @@ func (l *lowerer) largeArm(batch GEMVArm) (GEMVArm, bool) {
 	return a, true
 }
 
-// splitArm is the one-row arm of a product of n rows of k: arm, split
-// over two warps a row set where LowerOptions.GEMVSplitRows and GEMVSplitK
-// say so.
+// splitArm is the untuned one-row arm of a product of n rows of k: arm,
+// split over two warps a row set where LowerOptions.GEMVSplitRows and
+// GEMVSplitK say so (a tunedb pick runs as picked).
 func (l *lowerer) splitArm(arm GEMVArm, n, k int) GEMVArm {
 	if arm.XQ == 2 && arm.BatchRows == 1 && arm.kSplit() == 1 && n <= l.o.GEMVSplitRows && k >= l.o.GEMVSplitK && 2*arm.Threads <= 1024 {
 		arm = arm.Split(2)
