@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|xq3|large|rope|attn|both|split|profile]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|xq3|large|rope|attn|both|split|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -23,7 +23,9 @@
 # against the default at batch 16); `rope`, `attn` and `both` check and time the launch-saving
 # switches (RoPE in the QKV products' epilogue, on by default in one-sequence programs; decode
 # attention in one kernel, off); `split` checks and times the one-row products that split K over
-# two warps (MEMRA_GEMV_SPLIT); `profile` times each kernel of a decode step.
+# two warps (MEMRA_GEMV_SPLIT); `profile` times each kernel of a decode step; `ncu` reads the
+# hardware counters (Nsight Compute) of the batch-1 and batch-16 products and of decode
+# attention, one table each (scripts/ncu_summary.py).
 # Parity at 16 sequences (1024 positions) accepts flips up to 3.5× the step's RMS logit
 # difference: the int8-activation class flips one token at 3.34–3.38× there with the CUDA-core
 # batch kernel and with the tensor-core one alike (the same sequence and step), while the
@@ -249,6 +251,21 @@ if [ "$MODE" = profile ]; then
 	step profile-b16 profile 16
 fi
 
+# Nsight Compute on a short decode of llama2-7b q4_k_m (each kernel replayed alone, clocks left
+# as they are): duration, DRAM throughput, registers, occupancy and waves per launch.
+if [ "$MODE" = ncu ]; then
+	ncu_run() { # ncu_run NAME REGEX SKIP COUNT BATCH
+		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
+		ncu --clock-control none --target-processes all --section SpeedOfLight --section LaunchStats --section Occupancy \
+			--csv --page details -k "regex:$2" --launch-skip "$3" --launch-count "$4" \
+			"$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda -p 8 -n 2 -r 1 -b "$5" --no-progress >"$OUT/$1.csv" &&
+			python3 scripts/ncu_summary.py "$OUT/$1.csv"
+	}
+	step ncu-b1-products ncu_run ncu-b1-products g1_w 0 12 1
+	step ncu-attention ncu_run ncu-attention 'attn_part|attn_combine' 0 6 1
+	step ncu-b16-products ncu_run ncu-b16-products 'm16_w|g16_w' 0 8 16
+fi
+
 # Speed: scripts/gpu-bench.sh (bench with --roofline, batch sweep, tuned vs untuned).
 { [ "$MODE" = bench ] || [ "$MODE" = full ]; } && step gpu-bench env OUT="$OUT/bench" MODELS="$MODELS" scripts/gpu-bench.sh "$BIN"
 
@@ -259,4 +276,5 @@ printf '%s\n' "${rows[@]}"
 [ "$MODE" = xq3 ] && grep -H -E '^\| 2.*tg128' "$OUT"/xq3-b16-*.log
 [ "$MODE" = large ] && grep -H -E '^\| 2.*tg' "$OUT"/large-*.log
 case $MODE in rope | attn | both | split) grep -H -E '^\| 2.*tg' "$OUT/$MODE"-bench-*.log ;; esac
+[ "$MODE" = ncu ] && cat "$OUT"/ncu-*.log
 exit $failed
