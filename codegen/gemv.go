@@ -53,8 +53,8 @@ func (a GEMVArm) kSplit() int {
 	return max(1, a.Threads/32/a.RowsPerBlock)
 }
 
-// Split returns a with each row set shared by ks warps splitting its K
-// (kSplit; XQ 2 and 3 arms): the threads a block that gives.
+// Split returns a with ks warps to each row set, each taking a share of
+// its K (kSplit; XQ 2 and 3 arms): Threads becomes 32·ks·RowsPerBlock.
 func (a GEMVArm) Split(ks int) GEMVArm {
 	a.Threads = 32 * ks * a.RowsPerBlock
 	return a
