@@ -713,11 +713,13 @@ func TestLowerFusedAttention(t *testing.T) {
 	}
 }
 
-// TestLowerGEMVSplit: with LowerOptions.GEMVSplitRows, the one-row
-// products of at most that many rows (attention output, down, V) run their
-// XQ 2 arm with twice the threads, two warps a row set splitting K, their
-// epilogues (quantised output, RoPE) kept; the larger ones (Q and K, gate
-// and up) and the option's absence keep the unsplit arm.
+// TestLowerGEMVSplit: with LowerOptions.GEMVSplitBlocks, the one-row
+// products whose unsplit arm has fewer blocks than that (attention output,
+// down, V: 8, 8 and 4 blocks of 32 rows against 9) run their XQ 2 arm with
+// twice the threads, two warps a row set splitting K, their epilogues
+// (quantised output, RoPE) kept; the larger ones (Q and K: 12 blocks; gate
+// and up) and the option's absence keep the unsplit arm. GEMVSplitRows
+// replaces the rule by a row count, and a tunedb pick runs as picked.
 func TestLowerGEMVSplit(t *testing.T) {
 	llama := smallQwen3
 	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
@@ -741,23 +743,34 @@ func TestLowerGEMVSplit(t *testing.T) {
 		return by
 	}
 	plain := arms(o)
-	o.GEMVSplitRows = llama.Embedding
-	split := arms(o)
-	require.Equal(t, len(plain), len(split))
-	for n, as := range split {
-		for i, a := range as {
-			want := plain[n][i]
-			if n <= llama.Embedding {
-				want = strings.Replace(want, "t256_", "t512_", 1)
+	qk := (llama.Heads + llama.HeadsKV) * llama.HeadDim
+	for _, c := range []struct {
+		name   string
+		blocks int
+		rows   int
+	}{{"fewer blocks than 9", 9, 0}, {"at most 256 rows", 0, llama.Embedding}} {
+		o := o
+		o.GEMVSplitBlocks, o.GEMVSplitRows = c.blocks, c.rows
+		split := arms(o)
+		require.Equal(t, len(plain), len(split), c.name)
+		for n, as := range split {
+			for i, a := range as {
+				want := plain[n][i]
+				if n <= llama.Embedding {
+					want = strings.Replace(want, "t256_", "t512_", 1)
+				}
+				require.Equal(t, want, a, "%s: %d rows", c.name, n)
 			}
-			require.Equal(t, want, a, "%d rows", n)
 		}
+		for _, n := range []int{llama.HeadsKV * llama.HeadDim, llama.Embedding} {
+			require.NotEmpty(t, split[n], c.name)
+			require.True(t, strings.HasPrefix(split[n][0], "t512_r8_"), "%s: %s", c.name, split[n][0])
+		}
+		require.True(t, strings.HasPrefix(split[qk][0], "t256_r8_"), c.name)
 	}
-	for _, n := range []int{llama.HeadsKV * llama.HeadDim, llama.Embedding} {
-		require.NotEmpty(t, split[n])
-		require.True(t, strings.HasPrefix(split[n][0], "t512_r8_"), split[n][0])
-	}
-	require.True(t, strings.HasPrefix(split[(llama.Heads+llama.HeadsKV)*llama.HeadDim][0], "t256_r8_"))
+	o.GEMVSplitBlocks = qk/32 + 1 // 13: Q and K split too
+	require.True(t, strings.HasPrefix(arms(o)[qk][0], "t512_r8_"))
+	o.GEMVSplitBlocks = 9
 
 	// a tunedb pick runs as picked: the attention output product's unsplit arm stays unsplit
 	outClass := ProductClass(dtype.Q4_K, llama.Embedding, llama.Heads*llama.HeadDim, true)

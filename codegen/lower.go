@@ -144,12 +144,16 @@ type LowerOptions struct {
 	// a zeroed counter weight of MaxSeqs·HeadsKV words. Off by default:
 	// not yet run on a GPU.
 	FusedAttention bool
-	// GEMVSplitRows: products of at most this many rows, and rows of at
-	// least GEMVSplitK elements, whose one-row arm is an unsplit XQ 2 one
-	// run it with twice the threads, the two warps of each row set
-	// splitting K: a product of fewer blocks than the card has
-	// multiprocessors then keeps twice the loads in flight, and each warp's
-	// chain of loads is half as long (0: off).
+	// GEMVSplitBlocks: products whose untuned one-row arm is an unsplit
+	// XQ 2 one of fewer blocks than this (the card's multiprocessors, as
+	// the runtime passes it) run it with twice the threads, the two warps
+	// of each row set splitting K. Such a product leaves multiprocessors
+	// half empty; split, it keeps twice the loads in flight and each
+	// warp's chain of loads is half as long, and it still runs in one wave
+	// of blocks. GEMVSplitRows, when positive, replaces the rule: products
+	// of at most that many rows split, if their rows have at least
+	// GEMVSplitK elements. Zeros: off.
+	GEMVSplitBlocks           int
 	GEMVSplitRows, GEMVSplitK int
 }
 

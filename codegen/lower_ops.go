@@ -323,10 +323,17 @@ func (l *lowerer) largeArm(batch GEMVArm) (GEMVArm, bool) {
 }
 
 // splitArm is the untuned one-row arm of a product of n rows of k: arm,
-// split over two warps a row set where LowerOptions.GEMVSplitRows and
-// GEMVSplitK say so (a tunedb pick runs as picked).
+// split over two warps a row set where LowerOptions.GEMVSplitBlocks (or
+// GEMVSplitRows and GEMVSplitK) say so (a tunedb pick runs as picked).
 func (l *lowerer) splitArm(arm GEMVArm, n, k int) GEMVArm {
-	if arm.XQ == 2 && arm.BatchRows == 1 && arm.kSplit() == 1 && n <= l.o.GEMVSplitRows && k >= l.o.GEMVSplitK && 2*arm.Threads <= 1024 {
+	if arm.XQ != 2 || arm.BatchRows != 1 || arm.kSplit() != 1 || 2*arm.Threads > 1024 {
+		return arm
+	}
+	split := ceilDiv(n, arm.RowsPerBlock*arm.rowsPerWarp()) < l.o.GEMVSplitBlocks
+	if l.o.GEMVSplitRows > 0 {
+		split = n <= l.o.GEMVSplitRows && k >= l.o.GEMVSplitK
+	}
+	if split {
 		arm = arm.Split(2)
 	}
 	return arm

@@ -224,9 +224,10 @@ both)
 	;;
 esac
 
-# The one-row products that split K over two warps a row set (MEMRA_GEMV_SPLIT, default 4096
-# rows): kernel-check of split arms against the CPU, parity with the default and with the split
-# off, and batch 1 with the default, off, and split only where rows are long (K ≥ 8192).
+# The one-row products that split K over two warps a row set (MEMRA_GEMV_SPLIT; by default those
+# of fewer blocks than the card has multiprocessors): kernel-check of split arms against the CPU,
+# parity with the default and with the split off, and batch 1 with the default, off, and split
+# only for the 4096-row products with long rows (K ≥ 8192).
 if [ "$MODE" = split ]; then
 	step split-kernel-check "$BIN" kernel-check --shapes llama3-8b --types q4_k,q6_k --only gemv/ \
 		--gemv-arms t512_r8_u1_s1_l1_g1_w4,t512_r8_u1_s1_l1_g1_w2,t256_r4_u1_s1_l1_g1_w4 --reps 10

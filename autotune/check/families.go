@@ -691,7 +691,7 @@ func ProductNormAfter(shape, use string, t1 dtype.Type, n1, k1 int, t2 dtype.Typ
 	sp.Default = def.Point()
 	c.space = &sp
 	if m == 1 {
-		c.ExtraArms = []codegen.Point{def.Split(2).Point()} // K split over two warps, as lowering splits products of ≤ GEMVSplitRows rows
+		c.ExtraArms = []codegen.Point{def.Split(2).Point()} // K split over two warps, as lowering splits products of few blocks (GEMVSplitBlocks)
 	}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		return xqChain(k1, codegen.Prologue{},
@@ -902,7 +902,7 @@ func ProductRope(shape, use string, t dtype.Type, rs codegen.RopeShape, n, col0,
 	sp.Default = def.Point()
 	c.space = &sp
 	if m == 1 {
-		c.ExtraArms = []codegen.Point{def.Split(2).Point()} // K split over two warps, as lowering splits products of ≤ GEMVSplitRows rows
+		c.ExtraArms = []codegen.Point{def.Split(2).Point()} // K split over two warps, as lowering splits products of few blocks (GEMVSplitBlocks)
 	}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		pro := codegen.Prologue{Kind: codegen.ProNorm, Eps: eps}

@@ -78,12 +78,16 @@ type BackendOptions struct {
 	// (codegen.LowerOptions.FusedAttention; MEMRA_ATTN_FUSED=1). Off until
 	// it has run on a GPU.
 	FusedAttention bool
-	// GEMVSplitRows and GEMVSplitK split K over two warps in the one-row
-	// products of at most GEMVSplitRows rows of at least GEMVSplitK
-	// elements (codegen.LowerOptions.GEMVSplitRows;
-	// MEMRA_GEMV_SPLIT=off|ROWS[/K]). 0 rows: DefaultGEMVSplitRows;
-	// negative: off.
+	// GEMVSplitRows and GEMVSplitK choose the one-row products that split
+	// K over two warps (MEMRA_GEMV_SPLIT=off|ROWS[/K]): 0, the default,
+	// those whose unsplit arm has fewer blocks than the card has
+	// multiprocessors (codegen.LowerOptions.GEMVSplitBlocks); positive,
+	// those of at most GEMVSplitRows rows of at least GEMVSplitK elements;
+	// negative, none.
 	GEMVSplitRows, GEMVSplitK int
+	// Multiprocessors is the card's count, set by NewBackend; Lower, with
+	// no card, takes DefaultMultiprocessors.
+	Multiprocessors int
 	// EarlyPDL lets each kernel start the next one right after its own
 	// dependency wait instead of at its end (MEMRA_PDL=early; slower on the
 	// H200, kept for comparison).
@@ -223,7 +227,13 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
 		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue, FuseFloat: opts.FuseFloat,
 		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct > 0 || (opts.RopeInProduct == 0 && opts.MaxSeqs == 1),
-		FusedAttention: opts.FusedAttention, GEMVSplitRows: max(0, cmp.Or(opts.GEMVSplitRows, DefaultGEMVSplitRows)), GEMVSplitK: opts.GEMVSplitK}
+		FusedAttention: opts.FusedAttention, GEMVSplitRows: opts.GEMVSplitRows, GEMVSplitK: opts.GEMVSplitK}
+	switch {
+	case opts.GEMVSplitRows < 0:
+		base.GEMVSplitRows = 0 // off: neither rule
+	case opts.GEMVSplitRows == 0:
+		base.GEMVSplitBlocks = cmp.Or(opts.Multiprocessors, DefaultMultiprocessors)
+	}
 	if opts.Untuned {
 		base.Arms, base.Pick = codegen.Arms{}, nil
 	}
@@ -270,6 +280,7 @@ func newBackend(m *load.Model, opts BackendOptions, first, last int) (*Backend, 
 		return nil, err
 	}
 	info := dev.Info()
+	opts.Multiprocessors = info.SMs
 	if !opts.Untuned && opts.Pick == nil {
 		opts.Pick = tunedPicker(opts.Tunedb, DeviceKey(info), opts.Logf)
 	}
@@ -496,12 +507,13 @@ func (b *Backend) StepGreedy(ctx context.Context, batch []runtime.SeqStep) ([]in
 	return b.greedy, nil
 }
 
-// DefaultGEMVSplitRows is the default of BackendOptions.GEMVSplitRows: on
-// the H200, llama2-7b q4_k_m decoded batch 1 at 508.22 tok/s with the
-// products of 4096 rows split (128 blocks of 32 rows against 132
-// multiprocessors), against 477.29 unsplit and 493.11 with the 8192-row
-// ones split too (docs/PERFORMANCE.md).
-const DefaultGEMVSplitRows = 4096
+// DefaultMultiprocessors is the multiprocessor count Lower assumes with no
+// card: the H200's, on which the split products were measured. There
+// llama2-7b q4_k_m decoded batch 1 at 508.22 tok/s with its 4096-row
+// products split (128 blocks of 32 rows against 132 multiprocessors),
+// against 477.29 unsplit and 493.11 with the 8192-row ones split too (256
+// blocks: two waves once split; docs/PERFORMANCE.md).
+const DefaultMultiprocessors = 132
 
 // envOptions applies the environment switches: MEMRA_KV_CACHE=f16|bf16|f32
 // (the KV cache element type, when the caller chose none), and arms that
