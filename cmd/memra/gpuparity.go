@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -140,24 +139,18 @@ func printFlips(w io.Writer, rep cuda.ParityReport, worst int) {
 	if len(rep.Flips) == 0 {
 		return
 	}
-	ratio := func(f cuda.Flip) float64 {
-		if f.RMS == 0 {
-			return math.Inf(1)
-		}
-		return f.Gap / f.RMS
-	}
 	var bands [4]int // gap/rms ≤ 1, ≤ 2, ≤ 3, above
 	for _, f := range rep.Flips {
 		b := 0
-		for b < 3 && ratio(f) > float64(b+1) {
+		for b < 3 && f.Sigma() > float64(b+1) {
 			b++
 		}
 		bands[b]++
 	}
 	fmt.Fprintf(w, "disagreements by gap/rms: ≤1 %d, 1–2 %d, 2–3 %d, >3 %d\n", bands[0], bands[1], bands[2], bands[3])
 	fl := slices.Clone(rep.Flips)
-	slices.SortStableFunc(fl, func(a, b cuda.Flip) int { return cmp.Compare(ratio(b), ratio(a)) })
+	slices.SortStableFunc(fl, func(a, b cuda.Flip) int { return cmp.Compare(b.Sigma(), a.Sigma()) })
 	for _, f := range fl[:min(worst, len(fl))] {
-		fmt.Fprintf(w, "  sequence %d, step %d: gap %.4f, rms %.4f, %.2f×\n", f.Seq, f.Step, f.Gap, f.RMS, ratio(f))
+		fmt.Fprintf(w, "  sequence %d, step %d: gap %.4f, rms %.4f, %.2f×\n", f.Seq, f.Step, f.Gap, f.RMS, f.Sigma())
 	}
 }

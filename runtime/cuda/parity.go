@@ -38,6 +38,15 @@ type Flip struct {
 	Gap, RMS  float64
 }
 
+// Sigma is the flip's margin in units of the step's RMS logit difference
+// (+Inf where the logits agree to the last bit elsewhere).
+func (f Flip) Sigma() float64 {
+	if f.RMS == 0 {
+		return math.Inf(1)
+	}
+	return f.Gap / f.RMS
+}
+
 // Pass reports whether every cosine reached minCos and every greedy token
 // agreed, except near-ties: disagreements where the reference's own logits
 // of the two tokens differ by at most tieTol, or by at most tieSigma times
@@ -96,11 +105,7 @@ func Parity(ctx context.Context, ref, got runtime.Backend, prompts [][]int32, st
 				rep.Mismatches++
 				rep.Flips = append(rep.Flips, f)
 				rep.MaxGap = math.Max(rep.MaxGap, f.Gap)
-				if f.RMS > 0 {
-					rep.MaxGapSigma = math.Max(rep.MaxGapSigma, f.Gap/f.RMS)
-				} else {
-					rep.MaxGapSigma = math.Inf(1)
-				}
+				rep.MaxGapSigma = math.Max(rep.MaxGapSigma, f.Sigma())
 			}
 			rep.Tokens[i] = append(rep.Tokens[i], r)
 			batch[i].Pos += len(batch[i].Tokens)
