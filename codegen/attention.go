@@ -64,6 +64,19 @@ type DecodeArm struct {
 	//      min(CHUNK, ⌈len/splits⌉ rounded up to 32, at least 32), so short contexts use
 	//      every block instead of the first few.
 	Live int
+	// MinSplits (Live 2 only; not a tuned knob: lowering sets it from
+	// LowerOptions.DecodeMinSplits) is the least number of splits a
+	// capacity of at least 32·MinSplits keys gets, so that a short
+	// capacity still spreads its live length over that many blocks a kv
+	// head instead of capacity/Chunk long ones (Splits).
+	MinSplits int
+	// Preload (not a tuned knob: lowering sets it from
+	// LowerOptions.DecodePreload): the partial kernel reads the sequence's
+	// length and its first step's key and value rows before it waits for
+	// the previous kernel (programmatic dependent launch), and after the
+	// wait reloads only the newest row, the one that kernel wrote. Every
+	// older row was written by an earlier step. Names carry "_p".
+	Preload bool
 }
 
 // DefaultDecodeArm is the arm used before tuning.
@@ -95,10 +108,14 @@ var DefaultDecodeLiveArm = DecodeArm{Threads: 256, Chunk: 128, Live: 2}
 
 // String is the arm's short name used in kernel names and tables.
 func (a DecodeArm) String() string {
+	s := fmt.Sprintf("t%d_c%d", a.Threads, a.Chunk)
 	if a.Live != 0 {
-		return fmt.Sprintf("t%d_c%d_l%d", a.Threads, a.Chunk, a.Live)
+		s += fmt.Sprintf("_l%d", a.Live)
 	}
-	return fmt.Sprintf("t%d_c%d", a.Threads, a.Chunk)
+	if a.Preload {
+		s += "_p"
+	}
+	return s
 }
 
 // liveChunk writes the device expression of the keys per split into
@@ -123,8 +140,16 @@ func (a DecodeArm) liveSplits(w *Writer) string {
 	return "live"
 }
 
-// Splits returns the number of KV splits for a key length.
-func (a DecodeArm) Splits(kvLen int) int { return max(1, ceilDiv(kvLen, a.Chunk)) }
+// Splits returns the number of KV splits for a key length (the cache
+// capacity): one a Chunk of keys, and for a Live 2 arm at least
+// MinSplits where the capacity has 32 keys for each.
+func (a DecodeArm) Splits(kvLen int) int {
+	n := max(1, ceilDiv(kvLen, a.Chunk))
+	if a.Live == 2 && a.MinSplits > n {
+		n = max(n, min(a.MinSplits, kvLen/32))
+	}
+	return n
+}
 
 // DecodeAttention returns the two kernels of flash-decoding for one query
 // token per sequence. The partial kernel handles (kv head, split, seq), all
@@ -282,7 +307,9 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 			w.Line("const int kvh = blockIdx.x, split = blockIdx.y, seq = blockIdx.z;")
 			w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;")
 			w.Line("const int grp = lane / LPK, gl = lane % LPK; // the lane's key slot in the warp step, its place in the row")
-			w.Line("pdl_wait();")
+			if !arm.Preload {
+				w.Line("pdl_wait();")
+			}
 			w.Line("const int len = kv_len[seq];")
 			if arm.Live == 0 {
 				w.Line("const int j0 = split * CHUNK;")
@@ -295,6 +322,9 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 			w.Comment("query head kvh * GROUP + g writes partial po0 + g * splits")
 			w.Line("const size_t po0 = (size_t)(seq * HQ + kvh * GROUP) * splits + split;")
 			w.If("n <= 0", func() {
+				if arm.Preload {
+					w.Line("pdl_wait();")
+				}
 				if arm.Live == 0 {
 					w.For("e", "threadIdx.x", "GROUP * HD", "THREADS", 0, func() { w.Line("part_o[(po0 + (size_t)(e / HD) * splits) * HD + e % HD] = 0.f;") })
 				} else {
@@ -311,6 +341,40 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 			})
 			w.Comment("this lane's first element of key 0 of the split")
 			w.Line("const size_t row0 = (size_t)(kv_base[seq] + j0) * HKV * HD + kvh * HD + gl * VEC;")
+			// load writes the loads of the key and value rows of step jb into kr and vr
+			load := func(jb, kr, vr string) {
+				w.For("u", "0", "U", "1", -1, func() {
+					w.Comment("slots past the split's end reload its last key (in bounds) and are masked below")
+					w.Linef("const size_t r = row0 + (size_t)min(%s + u * KPW + grp, n - 1) * (HKV * HD);", jb)
+					w.For("i", "0", "NV", "1", -1, func() {
+						w.Linef("%s[u][i] = *(const %s*)(kc + r + i * (LPK * VEC));", kr, raw)
+						w.Linef("%s[u][i] = *(const %s*)(vc + r + i * (LPK * VEC));", vr, raw)
+					})
+				})
+			}
+			if arm.Preload {
+				w.Comment("the warp's first step of keys and values before the wait: the rows before len - 1 are")
+				w.Comment("earlier steps'; the newest, the previous kernel's, is read again after the wait (only")
+				w.Comment("a split of at most one step can hold it in its first step, as a key or as the")
+				w.Comment("masked slots' repeat of its last key)")
+				w.Line("const int jf = warp * (KPW * U);")
+				w.Linef("%s kp[U][NV], vp[U][NV];", raw)
+				w.If("jf < n", func() { load("jf", "kp", "vp") })
+				w.Line("pdl_wait();")
+				w.If("jf < n", func() {
+					w.For("u", "0", "U", "1", -1, func() {
+						w.Line("const int j = min(jf + u * KPW + grp, n - 1);")
+						w.If("j0 + j == len - 1", func() {
+							w.Comment("past L1, which may hold the line as it was before the wait")
+							w.Line("const size_t r = row0 + (size_t)j * (HKV * HD);")
+							w.For("i", "0", "NV", "1", -1, func() {
+								w.Linef("kp[u][i] = __ldcg((const %s*)(kc + r + i * (LPK * VEC)));", raw)
+								w.Linef("vp[u][i] = __ldcg((const %s*)(vc + r + i * (LPK * VEC)));", raw)
+							})
+						})
+					})
+				})
+			}
 			pass := func() {
 				w.Line("float qr[HT][EPL], acc[HT][EPL], m[HT], l[HT];")
 				w.For("hh", "0", "HT", "1", -1, func() {
@@ -327,14 +391,18 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 				w.Comment("key slots of the warp: jb + u * KPW + grp; the bound is warp-uniform, so every lane reaches each shuffle")
 				w.For("jb", "warp * (KPW * U)", "n", "NW * KPW * U", 0, func() {
 					w.Linef("%s kr[U][NV], vr[U][NV];", raw)
-					w.For("u", "0", "U", "1", -1, func() {
-						w.Comment("slots past the split's end reload its last key (in bounds) and are masked below")
-						w.Line("const size_t r = row0 + (size_t)min(jb + u * KPW + grp, n - 1) * (HKV * HD);")
-						w.For("i", "0", "NV", "1", -1, func() {
-							w.Linef("kr[u][i] = *(const %s*)(kc + r + i * (LPK * VEC));", raw)
-							w.Linef("vr[u][i] = *(const %s*)(vc + r + i * (LPK * VEC));", raw)
-						})
-					})
+					if arm.Preload {
+						w.IfElse("jb == jf", func() {
+							w.For("u", "0", "U", "1", -1, func() {
+								w.For("i", "0", "NV", "1", -1, func() {
+									w.Line("kr[u][i] = kp[u][i];")
+									w.Line("vr[u][i] = vp[u][i];")
+								})
+							})
+						}, func() { load("jb", "kr", "vr") })
+					} else {
+						load("jb", "kr", "vr")
+					}
 					w.Line("float sc[U][HT];")
 					w.For("u", "0", "U", "1", -1, func() {
 						w.Line("float kf[EPL];")

@@ -32,6 +32,11 @@ func TestCompileDecodeAttentionTilings(t *testing.T) {
 		{16, 2, 256, dtype.BF16, codegen.DecodeArm{Threads: 1024, Chunk: 1024}},
 		{8, 8, 32, dtype.F32, codegen.DecodeArm{Threads: 32, Chunk: 32}},
 		{12, 2, 224, dtype.F16, codegen.DecodeArm{Threads: 128, Chunk: 64}},
+		// the first step read before the dependency wait: 16, 8 and 4-byte loads, several passes
+		{32, 32, 128, dtype.F16, codegen.DecodeArm{Threads: 256, Chunk: 128, Live: 2, Preload: true}},
+		{32, 8, 128, dtype.BF16, codegen.DecodeArm{Threads: 128, Chunk: 64, Live: 2, Preload: true}},
+		{16, 2, 256, dtype.F32, codegen.DecodeArm{Threads: 256, Chunk: 64, Preload: true}},
+		{12, 2, 224, dtype.F16, codegen.DecodeArm{Threads: 128, Chunk: 64, Live: 1, Preload: true}},
 	} {
 		s := codegen.AttnShape{Heads: c.heads, HeadsKV: c.kv, HeadDim: c.hd, QStride: (c.heads + 2*c.kv) * c.hd, Cache: c.cache}
 		p, cb, err := codegen.DecodeAttention(s, c.arm)

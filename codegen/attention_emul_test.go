@@ -277,11 +277,12 @@ func TestDecodeKernelEmulation(t *testing.T) {
 		{1, 128, 64, dtype.F32}, {4, 128, 256, dtype.F32}, {8, 128, 128, dtype.BF16}, {16, 128, 128, dtype.F16},
 		{2, 96, 128, dtype.F16}, {1, 256, 256, dtype.F32}, {4, 32, 64, dtype.F16},
 	}
-	arms := []DecodeArm{{Chunk: 32}, {Chunk: 64}, {Chunk: 256}, {Chunk: 64, Live: 1}, {Chunk: 64, Live: 2}, {Chunk: 256, Live: 2}}
+	arms := []DecodeArm{{Chunk: 32}, {Chunk: 64}, {Chunk: 256}, {Chunk: 64, Live: 1}, {Chunk: 64, Live: 2}, {Chunk: 256, Live: 2},
+		{Chunk: 256, Live: 2, MinSplits: 12}}
 	for _, c := range cfgs {
 		s := AttnShape{Heads: 2 * c.group, HeadsKV: 2, HeadDim: c.hd, QStride: 2*c.group*c.hd + 64, Cache: c.cache}
 		for _, a := range arms {
-			arm := DecodeArm{Threads: c.threads, Chunk: a.Chunk, Live: a.Live}
+			arm := DecodeArm{Threads: c.threads, Chunk: a.Chunk, Live: a.Live, MinSplits: a.MinSplits}
 			name := fmt.Sprintf("g%d_d%d_%v/%v", c.group, c.hd, c.cache, arm)
 			t.Run(name, func(t *testing.T) {
 				splits := arm.Splits(capacity)
@@ -366,5 +367,26 @@ func TestDecodeTile(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestDecodeArmSplits: a live-spread arm's MinSplits raises a short
+// capacity's split count, never past 32 keys a split, and other arms keep
+// capacity/Chunk.
+func TestDecodeArmSplits(t *testing.T) {
+	for _, c := range []struct {
+		arm         DecodeArm
+		kvLen, want int
+	}{
+		{DecodeArm{Chunk: 128, Live: 2}, 640, 5},
+		{DecodeArm{Chunk: 128, Live: 2, MinSplits: 32}, 640, 20},  // 32 keys a split
+		{DecodeArm{Chunk: 128, Live: 2, MinSplits: 32}, 4096, 32}, // the chunk's own count
+		{DecodeArm{Chunk: 128, Live: 2, MinSplits: 32}, 8192, 64},
+		{DecodeArm{Chunk: 64, Live: 2, MinSplits: 8}, 200, 6},
+		{DecodeArm{Chunk: 128, Live: 2, MinSplits: 32}, 16, 1},
+		{DecodeArm{Chunk: 128, Live: 1, MinSplits: 32}, 640, 5}, // fixed chunks: more splits would be empty
+		{DecodeArm{Chunk: 128, MinSplits: 32}, 640, 5},
+	} {
+		require.Equal(t, c.want, c.arm.Splits(c.kvLen), "%+v at %d", c.arm, c.kvLen)
 	}
 }

@@ -132,10 +132,15 @@ func (l *lowerer) decodeArm(class string) DecodeArm {
 	if l.arms.Decode.Live != 0 {
 		family = "attn_decode_live"
 	}
+	arm := l.arms.Decode
 	if p, ok := l.picked(family, class); ok {
-		return DecodeArmOf(p)
+		arm = DecodeArmOf(p)
 	}
-	return l.arms.Decode
+	if arm.Live == 2 {
+		arm.MinSplits = l.o.DecodeMinSplits
+	}
+	arm.Preload = l.o.DecodePreload
+	return arm
 }
 
 // gemmSmallArm returns the arm of the small-batch product of class.

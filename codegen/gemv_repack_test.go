@@ -781,3 +781,55 @@ func TestLowerGEMVSplit(t *testing.T) {
 	require.Contains(t, picked[llama.Embedding], "t256_r8_u1_s1_l1_g1_w4", "the picked output product")
 	require.Contains(t, picked[llama.Embedding], "t512_r8_u1_s1_l1_g1_w4", "the down product, not picked, still split")
 }
+
+// TestLowerDecodePreload: with DecodePreload every decode attention reads
+// its first keys before its wait, and the launch before it (the QKV
+// product with RoPE in one-sequence programs, RopeKV in batch ones) runs
+// the early-trigger variant of its kernel, which reads the same repacked
+// matrix: the program's weights and layouts are those of the program
+// without preload.
+func TestLowerDecodePreload(t *testing.T) {
+	llama := smallQwen3
+	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
+	g := buildGraph(t, llama, synthTensors(llama, dtype.Q4_K, dtype.Q6_K))
+	for _, seqs := range []int{1, 2} {
+		o := LowerOptions{Class: Decode, MaxSeqs: seqs, Context: 256, Cache: dtype.F16, RopeInProduct: seqs == 1}
+		plain, err := Lower(g, o)
+		require.NoError(t, err)
+		o.DecodePreload = true
+		p, err := Lower(g, o)
+		require.NoError(t, err)
+		require.Equal(t, plain.Weights, p.Weights, "the same weights in the same layouts")
+		require.Equal(t, len(plain.Launches), len(p.Launches))
+		parts, early := 0, 0
+		for i, ln := range p.Launches {
+			k := p.Kernels[ln.KernelFor(seqs)]
+			if strings.HasSuffix(k.Name, "_et") {
+				early++
+			}
+			if !strings.HasPrefix(k.Name, "attn_part_") {
+				continue
+			}
+			parts++
+			require.True(t, strings.HasSuffix(k.Name, "_p"), k.Name)
+			prev := p.Launches[i-1]
+			for _, kp := range []int{prev.Kernel, prev.One - 1} {
+				if kp < 0 {
+					continue
+				}
+				pk := p.Kernels[kp]
+				require.True(t, strings.HasSuffix(pk.Name, "_et"), pk.Name)
+				require.True(t, strings.HasPrefix(pk.Source, "#ifndef MEMRA_PDL_EARLY\n#define MEMRA_PDL_EARLY"), pk.Name)
+				require.Contains(t, pk.Source, " "+pk.Name+"(")
+				if seqs == 1 {
+					require.Contains(t, pk.Name, "_rope_")
+				} else {
+					require.True(t, strings.HasPrefix(pk.Name, "rope_kv_"), pk.Name)
+				}
+			}
+			require.Equal(t, plain.Launches[i-1].Args, prev.Args)
+		}
+		require.Equal(t, llama.Layers, parts)
+		require.Equal(t, parts, early, "only the launches before attention trigger early")
+	}
+}

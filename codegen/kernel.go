@@ -35,6 +35,24 @@ type Kernel struct {
 	Launch func(d Dims) Geometry
 }
 
+// EarlyTrigger returns k with its programmatic dependent launch trigger
+// right after its own dependency wait instead of at its end (the pdl
+// helper's MEMRA_PDL_EARLY), named with "_et": the next kernel's blocks
+// may start while k runs. Lowering gives it to the kernel before a decode
+// attention that reads its first keys and values before its own wait
+// (DecodeArm.Preload); the next kernel still waits for k to finish before
+// it reads what k wrote.
+func (k *Kernel) EarlyTrigger() *Kernel {
+	e := *k
+	e.Name = k.Name + "_et"
+	src := strings.Replace(k.Source, " "+k.Name+"(", " "+e.Name+"(", 1)
+	if src == k.Source || !strings.Contains(k.Source, "pdl_launch") {
+		panic("BUG: no entry point or launch trigger in " + k.Name)
+	}
+	e.Source = "#ifndef MEMRA_PDL_EARLY\n#define MEMRA_PDL_EARLY // pdl_wait triggers the next kernel\n#endif\n" + src
+	return &e
+}
+
 // SharedOverDefault reports whether g needs a dynamic shared memory opt-in
 // (more than the 48 KB every kernel gets).
 func (g Geometry) SharedOverDefault() bool { return g.Shared > 48*1024 }

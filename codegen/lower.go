@@ -136,13 +136,14 @@ type LowerOptions struct {
 	// their epilogue (XQEnds.Rope) instead of a RopeKV launch a layer,
 	// where the rows come straight from products (no bias, no q/k norm),
 	// RoPE rotates adjacent pairs and every kernel of those launches has
-	// two or four weight rows a warp. Off by default: not yet run on a GPU.
+	// two or four weight rows a warp. The runtime sets it for
+	// one-sequence programs (1.016× at batch 1 on the H200).
 	RopeInProduct bool
 	// FusedAttention makes decode attention one launch a layer
 	// (DecodeAttentionFused: the last block of each kv head and sequence
 	// combines the splits) instead of the partial and combine pair, with
-	// a zeroed counter weight of MaxSeqs·HeadsKV words. Off by default:
-	// not yet run on a GPU.
+	// a zeroed counter weight of MaxSeqs·HeadsKV words. The runtime leaves
+	// it off: it passes parity, but decoded batch 1 at 0.987× on the H200.
 	FusedAttention bool
 	// GEMVSplitBlocks: products whose untuned one-row arm is an unsplit
 	// XQ 2 one of fewer blocks than this (the card's multiprocessors, as
@@ -155,6 +156,20 @@ type LowerOptions struct {
 	// GEMVSplitK elements. Zeros: off.
 	GEMVSplitBlocks           int
 	GEMVSplitRows, GEMVSplitK int
+	// DecodeMinSplits is DecodeArm.MinSplits of live-length (Live 2)
+	// decode attention arms: a short cache capacity still spreads the
+	// live keys over this many blocks a kv head. Zero: capacity/Chunk.
+	DecodeMinSplits int
+	// GEMVPrefetch makes the XQ 2 products ask for all of each warp's
+	// weight units into L2 before they wait for the previous kernel
+	// (XQEnds.Prefetch). Slower on the H200 (0.91× at batch 1).
+	GEMVPrefetch bool
+	// DecodePreload makes decode attention read the cached keys and
+	// values of its first step before it waits for the previous kernel
+	// (DecodeArm.Preload), and gives the launch before it the
+	// Kernel.EarlyTrigger variants of its kernels, so that attention's
+	// blocks start while that kernel runs.
+	DecodePreload bool
 }
 
 // view is where a node's value lives: floats [off, off+width) of each row

@@ -87,7 +87,7 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 			if err != nil {
 				return err
 			}
-			var e XQEnds
+			e := XQEnds{Prefetch: l.o.GEMVPrefetch}
 			if pro != nil && pro.pro.Kind == ProNorm {
 				e.NormIn, e.NormEps = true, pro.pro.Eps
 			}
@@ -747,7 +747,7 @@ func (l *lowerer) swigluOut(parts []matPart, k int) (swigluOutArms, bool) {
 	n := 2 * g.n
 	class := ProductClass(g.t, n, k, false)
 	one := l.gemvArm(class, g.t, k)
-	e := XQEnds{SwiGLUOut: true}
+	e := XQEnds{SwiGLUOut: true, Prefetch: l.o.GEMVPrefetch}
 	so.sw = sw
 	if _, batch := l.batchArm(one, class, k); batch {
 		// the batch arm would need pairs of 32 rows a block: twice the
@@ -775,7 +775,7 @@ func (l *lowerer) gateUpQuantised(parts []matPart, x, fused view, rows ir.Dim, n
 	if err != nil {
 		return err
 	}
-	e := XQEnds{SwiGLUOut: true}
+	e := XQEnds{SwiGLUOut: true, Prefetch: l.o.GEMVPrefetch}
 	if norm != nil {
 		e.NormIn, e.NormEps = true, norm.pro.Eps
 	}
@@ -1078,6 +1078,13 @@ func (l *lowerer) attention(att *ir.Node) error {
 		l.launch(k, rows, []int{att.ID}, qa, kc, vc, inArg(InTokBase), inArg(InPositions), bufArg(out), rowsArg())
 	case l.o.Class == Decode:
 		arm := l.decodeArm(AttnClass(s))
+		if arm.Preload {
+			// the previous kernel (RopeKV, or the QKV product with RoPE in its
+			// epilogue) lets attention start, and read its older keys, while it runs
+			if err := l.earlyTrigger(len(l.p.Launches) - 1); err != nil {
+				return err
+			}
+		}
 		// the output projection reads XQ 2 rows: the combine writes them
 		xq := l.outputXQ(att, H*D)
 		splits := arm.Splits(l.o.Context)
@@ -1128,5 +1135,35 @@ func (l *lowerer) attention(att *ir.Node) error {
 		l.launch(k, rows, []int{att.ID}, qa, kc, vc, inArg(InTokBase), inArg(InPositions), bufArg(out), rowsArg())
 	}
 	l.val[att.ID] = out
+	return nil
+}
+
+// earlyTrigger gives launch i (none for i < 0) the EarlyTrigger variants
+// of its kernels.
+func (l *lowerer) earlyTrigger(i int) error {
+	if i < 0 {
+		return nil
+	}
+	ln := &l.p.Launches[i]
+	early := func(k int) (int, error) {
+		e, err := l.kernel(l.p.Kernels[k].EarlyTrigger(), nil)
+		if err == nil && l.repacked[k] {
+			l.repacked[e] = true // it reads the same repacked matrix
+		}
+		return e, err
+	}
+	var err error
+	if ln.Kernel, err = early(ln.Kernel); err != nil {
+		return err
+	}
+	for _, v := range []*int{&ln.One, &ln.Large} {
+		if *v > 0 {
+			k, err := early(*v - 1)
+			if err != nil {
+				return err
+			}
+			*v = k + 1
+		}
+	}
 	return nil
 }

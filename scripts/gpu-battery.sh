@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|xq3|large|rope|attn|both|split|profile|ncu]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|xq3|large|rope|attn|both|split|preload|drop|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -23,7 +23,10 @@
 # against the default at batch 16); `rope`, `attn` and `both` check and time the launch-saving
 # switches (RoPE in the QKV products' epilogue, on by default in one-sequence programs; decode
 # attention in one kernel, off); `split` checks and times the one-row products that split K over
-# two warps (MEMRA_GEMV_SPLIT); `profile` times each kernel of a decode step; `ncu` reads the
+# two warps (MEMRA_GEMV_SPLIT); `preload` checks and times decode attention that reads its first
+# keys before its dependency wait (MEMRA_DECODE_PRELOAD); `drop` times batch 1 with each kernel class
+# left out of the decode graph (MEMRA_DROP: what each costs inside the step); `profile` times each
+# kernel of a decode step; `ncu` reads the
 # hardware counters (Nsight Compute) of the batch-1 and batch-16 products and of decode
 # attention, one table each (scripts/ncu_summary.py).
 # Parity at 16 sequences (1024 positions) accepts flips up to 3.5× the step's RMS logit
@@ -239,6 +242,33 @@ if [ "$MODE" = split ]; then
 	step split-bench-default switch_bench 1 MEMRA_NOTHING=0
 	step split-bench-off switch_bench 1 MEMRA_GEMV_SPLIT=off
 	step split-bench-longk switch_bench 1 MEMRA_GEMV_SPLIT=4096/8192
+fi
+
+# Decode attention reading its first keys before its dependency wait, the kernel before it
+# triggering it early (MEMRA_DECODE_PRELOAD=1, off by default until this has passed): kernel-check
+# of the preload case, the CUDA tests and parity at 1, 2 and 16 sequences with it, then batch 1 and
+# 16 with and without, and f16 (RopeKV before attention) at batch 1 with and without.
+if [ "$MODE" = preload ]; then
+	step preload-kernel-check "$BIN" kernel-check --shapes llama3-8b,qwen3-8b --types q4_k --only attn_decode --reps 10
+	step preload-checks switch_checks preload MEMRA_DECODE_PRELOAD=1
+	step preload-bench-on switch_bench 1,16 MEMRA_DECODE_PRELOAD=1
+	step preload-bench-off switch_bench 1,16 MEMRA_NOTHING=0
+	f16_bench() {
+		synth "$MODELS/llama2-7b-f16.gguf" --preset llama2-7b --quant f16 --weights blocks || return 1
+		env "$@" "$BIN" bench "$MODELS/llama2-7b-f16.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r 5 -b 1
+	}
+	step preload-f16-on f16_bench MEMRA_DECODE_PRELOAD=1
+	step preload-f16-off f16_bench MEMRA_NOTHING=0
+fi
+
+# What each kernel class costs inside the batch-1 decode graph: llama2-7b q4_k_m with the class's
+# launches left out (MEMRA_DROP; the tokens are wrong, the timing is the point). The cost of a
+# class is 1/(tok/s) with it less 1/(tok/s) without.
+if [ "$MODE" = drop ]; then
+	step drop-none switch_bench 1 MEMRA_NOTHING=0
+	for re in '^attn_' n4096_k4096_res _rope_ n22016 k11008 n32000; do
+		step "drop-${re//[^a-z0-9_]/}" switch_bench 1 "MEMRA_DROP=$re"
+	done
 fi
 
 # Where a decode step's time goes with the defaults: llama2-7b q4_k_m at batch 1 and 16, with the

@@ -34,3 +34,24 @@ func DecodeLive(shape string, as codegen.AttnShape, lens []int32, capacity int, 
 	c.capacity = capacity
 	return c
 }
+
+// DecodePreload is DecodeLive with codegen.DecodeArm.Preload: the partial
+// kernel reads its first step's keys and values before its dependency
+// wait and the newest row again after it. With no kernel before it here,
+// this checks the arithmetic of the preloaded step and of the reload (a
+// one-key sequence and one of 20 keys hold the newest row in their first
+// step); gpu-parity checks it under a kernel that writes that row.
+func DecodePreload(shape string, as codegen.AttnShape, lens []int32, capacity int, seed uint64) *Case {
+	c := DecodeLive(shape, as, lens, capacity, seed)
+	c.Label, c.Class = "attn_decode_live+preload", c.Class+"_preload"
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		a := codegen.DecodeArmOf(arm)
+		a.Preload = true
+		p, cb, err := codegen.DecodeAttention(as, a)
+		if err != nil {
+			return nil, err
+		}
+		return []*codegen.Kernel{p, cb}, nil
+	}
+	return c
+}

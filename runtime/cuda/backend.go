@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -92,10 +93,36 @@ type BackendOptions struct {
 	// dependency wait instead of at its end (MEMRA_PDL=early; slower on the
 	// H200, kept for comparison).
 	EarlyPDL bool
+	// EarlyPDLKernels, when set, limits EarlyPDL to the kernels whose
+	// names it matches (MEMRA_PDL=early:REGEX): a kernel of one wave
+	// whose successor can start its weight loads beside it.
+	EarlyPDLKernels *regexp.Regexp
 	// DecodeLive selects decode attention over the live KV length (1, 2;
 	// 0 is the default, 2) or over the whole capacity (-1);
 	// MEMRA_DECODE_LIVE (0 there means the capacity).
 	DecodeLive int
+	// DecodeMinSplits is the least number of splits a kv head of
+	// live-length decode attention gets where the capacity allows 32 keys
+	// a split (codegen.LowerOptions.DecodeMinSplits; MEMRA_DECODE_SPLITS).
+	// Zero (or negative): the arm's chunk over the capacity. On the H200,
+	// 32 (20 splits of 32 keys for bench's 640 positions instead of 5 of
+	// 128) decoded llama2-7b q4_k_m at 0.94× (batch 1) and 0.88× (batch
+	// 16): the blocks' fixed cost outweighs the shorter walk.
+	DecodeMinSplits int
+	// GEMVPrefetch: the int8-activation (XQ 2) products prefetch their
+	// weights into L2 before the dependency wait
+	// (codegen.LowerOptions.GEMVPrefetch; MEMRA_GEMV_PREFETCH=1). Off: on
+	// the H200 it decoded llama2-7b q4_k_m batch 1 at 0.91×; kept for
+	// comparison.
+	GEMVPrefetch bool
+	// DecodePreload: decode attention reads its first keys and values
+	// before its dependency wait, and the kernel before it triggers it
+	// early (codegen.LowerOptions.DecodePreload; MEMRA_DECODE_PRELOAD=1).
+	// Off until its default path has run on a GPU: the same kernels, set
+	// through MEMRA_PDL=early:REGEX on the H200, decoded llama2-7b q4_k_m
+	// batch 1 at 520.33 against 510.87 tok/s and passed parity
+	// (docs/PERFORMANCE.md, session 9).
+	DecodePreload bool
 	// PrefillGEMV uses the float32 GEMV for prefill products instead of the
 	// bf16 tensor-core product (exact against the CPU, slower).
 	PrefillGEMV bool
@@ -166,6 +193,10 @@ type Backend struct {
 	closed bool
 
 	prof *profiler // set during ProfileDecode
+
+	// drop: decode launches of kernels whose names match are left out
+	// (MEMRA_DROP, a timing diagnostic: the outputs are wrong)
+	drop *regexp.Regexp
 }
 
 var (
@@ -227,7 +258,8 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
 		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue, FuseFloat: opts.FuseFloat,
 		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct > 0 || (opts.RopeInProduct == 0 && opts.MaxSeqs == 1),
-		FusedAttention: opts.FusedAttention}
+		FusedAttention: opts.FusedAttention, DecodeMinSplits: max(0, opts.DecodeMinSplits),
+		GEMVPrefetch: opts.GEMVPrefetch, DecodePreload: opts.DecodePreload}
 	switch { // negative: neither rule
 	case opts.GEMVSplitRows > 0:
 		base.GEMVSplitRows, base.GEMVSplitK = opts.GEMVSplitRows, opts.GEMVSplitK
@@ -291,6 +323,14 @@ func newBackend(m *load.Model, opts BackendOptions, first, last int) (*Backend, 
 	cache, _ := opts.fill(m.HParams)
 	b := &Backend{dev: dev, opts: opts, cache: cache, pdl: info.Major >= 9 && !opts.NoPDL, graphs: map[int]GraphExec{},
 		seqs: map[runtime.SeqID]*seqState{}, trash: opts.MaxSeqs}
+	if v := os.Getenv("MEMRA_DROP"); v != "" {
+		if b.drop, err = regexp.Compile(v); err != nil {
+			return nil, errors.Join(fmt.Errorf("%w: MEMRA_DROP=%q: %v", ErrArg, v, err), dev.Close())
+		}
+		if opts.Logf != nil {
+			opts.Logf("MEMRA_DROP=%q: decode steps leave out the launches of matching kernels; their outputs are wrong (timing only)", v)
+		}
+	}
 	b.progs[codegen.Decode] = &progState{p: decode}
 	b.progs[codegen.Prefill] = &progState{p: prefill}
 	for s := opts.MaxSeqs - 1; s >= 0; s-- {
@@ -403,7 +443,7 @@ func (b *Backend) compile(target string) (map[string][]byte, error) {
 			if _, ok := images[k.Name]; ok {
 				continue
 			}
-			img, _, err := cache.Compile(k.Source, k.Name+".cu", target, b.compileOptions())
+			img, _, err := cache.Compile(k.Source, k.Name+".cu", target, b.compileOptions(k.Name))
 			if err != nil {
 				return nil, fmt.Errorf("kernel %s: %w", k.Name, err)
 			}
@@ -522,8 +562,11 @@ const DefaultMultiprocessors = 132
 // MEMRA_GEMV_BATCH (the batch-1 and batched decode GEMV of repacked
 // types), MEMRA_GEMV_LARGE (the GEMV of steps of 16 rows or more, or off),
 // MEMRA_ROPE_IN_PRODUCT=0|1 (none or every program; unset, one-sequence
-// programs), MEMRA_ATTN_FUSED=1, MEMRA_GEMV_SPLIT=off|ROWS[/K], MEMRA_PDL=early. A value it
-// cannot read is an error naming the variable, not a silent default.
+// programs), MEMRA_ATTN_FUSED=1, MEMRA_GEMV_SPLIT=off|ROWS[/K],
+// MEMRA_PDL=early|early:REGEX|off, MEMRA_DECODE_SPLITS=N, MEMRA_DECODE_PRELOAD=1,
+// MEMRA_GEMV_PREFETCH=1. A value it cannot read is an error naming the
+// variable, not a silent default. (MEMRA_DROP, a timing diagnostic, is
+// read by newBackend.)
 func envOptions(o *BackendOptions) error {
 	bad := func(name, v, want string) error {
 		return fmt.Errorf("%w: %s=%q: want %s", ErrArg, name, v, want)
@@ -535,7 +578,8 @@ func envOptions(o *BackendOptions) error {
 	for _, e := range []struct {
 		name string
 		on   *bool
-	}{{"MEMRA_SMALL_BATCH", &o.SmallBatch}, {"MEMRA_ATTN_FUSED", &o.FusedAttention}} {
+	}{{"MEMRA_SMALL_BATCH", &o.SmallBatch}, {"MEMRA_ATTN_FUSED", &o.FusedAttention}, {"MEMRA_GEMV_PREFETCH", &o.GEMVPrefetch},
+		{"MEMRA_DECODE_PRELOAD", &o.DecodePreload}} {
 		switch v := os.Getenv(e.name); v {
 		case "", "0":
 		case "1":
@@ -597,6 +641,13 @@ func envOptions(o *BackendOptions) error {
 		}
 		o.GEMVSplitRows, o.GEMVSplitK = n, kn
 	}
+	if v := os.Getenv("MEMRA_DECODE_SPLITS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 4096 {
+			return bad("MEMRA_DECODE_SPLITS", v, "0 (capacity/chunk) to 4096")
+		}
+		o.DecodeMinSplits = n
+	}
 	if v := os.Getenv("MEMRA_DECODE_LIVE"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > 2 {
@@ -643,15 +694,24 @@ func envOptions(o *BackendOptions) error {
 	case "off":
 		o.NoPDL = true
 	default:
-		return bad("MEMRA_PDL", v, "late, early or off")
+		re, ok := strings.CutPrefix(v, "early:")
+		if !ok || re == "" {
+			return bad("MEMRA_PDL", v, "late, early, early:REGEX or off")
+		}
+		m, err := regexp.Compile(re)
+		if err != nil {
+			return bad("MEMRA_PDL", v, "early:REGEX with a valid regular expression ("+err.Error()+")")
+		}
+		o.EarlyPDL, o.EarlyPDLKernels = true, m
 	}
 	return nil
 }
 
-// compileOptions are the NVRTC options of the model's kernels: EarlyPDL
-// defines MEMRA_PDL_EARLY (see the pdl helper in codegen).
-func (b *Backend) compileOptions() []string {
-	if b.opts.EarlyPDL {
+// compileOptions are the NVRTC options of a kernel of the model: EarlyPDL
+// defines MEMRA_PDL_EARLY (see the pdl helper in codegen), in the kernels
+// EarlyPDLKernels matches when it is set.
+func (b *Backend) compileOptions(kernel string) []string {
+	if b.opts.EarlyPDL && (b.opts.EarlyPDLKernels == nil || b.opts.EarlyPDLKernels.MatchString(kernel)) {
 		return []string{"-DMEMRA_PDL_EARLY"}
 	}
 	return nil

@@ -181,6 +181,9 @@ func (b *Backend) run(pieces []piece, greedy bool) error {
 			}
 		} else {
 			for i := range ps.p.Launches {
+				if b.dropped(ps, i) {
+					continue
+				}
 				if err := b.launch(c, ps, &ps.p.Launches[i], rowsT, rowsS); err != nil {
 					return err
 				}
@@ -203,6 +206,9 @@ func (b *Backend) run(pieces []piece, greedy bool) error {
 			for s, p := range pieces {
 				if p.logits {
 					b.greedy[p.entry] = ids[s]
+					if b.drop != nil && (ids[s] < 0 || int(ids[s]) >= V) {
+						b.greedy[p.entry] = 0 // MEMRA_DROP left the logits undefined (timing only)
+					}
 				}
 			}
 			return nil
@@ -252,6 +258,16 @@ func (b *Backend) fillInputs(pieces []piece, rowsT, rowsS int) {
 	}
 }
 
+// dropped reports whether launch i of ps is left out under MEMRA_DROP
+// (decode launches only; the kernel of a one-row step names it).
+func (b *Backend) dropped(ps *progState, i int) bool {
+	if b.drop == nil || ps != b.progs[codegen.Decode] {
+		return false
+	}
+	l := &ps.p.Launches[i]
+	return b.drop.MatchString(ps.p.Kernels[l.KernelFor(1)].Name)
+}
+
 // launch queues one launch of ps for a step of T tokens over S sequences.
 func (b *Backend) launch(c *Ctx, ps *progState, l *codegen.Launch, T, S int) error {
 	d := ps.p.Dims(l, T, S)
@@ -297,6 +313,9 @@ func (b *Backend) graph(c *Ctx, ps *progState, bucket int) (GraphExec, error) {
 		return 0, err
 	}
 	for i := range ps.p.Launches {
+		if b.dropped(ps, i) {
+			continue
+		}
 		if err := b.launch(c, ps, &ps.p.Launches[i], bucket, bucket); err != nil {
 			if g, err2 := c.EndCapture(b.stream); err2 == nil {
 				_ = c.DestroyGraph(g)

@@ -325,6 +325,9 @@ func TestEnvOptions(t *testing.T) {
 	t.Setenv("MEMRA_ROPE_IN_PRODUCT", "1")
 	t.Setenv("MEMRA_ATTN_FUSED", "1")
 	t.Setenv("MEMRA_GEMV_SPLIT", "4096")
+	t.Setenv("MEMRA_DECODE_SPLITS", "32")
+	t.Setenv("MEMRA_GEMV_PREFETCH", "1")
+	t.Setenv("MEMRA_DECODE_PRELOAD", "1")
 	var o BackendOptions
 	require.NoError(t, envOptions(&o))
 	require.Equal(t, codegen.QuantOutSwiGLU|codegen.QuantOutBatch, o.NoQuantOut)
@@ -339,6 +342,15 @@ func TestEnvOptions(t *testing.T) {
 	require.True(t, o.NoPDL)
 	require.Equal(t, 1, o.RopeInProduct)
 	require.Equal(t, 4096, o.GEMVSplitRows)
+	require.Equal(t, 32, o.DecodeMinSplits)
+	require.True(t, o.GEMVPrefetch)
+	require.True(t, o.DecodePreload)
+	t.Setenv("MEMRA_PDL", "early:^attn_combine")
+	var ep BackendOptions
+	require.NoError(t, envOptions(&ep))
+	require.True(t, ep.EarlyPDL)
+	require.True(t, ep.EarlyPDLKernels.MatchString("attn_combine_h32_32_d128_f16_t256_c128_l2_xq"))
+	t.Setenv("MEMRA_PDL", "off")
 	require.True(t, o.NoFusePrologue)
 	t.Setenv("MEMRA_FUSE", "1")
 	var f BackendOptions
@@ -361,12 +373,18 @@ func TestEnvOptions(t *testing.T) {
 	for name, v := range map[string]string{"MEMRA_GEMV_QUANT": "xq99", "MEMRA_GEMV_BATCH": "fast", "MEMRA_FUSE": "no",
 		"MEMRA_DECODE_LIVE": "3", "MEMRA_SMALL_BATCH": "yes", "MEMRA_PDL": "soon", "MEMRA_QUANT_OUT": "norm,gate",
 		"MEMRA_GEMV_LARGE": "tensor", "MEMRA_ROPE_IN_PRODUCT": "yes", "MEMRA_GEMV_SPLIT": "4096/x",
-		"MEMRA_ATTN_FUSED": "2"} {
+		"MEMRA_ATTN_FUSED": "2", "MEMRA_DECODE_SPLITS": "-3", "MEMRA_GEMV_PREFETCH": "on", "MEMRA_DECODE_PRELOAD": "yes"} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv(name, v)
 			err := envOptions(&BackendOptions{})
 			require.ErrorIs(t, err, ErrArg)
 			require.ErrorContains(t, err, name)
 		})
+	}
+	for _, v := range []string{"early:", "early:("} {
+		t.Setenv("MEMRA_PDL", v)
+		err := envOptions(&BackendOptions{})
+		require.ErrorIs(t, err, ErrArg, v)
+		require.ErrorContains(t, err, "MEMRA_PDL", v)
 	}
 }
