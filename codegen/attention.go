@@ -63,7 +63,17 @@ type DecodeArm struct {
 	//   2: as 1, with the live length spread over all splits: chunk =
 	//      min(CHUNK, ⌈len/splits⌉ rounded up to 32, at least 32), so short contexts use
 	//      every block instead of the first few.
+	//   3: as 2, with chunks no shorter than the fewest splits that still
+	//      give each of the card's SMs multiprocessors a block need:
+	//      chunk = min(CHUNK, max(32, ⌈len/splits⌉, ⌈len/want⌉) rounded
+	//      up to 32), want = ⌈SMs/(HKV·sequences)⌉. On the H200 five
+	//      128-key splits of llama2-7b's 32 kv heads (160 blocks) beat
+	//      twenty of 32 keys and three of ~200, at batch 1 and 16; Live 2
+	//      gives a served 4096-position cache the twenty at 600 keys.
 	Live int
+	// SMs (Live 3 only; not a tuned knob: lowering sets it from
+	// LowerOptions.Multiprocessors) is the card's multiprocessor count.
+	SMs int
 	// MinSplits (Live 2 only; not a tuned knob: lowering sets it from
 	// LowerOptions.DecodeMinSplits) is the least number of splits a
 	// capacity of at least 32·MinSplits keys gets, so that a short
@@ -87,7 +97,8 @@ var DecodeKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 1
 
 // Validate reports whether a is well formed.
 func (a DecodeArm) Validate() error {
-	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.Chunk < 32 || a.Chunk > 4096 || a.Live < 0 || a.Live > 2 {
+	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.Chunk < 32 || a.Chunk > 4096 || a.Live < 0 || a.Live > 3 ||
+		(a.Live == 3) != (a.SMs > 0) || a.SMs > 1024 {
 		return fmt.Errorf("%w: decode attention arm %+v", ErrUnsupported, a)
 	}
 	return nil
@@ -112,6 +123,9 @@ func (a DecodeArm) String() string {
 	if a.Live != 0 {
 		s += fmt.Sprintf("_l%d", a.Live)
 	}
+	if a.Live == 3 {
+		s += fmt.Sprintf("_m%d", a.SMs)
+	}
 	if a.Preload {
 		s += "_p"
 	}
@@ -121,12 +135,33 @@ func (a DecodeArm) String() string {
 // liveChunk writes the device expression of the keys per split into
 // "const int chunk": CHUNK, or for Live 2 the live length spread over the
 // splits. The partial and the combine kernels share it.
-func (a DecodeArm) liveChunk(w *Writer) {
-	if a.Live == 2 {
+// nseq is the device expression of the launch's sequence count (Live 3).
+// ChunkFor is its Go mirror.
+func (a DecodeArm) liveChunk(w *Writer, nseq string) {
+	switch a.Live {
+	case 2:
 		w.Line("const int chunk = min(CHUNK, max(32, ((len + splits - 1) / splits + 31) & ~31));")
-		return
+	case 3:
+		w.Linef("const int want = (%d + HKV * %s - 1) / (HKV * %s); // splits that give each multiprocessor a block", a.SMs, nseq, nseq)
+		w.Line("const int chunk = min(CHUNK, max(32, (max((len + splits - 1) / splits, (len + want - 1) / want) + 31) & ~31));")
+	default:
+		w.Line("const int chunk = CHUNK;")
 	}
-	w.Line("const int chunk = CHUNK;")
+}
+
+// ChunkFor is the keys a split of a sequence of kvLen keys holds, with
+// splits the launch's split count, seqs its sequences and hkv the model's
+// kv heads: the host's mirror of the kernels' expression (liveChunk).
+func (a DecodeArm) ChunkFor(kvLen, splits, seqs, hkv int) int {
+	up := func(n int) int { return (n + 31) &^ 31 }
+	switch a.Live {
+	case 2:
+		return min(a.Chunk, max(32, up(ceilDiv(kvLen, splits))))
+	case 3:
+		want := ceilDiv(a.SMs, hkv*seqs)
+		return min(a.Chunk, max(32, up(max(ceilDiv(kvLen, splits), ceilDiv(kvLen, want)))))
+	}
+	return a.Chunk
 }
 
 // liveSplits writes, for the live arms, "const int live": the splits that
@@ -315,7 +350,7 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 				w.Line("const int j0 = split * CHUNK;")
 				w.Line("const int n = min(CHUNK, len - j0);")
 			} else {
-				arm.liveChunk(w)
+				arm.liveChunk(w, "gridDim.z")
 				w.Line("const int j0 = split * chunk;")
 				w.Line("const int n = min(chunk, len - j0);")
 			}
@@ -541,7 +576,7 @@ func decodeCombine(s AttnShape, arm DecodeArm, xq bool) *Kernel {
 			w.Line("const size_t p0 = (size_t)(seq * HQ + h) * splits;")
 			if arm.Live != 0 {
 				w.Line("const int len = kv_len[seq];")
-				arm.liveChunk(w)
+				arm.liveChunk(w, "gridDim.y")
 			}
 			live := arm.liveSplits(w)
 			w.Comment("the max over the splits, read in parallel")

@@ -37,6 +37,9 @@ func TestCompileDecodeAttentionTilings(t *testing.T) {
 		{32, 8, 128, dtype.BF16, codegen.DecodeArm{Threads: 128, Chunk: 64, Live: 2, Preload: true}},
 		{16, 2, 256, dtype.F32, codegen.DecodeArm{Threads: 256, Chunk: 64, Preload: true}},
 		{12, 2, 224, dtype.F16, codegen.DecodeArm{Threads: 128, Chunk: 64, Live: 1, Preload: true}},
+		// splits sized by the card's multiprocessors
+		{32, 32, 128, dtype.F16, codegen.DecodeArm{Threads: 256, Chunk: 128, Live: 3, SMs: 132}},
+		{32, 8, 64, dtype.BF16, codegen.DecodeArm{Threads: 128, Chunk: 256, Live: 3, SMs: 170, Preload: true}},
 	} {
 		s := codegen.AttnShape{Heads: c.heads, HeadsKV: c.kv, HeadDim: c.hd, QStride: (c.heads + 2*c.kv) * c.hd, Cache: c.cache}
 		p, cb, err := codegen.DecodeAttention(s, c.arm)

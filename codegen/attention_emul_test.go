@@ -37,12 +37,7 @@ func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32
 	for i := range pml {
 		pml[i] = nan
 	}
-	chunkOf := func(n int) int {
-		if arm.Live == 2 {
-			return min(arm.Chunk, max(32, ((n+splits-1)/splits+31)&^31))
-		}
-		return arm.Chunk
-	}
+	chunkOf := func(n int) int { return arm.ChunkFor(n, splits, seqs, HKV) }
 	type lane struct {
 		qr, acc [][]float32 // [HT][EPL]
 		m, l    []float32
@@ -278,11 +273,11 @@ func TestDecodeKernelEmulation(t *testing.T) {
 		{2, 96, 128, dtype.F16}, {1, 256, 256, dtype.F32}, {4, 32, 64, dtype.F16},
 	}
 	arms := []DecodeArm{{Chunk: 32}, {Chunk: 64}, {Chunk: 256}, {Chunk: 64, Live: 1}, {Chunk: 64, Live: 2}, {Chunk: 256, Live: 2},
-		{Chunk: 256, Live: 2, MinSplits: 12}}
+		{Chunk: 256, Live: 2, MinSplits: 12}, {Chunk: 128, Live: 3, SMs: 132}, {Chunk: 256, Live: 3, SMs: 16}}
 	for _, c := range cfgs {
 		s := AttnShape{Heads: 2 * c.group, HeadsKV: 2, HeadDim: c.hd, QStride: 2*c.group*c.hd + 64, Cache: c.cache}
 		for _, a := range arms {
-			arm := DecodeArm{Threads: c.threads, Chunk: a.Chunk, Live: a.Live, MinSplits: a.MinSplits}
+			arm := DecodeArm{Threads: c.threads, Chunk: a.Chunk, Live: a.Live, MinSplits: a.MinSplits, SMs: a.SMs}
 			name := fmt.Sprintf("g%d_d%d_%v/%v", c.group, c.hd, c.cache, arm)
 			t.Run(name, func(t *testing.T) {
 				splits := arm.Splits(capacity)
@@ -299,8 +294,8 @@ func TestDecodeKernelEmulation(t *testing.T) {
 				// the partials: written exactly where the contract says
 				chunk := arm.Chunk
 				for seq, n := range lens {
-					if arm.Live == 2 {
-						chunk = min(arm.Chunk, max(32, ((int(n)+splits-1)/splits+31)&^31))
+					if arm.Live >= 2 {
+						chunk = arm.ChunkFor(int(n), splits, len(lens), s.HeadsKV)
 					}
 					for h := range s.Heads {
 						for sp := range splits {
@@ -388,5 +383,42 @@ func TestDecodeArmSplits(t *testing.T) {
 		{DecodeArm{Chunk: 128, MinSplits: 32}, 640, 5},
 	} {
 		require.Equal(t, c.want, c.arm.Splits(c.kvLen), "%+v at %d", c.arm, c.kvLen)
+	}
+}
+
+// TestDecodeArmChunkFor: Live 3 takes the fewest splits that still give
+// every multiprocessor a block (five of 128 keys for llama2-7b's 32 kv
+// heads at 600 keys, whatever the capacity), never more splits than the
+// launch has, and Live 2 spreads the live keys over all of them.
+func TestDecodeArmChunkFor(t *testing.T) {
+	l2 := DecodeArm{Chunk: 128, Live: 2}
+	l3 := DecodeArm{Chunk: 128, Live: 3, SMs: 132}
+	for _, c := range []struct {
+		arm                      DecodeArm
+		kvLen, splits, seqs, hkv int
+		want                     int
+	}{
+		{l2, 600, 5, 1, 32, 128},  // bench's 640-position cache
+		{l2, 600, 32, 1, 32, 32},  // a served 4096-position cache
+		{l3, 600, 5, 1, 32, 128},  // want 5
+		{l3, 600, 32, 1, 32, 128}, // the same five splits
+		{l3, 600, 32, 16, 32, 128},
+		{l3, 100, 32, 1, 32, 32}, // four splits of 32 keys
+		{l3, 600, 32, 1, 8, 64},  // want 17 splits: 36 keys, rounded up to 64
+		{l3, 600, 5, 1, 8, 128},  // no more than the launch's 5 splits
+		{l3, 4000, 32, 1, 32, 128},
+		{DecodeArm{Chunk: 128, Live: 1}, 600, 32, 1, 32, 128},
+	} {
+		require.Equal(t, c.want, c.arm.ChunkFor(c.kvLen, c.splits, c.seqs, c.hkv), "%+v", c)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 2000 {
+		arm := DecodeArm{Chunk: 32 << r.IntN(6), Live: 2 + r.IntN(2), SMs: 1 + r.IntN(200)}
+		capacity := 1 + r.IntN(8192)
+		splits := arm.Splits(capacity)
+		n, seqs, hkv := 1+r.IntN(capacity), 1+r.IntN(64), 1<<r.IntN(6)
+		chunk := arm.ChunkFor(n, splits, seqs, hkv)
+		require.True(t, chunk >= 32 && chunk%32 == 0 || chunk == arm.Chunk, "%+v", arm)
+		require.LessOrEqual(t, ceilDiv(n, chunk), splits, "%+v: %d keys in %d splits of %d (capacity %d)", arm, n, splits, chunk, capacity)
 	}
 }

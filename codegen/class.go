@@ -1,6 +1,7 @@
 package codegen
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/memra-ai/memra/ir/dtype"
@@ -136,8 +137,11 @@ func (l *lowerer) decodeArm(class string) DecodeArm {
 	if p, ok := l.picked(family, class); ok {
 		arm = DecodeArmOf(p)
 	}
-	if arm.Live == 2 {
+	switch arm.Live {
+	case 2:
 		arm.MinSplits = l.o.DecodeMinSplits
+	case 3:
+		arm.SMs = cmp.Or(l.o.Multiprocessors, DefaultMultiprocessors)
 	}
 	arm.Preload = l.o.DecodePreload
 	return arm

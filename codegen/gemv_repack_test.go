@@ -833,3 +833,23 @@ func TestLowerDecodePreload(t *testing.T) {
 		require.Equal(t, parts, early, "only the launches before attention trigger early")
 	}
 }
+
+// TestLowerDecodeLive3: a Live 3 decode arm takes the card's
+// multiprocessors from LowerOptions (DefaultMultiprocessors without).
+func TestLowerDecodeLive3(t *testing.T) {
+	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
+	for sms, want := range map[int]string{0: "_l3_m132", 100: "_l3_m100"} {
+		o := LowerOptions{Class: Decode, MaxSeqs: 2, Context: 256, Cache: dtype.F16, Multiprocessors: sms,
+			Arms: Arms{Decode: DecodeArm{Threads: 256, Chunk: 128, Live: 3}}}
+		p, err := Lower(g, o)
+		require.NoError(t, err)
+		n := 0
+		for _, k := range p.Kernels {
+			if k.Family == "attn_decode" {
+				require.Contains(t, k.Name, want)
+				n++
+			}
+		}
+		require.Equal(t, 2, n, "the partial and the combine")
+	}
+}

@@ -156,6 +156,9 @@ type LowerOptions struct {
 	// GEMVSplitK elements. Zeros: off.
 	GEMVSplitBlocks           int
 	GEMVSplitRows, GEMVSplitK int
+	// Multiprocessors is the card's count (DecodeArm.SMs of Live 3
+	// attention); zero: DefaultMultiprocessors.
+	Multiprocessors int
 	// DecodeMinSplits is DecodeArm.MinSplits of live-length (Live 2)
 	// decode attention arms: a short cache capacity still spreads the
 	// live keys over this many blocks a kv head. Zero: capacity/Chunk.
@@ -171,6 +174,11 @@ type LowerOptions struct {
 	// blocks start while that kernel runs.
 	DecodePreload bool
 }
+
+// DefaultMultiprocessors is the multiprocessor count lowering assumes
+// when LowerOptions.Multiprocessors is zero: the H200's, the card the
+// rules that use it were measured on.
+const DefaultMultiprocessors = 132
 
 // view is where a node's value lives: floats [off, off+width) of each row
 // of stride floats of buffer buf.

@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|xq3|large|rope|attn|both|split|preload|drop|profile|ncu]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|xq3|large|rope|attn|both|split|preload|live3|drop|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -17,14 +17,16 @@
 # gate, stories260K, `memra run` on a synthesized model, and the exact-configuration parity
 # against the CPU (9 combinations) and against transformers. `quantout` checks the quantising
 # epilogues (MEMRA_QUANT_OUT) against the CPU: none, each alone, all, all without PDL. `tune`
-# autotunes the int8 decode products of llama2-7b q4_k_m with the end-to-end confirmation; `xq3`
+# autotunes the int8 decode products of llama2-7b q4_k_m with the end-to-end confirmation
+# (`tune-f16`: the f16 products of the 1B and 7B f16 models); `xq3`
 # checks and times the int8 tensor-core batch arms; `large` checks and times the products' third kernel
 # for steps of 16 rows or more (parity at 16 sequences, batch sweep with plot, MEMRA_GEMV_LARGE=off
 # against the default at batch 16); `rope`, `attn` and `both` check and time the launch-saving
 # switches (RoPE in the QKV products' epilogue, on by default in one-sequence programs; decode
 # attention in one kernel, off); `split` checks and times the one-row products that split K over
 # two warps (MEMRA_GEMV_SPLIT); `preload` checks and times decode attention that reads its first
-# keys before its dependency wait (MEMRA_DECODE_PRELOAD); `drop` times batch 1 with each kernel class
+# keys before its dependency wait (MEMRA_DECODE_PRELOAD); `live3` checks and times decode attention
+# splits sized by the card's multiprocessors (MEMRA_DECODE_LIVE=3); `drop` times batch 1 with each kernel class
 # left out of the decode graph (MEMRA_DROP: what each costs inside the step); `profile` times each
 # kernel of a decode step; `ncu` reads the
 # hardware counters (Nsight Compute) of the batch-1 and batch-16 products and of decode
@@ -155,6 +157,20 @@ if [ "$MODE" = tune ]; then
 	step tune tune
 fi
 
+# autotune of the f16 decode products (one warp a row untuned; no H200 entries yet) of the 1B and
+# 7B f16 models, each with the end-to-end confirmation, then batch 1 with what was kept: the f16
+# goals (1,000 tok/s for the 1B, 75 % of the roofline for the 7B).
+if [ "$MODE" = tune-f16 ]; then
+	tune_f16() { # tune_f16 PRESET FILE
+		synth "$MODELS/$2" --preset "$1" --quant f16 --weights blocks || return 1
+		"$BIN" autotune "$MODELS/$2" --families gemv --budget "${TUNE_BUDGET:-120s}" --parallel 16 &&
+			{ grep '^confirm:' "$OUT/tune-f16-$1.log" >&2 || true; } &&
+			"$BIN" bench "$MODELS/$2" --device cuda --roofline -p 512 -n 128 -r 5 -b 1 --no-progress --perf-rows
+	}
+	step tune-f16-llama3.2-1b tune_f16 llama3.2-1b llama3.2-1b-f16.gguf
+	step tune-f16-llama2-7b tune_f16 llama2-7b llama2-7b-f16.gguf
+fi
+
 # The int8 tensor-core batch product (XQ 3) with one, two and four tiles of 16 weight rows a
 # warp: kernel-check (checks and µs) and batch-16 decode of llama2-7b q4_k_m with each, against
 # the CUDA-core default.
@@ -259,6 +275,25 @@ if [ "$MODE" = preload ]; then
 	}
 	step preload-f16-on f16_bench MEMRA_DECODE_PRELOAD=1
 	step preload-f16-off f16_bench MEMRA_NOTHING=0
+fi
+
+# Decode attention splits sized by the card's multiprocessors (MEMRA_DECODE_LIVE=3, not yet run):
+# kernel-check, the CUDA tests and parity with it, then batch 1 and 16 against the default live
+# arm (2) at bench's own cache (prompt + generation) and at the 4096 positions a server allocates
+# (where Live 2 spreads 600 keys over 20 splits of 32).
+if [ "$MODE" = live3 ]; then
+	step live3-kernel-check "$BIN" kernel-check --shapes llama3-8b,qwen2.5-7b --types q4_k --only attn_decode --reps 10
+	step live3-checks switch_checks live3 MEMRA_DECODE_LIVE=3
+	ctx_bench() { # ctx_bench CONTEXT ENV…
+		local c=$1
+		shift
+		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
+		env "$@" "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 5 -b 1,16 --context "$c"
+	}
+	for c in 0 4096; do
+		step "live3-bench-ctx$c-live2" ctx_bench $c MEMRA_NOTHING=0
+		step "live3-bench-ctx$c-live3" ctx_bench $c MEMRA_DECODE_LIVE=3
+	done
 fi
 
 # What each kernel class costs inside the batch-1 decode graph: llama2-7b q4_k_m with the class's

@@ -55,3 +55,22 @@ func DecodePreload(shape string, as codegen.AttnShape, lens []int32, capacity in
 	}
 	return c
 }
+
+// DecodeLive3 is DecodeLive with the splits sized by a card of sms
+// multiprocessors (codegen.DecodeArm Live 3) instead of the arm's live
+// mode: sequences of 1100, 333, 1 and 20 keys against the capacity's
+// splits.
+func DecodeLive3(shape string, as codegen.AttnShape, lens []int32, capacity, sms int, seed uint64) *Case {
+	c := DecodeLive(shape, as, lens, capacity, seed)
+	c.Label, c.Class = "attn_decode_live3", c.Class+"_live3"
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		a := codegen.DecodeArmOf(arm)
+		a.Live, a.SMs = 3, sms
+		p, cb, err := codegen.DecodeAttention(as, a)
+		if err != nil {
+			return nil, err
+		}
+		return []*codegen.Kernel{p, cb}, nil
+	}
+	return c
+}

@@ -24,6 +24,7 @@ func init() { rootCmd.AddCommand(newBenchCmd()) }
 // benchOptions are the flags of memra bench.
 type benchOptions struct {
 	prompt, gen, reps int
+	context           int
 	device            string
 	kvCache           string
 	threads           int
@@ -67,6 +68,7 @@ bytes read per step × steps/s) against the copy rate and pp as TFLOP/s
 	f := cmd.Flags()
 	f.IntVarP(&o.prompt, "n-prompt", "p", 512, "prompt tokens of the pp test (0: skip pp)")
 	f.IntVarP(&o.gen, "n-gen", "n", 128, "generated tokens of the tg test (0: skip tg)")
+	f.IntVar(&o.context, "context", 0, "KV positions per sequence (0: prompt + generated tokens); e.g. 4096 to decode with the cache a server allocates")
 	f.IntVarP(&o.reps, "repetitions", "r", 5, "repetitions of each test")
 	f.StringVar(&o.device, "device", "", deviceHelp)
 	f.StringVar(&o.kvCache, "kv-cache", "", kvCacheHelp)
@@ -172,7 +174,10 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 		return err
 	}
 	defer m.Close()
-	ctxLen := o.prompt + o.gen
+	if o.context < 0 {
+		return fmt.Errorf("bench: --context %d: want 0 (prompt + generated tokens) or a position count", o.context)
+	}
+	ctxLen := max(o.prompt+o.gen, o.context)
 	if cl := m.HParams.ContextLength; cl > 0 {
 		ctxLen = min(ctxLen, cl)
 	}

@@ -97,9 +97,11 @@ type BackendOptions struct {
 	// names it matches (MEMRA_PDL=early:REGEX): a kernel of one wave
 	// whose successor can start its weight loads beside it.
 	EarlyPDLKernels *regexp.Regexp
-	// DecodeLive selects decode attention over the live KV length (1, 2;
-	// 0 is the default, 2) or over the whole capacity (-1);
-	// MEMRA_DECODE_LIVE (0 there means the capacity).
+	// DecodeLive selects decode attention over the live KV length (1, 2,
+	// 3; 0 is the default, 2) or over the whole capacity (-1);
+	// MEMRA_DECODE_LIVE (0 there means the capacity). 3 sizes the splits
+	// by the card's multiprocessors (codegen.DecodeArm.Live), not yet run
+	// on a GPU.
 	DecodeLive int
 	// DecodeMinSplits is the least number of splits a kv head of
 	// live-length decode attention gets where the capacity allows 32 keys
@@ -259,7 +261,8 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue, FuseFloat: opts.FuseFloat,
 		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct > 0 || (opts.RopeInProduct == 0 && opts.MaxSeqs == 1),
 		FusedAttention: opts.FusedAttention, DecodeMinSplits: max(0, opts.DecodeMinSplits),
-		GEMVPrefetch: opts.GEMVPrefetch, DecodePreload: opts.DecodePreload}
+		GEMVPrefetch: opts.GEMVPrefetch, DecodePreload: opts.DecodePreload,
+		Multiprocessors: cmp.Or(opts.Multiprocessors, DefaultMultiprocessors)}
 	switch { // negative: neither rule
 	case opts.GEMVSplitRows > 0:
 		base.GEMVSplitRows, base.GEMVSplitK = opts.GEMVSplitRows, opts.GEMVSplitK
@@ -553,7 +556,7 @@ func (b *Backend) StepGreedy(ctx context.Context, batch []runtime.SeqStep) ([]in
 // products split (128 blocks of 32 rows against 132 multiprocessors),
 // against 477.29 unsplit and 493.11 with the 8192-row ones split too (256
 // blocks: two waves once split; docs/PERFORMANCE.md).
-const DefaultMultiprocessors = 132
+const DefaultMultiprocessors = codegen.DefaultMultiprocessors
 
 // envOptions applies the environment switches: MEMRA_KV_CACHE=f16|bf16|f32
 // (the KV cache element type, when the caller chose none), and arms that
@@ -650,8 +653,8 @@ func envOptions(o *BackendOptions) error {
 	}
 	if v := os.Getenv("MEMRA_DECODE_LIVE"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 2 {
-			return bad("MEMRA_DECODE_LIVE", v, "0, 1 or 2")
+		if err != nil || n < 0 || n > 3 {
+			return bad("MEMRA_DECODE_LIVE", v, "0, 1, 2 or 3")
 		}
 		o.DecodeLive = n
 		if n == 0 {

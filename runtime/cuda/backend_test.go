@@ -371,7 +371,7 @@ func TestEnvOptions(t *testing.T) {
 	require.True(t, o.NoFusePrologue)
 	require.Equal(t, -1, o.DecodeLive)
 	for name, v := range map[string]string{"MEMRA_GEMV_QUANT": "xq99", "MEMRA_GEMV_BATCH": "fast", "MEMRA_FUSE": "no",
-		"MEMRA_DECODE_LIVE": "3", "MEMRA_SMALL_BATCH": "yes", "MEMRA_PDL": "soon", "MEMRA_QUANT_OUT": "norm,gate",
+		"MEMRA_DECODE_LIVE": "4", "MEMRA_SMALL_BATCH": "yes", "MEMRA_PDL": "soon", "MEMRA_QUANT_OUT": "norm,gate",
 		"MEMRA_GEMV_LARGE": "tensor", "MEMRA_ROPE_IN_PRODUCT": "yes", "MEMRA_GEMV_SPLIT": "4096/x",
 		"MEMRA_ATTN_FUSED": "2", "MEMRA_DECODE_SPLITS": "-3", "MEMRA_GEMV_PREFETCH": "on", "MEMRA_DECODE_PRELOAD": "yes"} {
 		t.Run(name, func(t *testing.T) {
