@@ -119,11 +119,11 @@ func (l *lowerer) gemvArm(class string, t dtype.Type, k int) GEMVArm {
 	return FitXQ(arm, k)
 }
 
-func (l *lowerer) mmaArm(class string) MMAArm {
+func (l *lowerer) mmaArm(class string, k int) MMAArm {
 	if p, ok := l.picked("mma", class); ok {
-		return MMAArmOf(p)
+		return MMAArmOf(p).ForK(k)
 	}
-	return l.arms.MMA
+	return l.arms.MMA.ForK(k)
 }
 
 // decodeArm looks a live-length arm (Arms.Decode.Live ≠ 0) up in the

@@ -182,6 +182,15 @@ func TestCompileGate(t *testing.T) {
 		require.Contains(t, pn.Name, "_pf_", t2)
 		ks = append(ks, pq, pn)
 	}
+	// the pipelined prefill product (two shared buffers of K tiles of 64) for every weight type,
+	// ragged N, with and without the residual, large and small tiles
+	for i, t2 := range codegen.WeightTypes {
+		arm := []codegen.MMAArm{{BM: 128, BN: 128, WarpsM: 2, WarpsN: 4, Pipe: 1}, {BM: 32, BN: 64, WarpsM: 1, WarpsN: 2, Pipe: 1}}[i%2]
+		p, err := codegen.MatMulMMA(t2, 1000, 512, i%3 == 0, arm)
+		require.NoError(t, err, t2)
+		require.Contains(t, p.Name, "_p1", t2)
+		ks = append(ks, p)
+	}
 	r, err := codegen.RMSNormAdd(s.Hidden, s.Eps, false, codegen.BlockArm{Threads: 1024})
 	require.NoError(t, err)
 	ks = append(ks, r)

@@ -59,7 +59,7 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	large := -1      // the kernel of steps of GEMVLargeRows rows or more, when it differs
 	var xl *xqLaunch // an XQ 2 or 3 product without a residual or quantising epilogue
 	if l.o.Class == Prefill && !l.o.PrefillGEMV && rows == ir.T {
-		kern, err = l.kernel(MatMulMMA(t, n, k, residual, l.mmaArm(ProductClass(t, n, k, residual))))
+		kern, err = l.kernel(MatMulMMA(t, n, k, residual, l.mmaArm(ProductClass(t, n, k, residual), k)))
 	} else if l.o.SmallBatch && l.o.Class == Decode && l.o.MaxSeqs >= 2 {
 		kern, err = l.kernel(GemmSmall(t, n, k, residual, l.gemmSmallArm(GemmSmallClass(t, n, k, residual))))
 	} else {

@@ -2,14 +2,22 @@ package codegen
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/memra-ai/memra/ir/dtype"
 )
 
 // MMAArm is the tiling of the tensor-core matrix product.
 type MMAArm struct {
-	BM, BN         int // block tile: BM activation rows × BN weight rows (BK is 32)
+	BM, BN         int // block tile: BM activation rows × BN weight rows (BK is 32, 64 with Pipe 1)
 	WarpsM, WarpsN int // warp grid; each warp computes (BM/WarpsM) × (BN/WarpsN)
+	// Pipe 1: K tiles of 64 in two shared buffers (dynamic shared memory),
+	// the next tile's activations (float4 loads) and weights written while
+	// the current one is multiplied, one barrier a tile; needs K a multiple
+	// of 64. 0: tiles of 32 written, then multiplied, two barriers a tile.
+	// Names carry "_p1".
+	Pipe int
 }
 
 // DefaultMMAArm is the arm used before tuning.
@@ -21,12 +29,13 @@ var MMAKnobs = []Knob{
 	{"bn", []int{32, 64, 128}},
 	{"warps_m", []int{1, 2, 4}},
 	{"warps_n", []int{1, 2, 4}},
+	{"pipe", []int{0, 1}},
 }
 
 // Validate reports whether a is well formed.
 func (a MMAArm) Validate() error {
 	if a.WarpsM <= 0 || a.WarpsN <= 0 || a.BM <= 0 || a.BN <= 0 || a.BM%(16*a.WarpsM) != 0 || a.BN%(8*a.WarpsN) != 0 ||
-		a.WarpsM*a.WarpsN > 16 || (a.BM/a.WarpsM/16)*(a.BN/a.WarpsN/8) > 32 {
+		a.WarpsM*a.WarpsN > 16 || (a.BM/a.WarpsM/16)*(a.BN/a.WarpsN/8) > 32 || a.Pipe < 0 || a.Pipe > 1 {
 		return fmt.Errorf("%w: mma arm %+v", ErrUnsupported, a)
 	}
 	return nil
@@ -35,13 +44,43 @@ func (a MMAArm) Validate() error {
 // MMAArms lists every valid MMAArm of the search space.
 func MMAArms() []MMAArm {
 	return enumerate(MMAKnobs, func(v map[string]int) MMAArm {
-		return MMAArm{BM: v["bm"], BN: v["bn"], WarpsM: v["warps_m"], WarpsN: v["warps_n"]}
+		return MMAArm{BM: v["bm"], BN: v["bn"], WarpsM: v["warps_m"], WarpsN: v["warps_n"], Pipe: v["pipe"]}
 	}, MMAArm.Validate)
 }
 
 // String is the arm's short name used in kernel names and tables.
 func (a MMAArm) String() string {
-	return fmt.Sprintf("m%d_n%d_w%dx%d", a.BM, a.BN, a.WarpsM, a.WarpsN)
+	s := fmt.Sprintf("m%d_n%d_w%dx%d", a.BM, a.BN, a.WarpsM, a.WarpsN)
+	if a.Pipe != 0 {
+		s += fmt.Sprintf("_p%d", a.Pipe)
+	}
+	return s
+}
+
+// ForK returns a for products with rows of k elements: a Pipe 1 arm
+// becomes Pipe 0 where k is not a multiple of its 64-element tiles.
+func (a MMAArm) ForK(k int) MMAArm {
+	if a.Pipe == 1 && k%64 != 0 {
+		a.Pipe = 0
+	}
+	return a
+}
+
+// ParseMMAArm parses the String form of an MMAArm, e.g. "m128_n128_w2x4_p1".
+func ParseMMAArm(s string) (MMAArm, error) {
+	var a MMAArm
+	rest, pipe, hasPipe := strings.Cut(s, "_p")
+	_, err := fmt.Sscanf(rest, "m%d_n%d_w%dx%d", &a.BM, &a.BN, &a.WarpsM, &a.WarpsN)
+	if err == nil && hasPipe {
+		a.Pipe, err = strconv.Atoi(pipe)
+	}
+	if err == nil && a.String() != s {
+		err = fmt.Errorf("not in canonical form")
+	}
+	if err != nil {
+		return MMAArm{}, fmt.Errorf("%w: mma arm %q (want e.g. m128_n128_w2x4_p1): %v", ErrUnsupported, s, err)
+	}
+	return a, a.Validate()
 }
 
 // MatMulMMA returns the prompt-processing product y = x·Wᵀ on tensor cores
@@ -64,45 +103,27 @@ func MatMulMMA(t dtype.Type, n, k int, residual bool, arm MMAArm) (*Kernel, erro
 	}
 	rowBytes, _ := t.RowBytes(k)
 	threads := 32 * arm.WarpsM * arm.WarpsN
-	wm, wn := arm.BM/arm.WarpsM/16, arm.BN/arm.WarpsN/8 // mma tiles per warp
 	epi := ""
 	if residual {
 		epi = "_res"
 	}
 	name := fmt.Sprintf("mma_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
 	params := productParams(false)
+	if arm.Pipe == 1 {
+		if k%64 != 0 {
+			return nil, fmt.Errorf("%w: pipelined matmul (tiles of 64) with K %d", ErrUnsupported, k)
+		}
+		return matMulMMAPipe(t, n, k, residual, arm, name, rowBytes)
+	}
 	src := source(fmt.Sprintf("tensor-core matmul (mma.sync bf16): %v weights, N %d, K %d, residual %v, %v", t, n, k, residual, arm),
 		[]string{dqHelper(t), "bf16", "pdl"}, func(w *Writer) {
-			w.Linef("#define N %d", n)
-			w.Linef("#define K %d", k)
-			w.Linef("#define ROW_BYTES %d", rowBytes)
-			w.Linef("#define BM %d", arm.BM)
-			w.Linef("#define BN %d", arm.BN)
-			w.Line("#define BK 32")
-			w.Line("#define LDS 40 // shared row stride in bf16 (BK + 8: conflict-free fragment loads)")
-			w.Linef("#define WM %d // m16 tiles per warp", wm)
-			w.Linef("#define WN %d // n8 tiles per warp", wn)
-			w.Linef("#define NT %d", threads)
-			w.Blank()
-			w.Emit(Func{Name: "mma_bf16", Params: []Param{{"float*", "c"}, {"const u32*", "a"}, {"const u32*", "b"}}, Body: func(w *Writer) {
-				w.Line(`asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "`)
-				w.Line(`    "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"`)
-				w.Line(`    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])`)
-				w.Line(`    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));`)
-			}})
+			emitMMADefines(w, n, k, rowBytes, 32, arm)
 			w.Emit(Func{Name: name, Global: true, LaunchBounds: threads, Params: params, Body: func(w *Writer) {
 				w.Line("__shared__ __align__(16) u16 As[BM * LDS];")
 				w.Line("__shared__ __align__(16) u16 Bs[BN * LDS];")
 				w.Line("const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;")
 				w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;")
-				w.Linef("const int wm0 = (warp / %d) * (BM / %d), wn0 = (warp %% %d) * (BN / %d);", arm.WarpsN, arm.WarpsM, arm.WarpsN, arm.WarpsN)
-				w.Line("const int g = lane >> 2, tg = lane & 3;")
-				w.Line("float acc[WM][WN][4];")
-				w.For("i", "0", "WM", "1", -1, func() {
-					w.For("j", "0", "WN", "1", -1, func() {
-						w.For("e", "0", "4", "1", -1, func() { w.Line("acc[i][j][e] = 0.f;") })
-					})
-				})
+				emitMMAWarpStart(w, arm)
 				w.Line("pdl_wait();")
 				w.For("k0", "0", "K", "BK", 0, func() {
 					w.Comment("activations: f32 → bf16, zero rows past m")
@@ -124,51 +145,105 @@ func MatMulMMA(t dtype.Type, n, k int, residual bool, arm MMAArm) (*Kernel, erro
 						w.For("i", "0", "32", "1", -1, func() { w.Line("Bs[r * LDS + i] = f32_to_bf16(v[i]);") })
 					})
 					w.Line("__syncthreads();")
-					w.For("kk", "0", "BK", "16", -1, func() {
-						w.Line("u32 a[WM][4], b[WN][2];")
-						w.For("i", "0", "WM", "1", -1, func() {
-							w.Line("const u16* p = As + (wm0 + 16 * i + g) * LDS + kk + 2 * tg;")
-							w.Line("a[i][0] = *(const u32*)p;")
-							w.Line("a[i][1] = *(const u32*)(p + 8 * LDS);")
-							w.Line("a[i][2] = *(const u32*)(p + 8);")
-							w.Line("a[i][3] = *(const u32*)(p + 8 * LDS + 8);")
-						})
-						w.For("j", "0", "WN", "1", -1, func() {
-							w.Line("const u16* p = Bs + (wn0 + 8 * j + g) * LDS + kk + 2 * tg;")
-							w.Line("b[j][0] = *(const u32*)p;")
-							w.Line("b[j][1] = *(const u32*)(p + 8);")
-						})
-						w.For("i", "0", "WM", "1", -1, func() {
-							w.For("j", "0", "WN", "1", -1, func() { w.Line("mma_bf16(acc[i][j], a[i], b[j]);") })
-						})
-					})
+					emitMMATile(w, "As", "Bs")
 					w.Line("__syncthreads();")
 				})
-				w.For("i", "0", "WM", "1", -1, func() {
-					w.For("j", "0", "WN", "1", -1, func() {
-						w.Line("const int col = n0 + wn0 + 8 * j + 2 * tg;")
-						w.For("h", "0", "2", "1", -1, func() {
-							w.Line("const int row = m0 + wm0 + 16 * i + g + 8 * h;")
-							cond := "row < m"
-							if n%arm.BN != 0 {
-								cond += " && col < N"
-							}
-							w.If(cond, func() {
-								w.Line("float* o = y + (size_t)row * N + col;")
-								op := "="
-								if residual {
-									op = "+="
-								}
-								w.Linef("o[0] %s acc[i][j][2 * h];", op)
-								w.Linef("o[1] %s acc[i][j][2 * h + 1];", op)
-							})
-						})
-					})
-				})
+				emitMMAStore(w, n%arm.BN != 0, residual)
 				w.Line("pdl_launch();")
 			}})
 		})
 	return &Kernel{Family: "mma", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(ceilDiv(n, arm.BN), ceilDiv(d.Tokens, arm.BM), 1), Block: dim3(threads, 1, 1)}
 	}}, nil
+}
+
+// emitMMABF16 writes mma_bf16(c, a, b): one m16n8k16 bf16 product into
+// four f32 accumulators.
+func emitMMABF16(w *Writer) {
+	w.Emit(Func{Name: "mma_bf16", Params: []Param{{"float*", "c"}, {"const u32*", "a"}, {"const u32*", "b"}}, Body: func(w *Writer) {
+		w.Line(`asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "`)
+		w.Line(`    "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"`)
+		w.Line(`    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])`)
+		w.Line(`    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));`)
+	}})
+}
+
+// emitMMAWarpStart writes the warp's place in the block tile (wm0, wn0),
+// its lane's fragment coordinates (g, tg) and the zeroed accumulators.
+func emitMMAWarpStart(w *Writer, arm MMAArm) {
+	w.Linef("const int wm0 = (warp / %d) * (BM / %d), wn0 = (warp %% %d) * (BN / %d);", arm.WarpsN, arm.WarpsM, arm.WarpsN, arm.WarpsN)
+	w.Line("const int g = lane >> 2, tg = lane & 3;")
+	w.Line("float acc[WM][WN][4];")
+	w.For("i", "0", "WM", "1", -1, func() {
+		w.For("j", "0", "WN", "1", -1, func() {
+			w.For("e", "0", "4", "1", -1, func() { w.Line("acc[i][j][e] = 0.f;") })
+		})
+	})
+}
+
+// emitMMATile writes the warp's products over one K tile of BK held in
+// shared rows of LDS bf16 (activations as, weights bs).
+func emitMMATile(w *Writer, as, bs string) {
+	w.For("kk", "0", "BK", "16", -1, func() {
+		w.Line("u32 a[WM][4], b[WN][2];")
+		w.For("i", "0", "WM", "1", -1, func() {
+			w.Linef("const u16* p = %s + (wm0 + 16 * i + g) * LDS + kk + 2 * tg;", as)
+			w.Line("a[i][0] = *(const u32*)p;")
+			w.Line("a[i][1] = *(const u32*)(p + 8 * LDS);")
+			w.Line("a[i][2] = *(const u32*)(p + 8);")
+			w.Line("a[i][3] = *(const u32*)(p + 8 * LDS + 8);")
+		})
+		w.For("j", "0", "WN", "1", -1, func() {
+			w.Linef("const u16* p = %s + (wn0 + 8 * j + g) * LDS + kk + 2 * tg;", bs)
+			w.Line("b[j][0] = *(const u32*)p;")
+			w.Line("b[j][1] = *(const u32*)(p + 8);")
+		})
+		w.For("i", "0", "WM", "1", -1, func() {
+			w.For("j", "0", "WN", "1", -1, func() { w.Line("mma_bf16(acc[i][j], a[i], b[j]);") })
+		})
+	})
+}
+
+// emitMMAStore writes the accumulators to y (added with residual); ragged
+// guards the columns past N.
+func emitMMAStore(w *Writer, ragged, residual bool) {
+	w.For("i", "0", "WM", "1", -1, func() {
+		w.For("j", "0", "WN", "1", -1, func() {
+			w.Line("const int col = n0 + wn0 + 8 * j + 2 * tg;")
+			w.For("h", "0", "2", "1", -1, func() {
+				w.Line("const int row = m0 + wm0 + 16 * i + g + 8 * h;")
+				cond := "row < m"
+				if ragged {
+					cond += " && col < N"
+				}
+				w.If(cond, func() {
+					w.Line("float* o = y + (size_t)row * N + col;")
+					op := "="
+					if residual {
+						op = "+="
+					}
+					w.Linef("o[0] %s acc[i][j][2 * h];", op)
+					w.Linef("o[1] %s acc[i][j][2 * h + 1];", op)
+				})
+			})
+		})
+	})
+}
+
+// emitMMADefines writes the constants of a MatMulMMA kernel with K tiles
+// of bk (shared rows of bk + 8 bf16: conflict-free fragment loads) and
+// mma_bf16.
+func emitMMADefines(w *Writer, n, k, rowBytes, bk int, arm MMAArm) {
+	w.Linef("#define N %d", n)
+	w.Linef("#define K %d", k)
+	w.Linef("#define ROW_BYTES %d", rowBytes)
+	w.Linef("#define BM %d", arm.BM)
+	w.Linef("#define BN %d", arm.BN)
+	w.Linef("#define BK %d", bk)
+	w.Linef("#define LDS %d // shared row stride in bf16 (BK + 8: conflict-free fragment loads)", bk+8)
+	w.Linef("#define WM %d // m16 tiles per warp", arm.BM/arm.WarpsM/16)
+	w.Linef("#define WN %d // n8 tiles per warp", arm.BN/arm.WarpsN/8)
+	w.Linef("#define NT %d", 32*arm.WarpsM*arm.WarpsN)
+	w.Blank()
+	emitMMABF16(w)
 }

@@ -139,7 +139,11 @@ func (a GEMVArm) Point() Point {
 
 // Point returns a as a Point.
 func (a MMAArm) Point() Point {
-	return Point{"bm": a.BM, "bn": a.BN, "warps_m": a.WarpsM, "warps_n": a.WarpsN}
+	p := Point{"bm": a.BM, "bn": a.BN, "warps_m": a.WarpsM, "warps_n": a.WarpsN}
+	if a.Pipe != 0 {
+		p["pipe"] = a.Pipe
+	}
+	return p
 }
 
 // Point returns a as a Point ("live" only for the live-length arms, whose
@@ -165,7 +169,7 @@ func GEMVArmOf(p Point) GEMVArm {
 
 // MMAArmOf returns the MMAArm p describes (missing knobs are zero).
 func MMAArmOf(p Point) MMAArm {
-	return MMAArm{BM: p["bm"], BN: p["bn"], WarpsM: p["warps_m"], WarpsN: p["warps_n"]}
+	return MMAArm{BM: p["bm"], BN: p["bn"], WarpsM: p["warps_m"], WarpsN: p["warps_n"], Pipe: p["pipe"]}
 }
 
 // DecodeArmOf returns the DecodeArm p describes (missing knobs are zero).
@@ -199,10 +203,18 @@ func Spaces() []Space {
 		armSpace("attn_decode", DecodeKnobs, DefaultDecodeArm.Point(), DecodeArmOf),
 		armSpace("attn_prefill", PrefillKnobs, DefaultPrefillArm.Point(), PrefillArmOf),
 		gemvSpace(),
-		armSpace("mma", MMAKnobs, DefaultMMAArm.Point(), MMAArmOf),
+		mmaSpace(),
 		armSpace("gemm_small", GemmSmallKnobs, DefaultGemmSmallArm.Point(), GemmSmallArmOf),
 		armSpace("attn_decode_live", DecodeLiveKnobs, DefaultDecodeLiveArm.Point(), DecodeArmOf),
 	}
+}
+
+// mmaSpace is the mma family's space; "pipe" is optional (0), so the
+// entries recorded before it existed stay valid points.
+func mmaSpace() Space {
+	s := armSpace("mma", MMAKnobs, DefaultMMAArm.Point(), MMAArmOf)
+	s.optional = Point{"pipe": 0}
+	return s
 }
 
 // gemvSpace is the gemv family's space over every weight type: layout 1

@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|xq3|large|rope|attn|both|split|preload|live3|drop|profile|ncu]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|xq3|large|rope|attn|both|split|preload|live3|mma-pipe|drop|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -26,7 +26,8 @@
 # attention in one kernel, off); `split` checks and times the one-row products that split K over
 # two warps (MEMRA_GEMV_SPLIT); `preload` checks and times decode attention that reads its first
 # keys before its dependency wait (MEMRA_DECODE_PRELOAD); `live3` checks and times decode attention
-# splits sized by the card's multiprocessors (MEMRA_DECODE_LIVE=3); `drop` times batch 1 with each kernel class
+# splits sized by the card's multiprocessors (MEMRA_DECODE_LIVE=3); `mma-pipe` checks and times the
+# pipelined prefill product (MEMRA_MMA); `drop` times batch 1 with each kernel class
 # left out of the decode graph (MEMRA_DROP: what each costs inside the step); `profile` times each
 # kernel of a decode step; `ncu` reads the
 # hardware counters (Nsight Compute) of the batch-1 and batch-16 products and of decode
@@ -293,6 +294,29 @@ if [ "$MODE" = live3 ]; then
 	for c in 0 4096; do
 		step "live3-bench-ctx$c-live2" ctx_bench $c MEMRA_NOTHING=0
 		step "live3-bench-ctx$c-live3" ctx_bench $c MEMRA_DECODE_LIVE=3
+	done
+fi
+
+# The pipelined prefill product (codegen.MMAArm Pipe 1: two shared buffers of K tiles of 64, not
+# yet run): kernel-check of its arms against the CPU, parity at 2 sequences with it, then pp512 of
+# llama2-7b q4_k_m and f16 with the default arm and two pipelined ones (MEMRA_MMA; bench
+# --roofline times its bf16 reference with the same arm, so compare the tok/s).
+if [ "$MODE" = mma-pipe ]; then
+	step mma-pipe-kernel-check "$BIN" kernel-check --shapes llama3-8b --types q4_k,q6_k,q8_0,f16,bf16 --only mma --reps 10
+	for a in m128_n128_w2x4_p1 m64_n64_w2x2_p1; do
+		step "mma-pipe-parity-$a" env MEMRA_MMA=$a "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts 2 --tie-tol 0.02 --tie-sigma 3
+	done
+	pp_bench() { # pp_bench QUANT ENV…
+		local q=$1
+		shift
+		synth "$MODELS/llama2-7b-$q.gguf" --preset llama2-7b --quant "$q" --weights blocks || return 1
+		env "$@" "$BIN" bench "$MODELS/llama2-7b-$q.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 0 -r 5
+	}
+	for q in q4_k_m f16; do
+		step "mma-pipe-pp-$q-default" pp_bench $q MEMRA_NOTHING=0
+		for a in m128_n128_w2x4_p1 m64_n64_w2x2_p1; do
+			step "mma-pipe-pp-$q-$a" pp_bench $q MEMRA_MMA=$a
+		done
 	done
 fi
 

@@ -90,6 +90,20 @@ func TestKernelCheckCases(t *testing.T) {
 				}
 			}
 		}
+		if c.Family == "mma" {
+			// the pipelined arms where the tiny shape's rows allow them
+			want := 0
+			if c.K%64 == 0 {
+				want = 2
+			}
+			require.Len(t, c.ExtraArms, want, c.Label)
+			for _, a := range c.ExtraArms {
+				l, err := c.Launch(a)
+				require.NoError(t, err, c.Label)
+				require.Contains(t, l.Kernels[0].Name, "_p1", c.Label)
+				require.True(t, l.Kernels[0].Launch(l.Dims).Shared > 0, c.Label)
+			}
+		}
 		switch c.Family {
 		case "attn_decode":
 			if !strings.HasPrefix(c.Label, "attn_decode_fused") {

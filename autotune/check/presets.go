@@ -33,7 +33,7 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 		if rowOK(t, s.Hidden) {
 			cs = append(cs, Embedding(s.Name, t, s.Hidden, seed),
 				withQuantArms(Product(s.Name, "gemv", "qkv", t, qkv, s.Hidden, 1, true, seed), t, s.Hidden),
-				Product(s.Name, "mma", "qkv", t, qkv, s.Hidden, 64, true, seed),
+				withPipeArms(Product(s.Name, "mma", "qkv", t, qkv, s.Hidden, 64, true, seed), s.Hidden),
 				GemmSmall(s.Name, "qkv", t, qkv, s.Hidden, 8, true, seed))
 			if codegen.Repackable(t) {
 				c := withQuantArms(Product(s.Name, "gemv", "qkv", t, qkv, s.Hidden, 12, true, seed), t, s.Hidden)
@@ -100,6 +100,18 @@ func withQuantArms(c *Case, t dtype.Type, k int) *Case {
 			codegen.FitXQ(codegen.DefaultXQArm, k).Point(), codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point(),
 			codegen.FitXQ(codegen.DefaultXQOneArm, k).Point(), codegen.DefaultXQGlobalBatchArm.Point(), codegen.DefaultXQMMAArm.Point()}
 		c.AnyGEMVArm = true
+	}
+	return c
+}
+
+// withPipeArms adds to an mma case the pipelined arms (codegen.MMAArm
+// Pipe 1, not yet the default) that rows of k elements allow: large and
+// small tiles.
+func withPipeArms(c *Case, k int) *Case {
+	for _, a := range []codegen.MMAArm{{BM: 128, BN: 128, WarpsM: 2, WarpsN: 4, Pipe: 1}, {BM: 64, BN: 64, WarpsM: 2, WarpsN: 2, Pipe: 1}} {
+		if a.ForK(k) == a {
+			c.ExtraArms = append(c.ExtraArms, a.Point())
+		}
 	}
 	return c
 }

@@ -116,7 +116,7 @@ func (r *benchReport) measureRoofline(b runtime.Backend, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("bench: copy bandwidth: %w", err)
 	}
-	mm, err := cuda.MatmulThroughput(dev, rooflineMatmul, rooflineMatmul, rooflineMatmul, rooflineReps, "")
+	mm, err := cuda.MatmulThroughput(dev, rooflineMatmul, rooflineMatmul, rooflineMatmul, rooflineReps, cb.MMAArm(), "")
 	if err != nil {
 		return fmt.Errorf("bench: matmul throughput: %w", err)
 	}

@@ -550,6 +550,11 @@ func (b *Backend) StepGreedy(ctx context.Context, batch []runtime.SeqStep) ([]in
 	return b.greedy, nil
 }
 
+// MMAArm is the prefill product's arm where the tunedb has none
+// (MEMRA_MMA; zero: the family default), the arm bench --roofline times
+// as its bf16 reference.
+func (b *Backend) MMAArm() codegen.MMAArm { return b.opts.Arms.MMA }
+
 // DefaultMultiprocessors is the multiprocessor count Lower assumes with no
 // card: the H200's, on which the split products were measured. There
 // llama2-7b q4_k_m decoded batch 1 at 508.22 tok/s with its 4096-row
@@ -660,6 +665,13 @@ func envOptions(o *BackendOptions) error {
 		if n == 0 {
 			o.DecodeLive = -1
 		}
+	}
+	if v := os.Getenv("MEMRA_MMA"); v != "" {
+		a, err := codegen.ParseMMAArm(v)
+		if err != nil {
+			return bad("MEMRA_MMA", v, "an mma arm name such as m128_n128_w2x4_p1")
+		}
+		o.Arms.MMA = a
 	}
 	const arms = "repack, xq, xqN (N 1 to 16), file or a GEMV arm name such as t256_r8_u1_s1_l1_q1_w4"
 	for _, e := range []struct {

@@ -112,15 +112,18 @@ func (r MatmulResult) TFLOPs() float64 { return r.FLOPs / r.Seconds / 1e12 }
 
 // MatmulThroughput times the tensor-core product family the backend uses
 // for prompt processing (codegen.MatMulMMA, mma.sync bf16 with f32
-// accumulation, BF16 weights, default arm) at m×n×k: the median of reps
-// products after a warm-up. cacheDir is the NVRTC cubin cache ("" for the
-// default).
-func MatmulThroughput(dev *Device, m, n, k, reps int, cacheDir string) (MatmulResult, error) {
+// accumulation, BF16 weights) with arm (zero: the default arm) at m×n×k:
+// the median of reps products after a warm-up. cacheDir is the NVRTC
+// cubin cache ("" for the default).
+func MatmulThroughput(dev *Device, m, n, k, reps int, arm codegen.MMAArm, cacheDir string) (MatmulResult, error) {
 	r := MatmulResult{M: m, N: n, K: k, FLOPs: 2 * float64(m) * float64(n) * float64(k)}
 	if m <= 0 || n <= 0 || k <= 0 || reps <= 0 {
 		return r, fmt.Errorf("%w: matmul %d×%d×%d, %d repetitions", ErrArg, m, n, k, reps)
 	}
-	kern, err := codegen.MatMulMMA(dtype.BF16, n, k, false, codegen.DefaultMMAArm)
+	if arm == (codegen.MMAArm{}) {
+		arm = codegen.DefaultMMAArm
+	}
+	kern, err := codegen.MatMulMMA(dtype.BF16, n, k, false, arm.ForK(k))
 	if err != nil {
 		return r, err
 	}
