@@ -63,10 +63,10 @@ type DecodeArm struct {
 	//   2: as 1, with the live length spread over all splits: chunk =
 	//      min(CHUNK, ⌈len/splits⌉ rounded up to 32, at least 32), so short contexts use
 	//      every block instead of the first few.
-	//   3: as 2, with chunks no shorter than the fewest splits that still
-	//      give each of the card's SMs multiprocessors a block need:
-	//      chunk = min(CHUNK, max(32, ⌈len/splits⌉, ⌈len/want⌉) rounded
-	//      up to 32), want = ⌈SMs/(HKV·sequences)⌉. On the H200 five
+	//   3: as 2, but in the fewest splits that still give each of the
+	//      card's SMs multiprocessors a block: chunk = min(CHUNK, max(32,
+	//      ⌈len/splits⌉, ⌈len/want⌉) rounded up to 32), want =
+	//      ⌈SMs/(HKV·sequences)⌉. On the H200 five
 	//      128-key splits of llama2-7b's 32 kv heads (160 blocks) beat
 	//      twenty of 32 keys and three of ~200, at batch 1 and 16; Live 2
 	//      gives a served 4096-position cache the twenty at 600 keys.
@@ -133,10 +133,10 @@ func (a DecodeArm) String() string {
 }
 
 // liveChunk writes the device expression of the keys per split into
-// "const int chunk": CHUNK, or for Live 2 the live length spread over the
-// splits. The partial and the combine kernels share it.
-// nseq is the device expression of the launch's sequence count (Live 3).
-// ChunkFor is its Go mirror.
+// "const int chunk": CHUNK, for Live 2 the live length spread over the
+// splits, for Live 3 over the fewest splits that give each multiprocessor
+// a block (nseq: the device expression of the launch's sequence count).
+// The partial and the combine kernels share it; ChunkFor is its Go mirror.
 func (a DecodeArm) liveChunk(w *Writer, nseq string) {
 	switch a.Live {
 	case 2:

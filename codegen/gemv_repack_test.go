@@ -832,6 +832,21 @@ func TestLowerDecodePreload(t *testing.T) {
 		require.Equal(t, llama.Layers, parts)
 		require.Equal(t, parts, early, "only the launches before attention trigger early")
 	}
+	// a kernel with no launch trigger stays as it is
+	k := &Kernel{Name: "plain", Source: "extern \"C\" __global__ void plain(int m) {}"}
+	require.Same(t, k, k.EarlyTrigger())
+	// qwen3 (q/k norms, NeoX RoPE): RopeKV before attention in both programs
+	gq := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
+	for _, seqs := range []int{1, 2} {
+		p, err := Lower(gq, LowerOptions{Class: Decode, MaxSeqs: seqs, Context: 256, Cache: dtype.F16, RopeInProduct: seqs == 1, DecodePreload: true})
+		require.NoError(t, err)
+		for i, ln := range p.Launches {
+			if strings.HasPrefix(p.Kernels[ln.Kernel].Name, "attn_part_") {
+				require.True(t, strings.HasPrefix(p.Kernels[p.Launches[i-1].Kernel].Name, "rope_kv_"), p.Kernels[p.Launches[i-1].Kernel].Name)
+				require.True(t, strings.HasSuffix(p.Kernels[p.Launches[i-1].Kernel].Name, "_et"))
+			}
+		}
+	}
 }
 
 // TestLowerDecodeLive3: a Live 3 decode arm takes the card's

@@ -42,12 +42,17 @@ type Kernel struct {
 // attention that reads its first keys and values before its own wait
 // (DecodeArm.Preload); the next kernel still waits for k to finish before
 // it reads what k wrote.
+//
+// A kernel with no launch trigger (no pdl helpers) is returned as it is.
 func (k *Kernel) EarlyTrigger() *Kernel {
+	if !strings.Contains(k.Source, "pdl_launch") {
+		return k
+	}
 	e := *k
 	e.Name = k.Name + "_et"
 	src := strings.Replace(k.Source, " "+k.Name+"(", " "+e.Name+"(", 1)
-	if src == k.Source || !strings.Contains(k.Source, "pdl_launch") {
-		panic("BUG: no entry point or launch trigger in " + k.Name)
+	if src == k.Source {
+		panic("BUG: no entry point " + k.Name + " in its source")
 	}
 	e.Source = "#ifndef MEMRA_PDL_EARLY\n#define MEMRA_PDL_EARLY // pdl_wait triggers the next kernel\n#endif\n" + src
 	return &e

@@ -572,7 +572,7 @@ const DefaultMultiprocessors = codegen.DefaultMultiprocessors
 // MEMRA_ROPE_IN_PRODUCT=0|1 (none or every program; unset, one-sequence
 // programs), MEMRA_ATTN_FUSED=1, MEMRA_GEMV_SPLIT=off|ROWS[/K],
 // MEMRA_PDL=early|early:REGEX|off, MEMRA_DECODE_SPLITS=N, MEMRA_DECODE_PRELOAD=1,
-// MEMRA_GEMV_PREFETCH=1. A value it cannot read is an error naming the
+// MEMRA_GEMV_PREFETCH=1, MEMRA_MMA=ARM. A value it cannot read is an error naming the
 // variable, not a silent default. (MEMRA_DROP, a timing diagnostic, is
 // read by newBackend.)
 func envOptions(o *BackendOptions) error {
