@@ -87,6 +87,13 @@ type DecodeArm struct {
 	// wait reloads only the newest row, the one that kernel wrote. Every
 	// older row was written by an earlier step. Names carry "_p".
 	Preload bool
+	// KeysInFlight (not a tuned knob: lowering sets it from
+	// LowerOptions.DecodeKeysInFlight), when positive, replaces the
+	// partial kernel's keys in flight per lane group (decodeTiling.u,
+	// otherwise about 64 bytes of keys a lane): with 8 for 128-dim f16
+	// heads, a block of 8 warps takes a 128-key split in one step, so the
+	// preload reads all of it before the wait. Names carry "_uN".
+	KeysInFlight int
 }
 
 // DefaultDecodeArm is the arm used before tuning.
@@ -98,7 +105,7 @@ var DecodeKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 1
 // Validate reports whether a is well formed.
 func (a DecodeArm) Validate() error {
 	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.Chunk < 32 || a.Chunk > 4096 || a.Live < 0 || a.Live > 3 ||
-		(a.Live == 3) != (a.SMs > 0) || a.SMs > 1024 {
+		(a.Live == 3) != (a.SMs > 0) || a.SMs > 1024 || a.KeysInFlight < 0 || a.KeysInFlight > 16 {
 		return fmt.Errorf("%w: decode attention arm %+v", ErrUnsupported, a)
 	}
 	return nil
@@ -129,7 +136,20 @@ func (a DecodeArm) String() string {
 	if a.Preload {
 		s += "_p"
 	}
+	if a.KeysInFlight > 0 {
+		s += fmt.Sprintf("_u%d", a.KeysInFlight)
+	}
 	return s
+}
+
+// tile is the partial kernel's tiling of s under a: decodeTile's, with
+// KeysInFlight when set.
+func (a DecodeArm) tile(s AttnShape) decodeTiling {
+	t := decodeTile(s, a.Threads)
+	if a.KeysInFlight > 0 {
+		t.u = a.KeysInFlight
+	}
+	return t
 }
 
 // liveChunk writes the device expression of the keys per split into
@@ -277,7 +297,7 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 		}
 		pparams = append(pparams[:7:7], out, Param{"unsigned* __restrict__", "counters"}, pparams[7])
 	}
-	tl := decodeTile(s, arm.Threads)
+	tl := arm.tile(s)
 	group := s.Heads / s.HeadsKV
 	psrc := source(fmt.Sprintf("split-KV decode attention, %s: %s, %v", what, s.tag(), arm), append(cacheHelpers(s.Cache), "warp", "pdl"), func(w *Writer) {
 		s.defines(w)

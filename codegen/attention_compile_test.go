@@ -40,6 +40,9 @@ func TestCompileDecodeAttentionTilings(t *testing.T) {
 		// splits sized by the card's multiprocessors
 		{32, 32, 128, dtype.F16, codegen.DecodeArm{Threads: 256, Chunk: 128, Live: 3, SMs: 132}},
 		{32, 8, 64, dtype.BF16, codegen.DecodeArm{Threads: 128, Chunk: 256, Live: 3, SMs: 170, Preload: true}},
+		// more keys in flight: a 128-key split in one step
+		{32, 32, 128, dtype.F16, codegen.DecodeArm{Threads: 256, Chunk: 128, Live: 2, Preload: true, KeysInFlight: 8}},
+		{32, 8, 128, dtype.F32, codegen.DecodeArm{Threads: 128, Chunk: 64, KeysInFlight: 16}},
 	} {
 		s := codegen.AttnShape{Heads: c.heads, HeadsKV: c.kv, HeadDim: c.hd, QStride: (c.heads + 2*c.kv) * c.hd, Cache: c.cache}
 		p, cb, err := codegen.DecodeAttention(s, c.arm)

@@ -20,7 +20,7 @@ import (
 // as NaN, so what the partial kernel leaves unwritten stays NaN). Every
 // cache row read is checked to lie inside its sequence's live keys.
 func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32, base, lens []int32, kc, vc []float32) (out, po, pml []float32) {
-	tl := decodeTile(s, arm.Threads)
+	tl := arm.tile(s)
 	HD, G, HQ, HKV := s.HeadDim, s.Heads/s.HeadsKV, s.Heads, s.HeadsKV
 	NW, KPW, EPL := arm.Threads/32, tl.kpw(), tl.epl()
 	scale := s.scale()
@@ -273,11 +273,12 @@ func TestDecodeKernelEmulation(t *testing.T) {
 		{2, 96, 128, dtype.F16}, {1, 256, 256, dtype.F32}, {4, 32, 64, dtype.F16},
 	}
 	arms := []DecodeArm{{Chunk: 32}, {Chunk: 64}, {Chunk: 256}, {Chunk: 64, Live: 1}, {Chunk: 64, Live: 2}, {Chunk: 256, Live: 2},
-		{Chunk: 256, Live: 2, MinSplits: 12}, {Chunk: 128, Live: 3, SMs: 132}, {Chunk: 256, Live: 3, SMs: 16}}
+		{Chunk: 256, Live: 2, MinSplits: 12}, {Chunk: 128, Live: 3, SMs: 132}, {Chunk: 256, Live: 3, SMs: 16},
+		{Chunk: 128, Live: 2, KeysInFlight: 8}, {Chunk: 64, KeysInFlight: 1}}
 	for _, c := range cfgs {
 		s := AttnShape{Heads: 2 * c.group, HeadsKV: 2, HeadDim: c.hd, QStride: 2*c.group*c.hd + 64, Cache: c.cache}
 		for _, a := range arms {
-			arm := DecodeArm{Threads: c.threads, Chunk: a.Chunk, Live: a.Live, MinSplits: a.MinSplits, SMs: a.SMs}
+			arm := DecodeArm{Threads: c.threads, Chunk: a.Chunk, Live: a.Live, MinSplits: a.MinSplits, SMs: a.SMs, KeysInFlight: a.KeysInFlight}
 			name := fmt.Sprintf("g%d_d%d_%v/%v", c.group, c.hd, c.cache, arm)
 			t.Run(name, func(t *testing.T) {
 				splits := arm.Splits(capacity)

@@ -144,6 +144,7 @@ func (l *lowerer) decodeArm(class string) DecodeArm {
 		arm.SMs = cmp.Or(l.o.Multiprocessors, DefaultMultiprocessors)
 	}
 	arm.Preload = l.o.DecodePreload
+	arm.KeysInFlight = l.o.DecodeKeysInFlight
 	return arm
 }
 

@@ -173,6 +173,9 @@ type LowerOptions struct {
 	// Kernel.EarlyTrigger variants of its kernels, so that attention's
 	// blocks start while that kernel runs.
 	DecodePreload bool
+	// DecodeKeysInFlight is DecodeArm.KeysInFlight of decode attention
+	// (zero: the tiling's own).
+	DecodeKeysInFlight int
 }
 
 // DefaultMultiprocessors is the multiprocessor count lowering assumes

@@ -263,13 +263,20 @@ fi
 
 # Decode attention reading its first keys before its dependency wait, the kernel before it
 # triggering it early (MEMRA_DECODE_PRELOAD=1, off by default until this has passed): kernel-check
-# of the preload case, the CUDA tests and parity at 1, 2 and 16 sequences with it, then batch 1 and
-# 16 with and without, and f16 (RopeKV before attention) at batch 1 with and without.
+# of the preload cases, the CUDA tests and parity at 1, 2 and 16 sequences with it, then batch 1 and
+# 16 with and without, with eight keys in flight (MEMRA_DECODE_U=8: parity at 1 and 2 sequences,
+# batch 1 and 16), and f16 (RopeKV before attention) at batch 1 with and without.
 if [ "$MODE" = preload ]; then
 	step preload-kernel-check "$BIN" kernel-check --shapes llama3-8b,qwen3-8b --types q4_k --only attn_decode --reps 10
 	step preload-checks switch_checks preload MEMRA_DECODE_PRELOAD=1
 	step preload-bench-on switch_bench 1,16 MEMRA_DECODE_PRELOAD=1
 	step preload-bench-off switch_bench 1,16 MEMRA_NOTHING=0
+	# eight keys in flight a lane group: a 128-key split in one step, all of it read before the wait
+	for p in 1 2; do
+		step "preload-u8-parity-p$p" env MEMRA_DECODE_PRELOAD=1 MEMRA_DECODE_U=8 "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --tie-tol 0.02 --tie-sigma 3
+	done
+	step preload-u8-bench switch_bench 1,16 MEMRA_DECODE_PRELOAD=1 MEMRA_DECODE_U=8
+	step u8-bench switch_bench 1 MEMRA_DECODE_U=8
 	f16_bench() {
 		synth "$MODELS/llama2-7b-f16.gguf" --preset llama2-7b --quant f16 --weights blocks || return 1
 		env "$@" "$BIN" bench "$MODELS/llama2-7b-f16.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r 5 -b 1

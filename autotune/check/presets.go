@@ -25,7 +25,8 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 		DecodeFused(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1}, true, seed),
 		Prefill(s.Name, s.Attn(dtype.F16), 48, 16, seed),
 		DecodeLive(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1}, 4096, seed),
-		DecodePreload(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1, 20}, 4096, seed),
+		DecodePreload(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1, 20}, 4096, 0, seed),
+		DecodePreload(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1, 20}, 4096, 8, seed),
 		DecodeLive3(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1, 20}, 4096, 132, seed),
 	}
 	qkv := (s.Heads + 2*s.HeadsKV) * s.HeadDim

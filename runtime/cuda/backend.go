@@ -125,6 +125,11 @@ type BackendOptions struct {
 	// batch 1 at 520.33 against 510.87 tok/s and passed parity
 	// (docs/PERFORMANCE.md, session 9).
 	DecodePreload bool
+	// DecodeKeysInFlight replaces decode attention's keys in flight per
+	// lane group (codegen.DecodeArm.KeysInFlight; MEMRA_DECODE_U=N, 1 to
+	// 16; not yet run on a GPU): 8 takes a 128-key split of 128-dim f16
+	// heads in one step.
+	DecodeKeysInFlight int
 	// PrefillGEMV uses the float32 GEMV for prefill products instead of the
 	// bf16 tensor-core product (exact against the CPU, slower).
 	PrefillGEMV bool
@@ -261,7 +266,7 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue, FuseFloat: opts.FuseFloat,
 		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct > 0 || (opts.RopeInProduct == 0 && opts.MaxSeqs == 1),
 		FusedAttention: opts.FusedAttention, DecodeMinSplits: max(0, opts.DecodeMinSplits),
-		GEMVPrefetch: opts.GEMVPrefetch, DecodePreload: opts.DecodePreload,
+		GEMVPrefetch: opts.GEMVPrefetch, DecodePreload: opts.DecodePreload, DecodeKeysInFlight: opts.DecodeKeysInFlight,
 		Multiprocessors: cmp.Or(opts.Multiprocessors, DefaultMultiprocessors)}
 	switch { // negative: neither rule
 	case opts.GEMVSplitRows > 0:
@@ -572,7 +577,7 @@ const DefaultMultiprocessors = codegen.DefaultMultiprocessors
 // MEMRA_ROPE_IN_PRODUCT=0|1 (none or every program; unset, one-sequence
 // programs), MEMRA_ATTN_FUSED=1, MEMRA_GEMV_SPLIT=off|ROWS[/K],
 // MEMRA_PDL=early|early:REGEX|off, MEMRA_DECODE_SPLITS=N, MEMRA_DECODE_PRELOAD=1,
-// MEMRA_GEMV_PREFETCH=1, MEMRA_MMA=ARM. A value it cannot read is an error naming the
+// MEMRA_GEMV_PREFETCH=1, MEMRA_MMA=ARM, MEMRA_DECODE_U=N. A value it cannot read is an error naming the
 // variable, not a silent default. (MEMRA_DROP, a timing diagnostic, is
 // read by newBackend.)
 func envOptions(o *BackendOptions) error {
@@ -648,6 +653,13 @@ func envOptions(o *BackendOptions) error {
 			return bad("MEMRA_GEMV_SPLIT", v, "off, 0 or ROWS[/K] (most rows, least row length)")
 		}
 		o.GEMVSplitRows, o.GEMVSplitK = n, kn
+	}
+	if v := os.Getenv("MEMRA_DECODE_U"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 16 {
+			return bad("MEMRA_DECODE_U", v, "1 to 16 keys in flight per lane group")
+		}
+		o.DecodeKeysInFlight = n
 	}
 	if v := os.Getenv("MEMRA_DECODE_SPLITS"); v != "" {
 		n, err := strconv.Atoi(v)

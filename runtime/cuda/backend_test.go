@@ -329,6 +329,7 @@ func TestEnvOptions(t *testing.T) {
 	t.Setenv("MEMRA_GEMV_PREFETCH", "1")
 	t.Setenv("MEMRA_DECODE_PRELOAD", "1")
 	t.Setenv("MEMRA_MMA", "m128_n128_w2x4_p1")
+	t.Setenv("MEMRA_DECODE_U", "8")
 	var o BackendOptions
 	require.NoError(t, envOptions(&o))
 	require.Equal(t, codegen.QuantOutSwiGLU|codegen.QuantOutBatch, o.NoQuantOut)
@@ -347,6 +348,7 @@ func TestEnvOptions(t *testing.T) {
 	require.True(t, o.GEMVPrefetch)
 	require.True(t, o.DecodePreload)
 	require.Equal(t, codegen.MMAArm{BM: 128, BN: 128, WarpsM: 2, WarpsN: 4, Pipe: 1}, o.Arms.MMA)
+	require.Equal(t, 8, o.DecodeKeysInFlight)
 	t.Setenv("MEMRA_PDL", "early:^attn_combine")
 	var ep BackendOptions
 	require.NoError(t, envOptions(&ep))
@@ -375,7 +377,7 @@ func TestEnvOptions(t *testing.T) {
 	for name, v := range map[string]string{"MEMRA_GEMV_QUANT": "xq99", "MEMRA_GEMV_BATCH": "fast", "MEMRA_FUSE": "no",
 		"MEMRA_DECODE_LIVE": "4", "MEMRA_SMALL_BATCH": "yes", "MEMRA_PDL": "soon", "MEMRA_QUANT_OUT": "norm,gate",
 		"MEMRA_GEMV_LARGE": "tensor", "MEMRA_ROPE_IN_PRODUCT": "yes", "MEMRA_GEMV_SPLIT": "4096/x",
-		"MEMRA_ATTN_FUSED": "2", "MEMRA_DECODE_SPLITS": "-3", "MEMRA_GEMV_PREFETCH": "on", "MEMRA_DECODE_PRELOAD": "yes", "MEMRA_MMA": "m128_n128"} {
+		"MEMRA_ATTN_FUSED": "2", "MEMRA_DECODE_SPLITS": "-3", "MEMRA_GEMV_PREFETCH": "on", "MEMRA_DECODE_PRELOAD": "yes", "MEMRA_MMA": "m128_n128", "MEMRA_DECODE_U": "0"} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv(name, v)
 			err := envOptions(&BackendOptions{})
