@@ -15,10 +15,12 @@ run: build
 build:
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/memra
 
-## gpu-build: the binaries scripts/gpu-battery.sh runs on a GPU machine (built here, no GPU needed)
+## gpu-build: the binaries scripts/gpu-battery.sh runs on a GPU machine (built here, no GPU needed),
+## and their gzipped copies (a lent GPU machine takes at most 64 MiB with the tree; the battery unpacks them)
 gpu-build:
 	$(GO) build $(GOFLAGS_BUILD) -ldflags="-s -w" -o .gpu/memra ./cmd/memra
 	$(GO) test -c -ldflags="-s -w" -o .gpu/cuda.test ./runtime/cuda
+	gzip -kf .gpu/memra .gpu/cuda.test
 
 ## plugins: the example WebAssembly plugins (built from source; not committed)
 plugins:

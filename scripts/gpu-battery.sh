@@ -6,7 +6,7 @@
 # /tmp/memra-battery); a short table is printed last.
 #
 # Build here first (no GPU needed), then run on the GPU machine:
-#   make gpu-build        # .gpu/memra and .gpu/cuda.test
+#   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
 #   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|xq3|large|rope|attn|both|split|preload|live3|mma-pipe|drop|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
@@ -44,6 +44,9 @@ BIN=${BIN:-.gpu/memra}
 OUT=${OUT:-/tmp/memra-battery}
 MODELS=${MODELS:-/tmp/memra-models}
 mkdir -p "$OUT" "$MODELS"
+for f in .gpu/memra .gpu/cuda.test; do # carried gzipped: unpack (a binary left by an earlier call is older than its .gz)
+	if [ -e "$f.gz" ] && { [ ! -e "$f" ] || [ "$f.gz" -nt "$f" ]; }; then gunzip -kf "$f.gz" && chmod +x "$f"; fi
+done
 export MEMRA_NVRTC_DIR=${MEMRA_NVRTC_DIR:-/usr/local/cuda/targets/x86_64-linux/lib}
 rows=()
 failed=0
