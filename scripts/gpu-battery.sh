@@ -162,17 +162,21 @@ if [ "$MODE" = tune ]; then
 fi
 
 # autotune of the f16 decode products (one warp a row untuned; no H200 entries yet) of the 1B and
-# 7B f16 models, each with the end-to-end confirmation, then batch 1 with what was kept: the f16
-# goals (1,000 tok/s for the 1B, 75 % of the roofline for the 7B).
+# 7B f16 models (TUNE_F16=llama3.2-1b, the default, or llama2-7b), with the end-to-end confirmation: batch 1 before, then with what was kept,
+# then with MEMRA_DECODE_PRELOAD=1 too: the f16 goals (1,000 tok/s for the 1B, 75 % of the
+# roofline for the 7B).
 if [ "$MODE" = tune-f16 ]; then
 	tune_f16() { # tune_f16 PRESET FILE
 		synth "$MODELS/$2" --preset "$1" --quant f16 --weights blocks || return 1
-		"$BIN" autotune "$MODELS/$2" --families gemv --budget "${TUNE_BUDGET:-120s}" --parallel 16 &&
+		"$BIN" bench "$MODELS/$2" --device cuda --roofline -p 512 -n 128 -r 5 -b 1 --no-progress --perf-rows &&
+			"$BIN" autotune "$MODELS/$2" --families gemv --budget "${TUNE_BUDGET:-120s}" --parallel 16 &&
 			{ grep '^confirm:' "$OUT/tune-f16-$1.log" >&2 || true; } &&
-			"$BIN" bench "$MODELS/$2" --device cuda --roofline -p 512 -n 128 -r 5 -b 1 --no-progress --perf-rows
+			"$BIN" bench "$MODELS/$2" --device cuda --roofline -p 512 -n 128 -r 5 -b 1 --no-progress --perf-rows &&
+			MEMRA_DECODE_PRELOAD=1 "$BIN" bench "$MODELS/$2" --device cuda -p 512 -n 128 -r 5 -b 1 --no-progress --perf-rows
 	}
-	step tune-f16-llama3.2-1b tune_f16 llama3.2-1b llama3.2-1b-f16.gguf
-	step tune-f16-llama2-7b tune_f16 llama2-7b llama2-7b-f16.gguf
+	# one model a call (about 4 minutes for the 1B, 6 for the 7B): TUNE_F16=llama2-7b for the other
+	m=${TUNE_F16:-llama3.2-1b}
+	step "tune-f16-$m" tune_f16 "$m" "$m-f16.gguf"
 fi
 
 # The int8 tensor-core batch product (XQ 3) with one, two and four tiles of 16 weight rows a
@@ -268,7 +272,7 @@ fi
 # triggering it early (MEMRA_DECODE_PRELOAD=1, off by default until this has passed): kernel-check
 # of the preload cases, the CUDA tests and parity at 1, 2 and 16 sequences with it, then batch 1 and
 # 16 with and without, with eight keys in flight (MEMRA_DECODE_U=8: parity at 1 and 2 sequences,
-# batch 1 and 16), and f16 (RopeKV before attention) at batch 1 with and without.
+# batch 1 and 16). About 6 minutes; `tune-f16` times the f16 models with and without it.
 if [ "$MODE" = preload ]; then
 	step preload-kernel-check "$BIN" kernel-check --shapes llama3-8b,qwen3-8b --types q4_k --only attn_decode --reps 10
 	step preload-checks switch_checks preload MEMRA_DECODE_PRELOAD=1
@@ -280,12 +284,6 @@ if [ "$MODE" = preload ]; then
 	done
 	step preload-u8-bench switch_bench 1,16 MEMRA_DECODE_PRELOAD=1 MEMRA_DECODE_U=8
 	step u8-bench switch_bench 1 MEMRA_DECODE_U=8
-	f16_bench() {
-		synth "$MODELS/llama2-7b-f16.gguf" --preset llama2-7b --quant f16 --weights blocks || return 1
-		env "$@" "$BIN" bench "$MODELS/llama2-7b-f16.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r 5 -b 1
-	}
-	step preload-f16-on f16_bench MEMRA_DECODE_PRELOAD=1
-	step preload-f16-off f16_bench MEMRA_NOTHING=0
 fi
 
 # Decode attention splits sized by the card's multiprocessors (MEMRA_DECODE_LIVE=3, not yet run):
