@@ -41,11 +41,18 @@ func (a MMAArm) Validate() error {
 	return nil
 }
 
-// MMAArms lists every valid MMAArm of the search space.
+// MMAArms lists every searched MMAArm of the space: the valid ones but
+// the pipelined arms, which are not searched until they have run on a
+// GPU (mmaSpace).
 func MMAArms() []MMAArm {
 	return enumerate(MMAKnobs, func(v map[string]int) MMAArm {
 		return MMAArm{BM: v["bm"], BN: v["bn"], WarpsM: v["warps_m"], WarpsN: v["warps_n"], Pipe: v["pipe"]}
-	}, MMAArm.Validate)
+	}, func(a MMAArm) error {
+		if a.Pipe != 0 {
+			return ErrUnsupported
+		}
+		return a.Validate()
+	})
 }
 
 // String is the arm's short name used in kernel names and tables.
