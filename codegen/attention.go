@@ -396,15 +396,22 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 			})
 			w.Comment("this lane's first element of key 0 of the split")
 			w.Line("const size_t row0 = (size_t)(kv_base[seq] + j0) * HKV * HD + kvh * HD + gl * VEC;")
+			// rowLoads writes the loads of slot u's key and value vectors at
+			// cache element r into kr and vr; ld formats the load of a
+			// pointer ("*%s", or "__ldcg(%s)" past L1)
+			rowLoads := func(kr, vr, ld string) {
+				w.For("i", "0", "NV", "1", -1, func() {
+					for _, c := range [][2]string{{kr, "kc"}, {vr, "vc"}} {
+						w.Linef("%s[u][i] = %s;", c[0], fmt.Sprintf(ld, fmt.Sprintf("(const %s*)(%s + r + i * (LPK * VEC))", raw, c[1])))
+					}
+				})
+			}
 			// load writes the loads of the key and value rows of step jb into kr and vr
 			load := func(jb, kr, vr string) {
 				w.For("u", "0", "U", "1", -1, func() {
 					w.Comment("slots past the split's end reload its last key (in bounds) and are masked below")
 					w.Linef("const size_t r = row0 + (size_t)min(%s + u * KPW + grp, n - 1) * (HKV * HD);", jb)
-					w.For("i", "0", "NV", "1", -1, func() {
-						w.Linef("%s[u][i] = *(const %s*)(kc + r + i * (LPK * VEC));", kr, raw)
-						w.Linef("%s[u][i] = *(const %s*)(vc + r + i * (LPK * VEC));", vr, raw)
-					})
+					rowLoads(kr, vr, "*%s")
 				})
 			}
 			if arm.Preload {
@@ -422,10 +429,7 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 						w.If("j0 + j == len - 1", func() {
 							w.Comment("past L1, which may hold the line as it was before the wait")
 							w.Line("const size_t r = row0 + (size_t)j * (HKV * HD);")
-							w.For("i", "0", "NV", "1", -1, func() {
-								w.Linef("kp[u][i] = __ldcg((const %s*)(kc + r + i * (LPK * VEC)));", raw)
-								w.Linef("vp[u][i] = __ldcg((const %s*)(vc + r + i * (LPK * VEC)));", raw)
-							})
+							rowLoads("kp", "vp", "__ldcg(%s)")
 						})
 					})
 				})

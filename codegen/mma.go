@@ -41,19 +41,20 @@ func (a MMAArm) Validate() error {
 	return nil
 }
 
-// MMAArms lists every searched MMAArm of the space: the valid ones but
-// the pipelined arms, which are not searched until they have run on a
-// GPU (mmaSpace).
+// MMAArms lists every searched MMAArm of the space (mmaSearched).
 func MMAArms() []MMAArm {
-	return enumerate(MMAKnobs, func(v map[string]int) MMAArm {
-		return MMAArm{BM: v["bm"], BN: v["bn"], WarpsM: v["warps_m"], WarpsN: v["warps_n"], Pipe: v["pipe"]}
-	}, func(a MMAArm) error {
-		if a.Pipe != 0 {
+	return enumerate(MMAKnobs, func(v map[string]int) MMAArm { return MMAArmOf(v) }, func(a MMAArm) error {
+		if !mmaSearched(a) {
 			return ErrUnsupported
 		}
 		return a.Validate()
 	})
 }
+
+// mmaSearched reports whether the search space holds a valid MMAArm: not
+// the pipelined arms until they have run on a GPU (kernel-check runs two
+// of them; MEMRA_MMA chooses one).
+func mmaSearched(a MMAArm) bool { return a.Pipe == 0 }
 
 // String is the arm's short name used in kernel names and tables.
 func (a MMAArm) String() string {

@@ -210,13 +210,12 @@ func Spaces() []Space {
 }
 
 // mmaSpace is the mma family's space; "pipe" is optional (0), so the
-// entries recorded before it existed stay valid points. The pipelined
-// arms are valid but not searched until they have run on a GPU
-// (kernel-check runs two of them; MEMRA_MMA chooses one).
+// entries recorded before it existed stay valid points, and only the
+// mmaSearched arms are searched.
 func mmaSpace() Space {
 	s := armSpace("mma", MMAKnobs, DefaultMMAArm.Point(), MMAArmOf)
 	s.optional = Point{"pipe": 0}
-	s.unsearched = func(p Point) bool { return MMAArmOf(p).Pipe != 0 }
+	s.unsearched = func(p Point) bool { return !mmaSearched(MMAArmOf(p)) }
 	return s
 }
 

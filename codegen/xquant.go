@@ -723,24 +723,22 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 				if e.NormIn {
 					emitXQNormBarrier(w, mb)
 				}
+				// store writes the results (rn is empty without NormIn)
+				store := func() {
+					if e.Rope {
+						emitXQStoreRope(w, e.RopeShape.Cache, rn)
+					} else {
+						emitXQStoreScaled(w, residual, rn)
+					}
+				}
 				switch {
 				case e.QuantOut || e.SwiGLUOut:
 					emitXQQuantOut(w, e, rn, split)
 				case split:
 					w.Comment("warp ks 0 of each row set holds the sums and stores them")
-					w.If("ks == 0", func() {
-						if e.Rope {
-							emitXQStoreRope(w, e.RopeShape.Cache, rn)
-						} else {
-							emitXQStoreScaled(w, residual, rn)
-						}
-					})
-				case e.Rope:
-					emitXQStoreRope(w, e.RopeShape.Cache, rn)
-				case e.NormIn:
-					emitXQStoreScaled(w, residual, rn)
+					w.If("ks == 0", store)
 				default:
-					emitXQStore(w, residual)
+					store()
 				}
 			}})
 		})

@@ -51,16 +51,7 @@ func DecodePreload(shape string, as codegen.AttnShape, lens []int32, capacity, k
 	if keys > 0 {
 		c.Label, c.Class = fmt.Sprintf("%s+u%d", c.Label, keys), fmt.Sprintf("%s_u%d", c.Class, keys)
 	}
-	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
-		a := codegen.DecodeArmOf(arm)
-		a.Preload, a.KeysInFlight = true, keys
-		p, cb, err := codegen.DecodeAttention(as, a)
-		if err != nil {
-			return nil, err
-		}
-		return []*codegen.Kernel{p, cb}, nil
-	}
-	return c
+	return withDecodeArm(c, as, func(a *codegen.DecodeArm) { a.Preload, a.KeysInFlight = true, keys })
 }
 
 // DecodeLive3 is DecodeLive with the splits sized by a card of sms
@@ -70,9 +61,15 @@ func DecodePreload(shape string, as codegen.AttnShape, lens []int32, capacity, k
 func DecodeLive3(shape string, as codegen.AttnShape, lens []int32, capacity, sms int, seed uint64) *Case {
 	c := DecodeLive(shape, as, lens, capacity, seed)
 	c.Label, c.Class = "attn_decode_live3", c.Class+"_live3"
+	return withDecodeArm(c, as, func(a *codegen.DecodeArm) { a.Live, a.SMs = 3, sms })
+}
+
+// withDecodeArm makes decode case c run the partial and combine pair of
+// each arm as set changes it (the options lowering sets, not knobs).
+func withDecodeArm(c *Case, as codegen.AttnShape, set func(*codegen.DecodeArm)) *Case {
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		a := codegen.DecodeArmOf(arm)
-		a.Live, a.SMs = 3, sms
+		set(&a)
 		p, cb, err := codegen.DecodeAttention(as, a)
 		if err != nil {
 			return nil, err

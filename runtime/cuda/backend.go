@@ -272,7 +272,7 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 	case opts.GEMVSplitRows > 0:
 		base.GEMVSplitRows, base.GEMVSplitK = opts.GEMVSplitRows, opts.GEMVSplitK
 	case opts.GEMVSplitRows == 0:
-		base.GEMVSplitBlocks = cmp.Or(opts.Multiprocessors, DefaultMultiprocessors)
+		base.GEMVSplitBlocks = base.Multiprocessors
 	}
 	if opts.Untuned {
 		base.Arms, base.Pick = codegen.Arms{}, nil
@@ -654,29 +654,31 @@ func envOptions(o *BackendOptions) error {
 		}
 		o.GEMVSplitRows, o.GEMVSplitK = n, kn
 	}
-	if v := os.Getenv("MEMRA_DECODE_U"); v != "" {
+	// the integer switches: variable, range, what a bad value is told, where it goes
+	for _, e := range []struct {
+		name   string
+		lo, hi int
+		want   string
+		set    func(int)
+	}{
+		{"MEMRA_DECODE_U", 1, 16, "1 to 16 keys in flight per lane group", func(n int) { o.DecodeKeysInFlight = n }},
+		{"MEMRA_DECODE_SPLITS", 0, 4096, "0 (capacity/chunk) to 4096", func(n int) { o.DecodeMinSplits = n }},
+		{"MEMRA_DECODE_LIVE", 0, 3, "0, 1, 2 or 3", func(n int) {
+			o.DecodeLive = n
+			if n == 0 {
+				o.DecodeLive = -1 // the whole capacity
+			}
+		}},
+	} {
+		v := os.Getenv(e.name)
+		if v == "" {
+			continue
+		}
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 16 {
-			return bad("MEMRA_DECODE_U", v, "1 to 16 keys in flight per lane group")
+		if err != nil || n < e.lo || n > e.hi {
+			return bad(e.name, v, e.want)
 		}
-		o.DecodeKeysInFlight = n
-	}
-	if v := os.Getenv("MEMRA_DECODE_SPLITS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 4096 {
-			return bad("MEMRA_DECODE_SPLITS", v, "0 (capacity/chunk) to 4096")
-		}
-		o.DecodeMinSplits = n
-	}
-	if v := os.Getenv("MEMRA_DECODE_LIVE"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 3 {
-			return bad("MEMRA_DECODE_LIVE", v, "0, 1, 2 or 3")
-		}
-		o.DecodeLive = n
-		if n == 0 {
-			o.DecodeLive = -1
-		}
+		e.set(n)
 	}
 	if v := os.Getenv("MEMRA_MMA"); v != "" {
 		a, err := codegen.ParseMMAArm(v)
