@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/memra-ai/memra/ir/dtype"
@@ -107,8 +108,15 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 		if err := add(GEMV(t, nqkv, s.Hidden, false, DefaultGEMVArm)); err != nil {
 			return nil, err
 		}
-		if err := add(MatMulMMA(t, nqkv, s.Hidden, false, DefaultMMAArm)); err != nil {
-			return nil, err
+		// the default prefill product and its unpipelined form (products
+		// whose K is not a multiple of 64)
+		mma := DefaultMMAArm.ForK(s.Hidden)
+		unpiped := mma
+		unpiped.Pipe = 0
+		for _, a := range slices.Compact([]MMAArm{mma, unpiped}) {
+			if err := add(MatMulMMA(t, nqkv, s.Hidden, false, a)); err != nil {
+				return nil, err
+			}
 		}
 		// the decode products lowering runs untuned: repacked arms and fused prologues
 		var plain, fused []GEMVArm

@@ -44,12 +44,14 @@ func TestMMAPipeArm(t *testing.T) {
 	require.NoError(t, sp.Valid(Point{"bm": 64, "bn": 64, "warps_m": 2, "warps_n": 2}))
 	require.NoError(t, sp.Valid(a.Point()))
 	require.Equal(t, a, MMAArmOf(a.Point()))
+	pipes := map[int]int{}
 	for _, b := range MMAArms() {
-		require.Zero(t, b.Pipe)
-		b.Pipe = 1
-		require.NoError(t, sp.Valid(b.Point()), "every searched tiling is valid pipelined too")
+		pipes[b.Pipe]++
+		b.Pipe = 1 - b.Pipe
+		require.NoError(t, sp.Valid(b.Point()), "every tiling is valid with either pipe")
 	}
-	for _, p := range sp.Arms() {
-		require.Zero(t, MMAArmOf(p).Pipe, "the pipelined arms are not searched until they have run on a GPU")
-	}
+	require.Equal(t, pipes[0], pipes[1])
+	require.Len(t, sp.Arms(), len(MMAArms()), "both pipes are searched")
+	require.Equal(t, 1, DefaultMMAArm.Pipe)
+	require.Zero(t, DefaultMMAArm.ForK(2080).Pipe)
 }

@@ -210,12 +210,10 @@ func Spaces() []Space {
 }
 
 // mmaSpace is the mma family's space; "pipe" is optional (0), so the
-// entries recorded before it existed stay valid points, and only the
-// mmaSearched arms are searched.
+// entries recorded before it existed stay valid points.
 func mmaSpace() Space {
 	s := armSpace("mma", MMAKnobs, DefaultMMAArm.Point(), MMAArmOf)
 	s.optional = Point{"pipe": 0}
-	s.unsearched = func(p Point) bool { return !mmaSearched(MMAArmOf(p)) }
 	return s
 }
 

@@ -91,18 +91,22 @@ func TestKernelCheckCases(t *testing.T) {
 			}
 		}
 		if c.Family == "mma" {
-			// the pipelined arms where the tiny shape's rows allow them
-			want := 0
+			// the unpipelined tiling, and the larger pipelined ones where
+			// the shape's rows allow them
+			want := 1
 			if c.K%64 == 0 {
-				want = 2
+				want = 3
 			}
 			require.Len(t, c.ExtraArms, want, c.Label)
-			for _, a := range c.ExtraArms {
+			for i, a := range c.ExtraArms {
 				l, err := c.Launch(a)
 				require.NoError(t, err, c.Label)
-				require.Contains(t, l.Kernels[0].Name, "_p1", c.Label)
-				require.True(t, l.Kernels[0].Launch(l.Dims).Shared > 0, c.Label)
+				require.Equal(t, i > 0, strings.Contains(l.Kernels[0].Name, "_p1"), c.Label)
+				require.Equal(t, i > 0, l.Kernels[0].Launch(l.Dims).Shared > 0, c.Label)
 			}
+			def, err := c.Launch(c.Space().Default)
+			require.NoError(t, err, c.Label)
+			require.Equal(t, c.K%64 == 0, strings.Contains(def.Kernels[0].Name, "_p1"), "the default arm is pipelined where K allows: %s", c.Label)
 		}
 		switch c.Family {
 		case "attn_decode":

@@ -449,7 +449,7 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 	}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		if family == "mma" {
-			return one(codegen.MatMulMMA(t, n, k, residual, codegen.MMAArmOf(arm)))
+			return one(codegen.MatMulMMA(t, n, k, residual, codegen.MMAArmOf(arm).ForK(k))) // as lowering runs it
 		}
 		if a := codegen.GEMVArmOf(arm); a.XQ >= 2 {
 			return xqKernels(t, n, k, residual, a, codegen.Prologue{}, 0)

@@ -34,7 +34,7 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 		if rowOK(t, s.Hidden) {
 			cs = append(cs, Embedding(s.Name, t, s.Hidden, seed),
 				withQuantArms(Product(s.Name, "gemv", "qkv", t, qkv, s.Hidden, 1, true, seed), t, s.Hidden),
-				withPipeArms(Product(s.Name, "mma", "qkv", t, qkv, s.Hidden, 64, true, seed), s.Hidden),
+				withMMAArms(Product(s.Name, "mma", "qkv", t, qkv, s.Hidden, 64, true, seed), s.Hidden),
 				GemmSmall(s.Name, "qkv", t, qkv, s.Hidden, 8, true, seed))
 			if codegen.Repackable(t) {
 				c := withQuantArms(Product(s.Name, "gemv", "qkv", t, qkv, s.Hidden, 12, true, seed), t, s.Hidden)
@@ -105,11 +105,14 @@ func withQuantArms(c *Case, t dtype.Type, k int) *Case {
 	return c
 }
 
-// withPipeArms adds to an mma case the pipelined arms (codegen.MMAArm
-// Pipe 1, not yet the default) that rows of k elements allow: large and
-// small tiles.
-func withPipeArms(c *Case, k int) *Case {
-	for _, a := range []codegen.MMAArm{{BM: 128, BN: 128, WarpsM: 2, WarpsN: 4, Pipe: 1}, {BM: 64, BN: 64, WarpsM: 2, WarpsN: 2, Pipe: 1}} {
+// withMMAArms adds to an mma case, whose default arm is pipelined
+// (codegen.DefaultMMAArm, Pipe 0 where k is not a multiple of 64), the
+// unpipelined tiling of the same size (the earlier default) and, where rows
+// of k elements allow them, two larger pipelined tilings: 128×128, and
+// 64×128 (eight warps), the fastest pp512 arm of the H200 sweep.
+func withMMAArms(c *Case, k int) *Case {
+	c.ExtraArms = append(c.ExtraArms, codegen.MMAArm{BM: 64, BN: 64, WarpsM: 2, WarpsN: 2}.Point())
+	for _, a := range []codegen.MMAArm{{BM: 128, BN: 128, WarpsM: 2, WarpsN: 4, Pipe: 1}, {BM: 64, BN: 128, WarpsM: 2, WarpsN: 4, Pipe: 1}} {
 		if a.ForK(k) == a {
 			c.ExtraArms = append(c.ExtraArms, a.Point())
 		}

@@ -117,14 +117,13 @@ type BackendOptions struct {
 	// the H200 it decoded llama2-7b q4_k_m batch 1 at 0.91×; kept for
 	// comparison.
 	GEMVPrefetch bool
-	// DecodePreload: decode attention reads its first keys and values
-	// before its dependency wait, and the kernel before it triggers it
-	// early (codegen.LowerOptions.DecodePreload; MEMRA_DECODE_PRELOAD=1).
-	// Off until its default path has run on a GPU: the same kernels, set
-	// through MEMRA_PDL=early:REGEX on the H200, decoded llama2-7b q4_k_m
-	// batch 1 at 520.33 against 510.87 tok/s and passed parity
-	// (docs/PERFORMANCE.md, session 9).
-	DecodePreload bool
+	// NoDecodePreload turns off what is on by default: decode attention
+	// reads its first keys and values before its dependency wait, and the
+	// kernel before it triggers it early (codegen.LowerOptions.DecodePreload;
+	// MEMRA_DECODE_PRELOAD=0 turns it off). On the H200 it decoded llama2-7b
+	// q4_k_m batch 1 at 512.69 against 503.33 tok/s and passed parity at 1,
+	// 2 and 16 sequences and the CUDA tests (docs/PERFORMANCE.md, session 10).
+	NoDecodePreload bool
 	// DecodeKeysInFlight replaces decode attention's keys in flight per
 	// lane group (codegen.DecodeArm.KeysInFlight; MEMRA_DECODE_U=N, 1 to
 	// 16; not yet run on a GPU): 8 takes a 128-key split of 128-dim f16
@@ -266,7 +265,7 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue, FuseFloat: opts.FuseFloat,
 		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct > 0 || (opts.RopeInProduct == 0 && opts.MaxSeqs == 1),
 		FusedAttention: opts.FusedAttention, DecodeMinSplits: max(0, opts.DecodeMinSplits),
-		GEMVPrefetch: opts.GEMVPrefetch, DecodePreload: opts.DecodePreload, DecodeKeysInFlight: opts.DecodeKeysInFlight,
+		GEMVPrefetch: opts.GEMVPrefetch, DecodePreload: !opts.NoDecodePreload, DecodeKeysInFlight: opts.DecodeKeysInFlight,
 		Multiprocessors: cmp.Or(opts.Multiprocessors, DefaultMultiprocessors)}
 	switch { // negative: neither rule
 	case opts.GEMVSplitRows > 0:
@@ -576,7 +575,7 @@ const DefaultMultiprocessors = codegen.DefaultMultiprocessors
 // types), MEMRA_GEMV_LARGE (the GEMV of steps of 16 rows or more, or off),
 // MEMRA_ROPE_IN_PRODUCT=0|1 (none or every program; unset, one-sequence
 // programs), MEMRA_ATTN_FUSED=1, MEMRA_GEMV_SPLIT=off|ROWS[/K],
-// MEMRA_PDL=early|early:REGEX|off, MEMRA_DECODE_SPLITS=N, MEMRA_DECODE_PRELOAD=1,
+// MEMRA_PDL=early|early:REGEX|off, MEMRA_DECODE_SPLITS=N, MEMRA_DECODE_PRELOAD=0,
 // MEMRA_GEMV_PREFETCH=1, MEMRA_MMA=ARM, MEMRA_DECODE_U=N. A value it cannot read is an error naming the
 // variable, not a silent default. (MEMRA_DROP, a timing diagnostic, is
 // read by newBackend.)
@@ -587,16 +586,17 @@ func envOptions(o *BackendOptions) error {
 	if v := os.Getenv("MEMRA_KV_CACHE"); v != "" && o.Cache == "" {
 		o.Cache = v
 	}
-	// the switches that are off unless set to 1
+	// the 0-or-1 switches: each sets its flag when the variable equals when
 	for _, e := range []struct {
-		name string
-		on   *bool
-	}{{"MEMRA_SMALL_BATCH", &o.SmallBatch}, {"MEMRA_ATTN_FUSED", &o.FusedAttention}, {"MEMRA_GEMV_PREFETCH", &o.GEMVPrefetch},
-		{"MEMRA_DECODE_PRELOAD", &o.DecodePreload}} {
+		name, when string
+		set        *bool
+	}{{"MEMRA_SMALL_BATCH", "1", &o.SmallBatch}, {"MEMRA_ATTN_FUSED", "1", &o.FusedAttention},
+		{"MEMRA_GEMV_PREFETCH", "1", &o.GEMVPrefetch}, {"MEMRA_DECODE_PRELOAD", "0", &o.NoDecodePreload}} {
 		switch v := os.Getenv(e.name); v {
-		case "", "0":
-		case "1":
-			*e.on = true
+		case "", "0", "1":
+			if v == e.when {
+				*e.set = true
+			}
 		default:
 			return bad(e.name, v, "0 or 1")
 		}

@@ -327,7 +327,7 @@ func TestEnvOptions(t *testing.T) {
 	t.Setenv("MEMRA_GEMV_SPLIT", "4096")
 	t.Setenv("MEMRA_DECODE_SPLITS", "32")
 	t.Setenv("MEMRA_GEMV_PREFETCH", "1")
-	t.Setenv("MEMRA_DECODE_PRELOAD", "1")
+	t.Setenv("MEMRA_DECODE_PRELOAD", "0")
 	t.Setenv("MEMRA_MMA", "m128_n128_w2x4_p1")
 	t.Setenv("MEMRA_DECODE_U", "8")
 	var o BackendOptions
@@ -346,7 +346,7 @@ func TestEnvOptions(t *testing.T) {
 	require.Equal(t, 4096, o.GEMVSplitRows)
 	require.Equal(t, 32, o.DecodeMinSplits)
 	require.True(t, o.GEMVPrefetch)
-	require.True(t, o.DecodePreload)
+	require.True(t, o.NoDecodePreload)
 	require.Equal(t, codegen.MMAArm{BM: 128, BN: 128, WarpsM: 2, WarpsN: 4, Pipe: 1}, o.Arms.MMA)
 	require.Equal(t, 8, o.DecodeKeysInFlight)
 	t.Setenv("MEMRA_PDL", "early:^attn_combine")
