@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|xq3|large|rope|attn|both|split|preload|live3|mma-pipe|drop|profile|ncu]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|xq3|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|drop|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -328,6 +328,25 @@ if [ "$MODE" = mma-pipe ]; then
 	done
 fi
 
+# The defaults as they stand, checked and timed in one call (about 8 minutes): kernel-check of the
+# prefill product's arms and decode attention, the CUDA tests and parity at 1, 2 and 16 sequences,
+# then llama2-7b q4_k_m at batch 1 and 16 (pp512 with the default and the 8-warp prefill arm) and the
+# 1B f16 model at batch 1. It also says where cuBLASLt is on the machine (cublas.txt).
+if [ "$MODE" = defaults ]; then
+	{ ls /usr/local/cuda*/lib64/libcublasLt.so* /usr/local/cuda*/targets/x86_64-linux/lib/libcublasLt.so* 2>/dev/null
+		find / -xdev -name 'libcublasLt.so*' 2>/dev/null | head; } >"$OUT/cublas.txt"
+	step defaults-kernel-check-mma "$BIN" kernel-check --shapes llama3-8b --types q4_k,q6_k,f16 --only mma --reps 5
+	step defaults-kernel-check-attn "$BIN" kernel-check --shapes llama3-8b --types q4_k --only attn_decode --reps 5
+	step defaults-checks switch_checks defaults MEMRA_NOTHING=0
+	step defaults-bench-q4 switch_bench 1,16 MEMRA_NOTHING=0
+	step defaults-pp-q4-w2x4 env MEMRA_MMA=m64_n128_w2x4_p1 "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 0 -r 5
+	f16_bench() {
+		synth "$MODELS/llama3.2-1b-f16.gguf" --preset llama3.2-1b --quant f16 --weights blocks || return 1
+		"$BIN" bench "$MODELS/llama3.2-1b-f16.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r 5 -b 1
+	}
+	step defaults-bench-1b-f16 f16_bench
+fi
+
 # What each kernel class costs inside the batch-1 decode graph: llama2-7b q4_k_m with the class's
 # launches left out (MEMRA_DROP; the tokens are wrong, the timing is the point). The cost of a
 # class is 1/(tok/s) with it less 1/(tok/s) without.
@@ -375,4 +394,5 @@ printf '%s\n' "${rows[@]}"
 [ "$MODE" = large ] && grep -H -E '^\| 2.*tg' "$OUT"/large-*.log
 case $MODE in rope | attn | both | split) grep -H -E '^\| 2.*tg' "$OUT/$MODE"-bench-*.log ;; esac
 [ "$MODE" = ncu ] && cat "$OUT"/ncu-*.log
+[ "$MODE" = defaults ] && grep -H -E '^\| 2' "$OUT"/defaults-*.log && cat "$OUT/cublas.txt"
 exit $failed
