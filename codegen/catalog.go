@@ -98,6 +98,10 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 			}
 		}
 	}
+	// the activations of a prefill product run by cuBLASLt, rounded to bf16
+	if err := add(RoundBF16(s.Hidden)); err != nil {
+		return nil, err
+	}
 	for _, t := range types {
 		if checkRow(t, s.Hidden) != nil {
 			continue
@@ -117,6 +121,10 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 			if err := add(MatMulMMA(t, nqkv, s.Hidden, false, a)); err != nil {
 				return nil, err
 			}
+		}
+		// its weights as bf16 rows, for a prefill product run by cuBLASLt
+		if err := add(DequantBF16(t, nqkv, s.Hidden)); err != nil {
+			return nil, err
 		}
 		// the decode products lowering runs untuned: repacked arms and fused prologues
 		var plain, fused []GEMVArm

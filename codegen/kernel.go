@@ -33,6 +33,9 @@ type Kernel struct {
 	Params []Param // the kernel's parameters, in order
 	// Launch returns the geometry for the symbolic dims d.
 	Launch func(d Dims) Geometry
+	// Product, when set, is the product the kernel computes (MatMulMMA),
+	// for a runtime that can run it through a matrix library instead.
+	Product *ProductShape
 }
 
 // EarlyTrigger returns k with its programmatic dependent launch trigger

@@ -84,7 +84,7 @@ func matMulMMAPipe(t dtype.Type, n, k int, residual bool, arm MMAArm, name strin
 				w.Line("pdl_launch();")
 			}})
 		})
-	return &Kernel{Family: "mma", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
+	return &Kernel{Family: "mma", Name: name, Source: src, Params: params, Product: &ProductShape{Type: t, N: n, K: k, Residual: residual}, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(ceilDiv(n, arm.BN), ceilDiv(d.Tokens, arm.BM), 1), Block: dim3(threads, 1, 1), Shared: uint32(shared)}
 	}}, nil
 }

@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|xq3|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|drop|profile|ncu]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|xq3|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|drop|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -347,6 +347,29 @@ if [ "$MODE" = defaults ]; then
 	step defaults-bench-1b-f16 f16_bench
 fi
 
+# Prefill products through cuBLASLt (MEMRA_PREFILL=blas): its CUDA test (the same greedy tokens
+# as the generated product), CPU parity with it and with the 8-warp generated arm, then pp512 of
+# llama2-7b q4_k_m (default, blas, the 8-warp arm), the 1B f16 (default, blas) and llama2-7b f16
+# (blas, and tg128 with the defaults). --roofline measures cuBLASLt's own 8192³ product as the
+# reference where the library is found. About 8 minutes.
+if [ "$MODE" = blas ]; then
+	step blas-cuda-tests sh -c 'cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run "TestGPUPrefillBLAS|TestLowerSynthCompiles"'
+	step blas-parity-p2 env MEMRA_PREFILL=blas "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts 2 --tie-tol 0.02 --tie-sigma 3
+	step blas-parity-w2x4-p2 env MEMRA_MMA=m64_n128_w2x4_p1 "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts 2 --tie-tol 0.02 --tie-sigma 3
+	pp_of() { # pp_of PRESET QUANT GEN ENV…
+		local p=$1 q=$2 n=$3
+		shift 3
+		synth "$MODELS/$p-$q.gguf" --preset "$p" --quant "$q" --weights blocks || return 1
+		env "$@" "$BIN" bench "$MODELS/$p-$q.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n "$n" -r 5
+	}
+	step blas-pp-q4-blas pp_of llama2-7b q4_k_m 0 MEMRA_PREFILL=blas
+	step blas-pp-q4-mma pp_of llama2-7b q4_k_m 0 MEMRA_PREFILL=mma
+	step blas-pp-q4-w2x4 pp_of llama2-7b q4_k_m 0 MEMRA_PREFILL=mma MEMRA_MMA=m64_n128_w2x4_p1
+	step blas-pp-1b-blas pp_of llama3.2-1b f16 0 MEMRA_PREFILL=blas
+	step blas-pp-1b-w2x4 pp_of llama3.2-1b f16 0 MEMRA_PREFILL=mma MEMRA_MMA=m64_n128_w2x4_p1
+	step blas-7b-f16-blas pp_of llama2-7b f16 128 MEMRA_PREFILL=blas
+fi
+
 # What each kernel class costs inside the batch-1 decode graph: llama2-7b q4_k_m with the class's
 # launches left out (MEMRA_DROP; the tokens are wrong, the timing is the point). The cost of a
 # class is 1/(tok/s) with it less 1/(tok/s) without.
@@ -394,5 +417,6 @@ printf '%s\n' "${rows[@]}"
 [ "$MODE" = large ] && grep -H -E '^\| 2.*tg' "$OUT"/large-*.log
 case $MODE in rope | attn | both | split) grep -H -E '^\| 2.*tg' "$OUT/$MODE"-bench-*.log ;; esac
 [ "$MODE" = ncu ] && cat "$OUT"/ncu-*.log
+[ "$MODE" = blas ] && grep -H -E '^\| 2|^roofline' "$OUT"/blas-*.log
 [ "$MODE" = defaults ] && grep -H -E '^\| 2' "$OUT"/defaults-*.log && cat "$OUT/cublas.txt"
 exit $failed

@@ -52,8 +52,9 @@ min–max in tokens per second. Without MODEL the embedded default model runs.
 When prompt and generation do not fit the model's context, the prompt is cut.
 
 --roofline (CUDA) measures in the same run a device-to-device copy of 2 GiB
-(read + write bytes, median of 5) and the bf16 tensor-core product of the
-prefill path at 8192×8192×8192, and reports tg as weight bandwidth (weight
+(read + write bytes, median of 5) and a bf16 product at 8192×8192×8192
+(cuBLASLt's where the library is found, with memra's own prefill product
+beside it; else memra's own), and reports tg as weight bandwidth (weight
 bytes read per step × steps/s) against the copy rate and pp as TFLOP/s
 (2 × product parameters × tokens + attention) against the product.`,
 		Args: cobra.MaximumNArgs(1),

@@ -32,6 +32,10 @@ type roofline struct {
 	MatmulKernel string  `json:"matmul_kernel"`
 	MatmulDims   [3]int  `json:"matmul_mnk"`
 	MatmulTFLOPs float64 `json:"matmul_tflops"`
+	// OwnKernel and OwnTFLOPs are memra's own bf16 product at the same size
+	// when the reference above is cuBLASLt's (empty otherwise).
+	OwnKernel string  `json:"own_matmul_kernel,omitempty"`
+	OwnTFLOPs float64 `json:"own_matmul_tflops,omitempty"`
 }
 
 // benchReport turns results into the table, JSON, plot and PERFORMANCE.md rows.
@@ -122,6 +126,17 @@ func (r *benchReport) measureRoofline(b runtime.Backend, stderr io.Writer) error
 	}
 	r.roof = &roofline{Card: info.Name, Driver: driverString(info.DriverVersion), CopyBytes: rooflineCopyBytes, CopyBW: bw,
 		MatmulKernel: mm.Kernel, MatmulDims: [3]int{mm.M, mm.N, mm.K}, MatmulTFLOPs: mm.TFLOPs()}
+	// the card's own rate, where cuBLASLt is there, is the reference; ours is noted beside it
+	if err := cuda.BLASAvailable(); err != nil {
+		fmt.Fprintf(stderr, "bench: roofline: no cuBLASLt (%v); prefill is measured against memra's own product\n", err)
+		return nil
+	}
+	bl, err := cuda.BLASThroughput(dev, rooflineMatmul, rooflineMatmul, rooflineMatmul, rooflineReps)
+	if err != nil {
+		return fmt.Errorf("bench: cuBLASLt matmul throughput: %w", err)
+	}
+	r.roof.OwnKernel, r.roof.OwnTFLOPs = r.roof.MatmulKernel, r.roof.MatmulTFLOPs
+	r.roof.MatmulKernel, r.roof.MatmulTFLOPs = bl.Kernel, bl.TFLOPs()
 	return nil
 }
 
@@ -211,6 +226,9 @@ func (r *benchReport) write(w io.Writer) error {
 		fmt.Fprintf(w, "roofline: %s (%s): copy %.0f GB/s (cuMemcpyDtoD %d GiB, read+write, median of %d); bf16 product %.1f TFLOP/s (%s, %d×%d×%d, median of %d); weights read per decode step %.3f GB\n\n",
 			r.roof.Card, r.roof.Driver, r.roof.CopyBW/1e9, r.roof.CopyBytes>>30, rooflineReps, r.roof.MatmulTFLOPs, r.roof.MatmulKernel,
 			r.roof.MatmulDims[0], r.roof.MatmulDims[1], r.roof.MatmulDims[2], rooflineReps, float64(cost.DecodeBytes)/1e9)
+		if r.roof.OwnKernel != "" {
+			fmt.Fprintf(w, "roofline: memra's own bf16 product at the same size: %.1f TFLOP/s (%s)\n\n", r.roof.OwnTFLOPs, r.roof.OwnKernel)
+		}
 	}
 	if err := writeMarkdownTable(w, table); err != nil {
 		return err
@@ -312,7 +330,11 @@ func (r *benchReport) perfRows(rows []benchRow, cost modelCost) []string {
 		var notes []string
 		if r.roof != nil {
 			if row.TFLOPs > 0 {
-				notes = append(notes, fmt.Sprintf("%.1f TFLOP/s of %.1f (%s %d³)", row.TFLOPs, r.roof.MatmulTFLOPs, r.roof.MatmulKernel, r.roof.MatmulDims[0]))
+				note := fmt.Sprintf("%.1f TFLOP/s of %.1f (%s %d³", row.TFLOPs, r.roof.MatmulTFLOPs, r.roof.MatmulKernel, r.roof.MatmulDims[0])
+				if r.roof.OwnKernel != "" {
+					note += fmt.Sprintf("; %s %.1f", r.roof.OwnKernel, r.roof.OwnTFLOPs)
+				}
+				notes = append(notes, note+")")
 			} else {
 				notes = append(notes, fmt.Sprintf("%.0f GB/s weights of %.0f GB/s copy; %.3f GB/step", row.GBs, r.roof.CopyBW/1e9, float64(cost.DecodeBytes)/1e9))
 			}

@@ -129,6 +129,12 @@ type BackendOptions struct {
 	// 16; not yet run on a GPU): 8 takes a 128-key split of 128-dim f16
 	// heads in one step.
 	DecodeKeysInFlight int
+	// PrefillBLAS chooses how the prefill program's tensor-core products
+	// (codegen.MatMulMMA) run: "mma" as generated, "blas" through cuBLASLt
+	// on the same bf16 operands (prefill.go; an error where cuBLASLt is not
+	// found), "" the default (DefaultPrefillBLAS; mma where cuBLASLt is not
+	// found). MEMRA_PREFILL sets it.
+	PrefillBLAS string
 	// PrefillGEMV uses the float32 GEMV for prefill products instead of the
 	// bf16 tensor-core product (exact against the CPU, slower).
 	PrefillGEMV bool
@@ -199,6 +205,8 @@ type Backend struct {
 	closed bool
 
 	prof *profiler // set during ProfileDecode
+
+	bpf *blasPrefill // the cuBLASLt arm of the prefill products, or nil
 
 	// drop: decode launches of kernels whose names match are left out
 	// (MEMRA_DROP, a timing diagnostic: the outputs are wrong)
@@ -367,6 +375,13 @@ func (b *Backend) load(m *load.Model, target string) error {
 	cached := cacheLayers(dec) // a pipeline stage caches only its own layers
 	cacheBytes = per * 2 * int64(len(cached))
 	need := wbytes + cacheBytes + arena + int64(codegen.NumInputs)*int64(b.inCap)*4
+	useBLAS, err := b.prefillBLAS()
+	if err != nil {
+		return err
+	}
+	if useBLAS {
+		need += blasScratchBytes(pre, b.opts.PrefillTokens)
+	}
 	return b.dev.Do(func(c *Ctx) error {
 		free, total, err := c.MemInfo()
 		if err != nil {
@@ -382,6 +397,11 @@ func (b *Backend) load(m *load.Model, target string) error {
 		}
 		if err := b.loadModules(c, images); err != nil {
 			return err
+		}
+		if useBLAS {
+			if b.bpf, err = b.newBLASPrefill(c, target); err != nil {
+				return fmt.Errorf("cuBLASLt prefill: %w", err)
+			}
 		}
 		ptrs := map[string]DevicePtr{}
 		for _, w := range weights {
@@ -418,6 +438,36 @@ func (b *Backend) load(m *load.Model, target string) error {
 		// in flight; the step stream does not wait for the legacy stream.
 		return c.Synchronize()
 	})
+}
+
+// DefaultPrefillBLAS is whether prefill products run through cuBLASLt
+// where BackendOptions.PrefillBLAS is unset and the library is found.
+const DefaultPrefillBLAS = false
+
+// prefillBLAS resolves BackendOptions.PrefillBLAS: whether the prefill
+// products run through cuBLASLt.
+func (b *Backend) prefillBLAS() (bool, error) {
+	switch b.opts.PrefillBLAS {
+	case "mma":
+		return false, nil
+	case "blas":
+		if err := BLASAvailable(); err != nil {
+			return false, fmt.Errorf("prefill through cuBLASLt: %w", err)
+		}
+		return true, nil
+	case "":
+		if !DefaultPrefillBLAS {
+			return false, nil
+		}
+		if err := BLASAvailable(); err != nil {
+			if b.opts.Logf != nil {
+				b.opts.Logf("prefill products run on memra's own kernel: %v", err)
+			}
+			return false, nil
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: prefill arm %q: want blas or mma", ErrArg, b.opts.PrefillBLAS)
 }
 
 func gib(n int64) float64 { return float64(n) / (1 << 30) }
@@ -518,7 +568,7 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	err := b.dev.Do(func(c *Ctx) error {
-		var errs []error
+		errs := []error{b.bpf.close()}
 		for _, g := range b.graphs {
 			errs = append(errs, c.DestroyGraphExec(g))
 		}
@@ -576,7 +626,7 @@ const DefaultMultiprocessors = codegen.DefaultMultiprocessors
 // MEMRA_ROPE_IN_PRODUCT=0|1 (none or every program; unset, one-sequence
 // programs), MEMRA_ATTN_FUSED=1, MEMRA_GEMV_SPLIT=off|ROWS[/K],
 // MEMRA_PDL=early|early:REGEX|off, MEMRA_DECODE_SPLITS=N, MEMRA_DECODE_PRELOAD=0,
-// MEMRA_GEMV_PREFETCH=1, MEMRA_MMA=ARM, MEMRA_DECODE_U=N. A value it cannot read is an error naming the
+// MEMRA_GEMV_PREFETCH=1, MEMRA_MMA=ARM, MEMRA_DECODE_U=N, MEMRA_PREFILL=blas|mma. A value it cannot read is an error naming the
 // variable, not a silent default. (MEMRA_DROP, a timing diagnostic, is
 // read by newBackend.)
 func envOptions(o *BackendOptions) error {
@@ -679,6 +729,15 @@ func envOptions(o *BackendOptions) error {
 			return bad(e.name, v, e.want)
 		}
 		e.set(n)
+	}
+	switch v := os.Getenv("MEMRA_PREFILL"); v {
+	case "":
+	case "blas", "mma":
+		if o.PrefillBLAS == "" {
+			o.PrefillBLAS = v
+		}
+	default:
+		return bad("MEMRA_PREFILL", v, "blas or mma")
 	}
 	if v := os.Getenv("MEMRA_MMA"); v != "" {
 		a, err := codegen.ParseMMAArm(v)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/ir/dtype"
 	"github.com/memra-ai/memra/runtime"
 	"github.com/memra-ai/memra/runtime/cpu"
 	"github.com/memra-ai/memra/runtime/load"
@@ -280,6 +281,32 @@ func TestGPUGraphsEqualPlain(t *testing.T) {
 	}
 }
 
+// TestGPUPrefillBLAS: prefill products through cuBLASLt multiply the
+// operands the generated product multiplies, so the two arms agree to the
+// order of their f32 sums: every greedy token and near-identical logits,
+// for quantised and bf16 weights (the latter used without a dequantising
+// launch). Skipped where cuBLASLt is not found.
+func TestGPUPrefillBLAS(t *testing.T) {
+	gpuOrSkip(t)
+	if err := BLASAvailable(); err != nil {
+		t.Skipf("no cuBLASLt: %v", err)
+	}
+	for _, q := range []string{"q4_k_m", "bf16"} {
+		t.Run(q, func(t *testing.T) {
+			m := synthModel(t, "llama3-8b", q, synth.WeightsFloat)
+			mma := gpuBackend(t, m, BackendOptions{MaxSeqs: 4, PrefillBLAS: "mma"})
+			bl := gpuBackend(t, m, BackendOptions{MaxSeqs: 4, PrefillBLAS: "blas"})
+			require.NotNil(t, bl.bpf)
+			require.NotEmpty(t, bl.bpf.prods)
+			require.Nil(t, mma.bpf)
+			rep, err := Parity(context.Background(), mma, bl, prompts(m.HParams.VocabSize, 4, 40, 3), 8, 1)
+			require.NoError(t, err)
+			require.True(t, rep.Pass(0.9999, 0, 3), "mismatches %d, min cosine %.6f, worst %.2f×", rep.Mismatches, rep.MinCosine, rep.MaxGapSigma)
+			t.Logf("cuBLASLt against the generated product: %d of %d greedy tokens differ, min cosine %.7f", rep.Mismatches, 4*8, rep.MinCosine)
+		})
+	}
+}
+
 // TestLowerSynthCompiles lowers each synthesized architecture for both
 // classes (no GPU) and, where NVRTC is present, compiles every kernel to
 // compute_90 PTX.
@@ -293,10 +320,30 @@ func TestLowerSynthCompiles(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, dec.Buffers.Check())
 			require.NoError(t, pre.Buffers.Check())
+			// the cuBLASLt arm replaces every tensor-core prefill product, with
+			// a dequantising kernel unless its weights are bf16 already
+			prods, wbytes, xbytes, err := blasPlanProducts(pre, 128)
+			require.NoError(t, err)
+			var helpers []*codegen.Kernel
+			for i, k := range pre.Kernels {
+				bp := prods[i]
+				require.Equal(t, k.Family == "mma", bp != nil, k.Name)
+				if bp == nil {
+					continue
+				}
+				require.Equal(t, *k.Product, bp.shape)
+				require.Equal(t, bp.shape.Type != dtype.BF16, bp.deq != nil, k.Name)
+				require.LessOrEqual(t, 2*128*bp.shape.K, xbytes)
+				if bp.deq != nil {
+					require.LessOrEqual(t, 2*bp.shape.N*bp.shape.K, wbytes)
+					helpers = append(helpers, bp.deq)
+				}
+				helpers = append(helpers, bp.round)
+			}
 			if nvErr != nil || testing.Short() {
 				return
 			}
-			for _, p := range []*codegen.Program{dec, pre} {
+			for _, p := range []*codegen.Program{dec, pre, {Kernels: helpers}} {
 				for _, k := range p.Kernels {
 					if seen[k.Name] {
 						continue
@@ -329,6 +376,7 @@ func TestEnvOptions(t *testing.T) {
 	t.Setenv("MEMRA_GEMV_PREFETCH", "1")
 	t.Setenv("MEMRA_DECODE_PRELOAD", "0")
 	t.Setenv("MEMRA_MMA", "m128_n128_w2x4_p1")
+	t.Setenv("MEMRA_PREFILL", "blas")
 	t.Setenv("MEMRA_DECODE_U", "8")
 	var o BackendOptions
 	require.NoError(t, envOptions(&o))
@@ -349,6 +397,7 @@ func TestEnvOptions(t *testing.T) {
 	require.True(t, o.NoDecodePreload)
 	require.Equal(t, codegen.MMAArm{BM: 128, BN: 128, WarpsM: 2, WarpsN: 4, Pipe: 1}, o.Arms.MMA)
 	require.Equal(t, 8, o.DecodeKeysInFlight)
+	require.Equal(t, "blas", o.PrefillBLAS)
 	t.Setenv("MEMRA_PDL", "early:^attn_combine")
 	var ep BackendOptions
 	require.NoError(t, envOptions(&ep))
@@ -377,7 +426,7 @@ func TestEnvOptions(t *testing.T) {
 	for name, v := range map[string]string{"MEMRA_GEMV_QUANT": "xq99", "MEMRA_GEMV_BATCH": "fast", "MEMRA_FUSE": "no",
 		"MEMRA_DECODE_LIVE": "4", "MEMRA_SMALL_BATCH": "yes", "MEMRA_PDL": "soon", "MEMRA_QUANT_OUT": "norm,gate",
 		"MEMRA_GEMV_LARGE": "tensor", "MEMRA_ROPE_IN_PRODUCT": "yes", "MEMRA_GEMV_SPLIT": "4096/x",
-		"MEMRA_ATTN_FUSED": "2", "MEMRA_DECODE_SPLITS": "-3", "MEMRA_GEMV_PREFETCH": "on", "MEMRA_DECODE_PRELOAD": "yes", "MEMRA_MMA": "m128_n128", "MEMRA_DECODE_U": "0"} {
+		"MEMRA_ATTN_FUSED": "2", "MEMRA_DECODE_SPLITS": "-3", "MEMRA_GEMV_PREFETCH": "on", "MEMRA_DECODE_PRELOAD": "yes", "MEMRA_MMA": "m128_n128", "MEMRA_DECODE_U": "0", "MEMRA_PREFILL": "cublas"} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv(name, v)
 			err := envOptions(&BackendOptions{})
