@@ -86,6 +86,11 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 	if err := add(PrefillAttention(s.Attn(cache), DefaultPrefillArm)); err != nil {
 		return nil, err
 	}
+	if FlashSupported(s.Attn(cache)) {
+		if err := add(FlashPrefillAttention(s.Attn(cache), DefaultFlashArm)); err != nil {
+			return nil, err
+		}
+	}
 	nqkv := (s.Heads + 2*s.HeadsKV) * s.HeadDim
 	// the quantisers of the XQ 2 products: after the norm, of the SwiGLU, plain
 	for _, q := range []struct {

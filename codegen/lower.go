@@ -173,6 +173,10 @@ type LowerOptions struct {
 	// Kernel.EarlyTrigger variants of its kernels, so that attention's
 	// blocks start while that kernel runs.
 	DecodePreload bool
+	// FlashPrefill runs prefill attention on tensor cores
+	// (FlashPrefillAttention) where it has a kernel for the shape (an f16
+	// cache, heads of at most 128 dimensions); elsewhere PrefillAttention.
+	FlashPrefill bool
 	// DecodeKeysInFlight is DecodeArm.KeysInFlight of decode attention
 	// (zero: the tiling's own).
 	DecodeKeysInFlight int

@@ -1128,7 +1128,13 @@ func (l *lowerer) attention(att *ir.Node) error {
 		kc2, _ := l.kernel(c, nil)
 		writeDst(kc2, bufArg(pov), bufArg(pmlv), inArg(InKVLen), bufArg(dst), constArg(splits))
 	default:
-		k, err := l.kernel(PrefillAttention(s, l.prefillArm(AttnClass(s))))
+		var k int
+		var err error
+		if l.o.FlashPrefill && FlashSupported(s) {
+			k, err = l.kernel(FlashPrefillAttention(s, DefaultFlashArm))
+		} else {
+			k, err = l.kernel(PrefillAttention(s, l.prefillArm(AttnClass(s))))
+		}
 		if err != nil {
 			return err
 		}

@@ -222,7 +222,7 @@ switch_bench() { # switch_bench BATCHES ENV…: bench llama2-7b q4_k_m with the 
 switch_checks() { # switch_checks NAME ENV…: the CUDA tests and parity with the switches ENV; fails if any does
 	local name=$1 rc=0
 	shift
-	(cd runtime/cuda && env "$@" ../../.gpu/cuda.test -test.count=1 -test.run 'TestGPUSynthParity|TestGPUBatchEqualsAlone|TestGPUGraphsEqualPlain') >"$OUT/$name-cuda-tests.log" 2>&1 || rc=1
+	(cd runtime/cuda && env "$@" ../../.gpu/cuda.test -test.v -test.count=1 -test.run 'TestGPUSynthParity|TestGPUBatchEqualsAlone|TestGPUGraphsEqualPlain|TestGPUPrefillBLAS|TestGPUStories') >"$OUT/$name-cuda-tests.log" 2>&1 || rc=1
 	for p in 1 2 16; do
 		env "$@" "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --tie-tol 0.02 --tie-sigma "$(sigma $p)" >"$OUT/$name-parity-p$p.log" 2>&1 || rc=1
 	done
@@ -337,6 +337,7 @@ if [ "$MODE" = defaults ]; then
 		find / -xdev -name 'libcublasLt.so*' 2>/dev/null | head; } >"$OUT/cublas.txt"
 	step defaults-kernel-check-mma "$BIN" kernel-check --shapes llama3-8b --types q4_k,q6_k,f16 --only mma --reps 5
 	step defaults-kernel-check-attn "$BIN" kernel-check --shapes llama3-8b --types q4_k --only attn_decode --reps 5
+	step defaults-kernel-check-flash "$BIN" kernel-check --shapes llama3-8b,qwen2.5-7b,tiny --types q4_k --only attn_ --reps 5
 	step defaults-checks switch_checks defaults MEMRA_NOTHING=0
 	step defaults-bench-q4 switch_bench 1,16 MEMRA_NOTHING=0
 	step defaults-pp-q4-w2x4 env MEMRA_MMA=m64_n128_w2x4_p1 "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 0 -r 5
@@ -345,6 +346,8 @@ if [ "$MODE" = defaults ]; then
 		"$BIN" bench "$MODELS/llama3.2-1b-f16.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r 5 -b 1
 	}
 	step defaults-bench-1b-f16 f16_bench
+	step defaults-pp-q4-warp env MEMRA_ATTN_PREFILL=warp "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 0 -r 5
+	step defaults-7b-f16 sh -c '"$0" synth --quiet --preset llama2-7b --quant f16 --weights blocks -o "$1" && "$0" bench "$1" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r 5 -b 1' "$BIN" "$MODELS/llama2-7b-f16.gguf"
 fi
 
 # Prefill products through cuBLASLt (MEMRA_PREFILL=blas): its CUDA test (the same greedy tokens

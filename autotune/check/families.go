@@ -401,6 +401,21 @@ func Prefill(shape string, as codegen.AttnShape, ntok, p0 int, seed uint64) *Cas
 	return c
 }
 
+// FlashPrefill is Prefill's case for the tensor-core prefill attention
+// (codegen.FlashPrefillAttention, the arm lowering runs), within
+// codegen.FlashTol; nil where it has no kernel for the shape.
+func FlashPrefill(shape string, as codegen.AttnShape, ntok, p0 int, seed uint64) *Case {
+	if !codegen.FlashSupported(as) {
+		return nil
+	}
+	c := Prefill(shape, as, ntok, p0, seed)
+	c.Label, c.Tol = "attn_flash", codegen.FlashTol
+	c.kernels = func(codegen.Point) ([]*codegen.Kernel, error) {
+		return one(codegen.FlashPrefillAttention(as, codegen.DefaultFlashArm))
+	}
+	return c
+}
+
 // Embedding looks up ids in a 512-row table of type t.
 func Embedding(shape string, t dtype.Type, dim int, seed uint64) *Case {
 	dt := strings.ToLower(t.String())

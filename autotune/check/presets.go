@@ -29,6 +29,12 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 		DecodePreload(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1, 20}, 4096, 8, seed),
 		DecodeLive3(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1, 20}, 4096, 132, seed),
 	}
+	// tensor-core prefill attention: one block of keys, then several, the first warps done early
+	for _, c := range []*Case{FlashPrefill(s.Name, s.Attn(dtype.F16), 48, 16, seed), FlashPrefill(s.Name, s.Attn(dtype.F16), 100, 150, seed)} {
+		if c != nil {
+			cs = append(cs, c)
+		}
+	}
 	qkv := (s.Heads + 2*s.HeadsKV) * s.HeadDim
 	for _, t := range types {
 		if rowOK(t, s.Hidden) {

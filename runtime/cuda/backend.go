@@ -135,6 +135,11 @@ type BackendOptions struct {
 	// found), "" the default (DefaultPrefillBLAS; mma where cuBLASLt is not
 	// found). MEMRA_PREFILL sets it.
 	PrefillBLAS string
+	// PrefillAttention chooses prefill attention: "flash" on tensor cores
+	// (codegen.FlashPrefillAttention, where it has a kernel for the shape),
+	// "warp" a warp per query (codegen.PrefillAttention), "" the default
+	// (DefaultFlashPrefill). MEMRA_ATTN_PREFILL sets it.
+	PrefillAttention string
 	// PrefillGEMV uses the float32 GEMV for prefill products instead of the
 	// bf16 tensor-core product (exact against the CPU, slower).
 	PrefillGEMV bool
@@ -274,6 +279,7 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct > 0 || (opts.RopeInProduct == 0 && opts.MaxSeqs == 1),
 		FusedAttention: opts.FusedAttention, DecodeMinSplits: max(0, opts.DecodeMinSplits),
 		GEMVPrefetch: opts.GEMVPrefetch, DecodePreload: !opts.NoDecodePreload, DecodeKeysInFlight: opts.DecodeKeysInFlight,
+		FlashPrefill:    opts.PrefillAttention == "flash" || (opts.PrefillAttention == "" && DefaultFlashPrefill),
 		Multiprocessors: cmp.Or(opts.Multiprocessors, DefaultMultiprocessors)}
 	switch { // negative: neither rule
 	case opts.GEMVSplitRows > 0:
@@ -442,7 +448,11 @@ func (b *Backend) load(m *load.Model, target string) error {
 
 // DefaultPrefillBLAS is whether prefill products run through cuBLASLt
 // where BackendOptions.PrefillBLAS is unset and the library is found.
-const DefaultPrefillBLAS = false
+const DefaultPrefillBLAS = true
+
+// DefaultFlashPrefill is whether prefill attention runs on tensor cores
+// where BackendOptions.PrefillAttention is unset.
+const DefaultFlashPrefill = true
 
 // prefillBLAS resolves BackendOptions.PrefillBLAS: whether the prefill
 // products run through cuBLASLt.
@@ -626,7 +636,7 @@ const DefaultMultiprocessors = codegen.DefaultMultiprocessors
 // MEMRA_ROPE_IN_PRODUCT=0|1 (none or every program; unset, one-sequence
 // programs), MEMRA_ATTN_FUSED=1, MEMRA_GEMV_SPLIT=off|ROWS[/K],
 // MEMRA_PDL=early|early:REGEX|off, MEMRA_DECODE_SPLITS=N, MEMRA_DECODE_PRELOAD=0,
-// MEMRA_GEMV_PREFETCH=1, MEMRA_MMA=ARM, MEMRA_DECODE_U=N, MEMRA_PREFILL=blas|mma. A value it cannot read is an error naming the
+// MEMRA_GEMV_PREFETCH=1, MEMRA_MMA=ARM, MEMRA_DECODE_U=N, MEMRA_PREFILL=blas|mma, MEMRA_ATTN_PREFILL=flash|warp. A value it cannot read is an error naming the
 // variable, not a silent default. (MEMRA_DROP, a timing diagnostic, is
 // read by newBackend.)
 func envOptions(o *BackendOptions) error {
@@ -729,6 +739,15 @@ func envOptions(o *BackendOptions) error {
 			return bad(e.name, v, e.want)
 		}
 		e.set(n)
+	}
+	switch v := os.Getenv("MEMRA_ATTN_PREFILL"); v {
+	case "":
+	case "flash", "warp":
+		if o.PrefillAttention == "" {
+			o.PrefillAttention = v
+		}
+	default:
+		return bad("MEMRA_ATTN_PREFILL", v, "flash or warp")
 	}
 	switch v := os.Getenv("MEMRA_PREFILL"); v {
 	case "":

@@ -1,0 +1,235 @@
+package codegen
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// FlashArm is the tuning of the tensor-core prefill attention.
+type FlashArm struct {
+	Warps int // warps per block, 16 queries each
+}
+
+// DefaultFlashArm is the arm lowering uses: 64 queries a block.
+var DefaultFlashArm = FlashArm{Warps: 4}
+
+// FlashTol is the check tolerance (relative L2 error against the f32
+// reference) of FlashPrefillAttention: its queries and probabilities are
+// rounded to f16.
+const FlashTol = 5e-3
+
+// flashKeys is the keys a block stages in shared memory at a time.
+const flashKeys = 64
+
+// FlashSupported reports whether FlashPrefillAttention has a kernel for s:
+// an f16 cache and heads of 16 to 128 dimensions in steps of 16.
+func FlashSupported(s AttnShape) bool {
+	return s.validate() == nil && s.Cache == dtype.F16 && s.HeadDim%16 == 0 && s.HeadDim >= 16 && s.HeadDim <= 128
+}
+
+// FlashPrefillAttention returns causal prefill attention on tensor cores
+// (mma.sync m16n8k16, f16 operands, f32 accumulation), with the parameters
+// and results of PrefillAttention:
+//
+//	attn_flash(const float* q, const u16* kc, const u16* vc,
+//	           const int* tok_base, const int* tok_pos, float* out, int ntok)
+//
+// A block takes 16·Warps consecutive tokens of one query head; each warp
+// holds 16 of them as an m16 tile. For each run of tokens of one sequence
+// (one tok_base) in the block, the block stages that sequence's keys and
+// values, flashKeys rows at a time, in shared memory; each warp scores its
+// queries against them (Q·Kᵀ, the B fragments read by ldmatrix), masks
+// the keys past each token's position and those of other sequences, keeps
+// an online softmax per row, and adds P·V (P rounded to f16, V fragments
+// by ldmatrix.trans). Queries are scaled and rounded to f16, so the result
+// differs from PrefillAttention's f32 arithmetic by f16 rounding (kernel-
+// check's tolerance FlashTol). grid (⌈ntok/(16·Warps)⌉, HQ).
+func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
+	if !FlashSupported(s) {
+		return nil, fmt.Errorf("%w: tensor-core prefill attention for %s", ErrUnsupported, s.tag())
+	}
+	if arm.Warps < 1 || arm.Warps > 16 {
+		return nil, fmt.Errorf("%w: flash attention arm %+v", ErrUnsupported, arm)
+	}
+	name := fmt.Sprintf("attn_flash_%s_w%d", s.tag(), arm.Warps)
+	params := []Param{{"const float* __restrict__", "q"}, {"const u16* __restrict__", "kc"}, {"const u16* __restrict__", "vc"},
+		{"const int* __restrict__", "tok_base"}, {"const int* __restrict__", "tok_pos"}, {"float* __restrict__", "out"}, {"int", "ntok"}}
+	threads := 32 * arm.Warps
+	src := source(fmt.Sprintf("causal prefill attention on tensor cores: %s, %d warps", s.tag(), arm.Warps), []string{"types", "pdl"}, func(w *Writer) {
+		s.defines(w)
+		w.Linef("#define NW %d // warps, 16 queries each", arm.Warps)
+		w.Linef("#define KB %d // keys staged at a time", flashKeys)
+		w.Line("#define LDK (HD + 8) // shared row stride in halves: rows start 16 bytes apart in bank order")
+		w.Line("#define D16 (HD / 16) // k steps of Q·Kᵀ")
+		w.Line("#define NTO (HD / 8) // n tiles of the output")
+		w.Linef("#define NEG_INF %s", cfloat(float32(math.Inf(-1))))
+		w.Blank()
+		w.Comment("c += a·b, 16×16 f16 times 16×8 f16 into f32.")
+		w.Emit(Func{Name: "mma_f16", Params: []Param{{"float*", "c"}, {"const u32*", "a"}, {"u32", "b0"}, {"u32", "b1"}}, Body: func(w *Writer) {
+			w.Line(`asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"`)
+			w.Line(`    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));`)
+		}})
+		w.Comment("lo and hi rounded to f16, lo in the low half.")
+		w.Emit(Func{Name: "pack_h2", Return: "u32", Params: []Param{{"float", "lo"}, {"float", "hi"}}, Body: func(w *Writer) {
+			w.Line("u32 r;")
+			w.Line(`asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));`)
+			w.Line("return r;")
+		}})
+		w.Emit(Func{Name: "smem_addr", Return: "u32", Params: []Param{{"const void*", "p"}}, Body: func(w *Writer) {
+			w.Line("u32 a;")
+			w.Line(`asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));`)
+			w.Line("return a;")
+		}})
+		w.Emit(Func{Name: "ldsm_x4", Params: []Param{{"const u16*", "p"}, {"u32*", "r"}}, Body: func(w *Writer) {
+			w.Line(`asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"`)
+			w.Line(`    : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));`)
+		}})
+		w.Emit(Func{Name: "ldsm_x4_t", Params: []Param{{"const u16*", "p"}, {"u32*", "r"}}, Body: func(w *Writer) {
+			w.Line(`asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"`)
+			w.Line(`    : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));`)
+		}})
+		w.Emit(Func{Name: name, Global: true, LaunchBounds: threads, Params: params, Body: func(w *Writer) {
+			w.Line("__shared__ __align__(16) u16 Ks[KB * LDK];")
+			w.Line("__shared__ __align__(16) u16 Vs[KB * LDK];")
+			w.Line("__shared__ int sb[NW * 16], sp[NW * 16];")
+			w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
+			w.Line("const int h = blockIdx.y, kvh = h / GROUP, t0 = blockIdx.x * (NW * 16);")
+			w.Line("pdl_wait();")
+			w.Comment("the block's tokens: sequence (cache row of position 0) and position; -1 past ntok")
+			w.For("i", "threadIdx.x", "NW * 16", "NW * 32", 0, func() {
+				w.Line("const bool ok = t0 + i < ntok;")
+				w.Line("sb[i] = ok ? tok_base[t0 + i] : -1;")
+				w.Line("sp[i] = ok ? tok_pos[t0 + i] : -1;")
+			})
+			w.Line("__syncthreads();")
+			w.Comment("this lane's rows of the warp's tile: ra (g) and rb (g + 8)")
+			w.Line("const int ra = warp * 16 + g, rb = ra + 8;")
+			w.Line("const int basea = sb[ra], baseb = sb[rb], posa = sp[ra], posb = sp[rb];")
+			w.Comment("Q as A fragments, scaled and rounded to f16: a0 row ra, a1 row rb, dims 2t, 2t+1 (+8 in a2, a3)")
+			w.Line("u32 qf[D16][4];")
+			w.Line("const float* qa = q + (size_t)min(t0 + ra, ntok - 1) * QSTRIDE + h * HD + 2 * t;")
+			w.Line("const float* qb = q + (size_t)min(t0 + rb, ntok - 1) * QSTRIDE + h * HD + 2 * t;")
+			w.For("ks", "0", "D16", "1", -1, func() {
+				w.Line("qf[ks][0] = pack_h2(qa[16 * ks] * SCALE, qa[16 * ks + 1] * SCALE);")
+				w.Line("qf[ks][1] = pack_h2(qb[16 * ks] * SCALE, qb[16 * ks + 1] * SCALE);")
+				w.Line("qf[ks][2] = pack_h2(qa[16 * ks + 8] * SCALE, qa[16 * ks + 9] * SCALE);")
+				w.Line("qf[ks][3] = pack_h2(qb[16 * ks + 8] * SCALE, qb[16 * ks + 9] * SCALE);")
+			})
+			w.Line("float o[NTO][4];")
+			w.For("n", "0", "NTO", "1", -1, func() {
+				w.For("e", "0", "4", "1", -1, func() { w.Line("o[n][e] = 0.f;") })
+			})
+			w.Line("float ma = NEG_INF, mb = NEG_INF, la = 0.f, lb = 0.f;")
+			w.Comment("each run of tokens of one sequence (fillInputs keeps a sequence's tokens together)")
+			w.Line("int i0 = 0;")
+			w.Block("while (i0 < NW * 16 && sb[i0] >= 0)", func() {
+				w.Line("const int b = sb[i0];")
+				w.Line("int i1 = i0, maxpos = -1;")
+				w.Block("while (i1 < NW * 16 && sb[i1] == b)", func() {
+					w.Line("maxpos = max(maxpos, sp[i1]);")
+					w.Line("++i1;")
+				})
+				w.Line("int wmax = -1; // the last key any row of this warp reads in this run")
+				w.For("r", "warp * 16", "warp * 16 + 16", "1", -1, func() {
+					w.If("sb[r] == b", func() { w.Line("wmax = max(wmax, sp[r]);") })
+				})
+				w.Block("for (int c0 = 0; c0 <= maxpos; c0 += KB)", func() {
+					w.Line("__syncthreads(); // the previous keys are read")
+					w.For("idx", "threadIdx.x", "KB * (HD / 8)", "NW * 32", 0, func() {
+						w.Line("const int r = idx / (HD / 8), seg = idx % (HD / 8);")
+						w.Line("uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;")
+						w.If("c0 + r <= maxpos", func() {
+							w.Line("const size_t off = ((size_t)(b + c0 + r) * HKV + kvh) * HD + 8 * seg;")
+							w.Line("kv = *(const uint4*)(kc + off);")
+							w.Line("vv = *(const uint4*)(vc + off);")
+						})
+						w.Line("*(uint4*)(Ks + r * LDK + 8 * seg) = kv;")
+						w.Line("*(uint4*)(Vs + r * LDK + 8 * seg) = vv;")
+					})
+					w.Line("__syncthreads();")
+					w.If("c0 > wmax", func() { w.Line("continue; // causal: none of these keys for this warp") })
+					w.Comment("S = Q·Kᵀ over the staged keys: n tile j holds keys 8j .. 8j+7")
+					w.Line("float s[KB / 8][4];")
+					w.For("j", "0", "KB / 8", "1", -1, func() {
+						w.For("e", "0", "4", "1", -1, func() { w.Line("s[j][e] = 0.f;") })
+					})
+					w.For("ks", "0", "D16", "1", -1, func() {
+						w.For("jp", "0", "KB / 16", "1", -1, func() {
+							w.Line("u32 kf[4]; // keys 16jp.. (dims 16ks.., +8), keys 16jp+8.. (the same)")
+							w.Line("ldsm_x4(Ks + (16 * jp + (lane & 7) + 8 * (lane >> 4)) * LDK + 16 * ks + 8 * ((lane >> 3) & 1), kf);")
+							w.Line("mma_f16(s[2 * jp], qf[ks], kf[0], kf[1]);")
+							w.Line("mma_f16(s[2 * jp + 1], qf[ks], kf[2], kf[3]);")
+						})
+					})
+					w.Comment("mask: keys past the row's position or of another sequence")
+					w.Line("float xa = NEG_INF, xb = NEG_INF;")
+					w.For("j", "0", "KB / 8", "1", -1, func() {
+						w.For("e", "0", "2", "1", -1, func() {
+							w.Line("const int key = c0 + 8 * j + 2 * t + e;")
+							w.If("basea != b || key > posa", func() { w.Line("s[j][e] = NEG_INF;") })
+							w.If("baseb != b || key > posb", func() { w.Line("s[j][2 + e] = NEG_INF;") })
+							w.Line("xa = fmaxf(xa, s[j][e]);")
+							w.Line("xb = fmaxf(xb, s[j][2 + e]);")
+						})
+					})
+					w.Line("xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));")
+					w.Line("xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));")
+					w.Line("xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));")
+					w.Line("xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));")
+					w.Line("const float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);")
+					w.Line("const float ua = na == NEG_INF ? 0.f : na, ub = nb == NEG_INF ? 0.f : nb; // rows with no key yet")
+					w.Line("const float ca = __expf(ma - ua), cb = __expf(mb - ub);")
+					w.Line("la *= ca;")
+					w.Line("lb *= cb;")
+					w.For("n", "0", "NTO", "1", -1, func() {
+						w.Line("o[n][0] *= ca;")
+						w.Line("o[n][1] *= ca;")
+						w.Line("o[n][2] *= cb;")
+						w.Line("o[n][3] *= cb;")
+					})
+					w.Line("ma = na;")
+					w.Line("mb = nb;")
+					w.Comment("P as A fragments of P·V: k step kk is n tiles 2kk (a0, a1) and 2kk+1 (a2, a3)")
+					w.Line("u32 pf[KB / 16][4];")
+					w.For("j", "0", "KB / 8", "1", -1, func() {
+						w.Line("const float p0 = __expf(s[j][0] - ua), p1 = __expf(s[j][1] - ua);")
+						w.Line("const float p2 = __expf(s[j][2] - ub), p3 = __expf(s[j][3] - ub);")
+						w.Line("la += p0 + p1;")
+						w.Line("lb += p2 + p3;")
+						w.Line("pf[j >> 1][2 * (j & 1)] = pack_h2(p0, p1);")
+						w.Line("pf[j >> 1][2 * (j & 1) + 1] = pack_h2(p2, p3);")
+					})
+					w.For("kk", "0", "KB / 16", "1", -1, func() {
+						w.For("np", "0", "NTO / 2", "1", -1, func() {
+							w.Line("u32 vf[4]; // keys 16kk.. and 16kk+8.. of dims 16np.., then of dims 16np+8..")
+							w.Line("ldsm_x4_t(Vs + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * LDK + 16 * np + 8 * (lane >> 4), vf);")
+							w.Line("mma_f16(o[2 * np], pf[kk], vf[0], vf[1]);")
+							w.Line("mma_f16(o[2 * np + 1], pf[kk], vf[2], vf[3]);")
+						})
+					})
+				})
+				w.Line("i0 = i1;")
+			})
+			w.Comment("the rows' sums over the quad, then the normalised output")
+			w.Line("la += __shfl_xor_sync(0xffffffffu, la, 1);")
+			w.Line("la += __shfl_xor_sync(0xffffffffu, la, 2);")
+			w.Line("lb += __shfl_xor_sync(0xffffffffu, lb, 1);")
+			w.Line("lb += __shfl_xor_sync(0xffffffffu, lb, 2);")
+			w.Line("const float ia = 1.f / la, ib = 1.f / lb;")
+			w.For("n", "0", "NTO", "1", -1, func() {
+				w.If("t0 + ra < ntok", func() {
+					w.Line("*(float2*)(out + (size_t)(t0 + ra) * HQ * HD + h * HD + 8 * n + 2 * t) = make_float2(o[n][0] * ia, o[n][1] * ia);")
+				})
+				w.If("t0 + rb < ntok", func() {
+					w.Line("*(float2*)(out + (size_t)(t0 + rb) * HQ * HD + h * HD + 8 * n + 2 * t) = make_float2(o[n][2] * ib, o[n][3] * ib);")
+				})
+			})
+			w.Line("pdl_launch();")
+		}})
+	})
+	return &Kernel{Family: "attn_flash", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
+		return Geometry{Grid: dim3(ceilDiv(d.Tokens, 16*arm.Warps), s.Heads, 1), Block: dim3(threads, 1, 1)}
+	}}, nil
+}
