@@ -11,7 +11,8 @@ import (
 // activations rounded to bf16, each exactly as MatMulMMA rounds them on
 // their way into shared memory (dq32 of the type, then f32_to_bf16), so
 // the library's product multiplies the same operands and only the order
-// of the f32 sums differs.
+// of the f32 sums differs. F16 weights are multiplied as they are, against
+// activations rounded to f16 (RoundHalf).
 
 // ProductShape is what a product kernel computes: y[m][N] (+)= x[m][K] ·
 // W[N][K]ᵀ over weights of Type in the file's layout. MatMulMMA sets it
@@ -68,30 +69,36 @@ func DequantBF16(t dtype.Type, n, k int) (*Kernel, error) {
 	}}, nil
 }
 
-// RoundBF16 returns the kernel rounding rows of k floats to bf16, eight a
-// thread:
+// RoundHalf returns the kernel rounding rows of k floats to t (BF16 or
+// F16, round to nearest even), eight a thread:
 //
 //	round_bf16(const float* x, u16* out, int m)
 //
 // grid (⌈m·k/8/256⌉) for m rows.
-func RoundBF16(k int) (*Kernel, error) {
+func RoundHalf(t dtype.Type, k int) (*Kernel, error) {
 	if k <= 0 || k%8 != 0 {
-		return nil, fmt.Errorf("%w: round rows of %d to bf16 (a multiple of 8)", ErrUnsupported, k)
+		return nil, fmt.Errorf("%w: round rows of %d to %v (a multiple of 8)", ErrUnsupported, k, t)
 	}
-	name := fmt.Sprintf("round_bf16_k%d", k)
+	if t != dtype.BF16 && t != dtype.F16 {
+		return nil, fmt.Errorf("%w: round activations to %v", ErrUnsupported, t)
+	}
+	tag := typeTag(t)
+	conv := "f32_to_" + tag
+	name := fmt.Sprintf("round_%s_k%d", tag, k)
 	params := []Param{{"const float* __restrict__", "x"}, {"u16* __restrict__", "out"}, {"int", "m"}}
-	src := source(fmt.Sprintf("round activation rows of %d to bf16", k), []string{"bf16"}, func(w *Writer) {
+	src := source(fmt.Sprintf("round activation rows of %d to %v", k, t), []string{tag}, func(w *Writer) {
 		w.Linef("#define K %d", k)
+		w.Linef("#define CONV %s", conv)
 		w.Blank()
 		w.Emit(Func{Name: name, Global: true, LaunchBounds: blasThreads, Params: params, Body: func(w *Writer) {
 			w.Linef("const size_t i = (size_t)blockIdx.x * %d + threadIdx.x; // chunk of 8", blasThreads)
 			w.If("i >= (size_t)m * (K / 8)", func() { w.Line("return;") })
 			w.Line("const float4 a = ((const float4*)x)[2 * i], b = ((const float4*)x)[2 * i + 1];")
-			w.Line("((uint4*)out)[i] = make_uint4((u32)f32_to_bf16(a.x) | ((u32)f32_to_bf16(a.y) << 16), (u32)f32_to_bf16(a.z) | ((u32)f32_to_bf16(a.w) << 16),")
-			w.Line("    (u32)f32_to_bf16(b.x) | ((u32)f32_to_bf16(b.y) << 16), (u32)f32_to_bf16(b.z) | ((u32)f32_to_bf16(b.w) << 16));")
+			w.Line("((uint4*)out)[i] = make_uint4((u32)CONV(a.x) | ((u32)CONV(a.y) << 16), (u32)CONV(a.z) | ((u32)CONV(a.w) << 16),")
+			w.Line("    (u32)CONV(b.x) | ((u32)CONV(b.y) << 16), (u32)CONV(b.z) | ((u32)CONV(b.w) << 16));")
 		}})
 	})
-	return &Kernel{Family: "round_bf16", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
+	return &Kernel{Family: "round_half", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(ceilDiv(d.Tokens*k/8, blasThreads), 1, 1), Block: dim3(blasThreads, 1, 1)}
 	}}, nil
 }

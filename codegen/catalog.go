@@ -103,9 +103,11 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 			}
 		}
 	}
-	// the activations of a prefill product run by cuBLASLt, rounded to bf16
-	if err := add(RoundBF16(s.Hidden)); err != nil {
-		return nil, err
+	// the activations of a prefill product run by cuBLASLt, rounded to bf16 or f16
+	for _, t := range []dtype.Type{dtype.BF16, dtype.F16} {
+		if err := add(RoundHalf(t, s.Hidden)); err != nil {
+			return nil, err
+		}
 	}
 	for _, t := range types {
 		if checkRow(t, s.Hidden) != nil {

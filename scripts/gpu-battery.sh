@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|xq3|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|drop|profile|ncu]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|xq3|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|drop|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -373,6 +373,19 @@ if [ "$MODE" = blas ]; then
 	step blas-7b-f16-blas pp_of llama2-7b f16 128 MEMRA_PREFILL=blas
 fi
 
+# F16-weight prefill products through cuBLASLt on f16 operands (no dequantising launch): the CUDA
+# tests, CPU parity of an f16 and a q4_k_m model at 2 sequences, then pp512 of llama2-7b f16 and of
+# the 1B f16 (cuBLASLt's bf16 8192³ the reference). About 4 minutes.
+if [ "$MODE" = f16-prefill ]; then
+	step f16p-cuda-tests sh -c 'cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run "TestGPUPrefillBLAS|TestGPUSynthParity|TestGPUBatchEqualsAlone"'
+	for q in f16 q4_k_m; do
+		step "f16p-parity-$q-p2" "$BIN" gpu-parity --preset llama3-8b --quant $q --layers 2 --dim 512 --steps 64 --prompts 2 --tie-tol 0.02 --tie-sigma 3
+	done
+	for p in llama2-7b llama3.2-1b; do
+		step "f16p-pp-$p" sh -c '"$0" synth --quiet --preset "$2" --quant f16 --weights blocks -o "$1" && "$0" bench "$1" --device cuda --roofline --no-progress --perf-rows -p 512 -n 0 -r 5' "$BIN" "$MODELS/$p-f16.gguf" "$p"
+	done
+fi
+
 # What each kernel class costs inside the batch-1 decode graph: llama2-7b q4_k_m with the class's
 # launches left out (MEMRA_DROP; the tokens are wrong, the timing is the point). The cost of a
 # class is 1/(tok/s) with it less 1/(tok/s) without.
@@ -420,6 +433,7 @@ printf '%s\n' "${rows[@]}"
 [ "$MODE" = large ] && grep -H -E '^\| 2.*tg' "$OUT"/large-*.log
 case $MODE in rope | attn | both | split) grep -H -E '^\| 2.*tg' "$OUT/$MODE"-bench-*.log ;; esac
 [ "$MODE" = ncu ] && cat "$OUT"/ncu-*.log
+[ "$MODE" = f16-prefill ] && grep -H -E '^\| 2|^roofline' "$OUT"/f16p-*.log
 [ "$MODE" = blas ] && grep -H -E '^\| 2|^roofline' "$OUT"/blas-*.log
 [ "$MODE" = defaults ] && grep -H -E '^\| 2' "$OUT"/defaults-*.log && cat "$OUT/cublas.txt"
 exit $failed

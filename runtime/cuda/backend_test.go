@@ -291,7 +291,9 @@ func TestGPUPrefillBLAS(t *testing.T) {
 	if err := BLASAvailable(); err != nil {
 		t.Skipf("no cuBLASLt: %v", err)
 	}
-	for _, q := range []string{"q4_k_m", "bf16"} {
+	// f16 weights are multiplied against f16 activations, not the generated
+	// product's bf16: a finer rounding, so near-ties may flip (tie-sigma 3)
+	for _, q := range []string{"q4_k_m", "bf16", "f16"} {
 		t.Run(q, func(t *testing.T) {
 			m := synthModel(t, "llama3-8b", q, synth.WeightsFloat)
 			mma := gpuBackend(t, m, BackendOptions{MaxSeqs: 4, PrefillBLAS: "mma"})
@@ -301,7 +303,11 @@ func TestGPUPrefillBLAS(t *testing.T) {
 			require.Nil(t, mma.bpf)
 			rep, err := Parity(context.Background(), mma, bl, prompts(m.HParams.VocabSize, 4, 40, 3), 8, 1)
 			require.NoError(t, err)
-			require.True(t, rep.Pass(0.9999, 0, 3), "mismatches %d, min cosine %.6f, worst %.2f×", rep.Mismatches, rep.MinCosine, rep.MaxGapSigma)
+			minCos := 0.9999
+			if q == "f16" {
+				minCos = 0.999
+			}
+			require.True(t, rep.Pass(minCos, 0, 3), "mismatches %d, min cosine %.6f, worst %.2f×", rep.Mismatches, rep.MinCosine, rep.MaxGapSigma)
 			t.Logf("cuBLASLt against the generated product: %d of %d greedy tokens differ, min cosine %.7f", rep.Mismatches, 4*8, rep.MinCosine)
 		})
 	}
@@ -332,7 +338,8 @@ func TestLowerSynthCompiles(t *testing.T) {
 					continue
 				}
 				require.Equal(t, *k.Product, bp.shape)
-				require.Equal(t, bp.shape.Type != dtype.BF16, bp.deq != nil, k.Name)
+				require.Equal(t, bp.shape.Type != dtype.BF16 && bp.shape.Type != dtype.F16, bp.deq != nil, k.Name)
+				require.Equal(t, bp.shape.Type == dtype.F16, bp.op == dtype.F16, k.Name)
 				require.LessOrEqual(t, 2*128*bp.shape.K, xbytes)
 				if bp.deq != nil {
 					require.LessOrEqual(t, 2*bp.shape.N*bp.shape.K, wbytes)

@@ -31,6 +31,7 @@ func blasDirs() []string {
 // The values of cuBLASLt's enums that memra uses (cublasLt.h, library_types.h).
 const (
 	blasR32F           = 0  // CUDA_R_32F
+	blasR16F           = 2  // CUDA_R_16F
 	blasR16BF          = 14 // CUDA_R_16BF
 	blasCompute32F     = 68 // CUBLAS_COMPUTE_32F
 	blasOpN            = 0  // CUBLAS_OP_N
@@ -124,6 +125,7 @@ type blas struct {
 type blasKey struct {
 	m, n, k  int
 	residual bool
+	f16      bool // f16 operands (else bf16)
 }
 
 // blasPlan is a product's descriptors and the algorithm cuBLASLt chose.
@@ -147,8 +149,9 @@ func newBLAS(ws DevicePtr) (*blas, error) {
 }
 
 // plan returns the descriptors and algorithm of key, choosing them on first
-// use: A the weights (bf16 rows of k, transposed), B the activations (bf16
-// rows of k), C and D the f32 output rows of n; compute and scale f32.
+// use: A the weights (bf16 or f16 rows of k, transposed), B the
+// activations (rows of k of the same type), C and D the f32 output rows
+// of n; compute and scale f32.
 func (b *blas) plan(key blasKey) (*blasPlan, error) {
 	if p, ok := b.plans[key]; ok {
 		return p, nil
@@ -166,11 +169,15 @@ func (b *blas) plan(key blasKey) (*blasPlan, error) {
 		return nil, err
 	}
 	// column-major views: W is k×n (ld k), x is k×m (ld k), y is n×m (ld n)
+	op := blasR16BF
+	if key.f16 {
+		op = blasR16F
+	}
 	for _, m := range []struct {
 		dst            *uintptr
 		typ            int
 		rows, cols, ld int
-	}{{&p.a, blasR16BF, key.k, key.n, key.k}, {&p.b, blasR16BF, key.k, key.m, key.k}, {&p.c, blasR32F, key.n, key.m, key.n}} {
+	}{{&p.a, op, key.k, key.n, key.k}, {&p.b, op, key.k, key.m, key.k}, {&p.c, blasR32F, key.n, key.m, key.n}} {
 		if err := l.check("cublasLtMatrixLayoutCreate", call(l.layoutCreate, uintptr(unsafe.Pointer(m.dst)), uintptr(m.typ), uintptr(m.rows), uintptr(m.cols), uintptr(m.ld))); err != nil {
 			return nil, err
 		}
@@ -190,13 +197,13 @@ func (b *blas) plan(key blasKey) (*blasPlan, error) {
 		return nil, err
 	}
 	if found < 1 {
-		return nil, fmt.Errorf("%w: no cublasLt algorithm for bf16 %d×%d×%d", ErrBLAS, key.m, key.n, key.k)
+		return nil, fmt.Errorf("%w: no cublasLt algorithm for %d×%d×%d (f16 %v)", ErrBLAS, key.m, key.n, key.k, key.f16)
 	}
 	b.plans[key] = p
 	return p, nil
 }
 
-// matmul queues y (+)= x · wᵀ on s: w bf16 [n][k], x bf16 [m][k], y f32 [m][n].
+// matmul queues y (+)= x · wᵀ on s: w [n][k] and x [m][k] bf16 (f16 with key.f16), y f32 [m][n].
 func (b *blas) matmul(key blasKey, w, x, y DevicePtr, s Stream) error {
 	p, err := b.plan(key)
 	if err != nil {

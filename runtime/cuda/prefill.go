@@ -12,10 +12,13 @@ import (
 // each launch of a MatMulMMA kernel in the prefill program becomes three
 // steps on the same stream: the weights dequantised to bf16 rows in a
 // scratch buffer (codegen.DequantBF16; bf16 weights are used as they are),
-// the activations rounded to bf16 (codegen.RoundBF16), and cuBLASLt's
+// the activations rounded to bf16 (codegen.RoundHalf), and cuBLASLt's
 // product with f32 accumulation into the same output (added to it for a
 // residual product). The operands are bit for bit those MatMulMMA
 // multiplies, so the two arms differ only in the order of the f32 sums.
+// F16 weights are the exception: they are multiplied as they are, against
+// activations rounded to f16 (finer than bf16, with f16's range), which
+// saves rewriting every weight at each prefill.
 
 // blasPrefill is the arm's state on the device.
 type blasPrefill struct {
@@ -27,7 +30,8 @@ type blasPrefill struct {
 // blasProduct is one product kernel's replacement.
 type blasProduct struct {
 	shape        codegen.ProductShape
-	deq, round   *codegen.Kernel // deq nil for bf16 weights
+	op           dtype.Type      // the operands' type: BF16, or F16 for f16 weights
+	deq, round   *codegen.Kernel // deq nil for bf16 and f16 weights
 	fdeq, fround Function
 }
 
@@ -42,15 +46,17 @@ func blasPlanProducts(p *codegen.Program, maxTokens int) (map[int]*blasProduct, 
 		if k.Family != "mma" || s == nil {
 			continue
 		}
-		bp := &blasProduct{shape: *s}
+		bp := &blasProduct{shape: *s, op: dtype.BF16}
 		var err error
-		if s.Type != dtype.BF16 {
+		if s.Type == dtype.F16 {
+			bp.op = dtype.F16
+		} else if s.Type != dtype.BF16 {
 			if bp.deq, err = codegen.DequantBF16(s.Type, s.N, s.K); err != nil {
 				return nil, 0, 0, err
 			}
 			wbytes = max(wbytes, 2*s.N*s.K)
 		}
-		if bp.round, err = codegen.RoundBF16(s.K); err != nil {
+		if bp.round, err = codegen.RoundHalf(bp.op, s.K); err != nil {
 			return nil, 0, 0, err
 		}
 		xbytes = max(xbytes, 2*maxTokens*s.K)
@@ -148,7 +154,7 @@ func (bpf *blasPrefill) run(c *Ctx, bp *blasProduct, w, x, y DevicePtr, m int, s
 	if err := c.Launch(bp.fround, LaunchConfig{Grid: g.Grid, Block: g.Block, Stream: s}, x, bpf.xbuf, int32(m)); err != nil {
 		return fmt.Errorf("kernel %s: %w", bp.round.Name, err)
 	}
-	key := blasKey{m: m, n: bp.shape.N, k: bp.shape.K, residual: bp.shape.Residual}
+	key := blasKey{m: m, n: bp.shape.N, k: bp.shape.K, residual: bp.shape.Residual, f16: bp.op == dtype.F16}
 	if err := bpf.bl.matmul(key, w, bpf.xbuf, y, s); err != nil {
 		return fmt.Errorf("prefill product %v %d×%d×%d: %w", bp.shape.Type, m, bp.shape.N, bp.shape.K, err)
 	}
