@@ -59,7 +59,7 @@ func init() {
 	f.Float64Var(&o.tieTol, "tie-tol", 0, "accept greedy disagreements where the reference's two logits differ by at most this (0: every token must agree)")
 	f.Float64Var(&o.tieSigma, "tie-sigma", 0, "accept greedy disagreements where the reference's two logits differ by at most this many times the RMS difference of the two backends' logits at that step (0: off)")
 	f.StringVar(&o.gpu.Cache, "cache", "f16", "KV cache type: f16, bf16, f32")
-	f.BoolVar(&o.gpu.PrefillGEMV, "prefill-gemv", false, "prefill with the float32 GEMV instead of the bf16 tensor-core product")
+	f.BoolVar(&o.gpu.PrefillGEMV, "prefill-gemv", false, "prefill with the float32 GEMV instead of the tensor-core product (cuBLASLt or generated)")
 	f.BoolVar(&o.gpu.NoGraphs, "no-graphs", false, "decode with plain launches instead of CUDA graphs")
 	f.BoolVar(&o.gpu.NoPDL, "no-pdl", false, "launch without programmatic dependent launch")
 	rootCmd.AddCommand(cmd)
@@ -116,10 +116,7 @@ func runParity(cmd *cobra.Command, args []string, o *parityOptions) error {
 	pass := rep.Pass(o.minCos, o.tieTol, o.tieSigma)
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "model\tquant\tseqs\tsteps\tsame tokens\tworst gap\tworst gap/rms\tmin cosine\tcache\tprefill\tgraphs\tpass")
-	prefill := "mma"
-	if o.gpu.PrefillGEMV {
-		prefill = "gemv"
-	}
+	prefill := gpu.PrefillArm()
 	fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d/%d\t%.4f\t%.2f\t%.6f\t%s\t%s\t%v\t%v\n", name, quant, o.prompts, o.steps, total-rep.Mismatches, total,
 		rep.MaxGap, rep.MaxGapSigma, rep.MinCosine, o.gpu.Cache, prefill, !o.gpu.NoGraphs, pass)
 	tw.Flush()

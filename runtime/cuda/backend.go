@@ -740,23 +740,20 @@ func envOptions(o *BackendOptions) error {
 		}
 		e.set(n)
 	}
-	switch v := os.Getenv("MEMRA_ATTN_PREFILL"); v {
-	case "":
-	case "flash", "warp":
-		if o.PrefillAttention == "" {
-			o.PrefillAttention = v
+	// the word switches: each sets its option (unless already set) to one of two words
+	for _, e := range []struct {
+		name, a, b string
+		set        *string
+	}{{"MEMRA_ATTN_PREFILL", "flash", "warp", &o.PrefillAttention}, {"MEMRA_PREFILL", "blas", "mma", &o.PrefillBLAS}} {
+		switch v := os.Getenv(e.name); v {
+		case "":
+		case e.a, e.b:
+			if *e.set == "" {
+				*e.set = v
+			}
+		default:
+			return bad(e.name, v, e.a+" or "+e.b)
 		}
-	default:
-		return bad("MEMRA_ATTN_PREFILL", v, "flash or warp")
-	}
-	switch v := os.Getenv("MEMRA_PREFILL"); v {
-	case "":
-	case "blas", "mma":
-		if o.PrefillBLAS == "" {
-			o.PrefillBLAS = v
-		}
-	default:
-		return bad("MEMRA_PREFILL", v, "blas or mma")
 	}
 	if v := os.Getenv("MEMRA_MMA"); v != "" {
 		a, err := codegen.ParseMMAArm(v)

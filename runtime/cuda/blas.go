@@ -244,20 +244,8 @@ func BLASThroughput(dev *Device, m, n, k, reps int) (MatmulResult, error) {
 		return r, fmt.Errorf("%w: matmul %d×%d×%d, %d repetitions", ErrArg, m, n, k, reps)
 	}
 	err := dev.Do(func(c *Ctx) (err error) {
-		var bufs []DevicePtr
-		defer func() {
-			for _, p := range bufs {
-				err = errors.Join(err, c.Free(p))
-			}
-		}()
-		alloc := func(n int) (DevicePtr, error) {
-			p, err := c.Alloc(n)
-			if err != nil {
-				return 0, fmt.Errorf("%w: %d bytes: %w", ErrMemory, n, err)
-			}
-			bufs = append(bufs, p)
-			return p, c.Memset(p, 0x3c, n) // small normal numbers, as MatmulThroughput's
-		}
+		alloc, free := operands(c)
+		defer func() { err = errors.Join(err, free()) }()
 		ws, err := alloc(BLASWorkspace)
 		if err != nil {
 			return err

@@ -67,8 +67,8 @@ func blasPlanProducts(p *codegen.Program, maxTokens int) (map[int]*blasProduct, 
 
 // blasScratchBytes is the device memory the arm adds for a prefill program.
 func blasScratchBytes(p *codegen.Program, maxTokens int) int64 {
-	_, w, x, err := blasPlanProducts(p, maxTokens)
-	if err != nil {
+	prods, w, x, err := blasPlanProducts(p, maxTokens)
+	if err != nil || len(prods) == 0 {
 		return 0
 	}
 	return alignBytes(int64(w)) + alignBytes(int64(x)) + BLASWorkspace
@@ -78,7 +78,7 @@ func blasScratchBytes(p *codegen.Program, maxTokens int) int64 {
 // backend's NVRTC cache) and allocates the scratch buffers and workspace.
 func (b *Backend) newBLASPrefill(c *Ctx, target string) (*blasPrefill, error) {
 	prods, wbytes, xbytes, err := blasPlanProducts(b.progs[codegen.Prefill].p, b.opts.PrefillTokens)
-	if err != nil {
+	if err != nil || len(prods) == 0 { // no tensor-core products (the exact configuration's GEMV prefill)
 		return nil, err
 	}
 	nv, err := LoadNVRTC()
@@ -159,6 +159,19 @@ func (bpf *blasPrefill) run(c *Ctx, bp *blasProduct, w, x, y DevicePtr, m int, s
 		return fmt.Errorf("prefill product %v %d×%d×%d: %w", bp.shape.Type, m, bp.shape.N, bp.shape.K, err)
 	}
 	return nil
+}
+
+// PrefillArm names how the prefill program's products run: "gemv" (the
+// exact configuration's float GEMV), "blas" (cuBLASLt) or "mma" (the
+// generated tensor-core product).
+func (b *Backend) PrefillArm() string {
+	switch {
+	case b.opts.PrefillGEMV:
+		return "gemv"
+	case b.bpf != nil:
+		return "blas"
+	}
+	return "mma"
 }
 
 // close releases the cuBLASLt handle and plans (the buffers are the backend's).

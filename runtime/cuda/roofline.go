@@ -99,6 +99,29 @@ func CopyBandwidth(dev *Device, n int64, reps int) (float64, error) {
 	return bw, err
 }
 
+// operands returns an allocator of device buffers filled with 0x3c bytes,
+// small normal numbers in bf16, f16 and f32 alike (nonzero operands, so a
+// timing is not that of zeros), and the function that frees them.
+func operands(c *Ctx) (alloc func(n int) (DevicePtr, error), free func() error) {
+	var bufs []DevicePtr
+	alloc = func(n int) (DevicePtr, error) {
+		p, err := c.Alloc(n)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %d bytes: %w", ErrMemory, n, err)
+		}
+		bufs = append(bufs, p)
+		return p, c.Memset(p, 0x3c, n)
+	}
+	free = func() error {
+		var errs []error
+		for _, p := range bufs {
+			errs = append(errs, c.Free(p))
+		}
+		return errors.Join(errs...)
+	}
+	return alloc, free
+}
+
 // MatmulResult is what MatmulThroughput measured.
 type MatmulResult struct {
 	Kernel  string  // the kernel's name
@@ -156,22 +179,8 @@ func MatmulThroughput(dev *Device, m, n, k, reps int, arm codegen.MMAArm, cacheD
 				return err
 			}
 		}
-		var bufs []DevicePtr
-		defer func() {
-			for _, p := range bufs {
-				err = errors.Join(err, c.Free(p))
-			}
-		}()
-		alloc := func(n int) (DevicePtr, error) {
-			p, err := c.Alloc(n)
-			if err != nil {
-				return 0, fmt.Errorf("%w: %d bytes: %w", ErrMemory, n, err)
-			}
-			bufs = append(bufs, p)
-			// 0x3c bytes are small normal numbers in bf16 and f32 alike:
-			// nonzero operands, so the timing is not that of zeros.
-			return p, c.Memset(p, 0x3c, n)
-		}
+		alloc, free := operands(c)
+		defer func() { err = errors.Join(err, free()) }()
 		w, err := alloc(2 * n * k)
 		if err != nil {
 			return err
