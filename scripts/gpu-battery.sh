@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|xq3|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|drop|profile|ncu]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|xq3|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -386,6 +386,28 @@ if [ "$MODE" = f16-prefill ]; then
 	done
 fi
 
+# The serving load test alone (about 3 minutes): memra serve on llama2-7b q4_k_m and memra bench serve
+# at concurrency 1, 4, 16, 64 (scripts/gpu-bench.sh's serve_bench), then the batch sweep with its plot.
+if [ "$MODE" = serve ]; then
+	synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks
+	serve_load() {
+		"$BIN" serve --model "llama2-7b-q4_k_m=$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --port 8199 --max-running 64 >"$OUT/serve.log" 2>&1 &
+		local pid=$! i rc
+		for i in $(seq 1 120); do
+			(exec 3<>/dev/tcp/127.0.0.1/8199) 2>/dev/null && break
+			kill -0 $pid 2>/dev/null || return 1
+			sleep 1
+		done
+		"$BIN" bench serve --url http://127.0.0.1:8199 --endpoint completions --concurrency 1,4,16,64 --duration 20s --out "$OUT/serve-bench"
+		rc=$?
+		kill -TERM $pid
+		wait $pid
+		return $rc
+	}
+	step serve-load serve_load
+	step serve-sweep "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline -p 128 -n 32 -r 3 -b 1,2,4,8,16,32,64 --no-progress --perf-rows --plot "$OUT/batch-sweep.svg"
+fi
+
 # What each kernel class costs inside the batch-1 decode graph: llama2-7b q4_k_m with the class's
 # launches left out (MEMRA_DROP; the tokens are wrong, the timing is the point). The cost of a
 # class is 1/(tok/s) with it less 1/(tok/s) without.
@@ -434,6 +456,7 @@ printf '%s\n' "${rows[@]}"
 case $MODE in rope | attn | both | split) grep -H -E '^\| 2.*tg' "$OUT/$MODE"-bench-*.log ;; esac
 [ "$MODE" = ncu ] && cat "$OUT"/ncu-*.log
 [ "$MODE" = f16-prefill ] && grep -H -E '^\| 2|^roofline' "$OUT"/f16p-*.log
+[ "$MODE" = serve ] && cat "$OUT"/serve-bench/*.md && grep -H -E '^\| 2' "$OUT"/serve-sweep.log
 [ "$MODE" = blas ] && grep -H -E '^\| 2|^roofline' "$OUT"/blas-*.log
 [ "$MODE" = defaults ] && grep -H -E '^\| 2' "$OUT"/defaults-*.log && cat "$OUT/cublas.txt"
 exit $failed
