@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -157,7 +158,9 @@ func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, gpu gp
 			}
 			ordinal = n
 		}
-		return cuda.NewBackend(m, cuda.BackendOptions{Device: ordinal, MaxSeqs: max(maxSeqs, 1), Cache: gpu.kvCache})
+		// start-up notices (a tunedb fallback, no cuBLASLt for prefill) go to the log
+		logf := func(format string, args ...any) { slog.Warn(fmt.Sprintf(format, args...)) }
+		return cuda.NewBackend(m, cuda.BackendOptions{Device: ordinal, MaxSeqs: max(maxSeqs, 1), Cache: gpu.kvCache, Logf: logf})
 	default:
 		return nil, fmt.Errorf("device %q: want cpu, cuda or cuda:N", device)
 	}
