@@ -23,6 +23,20 @@ type ProductShape struct {
 	Residual bool // y += rather than y =
 }
 
+// BLASOperands says how a library product over weights of type t takes its
+// operands: their type (F16 for f16 weights, else BF16), and whether the
+// weights must first be rewritten as bf16 rows (DequantBF16; not for f16
+// and bf16 weights, which are used as they are).
+func BLASOperands(t dtype.Type) (op dtype.Type, dequant bool) {
+	switch t {
+	case dtype.F16:
+		return dtype.F16, false
+	case dtype.BF16:
+		return dtype.BF16, false
+	}
+	return dtype.BF16, true
+}
+
 // blasThreads is the block of the two operand kernels.
 const blasThreads = 256
 

@@ -130,8 +130,10 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 			}
 		}
 		// its weights as bf16 rows, for a prefill product run by cuBLASLt
-		if err := add(DequantBF16(t, nqkv, s.Hidden)); err != nil {
-			return nil, err
+		if _, dequant := BLASOperands(t); dequant {
+			if err := add(DequantBF16(t, nqkv, s.Hidden)); err != nil {
+				return nil, err
+			}
 		}
 		// the decode products lowering runs untuned: repacked arms and fused prologues
 		var plain, fused []GEMVArm

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -120,9 +121,11 @@ type BackendOptions struct {
 	// NoDecodePreload turns off what is on by default: decode attention
 	// reads its first keys and values before its dependency wait, and the
 	// kernel before it triggers it early (codegen.LowerOptions.DecodePreload;
-	// MEMRA_DECODE_PRELOAD=0 turns it off). On the H200 it decoded llama2-7b
-	// q4_k_m batch 1 at 512.69 against 503.33 tok/s and passed parity at 1,
-	// 2 and 16 sequences and the CUDA tests (docs/PERFORMANCE.md, session 10).
+	// MEMRA_DECODE_PRELOAD=0 turns it off). The same kernels set by hand
+	// decoded llama2-7b q4_k_m batch 1 on the H200 at 520.33 against 510.87
+	// tok/s (session 9); the default path passed kernel-check, the CUDA
+	// tests and parity at 1, 2 and 16 sequences (docs/PERFORMANCE.md,
+	// session 11).
 	NoDecodePreload bool
 	// DecodeKeysInFlight replaces decode attention's keys in flight per
 	// lane group (codegen.DecodeArm.KeysInFlight; MEMRA_DECODE_U=N, 1 to
@@ -131,7 +134,7 @@ type BackendOptions struct {
 	DecodeKeysInFlight int
 	// PrefillBLAS chooses how the prefill program's tensor-core products
 	// (codegen.MatMulMMA) run: "mma" as generated, "blas" through cuBLASLt
-	// on the same bf16 operands (prefill.go; an error where cuBLASLt is not
+	// on the same operands (codegen.BLASOperands; prefill.go; an error where cuBLASLt is not
 	// found), "" the default (DefaultPrefillBLAS; mma where cuBLASLt is not
 	// found). MEMRA_PREFILL sets it.
 	PrefillBLAS string
@@ -368,11 +371,28 @@ func newBackend(m *load.Model, opts BackendOptions, first, last int) (*Backend, 
 
 // load compiles, checks memory, allocates and uploads.
 func (b *Backend) load(m *load.Model, target string) error {
-	images, err := b.compile(target)
+	dec, pre := b.progs[codegen.Decode].p, b.progs[codegen.Prefill].p
+	useBLAS, err := b.prefillBLAS()
 	if err != nil {
 		return err
 	}
-	dec, pre := b.progs[codegen.Decode].p, b.progs[codegen.Prefill].p
+	var plan *prefillPlan
+	if useBLAS {
+		if plan, err = planPrefill(pre, b.opts.PrefillTokens); err != nil {
+			return fmt.Errorf("cuBLASLt prefill: %w", err)
+		}
+		if len(plan.prods) == 0 { // no tensor-core products (the exact configuration's GEMV prefill)
+			plan = nil
+		}
+	}
+	var extra []*codegen.Kernel
+	if plan != nil {
+		extra = plan.kernels()
+	}
+	images, err := b.compile(target, extra)
+	if err != nil {
+		return err
+	}
 	b.inCap = pre.MaxTokens
 	weights, wbytes := uniqueWeights(dec, pre)
 	arena := max(dec.Buffers.ArenaBytes, pre.Buffers.ArenaBytes)
@@ -381,12 +401,8 @@ func (b *Backend) load(m *load.Model, target string) error {
 	cached := cacheLayers(dec) // a pipeline stage caches only its own layers
 	cacheBytes = per * 2 * int64(len(cached))
 	need := wbytes + cacheBytes + arena + int64(codegen.NumInputs)*int64(b.inCap)*4
-	useBLAS, err := b.prefillBLAS()
-	if err != nil {
-		return err
-	}
-	if useBLAS {
-		need += blasScratchBytes(pre, b.opts.PrefillTokens)
+	if plan != nil {
+		need += plan.bytes()
 	}
 	return b.dev.Do(func(c *Ctx) error {
 		free, total, err := c.MemInfo()
@@ -404,8 +420,8 @@ func (b *Backend) load(m *load.Model, target string) error {
 		if err := b.loadModules(c, images); err != nil {
 			return err
 		}
-		if useBLAS {
-			if b.bpf, err = b.newBLASPrefill(c, target); err != nil {
+		if plan != nil {
+			if b.bpf, err = b.newBLASPrefill(c, plan, images); err != nil {
 				return fmt.Errorf("cuBLASLt prefill: %w", err)
 			}
 		}
@@ -492,10 +508,11 @@ func (b *Backend) alloc(c *Ctx, n int) (DevicePtr, error) {
 	return p, c.Memset(p, 0, max(n, 256))
 }
 
-// compile compiles every distinct kernel of both programs through the disk
-// cache, one module per kernel (each kernel's source is self-contained, with
-// its own helpers and constants).
-func (b *Backend) compile(target string) (map[string][]byte, error) {
+// compile compiles every distinct kernel of both programs, and the extra
+// kernels (the cuBLASLt arm's helpers), through the disk cache, one module
+// per kernel (each kernel's source is self-contained, with its own helpers
+// and constants).
+func (b *Backend) compile(target string, extra []*codegen.Kernel) (map[string][]byte, error) {
 	nv, err := LoadNVRTC()
 	if err != nil {
 		return nil, err
@@ -505,19 +522,37 @@ func (b *Backend) compile(target string) (map[string][]byte, error) {
 		return nil, err
 	}
 	images := map[string][]byte{}
-	for _, ps := range b.progs {
-		for _, k := range ps.p.Kernels {
-			if _, ok := images[k.Name]; ok {
-				continue
-			}
-			img, _, err := cache.Compile(k.Source, k.Name+".cu", target, b.compileOptions(k.Name))
-			if err != nil {
-				return nil, fmt.Errorf("kernel %s: %w", k.Name, err)
-			}
-			images[k.Name] = img
+	ks := slices.Concat(b.progs[0].p.Kernels, b.progs[1].p.Kernels, extra)
+	for _, k := range ks {
+		if _, ok := images[k.Name]; ok {
+			continue
 		}
+		img, _, err := cache.Compile(k.Source, k.Name+".cu", target, b.compileOptions(k.Name))
+		if err != nil {
+			return nil, fmt.Errorf("kernel %s: %w", k.Name, err)
+		}
+		images[k.Name] = img
 	}
 	return images, nil
+}
+
+// function loads k's module from images (once per name, through fns) and
+// resolves its entry point; the backend owns the module.
+func (b *Backend) function(c *Ctx, images map[string][]byte, k *codegen.Kernel, fns map[string]Function) (Function, error) {
+	if f, ok := fns[k.Name]; ok {
+		return f, nil
+	}
+	mod, err := c.LoadModule(images[k.Name])
+	if err != nil {
+		return 0, fmt.Errorf("kernel %s: %w", k.Name, err)
+	}
+	b.modules = append(b.modules, mod)
+	f, err := c.Function(mod, k.Name)
+	if err != nil {
+		return 0, err
+	}
+	fns[k.Name] = f
+	return f, nil
 }
 
 // loadModules loads each image and resolves every program's functions.
@@ -525,16 +560,12 @@ func (b *Backend) loadModules(c *Ctx, images map[string][]byte) error {
 	fns := map[string]Function{}
 	for _, ps := range b.progs {
 		for _, k := range ps.p.Kernels {
-			f, ok := fns[k.Name]
-			if !ok {
-				mod, err := c.LoadModule(images[k.Name])
-				if err != nil {
-					return fmt.Errorf("kernel %s: %w", k.Name, err)
-				}
-				b.modules = append(b.modules, mod)
-				if f, err = c.Function(mod, k.Name); err != nil {
-					return err
-				}
+			_, seen := fns[k.Name]
+			f, err := b.function(c, images, k, fns)
+			if err != nil {
+				return err
+			}
+			if !seen {
 				// the most shared memory any launch asks for: some kernels size it by rows
 				g := k.Launch(codegen.Dims{Tokens: 1, Seqs: 1, KVLen: ps.p.Context})
 				for _, t := range []int{b.opts.MaxSeqs, b.opts.PrefillTokens} {
@@ -547,7 +578,6 @@ func (b *Backend) loadModules(c *Ctx, images map[string][]byte) error {
 						return fmt.Errorf("kernel %s: %d bytes of shared memory: %w", k.Name, g.Shared, err)
 					}
 				}
-				fns[k.Name] = f
 			}
 			ps.fns = append(ps.fns, f)
 		}

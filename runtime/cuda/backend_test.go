@@ -328,8 +328,9 @@ func TestLowerSynthCompiles(t *testing.T) {
 			require.NoError(t, pre.Buffers.Check())
 			// the cuBLASLt arm replaces every tensor-core prefill product, with
 			// a dequantising kernel unless its weights are bf16 already
-			prods, wbytes, xbytes, err := blasPlanProducts(pre, 128)
+			plan, err := planPrefill(pre, 128)
 			require.NoError(t, err)
+			prods, wbytes, xbytes := plan.prods, plan.wbytes, plan.xbytes
 			var helpers []*codegen.Kernel
 			for i, k := range pre.Kernels {
 				bp := prods[i]

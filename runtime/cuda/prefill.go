@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/memra-ai/memra/codegen"
@@ -30,101 +29,84 @@ type blasPrefill struct {
 // blasProduct is one product kernel's replacement.
 type blasProduct struct {
 	shape        codegen.ProductShape
-	op           dtype.Type      // the operands' type: BF16, or F16 for f16 weights
+	op           dtype.Type      // the operands' type (codegen.BLASOperands)
 	deq, round   *codegen.Kernel // deq nil for bf16 and f16 weights
 	fdeq, fround Function
 }
 
-// blasPlanProducts lists the prefill program's products the arm runs and
-// the helper kernels they need, with the scratch bytes of the weights and
-// activations.
-func blasPlanProducts(p *codegen.Program, maxTokens int) (map[int]*blasProduct, int, int, error) {
-	prods := map[int]*blasProduct{}
-	wbytes, xbytes := 0, 0
+// prefillPlan is the arm's plan of a prefill program: the products it runs,
+// by kernel index, and the scratch bytes of the largest product's bf16
+// weights and of the activations.
+type prefillPlan struct {
+	prods          map[int]*blasProduct
+	wbytes, xbytes int
+}
+
+// planPrefill lists the prefill program's products the arm runs and the
+// helper kernels they need.
+func planPrefill(p *codegen.Program, maxTokens int) (*prefillPlan, error) {
+	plan := &prefillPlan{prods: map[int]*blasProduct{}}
 	for i, k := range p.Kernels {
 		s := k.Product
 		if k.Family != "mma" || s == nil {
 			continue
 		}
-		bp := &blasProduct{shape: *s, op: dtype.BF16}
+		op, dequant := codegen.BLASOperands(s.Type)
+		bp := &blasProduct{shape: *s, op: op}
 		var err error
-		if s.Type == dtype.F16 {
-			bp.op = dtype.F16
-		} else if s.Type != dtype.BF16 {
+		if dequant {
 			if bp.deq, err = codegen.DequantBF16(s.Type, s.N, s.K); err != nil {
-				return nil, 0, 0, err
+				return nil, err
 			}
-			wbytes = max(wbytes, 2*s.N*s.K)
+			plan.wbytes = max(plan.wbytes, 2*s.N*s.K)
 		}
-		if bp.round, err = codegen.RoundHalf(bp.op, s.K); err != nil {
-			return nil, 0, 0, err
+		if bp.round, err = codegen.RoundHalf(op, s.K); err != nil {
+			return nil, err
 		}
-		xbytes = max(xbytes, 2*maxTokens*s.K)
-		prods[i] = bp
+		plan.xbytes = max(plan.xbytes, 2*maxTokens*s.K)
+		plan.prods[i] = bp
 	}
-	return prods, wbytes, xbytes, nil
+	return plan, nil
 }
 
-// blasScratchBytes is the device memory the arm adds for a prefill program.
-func blasScratchBytes(p *codegen.Program, maxTokens int) int64 {
-	prods, w, x, err := blasPlanProducts(p, maxTokens)
-	if err != nil || len(prods) == 0 {
-		return 0
-	}
-	return alignBytes(int64(w)) + alignBytes(int64(x)) + BLASWorkspace
+// bytes is the device memory the arm adds: the scratch and the workspace.
+func (p *prefillPlan) bytes() int64 {
+	return alignBytes(int64(p.wbytes)) + alignBytes(int64(p.xbytes)) + BLASWorkspace
 }
 
-// newBLASPrefill compiles and loads the helper kernels (through the
-// backend's NVRTC cache) and allocates the scratch buffers and workspace.
-func (b *Backend) newBLASPrefill(c *Ctx, target string) (*blasPrefill, error) {
-	prods, wbytes, xbytes, err := blasPlanProducts(b.progs[codegen.Prefill].p, b.opts.PrefillTokens)
-	if err != nil || len(prods) == 0 { // no tensor-core products (the exact configuration's GEMV prefill)
-		return nil, err
-	}
-	nv, err := LoadNVRTC()
-	if err != nil {
-		return nil, err
-	}
-	cache, err := NewCache(b.opts.CacheDir, nv)
-	if err != nil {
-		return nil, err
-	}
-	fns := map[string]Function{}
-	fn := func(k *codegen.Kernel) (Function, error) {
-		if f, ok := fns[k.Name]; ok {
-			return f, nil
-		}
-		img, _, err := cache.Compile(k.Source, k.Name+".cu", target, nil)
-		if err != nil {
-			return 0, fmt.Errorf("kernel %s: %w", k.Name, err)
-		}
-		mod, err := c.LoadModule(img)
-		if err != nil {
-			return 0, fmt.Errorf("kernel %s: %w", k.Name, err)
-		}
-		b.modules = append(b.modules, mod)
-		f, err := c.Function(mod, k.Name)
-		if err != nil {
-			return 0, err
-		}
-		fns[k.Name] = f
-		return f, nil
-	}
-	for _, bp := range prods {
+// kernels lists the helper kernels of the plan's products, for the
+// backend to compile with the programs' own.
+func (p *prefillPlan) kernels() []*codegen.Kernel {
+	var ks []*codegen.Kernel
+	for _, bp := range p.prods {
 		if bp.deq != nil {
-			if bp.fdeq, err = fn(bp.deq); err != nil {
+			ks = append(ks, bp.deq)
+		}
+		ks = append(ks, bp.round)
+	}
+	return ks
+}
+
+// newBLASPrefill resolves the plan's helper kernels in images (compiled
+// with the programs') and allocates the scratch buffers and workspace.
+func (b *Backend) newBLASPrefill(c *Ctx, plan *prefillPlan, images map[string][]byte) (*blasPrefill, error) {
+	fns := map[string]Function{}
+	var err error
+	for _, bp := range plan.prods {
+		if bp.deq != nil {
+			if bp.fdeq, err = b.function(c, images, bp.deq, fns); err != nil {
 				return nil, err
 			}
 		}
-		if bp.fround, err = fn(bp.round); err != nil {
+		if bp.fround, err = b.function(c, images, bp.round, fns); err != nil {
 			return nil, err
 		}
 	}
-	bpf := &blasPrefill{prods: prods}
-	if bpf.wbuf, err = b.alloc(c, wbytes); err != nil {
+	bpf := &blasPrefill{prods: plan.prods}
+	if bpf.wbuf, err = b.alloc(c, plan.wbytes); err != nil {
 		return nil, err
 	}
-	if bpf.xbuf, err = b.alloc(c, xbytes); err != nil {
+	if bpf.xbuf, err = b.alloc(c, plan.xbytes); err != nil {
 		return nil, err
 	}
 	ws, err := b.alloc(c, BLASWorkspace)
@@ -179,5 +161,5 @@ func (bpf *blasPrefill) close() error {
 	if bpf == nil || bpf.bl == nil {
 		return nil
 	}
-	return errors.Join(bpf.bl.close())
+	return bpf.bl.close()
 }
