@@ -132,6 +132,15 @@ func TestCompileGate(t *testing.T) {
 		into3, err := codegen.GEMVInto(t2, 200, k, false, codegen.DefaultXQMMAArm, codegen.Prologue{}, 1000)
 		require.NoError(t, err, t2)
 		ks = append(ks, g3, into3)
+		// the pipelined XQ 3 product (cp.async rings of 2, 4 or 8 stages; Q4_K and Q6_K, the others
+		// take the unpipelined kernel): ragged rows and K of an odd number of super-blocks, a norm's ends
+		pm := mma
+		pm.Stages = []int{2, 4, 8, 4}[i]
+		gp, err := codegen.GEMV(t2, 1000, 768, i%2 == 0, pm)
+		require.NoError(t, err, t2)
+		gpn, err := codegen.GEMVXQ(t2, 200, 768, false, pm, codegen.XQEnds{NormIn: true, NormEps: 1e-5}, 1000)
+		require.NoError(t, err, t2)
+		ks = append(ks, gp, gpn)
 		// the ends of a norm's rows: the product scaling by 1/rms (XQ 2 and 3), and the residual
 		// product quantising the next norm's rows (one and sixteen activation rows a block)
 		qo := codegen.DefaultXQGlobalOneArm

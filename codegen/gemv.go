@@ -17,7 +17,7 @@ type GEMVArm struct {
 	// warps (1, 2 or 4) that split its K; for XQ 3 the sets of rows a block
 	// (RowsPerWarp tiles of 16 each), split the same way.
 	RowsPerBlock int
-	Unroll       int // unroll factor of the loop over a row's 32-element units
+	Unroll       int // unroll factor of the loop over a row's 32-element units (pipelined XQ 3: groups a stage)
 	SharedX      int // 1: stage the activation row in shared memory; 0: read it from global memory
 	// Layout is the weight layout the kernel reads: 0 the file's, 1 the
 	// repacked planes of Repack (RepackTypes only; needs SharedX 1).
@@ -40,6 +40,11 @@ type GEMVArm struct {
 	// rows: 0 (one) or 2 or 4. For XQ 3 it is the tiles of 16 weight rows
 	// a warp multiplies with each activation fragment it loads (0: one).
 	RowsPerWarp int
+	// Stages is, for XQ 3 over Q4_K and Q6_K weights, the depth of each
+	// warp's ring in shared memory, filled by cp.async (2, 4 or 8 stages of
+	// Unroll groups of 32, at most 8 groups in all; gemv_mma8_pipe.go); 0
+	// fetches one group ahead in registers.
+	Stages int
 }
 
 func (a GEMVArm) rowsPerWarp() int { return max(1, a.RowsPerWarp) }
@@ -110,6 +115,15 @@ var (
 // 8 at 0.54 to 0.80×: its mma tiles cost the same for 2 rows as for 16.
 var DefaultXQMMAArm = GEMVArm{Threads: 256, RowsPerBlock: 1, Unroll: 1, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16, RowsPerWarp: 2}
 
+// DefaultXQMMAPipeArm is the tensor-core arm of steps of GEMVLargeRows
+// rows or more (Arms.GEMVLarge) for Q4_K and Q6_K weights: each warp's
+// groups fed to it through a ring of two stages of two groups in shared
+// memory by cp.async (gemv_mma8_pipe.go), 32 weight rows a block, its 16
+// warps splitting K. On the H200 (llama2-7b q4_k_m, tg128@512, 16
+// sequences, docs/PERFORMANCE.md) it decoded at 1.34× DefaultXQMMAArm
+// (2341 against 1749 tok/s); the other types take DefaultXQMMAArm.
+var DefaultXQMMAPipeArm = GEMVArm{Threads: 512, RowsPerBlock: 1, Unroll: 2, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16, RowsPerWarp: 2, Stages: 2}
+
 // GEMVLargeRows is the step rows from which products take the
 // Arms.GEMVLarge kernel (Launch.Large): the batch where DefaultXQMMAArm
 // overtook DefaultXQGlobalBatchArm on the H200.
@@ -134,6 +148,7 @@ var GEMVKnobs = []Knob{
 	{"xq", []int{0, 1, 2, 3}},
 	{"batch_rows", []int{0, 1, 2, 4, 8, 16}},
 	{"rows_per_warp", []int{0, 2, 4}},
+	{"stages", []int{0}}, // the pipelined XQ 3 arms run where named (MEMRA_GEMV_LARGE)
 }
 
 // Validate reports whether a is well formed.
@@ -145,7 +160,9 @@ func (a GEMVArm) Validate() error {
 		(a.XQ == 2 && a.Threads/a.RowsPerBlock > 32*xqMaxSplit) ||
 		(a.XQ == 0 && a.BatchRows != 0) || (a.XQ != 0 && (a.BatchRows < 1 || a.BatchRows > 16)) ||
 		(a.RowsPerWarp != 0 && a.RowsPerWarp != 2 && a.RowsPerWarp != 4) || (a.RowsPerWarp != 0 && a.XQ == 0) ||
-		(a.XQ == 3 && a.mma8SplitBytes() > 48<<10) { // the split sums in static shared memory
+		(a.XQ == 3 && a.mma8SplitBytes() > 48<<10) || // the split sums in static shared memory
+		(a.Stages != 0 && (a.XQ != 3 || (a.Stages != 2 && a.Stages != 4 && a.Stages != 8) || (a.Unroll != 1 && a.Unroll != 2 && a.Unroll != 4) ||
+			a.Stages*a.Unroll > 8 || a.mma8PipeMaxShared() > xqMaxShared)) {
 		return fmt.Errorf("%w: gemv arm %+v", ErrUnsupported, a)
 	}
 	return nil
@@ -180,17 +197,20 @@ func (a GEMVArm) String() string {
 	if a.RowsPerWarp > 1 {
 		s += fmt.Sprintf("_w%d", a.RowsPerWarp)
 	}
+	if a.Stages > 0 {
+		s += fmt.Sprintf("_p%d", a.Stages)
+	}
 	return s
 }
 
 // ParseGEMVArm parses the String form of a GEMVArm, e.g.
 // "t256_r8_u4_s1_l1_q16_w2" (q: XQ 1, g: XQ 2, m: XQ 3, with the batch
-// rows).
+// rows; p: the stages of a pipelined XQ 3 arm).
 func ParseGEMVArm(s string) (GEMVArm, error) {
 	var a GEMVArm
 	var global, mma int
 	fields := map[byte]*int{'t': &a.Threads, 'r': &a.RowsPerBlock, 'u': &a.Unroll, 's': &a.SharedX, 'l': &a.Layout, 'q': &a.BatchRows, 'g': &global,
-		'm': &mma, 'w': &a.RowsPerWarp}
+		'm': &mma, 'w': &a.RowsPerWarp, 'p': &a.Stages}
 	for _, f := range strings.Split(s, "_") {
 		if len(f) < 2 || fields[f[0]] == nil {
 			return a, fmt.Errorf("%w: gemv arm %q: bad field %q", ErrUnsupported, s, f)

@@ -102,7 +102,16 @@ func mma8Groups(k int) int { return k / 32 }
 // 4096 rows ran 64 blocks of four warps on 132 SMs, each warp a serial
 // chain over all of K. grid (⌈n/(16·RowsPerWarp·RowsPerBlock)⌉, ⌈m/MB⌉).
 func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystride int) (*Kernel, error) {
-	rt, ok := rpTypes[t]
+	if arm.Stages > 0 {
+		if _, ok := mma8PipeTypes[t]; ok && k%256 == 0 {
+			return gemvMMA8Pipe(t, n, k, residual, arm, e, ystride)
+		}
+		// the other types take the unpipelined default, with the arm's batch rows
+		mb := arm.BatchRows
+		arm = DefaultXQMMAArm
+		arm.BatchRows = mb
+	}
+	_, ok := rpTypes[t]
 	fr, ok2 := mma8Frags[t]
 	if !ok || !ok2 || k%32 != 0 {
 		return nil, fmt.Errorf("%w: int8 tensor-core gemv for %v, K %d", ErrUnsupported, t, k)
@@ -110,8 +119,6 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 	mb := arm.batchRows()
 	mt := arm.rowsPerWarp() // tiles of 16 weight rows a warp, sharing each activation load
 	ks := arm.Threads / 32 / arm.RowsPerBlock
-	nt := (mb + 7) / 8
-	nb := k / t.BlockElems()
 	epi := ""
 	if residual {
 		epi = "_res"
@@ -124,25 +131,8 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 			if t == dtype.Q6_K {
 				emitQ6Words(w)
 			}
-			w.Comment("c += a·b over 16 rows × 8 columns × 32 (or 16) int8 elements.")
-			w.Emit(Func{Name: "mma_k32", Params: []Param{{"int*", "c"}, {"u32", "a0"}, {"u32", "a1"}, {"u32", "a2"}, {"u32", "a3"}, {"u32", "b0"}, {"u32", "b1"}},
-				Body: func(w *Writer) {
-					w.Line(`asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"`)
-					w.Line(`    : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));`)
-				}})
-			w.Emit(Func{Name: "mma_k16", Params: []Param{{"int*", "c"}, {"u32", "a0"}, {"u32", "a1"}, {"u32", "b0"}},
-				Body: func(w *Writer) {
-					w.Line(`asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"`)
-					w.Line(`    : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3]) : "r"(a0), "r"(a1), "r"(b0));`)
-				}})
-			emitRepackDefines(w, rt, n, k, nb)
-			w.Linef("#define RPB %d // sets of 16·MT weight rows a block", arm.RowsPerBlock)
-			w.Linef("#define MT %d // tiles of 16 weight rows a warp", mt)
-			w.Linef("#define MB %d // activation rows per block", mb)
-			w.Linef("#define NT %d // tiles of 8 activation rows", nt)
-			w.Linef("#define KS %d // warps splitting a set of rows' groups", ks)
-			w.Linef("#define U %d // groups unrolled", arm.Unroll)
-			w.Linef("#define XR %d // bytes of a quantised activation row", XQRowBytes(k))
+			emitMMA8Ops(w)
+			emitMMA8Defines(w, t, n, k, arm, "groups", fmt.Sprintf("#define U %d // groups unrolled", arm.Unroll))
 			w.Raw(ysDefine(ystride))
 			w.Blank()
 			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: xqGlobalParams, Body: func(w *Writer) {
@@ -247,73 +237,130 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 						}
 					})
 				})
-				op := "="
-				if residual {
-					op = "+="
-				}
-				if e.NormIn {
-					emitXQNormBarrier(w, mb)
-				}
-				if ks > 1 {
-					w.Comment("the split sums: warps ks > 0 leave theirs in shared memory, warp 0 of the set adds them and stores")
-					w.Line("__shared__ float red[KS - 1][RPB][MT * NT * 4][32];")
-					w.If("ks > 0", func() {
-						w.For("mt", "0", "MT", "1", -1, func() {
-							w.For("nt", "0", "NT", "1", -1, func() {
-								w.For("i", "0", "4", "1", -1, func() { w.Line("red[ks - 1][tw][(mt * NT + nt) * 4 + i][lane] = acc[mt][nt][i];") })
-							})
-						})
-					})
-					w.Line("__syncthreads();")
-					w.If("ks == 0", func() {
-						w.For("s", "0", "KS - 1", "1", -1, func() {
-							w.For("mt", "0", "MT", "1", -1, func() {
-								w.For("nt", "0", "NT", "1", -1, func() {
-									w.For("i", "0", "4", "1", -1, func() { w.Line("acc[mt][nt][i] += red[s][tw][(mt * NT + nt) * 4 + i][lane];") })
-								})
-							})
-						})
-					})
-				}
-				store := func() {
-					w.For("nt", "0", "NT", "1", -1, func() {
-						if e.NormIn {
-							rn := func(j string) string {
-								if mb == 1 {
-									return "rn[0]"
-								}
-								return "srn[min(" + j + ", MB - 1)]"
-							}
-							w.Linef("const float rn0 = ok0[nt] ? %s : 0.f, rn1 = ok1[nt] ? %s : 0.f;", rn("8 * nt + 2 * t"), rn("8 * nt + 2 * t + 1"))
-						}
-						w.Line("const size_t y0 = (size_t)(m0 + 8 * nt + 2 * t) * YS;")
-						w.For("mt", "0", "MT", "1", -1, func() {
-							w.Line("float* c = acc[mt][nt];")
-							if e.NormIn {
-								w.Line("c[0] *= rn0;")
-								w.Line("c[1] *= rn1;")
-								w.Line("c[2] *= rn0;")
-								w.Line("c[3] *= rn1;")
-							}
-							w.Line("const int ra = r0 + 16 * mt + g, rb = ra + 8;")
-							w.If("ok0[nt] && ra < N", func() { w.Linef("y[y0 + ra] %s c[0];", op) })
-							w.If("ok1[nt] && ra < N", func() { w.Linef("y[y0 + YS + ra] %s c[1];", op) })
-							w.If("ok0[nt] && rb < N", func() { w.Linef("y[y0 + rb] %s c[2];", op) })
-							w.If("ok1[nt] && rb < N", func() { w.Linef("y[y0 + YS + rb] %s c[3];", op) })
-						})
-					})
-				}
-				if ks > 1 {
-					w.If("ks == 0", store)
-				} else {
-					store()
-				}
-				w.Line("pdl_launch();")
+				emitMMA8Finish(w, e, residual, mb, ks, false)
 			}})
 		})
 	return &Kernel{Family: "gemv", Name: name, Source: src, Params: xqGlobalParams, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(ceilDiv(n, 16*mt*arm.RowsPerBlock), ceilDiv(d.Tokens, mb), 1), Block: dim3(arm.Threads, 1, 1)}
 	}}, nil
+}
+
+// emitMMA8Defines writes the #defines an XQ 3 kernel shares: the repacked
+// layout's, the arm's tiles and split (KS warps splitting a set of rows'
+// shares), the extra lines, and the bytes of a quantised activation row.
+func emitMMA8Defines(w *Writer, t dtype.Type, n, k int, arm GEMVArm, shares string, extra ...string) {
+	emitRepackDefines(w, rpTypes[t], n, k, k/t.BlockElems())
+	w.Linef("#define RPB %d // sets of 16·MT weight rows a block", arm.RowsPerBlock)
+	w.Linef("#define MT %d // tiles of 16 weight rows a warp", arm.rowsPerWarp())
+	w.Linef("#define MB %d // activation rows per block", arm.batchRows())
+	w.Linef("#define NT %d // tiles of 8 activation rows", (arm.batchRows()+7)/8)
+	w.Linef("#define KS %d // warps splitting a set of rows' %s", arm.Threads/32/arm.RowsPerBlock, shares)
+	for _, l := range extra {
+		w.Line(l)
+	}
+	w.Linef("#define XR %d // bytes of a quantised activation row", XQRowBytes(k))
+}
+
+// emitMMA8Ops writes mma_k32 and mma_k16, the int8 mma.sync of XQ 3, and
+// I2F: an mma sum c (|c| < 2^22: at most 32 × 127 × 127) as the float
+// 1.5·2^23 + c, exactly, by integer addition to its bit pattern, I2F0 being
+// 1.5·2^23. The scaling subtracts I2F0 together with the integer-valued
+// offset terms (sums of int8 activations times 8 or 32, exact in float),
+// so each term is the same float as (float)c minus the offset, without the
+// conversion instruction, which issues at a quarter of the FMA rate and
+// was four of the scaling's nine instructions a product element.
+func emitMMA8Ops(w *Writer) {
+	w.Line("#define I2F(c) __int_as_float((c) + 0x4b400000)")
+	w.Line("#define I2F0 12582912.f")
+	w.Comment("c += a·b over 16 rows × 8 columns × 32 (or 16) int8 elements.")
+	w.Emit(Func{Name: "mma_k32", Params: []Param{{"int*", "c"}, {"u32", "a0"}, {"u32", "a1"}, {"u32", "a2"}, {"u32", "a3"}, {"u32", "b0"}, {"u32", "b1"}},
+		Body: func(w *Writer) {
+			w.Line(`asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"`)
+			w.Line(`    : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));`)
+		}})
+	w.Emit(Func{Name: "mma_k16", Params: []Param{{"int*", "c"}, {"u32", "a0"}, {"u32", "a1"}, {"u32", "b0"}},
+		Body: func(w *Writer) {
+			w.Line(`asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"`)
+			w.Line(`    : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3]) : "r"(a0), "r"(a1), "r"(b0));`)
+		}})
+}
+
+// emitMMA8Finish writes what follows an XQ 3 kernel's main loop: the
+// norm's barrier, the split sums of its KS warps added in shared memory,
+// and the stores of warp 0 of each row set (acc[MT][NT][4], with ok0, ok1,
+// m0, r0, g, t, lane, ks and tw in scope). With reuse the split sums take
+// the dynamic shared memory psm (the pipelined kernel's rings, done with
+// once every warp has passed a barrier) instead of a static array.
+func emitMMA8Finish(w *Writer, e XQEnds, residual bool, mb, ks int, reuse bool) {
+	op := "="
+	if residual {
+		op = "+="
+	}
+	if e.NormIn {
+		emitXQNormBarrier(w, mb)
+	}
+	if ks > 1 {
+		w.Comment("the split sums: warps ks > 0 leave theirs in shared memory, warp 0 of the set adds them and stores")
+		if reuse {
+			if !e.NormIn || mb == 1 {
+				w.Line("__syncthreads(); // every warp is done with its ring")
+			}
+			w.Line("float (*red)[RPB][MT * NT * 4][32] = (float (*)[RPB][MT * NT * 4][32])psm;")
+		} else {
+			w.Line("__shared__ float red[KS - 1][RPB][MT * NT * 4][32];")
+		}
+		w.If("ks > 0", func() {
+			w.For("mt", "0", "MT", "1", -1, func() {
+				w.For("nt", "0", "NT", "1", -1, func() {
+					w.For("i", "0", "4", "1", -1, func() { w.Line("red[ks - 1][tw][(mt * NT + nt) * 4 + i][lane] = acc[mt][nt][i];") })
+				})
+			})
+		})
+		w.Line("__syncthreads();")
+		w.If("ks == 0", func() {
+			w.For("s", "0", "KS - 1", "1", -1, func() {
+				w.For("mt", "0", "MT", "1", -1, func() {
+					w.For("nt", "0", "NT", "1", -1, func() {
+						w.For("i", "0", "4", "1", -1, func() { w.Line("acc[mt][nt][i] += red[s][tw][(mt * NT + nt) * 4 + i][lane];") })
+					})
+				})
+			})
+		})
+	}
+	store := func() {
+		w.For("nt", "0", "NT", "1", -1, func() {
+			if e.NormIn {
+				rn := func(j string) string {
+					if mb == 1 {
+						return "rn[0]"
+					}
+					return "srn[min(" + j + ", MB - 1)]"
+				}
+				w.Linef("const float rn0 = ok0[nt] ? %s : 0.f, rn1 = ok1[nt] ? %s : 0.f;", rn("8 * nt + 2 * t"), rn("8 * nt + 2 * t + 1"))
+			}
+			w.Line("const size_t y0 = (size_t)(m0 + 8 * nt + 2 * t) * YS;")
+			w.For("mt", "0", "MT", "1", -1, func() {
+				w.Line("float* c = acc[mt][nt];")
+				if e.NormIn {
+					w.Line("c[0] *= rn0;")
+					w.Line("c[1] *= rn1;")
+					w.Line("c[2] *= rn0;")
+					w.Line("c[3] *= rn1;")
+				}
+				w.Line("const int ra = r0 + 16 * mt + g, rb = ra + 8;")
+				w.If("ok0[nt] && ra < N", func() { w.Linef("y[y0 + ra] %s c[0];", op) })
+				w.If("ok1[nt] && ra < N", func() { w.Linef("y[y0 + YS + ra] %s c[1];", op) })
+				w.If("ok0[nt] && rb < N", func() { w.Linef("y[y0 + rb] %s c[2];", op) })
+				w.If("ok1[nt] && rb < N", func() { w.Linef("y[y0 + YS + rb] %s c[3];", op) })
+			})
+		})
+	}
+	if ks > 1 {
+		w.If("ks == 0", store)
+	} else {
+		store()
+	}
+	w.Line("pdl_launch();")
 }
 
 // emitMMA8Tile writes the mma of one group for the tile of weight rows a
@@ -329,25 +376,25 @@ func emitMMA8Tile(w *Writer, t dtype.Type, fr mma8Frag, a, b, acc string) {
 			line("int s[4] = {0, 0, 0, 0}, h[4] = {0, 0, 0, 0};")
 			line("mma_k16(s, {loa}, {lob}, b0);")
 			line("mma_k16(h, {hia}, {hib}, b1);")
-			line("{acc}[0] += x0.x * ({faa} * ((float)s[0] - 32.f * x0.y) + {fba} * ((float)h[0] - 32.f * x0.z));")
-			line("{acc}[1] += x1.x * ({faa} * ((float)s[1] - 32.f * x1.y) + {fba} * ((float)h[1] - 32.f * x1.z));")
-			line("{acc}[2] += x0.x * ({fab} * ((float)s[2] - 32.f * x0.y) + {fbb} * ((float)h[2] - 32.f * x0.z));")
-			line("{acc}[3] += x1.x * ({fab} * ((float)s[3] - 32.f * x1.y) + {fbb} * ((float)h[3] - 32.f * x1.z));")
+			line("{acc}[0] += x0.x * ({faa} * (I2F(s[0]) - (I2F0 + 32.f * x0.y)) + {fba} * (I2F(h[0]) - (I2F0 + 32.f * x0.z)));")
+			line("{acc}[1] += x1.x * ({faa} * (I2F(s[1]) - (I2F0 + 32.f * x1.y)) + {fba} * (I2F(h[1]) - (I2F0 + 32.f * x1.z)));")
+			line("{acc}[2] += x0.x * ({fab} * (I2F(s[2]) - (I2F0 + 32.f * x0.y)) + {fbb} * (I2F(h[2]) - (I2F0 + 32.f * x0.z)));")
+			line("{acc}[3] += x1.x * ({fab} * (I2F(s[3]) - (I2F0 + 32.f * x1.y)) + {fbb} * (I2F(h[3]) - (I2F0 + 32.f * x1.z)));")
 			return
 		}
 		line("int c[4] = {0, 0, 0, 0};")
 		line("mma_k32(c, {loa}, {lob}, {hia}, {hib}, b0, b1);")
 		if t == dtype.Q8_0 {
-			line("{acc}[0] += {faa} * x0.x * (float)c[0];")
-			line("{acc}[1] += {faa} * x1.x * (float)c[1];")
-			line("{acc}[2] += {fab} * x0.x * (float)c[2];")
-			line("{acc}[3] += {fab} * x1.x * (float)c[3];")
+			line("{acc}[0] += {faa} * x0.x * (I2F(c[0]) - I2F0);")
+			line("{acc}[1] += {faa} * x1.x * (I2F(c[1]) - I2F0);")
+			line("{acc}[2] += {fab} * x0.x * (I2F(c[2]) - I2F0);")
+			line("{acc}[3] += {fab} * x1.x * (I2F(c[3]) - I2F0);")
 			return
 		}
 		w.Comment("Σ (a q - mn) x = a dx Σ (q - 8) xq + b Σ x, b = 8a - mn (0 for Q4_0)")
-		line("{acc}[0] += {faa} * x0.x * ((float)c[0] - 8.f * (x0.y + x0.z)) + {fba} * x0.w;")
-		line("{acc}[1] += {faa} * x1.x * ((float)c[1] - 8.f * (x1.y + x1.z)) + {fba} * x1.w;")
-		line("{acc}[2] += {fab} * x0.x * ((float)c[2] - 8.f * (x0.y + x0.z)) + {fbb} * x0.w;")
-		line("{acc}[3] += {fab} * x1.x * ((float)c[3] - 8.f * (x1.y + x1.z)) + {fbb} * x1.w;")
+		line("{acc}[0] += {faa} * x0.x * (I2F(c[0]) - (I2F0 + 8.f * (x0.y + x0.z))) + {fba} * x0.w;")
+		line("{acc}[1] += {faa} * x1.x * (I2F(c[1]) - (I2F0 + 8.f * (x1.y + x1.z))) + {fba} * x1.w;")
+		line("{acc}[2] += {fab} * x0.x * (I2F(c[2]) - (I2F0 + 8.f * (x0.y + x0.z))) + {fbb} * x0.w;")
+		line("{acc}[3] += {fab} * x1.x * (I2F(c[3]) - (I2F0 + 8.f * (x1.y + x1.z))) + {fbb} * x1.w;")
 	})
 }

@@ -511,7 +511,7 @@ func TestLowerTunedBatchArm(t *testing.T) {
 
 // TestLowerLargeArm: in programs of GEMVLargeRows sequences or more, the
 // launches of repacked products take a third kernel (Launch.Large, the
-// tensor-core DefaultXQMMAArm) at steps of that many rows, the batch
+// pipelined tensor-core DefaultXQMMAPipeArm) at steps of that many rows, the batch
 // kernel below and the one-row kernel at one, also over a tunedb pick of
 // an XQ 2 batch arm; not in smaller programs, not over a tensor-core batch
 // pick, not when the large arm is the batch arm, and not for the residual
@@ -540,7 +540,8 @@ func TestLowerLargeArm(t *testing.T) {
 			larges++
 			require.Equal(t, ln.Large-1, ln.KernelFor(GEMVLargeRows))
 			require.Equal(t, ln.Large-1, ln.KernelFor(64))
-			require.Regexp(t, `_m16_w2$`, p.Kernels[ln.Large-1].Name)
+			require.Regexp(t, `_m16_w2_p2$`, p.Kernels[ln.Large-1].Name)
+			require.Contains(t, p.Kernels[ln.Large-1].Source, "cp.async")
 			require.Equal(t, p.Kernels[ln.Kernel].Params, p.Kernels[ln.Large-1].Params)
 		}
 		return batches, larges
@@ -570,7 +571,7 @@ func TestLowerLargeArm(t *testing.T) {
 	for _, ln := range p.Launches {
 		if ln.One > 0 {
 			require.Contains(t, p.Kernels[ln.Kernel].Name, "_u2_", "the tuned batch arm")
-			require.Regexp(t, `_m16_w2$`, p.Kernels[ln.Large-1].Name)
+			require.Regexp(t, `_m16_w2_p2$`, p.Kernels[ln.Large-1].Name)
 		}
 	}
 	mma := tuned

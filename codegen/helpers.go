@@ -120,8 +120,9 @@ func init() {
 			w.Line("const u32 lo = (hd.y >> sh) & 63u, lm = (hd.z >> sh) & 63u;")
 			w.Line("const u32 hi = ((hd.w >> sh) & 15u) | (((hd.y >> (sh + 6)) & 3u) << 4);")
 			w.Line("const u32 hm = ((hd.w >> (sh + 4)) & 15u) | (((hd.z >> (sh + 6)) & 3u) << 4);")
-			w.Line("d = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);")
-			w.Line("m = f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);")
+			w.Comment("the 6-bit values as floats by their bit patterns (2^23 + v, less 2^23): exact, no conversion")
+			w.Line("d = f16_to_f32((u16)(hd.x & 0xffffu)) * (__int_as_float(0x4b000000u | (j < 4 ? lo : hi)) - 8388608.f);")
+			w.Line("m = f16_to_f32((u16)(hd.x >> 16)) * (__int_as_float(0x4b000000u | (j < 4 ? lm : hm)) - 8388608.f);")
 		}})
 	}}
 	for _, t := range WeightTypes {

@@ -23,6 +23,9 @@ type Dims struct {
 type Geometry struct {
 	Grid, Block [3]uint32
 	Shared      uint32 // dynamic shared memory bytes
+	// StaticShared is the static shared memory of a kernel that also asks
+	// for dynamic: the two together past 48 KB need the opt-in as well.
+	StaticShared uint32
 }
 
 // Kernel is one generated CUDA kernel.
@@ -62,8 +65,8 @@ func (k *Kernel) EarlyTrigger() *Kernel {
 }
 
 // SharedOverDefault reports whether g needs a dynamic shared memory opt-in
-// (more than the 48 KB every kernel gets).
-func (g Geometry) SharedOverDefault() bool { return g.Shared > 48*1024 }
+// (more than the 48 KB every kernel gets, static and dynamic together).
+func (g Geometry) SharedOverDefault() bool { return g.Shared > 0 && g.Shared+g.StaticShared > 48*1024 }
 
 // Knob is one tuning dimension of a family's search space.
 type Knob struct {

@@ -37,7 +37,8 @@ type Arms struct {
 	// GEMVLarge is the GEMV arm of the launches of those products at steps
 	// of GEMVLargeRows rows or more, in programs of that many sequences,
 	// when the batch arm (tuned or not) is an XQ 2 one: a tensor-core (XQ 3)
-	// arm, the zero value DefaultXQMMAArm; an arm of another kind keeps two
+	// arm, the zero value DefaultXQMMAPipeArm (DefaultXQMMAArm for weight
+	// types it does not pipeline); an arm of another kind keeps two
 	// kernels (MEMRA_GEMV_LARGE=off sets the batch arm). An epilogue the
 	// arm cannot compute leaves those steps to the batch arm.
 	GEMVLarge GEMVArm
@@ -62,7 +63,7 @@ func (a Arms) WithDefaults() Arms {
 		a.GEMVBatch = DefaultXQGlobalBatchArm
 	}
 	if a.GEMVLarge == (GEMVArm{}) {
-		a.GEMVLarge = DefaultXQMMAArm
+		a.GEMVLarge = DefaultXQMMAPipeArm
 	}
 	if a.MMA == (MMAArm{}) {
 		a.MMA = DefaultMMAArm

@@ -134,6 +134,9 @@ func (a GEMVArm) Point() Point {
 	if a.RowsPerWarp != 0 {
 		p["rows_per_warp"] = a.RowsPerWarp
 	}
+	if a.Stages != 0 {
+		p["stages"] = a.Stages
+	}
 	return p
 }
 
@@ -164,7 +167,7 @@ func BlockArmOf(p Point) BlockArm { return BlockArm{Threads: p["threads"]} }
 // GEMVArmOf returns the GEMVArm p describes (missing knobs are zero).
 func GEMVArmOf(p Point) GEMVArm {
 	return GEMVArm{Threads: p["threads"], RowsPerBlock: p["rows_per_block"], Unroll: p["unroll"], SharedX: p["shared_x"], Layout: p["layout"],
-		XQ: p["xq"], BatchRows: p["batch_rows"], RowsPerWarp: p["rows_per_warp"]}
+		XQ: p["xq"], BatchRows: p["batch_rows"], RowsPerWarp: p["rows_per_warp"], Stages: p["stages"]}
 }
 
 // MMAArmOf returns the MMAArm p describes (missing knobs are zero).
@@ -221,7 +224,7 @@ func mmaSpace() Space {
 // arms are valid for some types only (see GEMVSpaceFor).
 func gemvSpace() Space {
 	s := armSpace("gemv", GEMVKnobs, DefaultGEMVArm.Point(), GEMVArmOf)
-	s.optional = Point{"layout": 0, "xq": 0, "batch_rows": 0, "rows_per_warp": 0}
+	s.optional = Point{"layout": 0, "xq": 0, "batch_rows": 0, "rows_per_warp": 0, "stages": 0}
 	s.unsearched = func(p Point) bool { return !searched(GEMVArmOf(p)) }
 	return s
 }

@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|xq3|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -19,7 +19,7 @@
 # epilogues (MEMRA_QUANT_OUT) against the CPU: none, each alone, all, all without PDL. `tune`
 # autotunes the int8 decode products of llama2-7b q4_k_m with the end-to-end confirmation
 # (`tune-f16`: the f16 products of the 1B and 7B f16 models); `xq3`
-# checks and times the int8 tensor-core batch arms; `large` checks and times the products' third kernel
+# checks and times the int8 tensor-core batch arms (`xq3p`: the pipelined ones); `large` checks and times the products' third kernel
 # for steps of 16 rows or more (parity at 16 sequences, batch sweep with plot, MEMRA_GEMV_LARGE=off
 # against the default at batch 16); `rope`, `attn` and `both` check and time the launch-saving
 # switches (RoPE in the QKV products' epilogue, on by default in one-sequence programs; decode
@@ -192,18 +192,22 @@ if [ "$MODE" = xq3 ]; then
 	for a in $arms; do step "xq3-b16-$a" xq3_bench "$a"; done
 fi
 
-# The third kernel of repacked products (Launch.Large, from 16 rows): CPU parity at 16 and 3
-# sequences, the batch sweep with the defaults and its plot, and batch 16 with and without it.
+# The third kernel of repacked products (Launch.Large, from 16 rows): kernel-check of the products
+# (Q4_K and Q6_K, checks with short timings), CPU parity at 16 sequences, batch 1 and 16 (N = 5),
+# parity at 3, the batch sweep with the defaults and its plot, and batch 16 without it.
 if [ "$MODE" = large ]; then
-	for p in 16 3; do
-		step "large-parity-p$p" "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --tie-tol 0.02 --tie-sigma "$(sigma $p)"
-	done
 	large_bench() {
 		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
 		"$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline --no-progress --perf-rows "$@"
 	}
-	step large-sweep large_bench -p 128 -n 32 -r 3 -b 1,2,4,8,16,32,64 --plot "$OUT/batch-sweep.svg"
+	large_parity() {
+		"$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts "$1" --tie-tol 0.02 --tie-sigma "$(sigma "$1")"
+	}
+	step large-kernel-check "$BIN" kernel-check --shapes llama3-8b --types q4_k,q6_k --only gemv --reps 3
+	step large-parity-p16 large_parity 16
 	step large-b16 large_bench -p 512 -n 128 -r 5 -b 1,16
+	step large-parity-p3 large_parity 3
+	step large-sweep large_bench -p 128 -n 32 -r 3 -b 1,2,4,8,16,32,64 --plot "$OUT/batch-sweep.svg"
 	step large-off-b16 env MEMRA_GEMV_LARGE=off "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r 3 -b 16
 fi
 
@@ -451,7 +455,29 @@ echo
 echo "memra GPU battery ($(head -2 "$OUT/gpu.txt" | tail -1)), logs in $OUT"
 printf '%s\n' "${rows[@]}"
 [ -e "$OUT/gpu-bench.log" ] && grep -E '^\| 2' "$OUT/gpu-bench.log"
+# The pipelined tensor-core batch arms (GEMVArm.Stages: cp.async rings in shared memory) against
+# the unpipelined default: kernel-check of each (checks and times, llama3-8b shapes, Q4_K and Q6_K),
+# batch 16 decode of llama2-7b q4_k_m with each as the large arm, then parity at 16 sequences and
+# batch 1 and 16 (N = 5) with XQ3P_PARITY (default the fastest of them).
+if [ "$MODE" = xq3p ]; then
+	arms=${XQ3P_ARMS:-"t512_r1_u1_s1_l1_m16_w2_p4 t512_r1_u2_s1_l1_m16_w2_p4 t512_r1_u2_s1_l1_m16_w2_p2 t512_r1_u4_s1_l1_m16_w2_p2 t256_r1_u2_s1_l1_m16_w2_p4"}
+	step xq3p-kernel-check "$BIN" kernel-check --shapes llama3-8b --types q4_k,q6_k --only gemv --gemv-arms "${arms// /,}" --reps 10
+	xq3p_bench() {
+		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
+		MEMRA_GEMV_LARGE=$1 "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda -p 512 -n 128 -r 3 -b 16 --no-progress --perf-rows
+	}
+	for a in $arms; do step "xq3p-b16-$a" xq3p_bench "$a"; done
+	# the fastest arm at batch 16 (or XQ3P_PARITY): parity at 16 sequences (fewer rows never take
+	# the large arm), then batch 1 and 16 with it, N = 5, with the roofline
+	pa=${XQ3P_PARITY:-$(for a in $arms; do
+		grep -E '^\| 2.*tg128' "$OUT/xq3p-b16-$a.log" | awk -F'|' -v a="$a" '{gsub(/ /, "", $9); print $9, a}'
+	done | sort -rn | head -1 | cut -d' ' -f2)}
+	echo "xq3p: fastest arm $pa" >&2
+	step "xq3p-parity-p16-$pa" env MEMRA_GEMV_LARGE="$pa" "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts 16 --tie-tol 0.02 --tie-sigma "$(sigma 16)"
+	step "xq3p-best-b1-b16-$pa" switch_bench 1,16 MEMRA_GEMV_LARGE="$pa"
+fi
 [ "$MODE" = xq3 ] && grep -H -E '^\| 2.*tg128' "$OUT"/xq3-b16-*.log
+[ "$MODE" = xq3p ] && grep -H -E '^\| 2.*tg128|^roofline' "$OUT"/xq3p-*.log
 [ "$MODE" = large ] && grep -H -E '^\| 2.*tg' "$OUT"/large-*.log
 case $MODE in rope | attn | both | split) grep -H -E '^\| 2.*tg' "$OUT/$MODE"-bench-*.log ;; esac
 [ "$MODE" = ncu ] && cat "$OUT"/ncu-*.log

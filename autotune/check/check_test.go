@@ -69,10 +69,11 @@ func TestKernelCheckCases(t *testing.T) {
 					want = 1 // the one-row arm split over two warps
 				}
 			case strings.HasPrefix(c.Label, "gemv+") && c.DType == "q4_k":
-				want = 4 // the batch default besides the one-row default, the XQ 1 one-row and batch arms, the tensor-core batch arm
+				want = 5 // the batch default besides the one-row default, the XQ 1 one-row and batch arms, the tensor-core batch arm
+				// and its pipelined form
 			case c.DType == "q4_k":
-				want = 7 // the float GEMV on the file's and the repacked layout, the int8-activation one, the XQ 1 batch arm,
-				// the XQ 1 one-row arm, the batch default, the tensor-core batch arm
+				want = 8 // the float GEMV on the file's and the repacked layout, the int8-activation one, the XQ 1 batch arm,
+				// the XQ 1 one-row arm, the batch default, the tensor-core batch arm and its pipelined form
 			}
 			require.Len(t, c.ExtraArms, want, c.Label)
 			_, err := c.Launch(c.Space().Default)

@@ -563,7 +563,7 @@ func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool
 	if codegen.Repackable(t) {
 		sp.Default = codegen.DefaultXQGlobalOneArm.Point()
 		c.ExtraArms = []codegen.Point{codegen.DefaultXQGlobalBatchArm.Point(),
-			codegen.FitXQ(codegen.DefaultXQOneArm, k).Point(), codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point(), codegen.DefaultXQMMAArm.Point()}
+			codegen.FitXQ(codegen.DefaultXQOneArm, k).Point(), codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point(), codegen.DefaultXQMMAArm.Point(), codegen.DefaultXQMMAPipeArm.Point()}
 	}
 	c.space = &sp
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {

@@ -100,12 +100,13 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 // (codegen.DefaultXQBatchArm), fitted to the row length, the one-row arm
 // of those that stage their own activations (codegen.DefaultXQOneArm) and
 // the untuned batch arm (codegen.DefaultXQGlobalBatchArm, with its XQuant
-// launch) and the int8 tensor-core batch arm (codegen.DefaultXQMMAArm).
+// launch) and the int8 tensor-core batch arm (codegen.DefaultXQMMAArm) and
+// its pipelined form (codegen.DefaultXQMMAPipeArm).
 func withQuantArms(c *Case, t dtype.Type, k int) *Case {
 	if codegen.Repackable(t) {
 		c.ExtraArms = []codegen.Point{codegen.DefaultGEMVArm.Point(), codegen.DefaultRepackArm.Point(),
 			codegen.FitXQ(codegen.DefaultXQArm, k).Point(), codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point(),
-			codegen.FitXQ(codegen.DefaultXQOneArm, k).Point(), codegen.DefaultXQGlobalBatchArm.Point(), codegen.DefaultXQMMAArm.Point()}
+			codegen.FitXQ(codegen.DefaultXQOneArm, k).Point(), codegen.DefaultXQGlobalBatchArm.Point(), codegen.DefaultXQMMAArm.Point(), codegen.DefaultXQMMAPipeArm.Point()}
 		c.AnyGEMVArm = true
 	}
 	return c

@@ -60,8 +60,9 @@ static __device__ __forceinline__ void q4k_dm(uint4 hd, int j, float& d, float& 
     const u32 lo = (hd.y >> sh) & 63u, lm = (hd.z >> sh) & 63u;
     const u32 hi = ((hd.w >> sh) & 15u) | (((hd.y >> (sh + 6)) & 3u) << 4);
     const u32 hm = ((hd.w >> (sh + 4)) & 15u) | (((hd.z >> (sh + 6)) & 3u) << 4);
-    d = f16_to_f32((u16)(hd.x & 0xffffu)) * (float)(j < 4 ? lo : hi);
-    m = f16_to_f32((u16)(hd.x >> 16)) * (float)(j < 4 ? lm : hm);
+    // the 6-bit values as floats by their bit patterns (2^23 + v, less 2^23): exact, no conversion
+    d = f16_to_f32((u16)(hd.x & 0xffffu)) * (__int_as_float(0x4b000000u | (j < 4 ? lo : hi)) - 8388608.f);
+    m = f16_to_f32((u16)(hd.x >> 16)) * (__int_as_float(0x4b000000u | (j < 4 ? lm : hm)) - 8388608.f);
 }
 
 // d = c + the dot product of the four signed bytes of a and b.
