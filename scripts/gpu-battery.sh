@@ -392,6 +392,7 @@ fi
 
 # The serving load test alone (about 3 minutes): memra serve on llama2-7b q4_k_m and memra bench serve
 # at concurrency 1, 4, 16, 64 (scripts/gpu-bench.sh's serve_bench), then the batch sweep with its plot.
+# SERVE_LEVELS and SERVE_DURATION set the levels and their length; SERVE_SWEEP=0 skips the sweep.
 if [ "$MODE" = serve ]; then
 	synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks
 	serve_load() {
@@ -402,14 +403,14 @@ if [ "$MODE" = serve ]; then
 			kill -0 $pid 2>/dev/null || return 1
 			sleep 1
 		done
-		"$BIN" bench serve --url http://127.0.0.1:8199 --endpoint completions --concurrency 1,4,16,64 --duration 20s --out "$OUT/serve-bench"
+		"$BIN" bench serve --url http://127.0.0.1:8199 --endpoint completions --concurrency "${SERVE_LEVELS:-1,4,16,64}" --duration "${SERVE_DURATION:-20s}" --out "$OUT/serve-bench"
 		rc=$?
 		kill -TERM $pid
 		wait $pid
 		return $rc
 	}
 	step serve-load serve_load
-	step serve-sweep "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline -p 128 -n 32 -r 3 -b 1,2,4,8,16,32,64 --no-progress --perf-rows --plot "$OUT/batch-sweep.svg"
+	[ "${SERVE_SWEEP:-1}" = 0 ] || step serve-sweep "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline -p 128 -n 32 -r 3 -b 1,2,4,8,16,32,64 --no-progress --perf-rows --plot "$OUT/batch-sweep.svg"
 fi
 
 # What each kernel class costs inside the batch-1 decode graph: llama2-7b q4_k_m with the class's
@@ -482,7 +483,7 @@ fi
 case $MODE in rope | attn | both | split) grep -H -E '^\| 2.*tg' "$OUT/$MODE"-bench-*.log ;; esac
 [ "$MODE" = ncu ] && cat "$OUT"/ncu-*.log
 [ "$MODE" = f16-prefill ] && grep -H -E '^\| 2|^roofline' "$OUT"/f16p-*.log
-[ "$MODE" = serve ] && cat "$OUT"/serve-bench/*.md && grep -H -E '^\| 2' "$OUT"/serve-sweep.log
+[ "$MODE" = serve ] && cat "$OUT"/serve-bench/*.md && grep -H -E '^\| 2' "$OUT"/serve-sweep.log 2>/dev/null
 [ "$MODE" = blas ] && grep -H -E '^\| 2|^roofline' "$OUT"/blas-*.log
 [ "$MODE" = defaults ] && grep -H -E '^\| 2' "$OUT"/defaults-*.log && cat "$OUT/cublas.txt"
 exit $failed
