@@ -32,7 +32,35 @@ type mma8Frag struct {
 	k16  bool      // Q6_K: two m16n8k16 (lo, hi) instead of one m16n8k32
 	ptrs []string  // %[1]s: row suffix, %[2]s: row expression
 	raw  []mma8Raw // fetched a group ahead
-	dec  []string  // %[1]s: row suffix; group u, its words c<name>
+	dec  []string  // %[1]s: row suffix, %[2]s: the group's sub-block of 8 (Q4_K); its words c<name>
+}
+
+// decode writes the decoding of row r's fetched words of a group whose
+// index within its super-block is sub (an expression).
+func (f mma8Frag) decode(w *Writer, r, sub string) {
+	for _, l := range f.dec {
+		w.Linef(l, r, sub)
+	}
+}
+
+// mma8Rows is the row suffixes of mt tiles of 16 weight rows: a0, b0, a1, …
+// (rows 16i + g and 16i + g + 8 of the warp's).
+func mma8Rows(mt int) []string {
+	var rows []string
+	for i := range mt {
+		rows = append(rows, fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i))
+	}
+	return rows
+}
+
+// emitMMA8Acc declares the accumulators acc[MT][NT][4], zeroed.
+func emitMMA8Acc(w *Writer) {
+	w.Line("float acc[MT][NT][4];")
+	w.For("mt", "0", "MT", "1", -1, func() {
+		w.For("nt", "0", "NT", "1", -1, func() {
+			w.For("i", "0", "4", "1", -1, func() { w.Line("acc[mt][nt][i] = 0.f;") })
+		})
+	})
 }
 
 // mma8Raw is one fetched word of a group: its C type, register name, and
@@ -51,7 +79,7 @@ var mma8Frags = map[dtype.Type]mma8Frag{
 		ptrs: []string{"const u32* qp%[1]s = (const u32*)((const uint4*)W + (size_t)(%[2]s) * UPR) + t;",
 			"const uint4* hp%[1]s = (const uint4*)(W + HOFF) + (size_t)(%[2]s) * NB;"},
 		raw: []mma8Raw{{"u32", "w", "qp%[1]s[4 * @]"}, {"uint4", "hv", "hp%[1]s[@ >> 3]"}},
-		dec: []string{"float fa%[1]s, mn%[1]s;", "q4k_dm(chv%[1]s, u & 7, fa%[1]s, mn%[1]s);",
+		dec: []string{"float fa%[1]s, mn%[1]s;", "q4k_dm(chv%[1]s, %[2]s, fa%[1]s, mn%[1]s);",
 			"const float fb%[1]s = 8.f * fa%[1]s - mn%[1]s;",
 			"const u32 lo%[1]s = cw%[1]s & 0x0f0f0f0fu, hi%[1]s = (cw%[1]s >> 4) & 0x0f0f0f0fu;"},
 	},
@@ -162,16 +190,8 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 					w.Line("mc0[nt] = (const float4*)(xq + (size_t)(m0 + (ok0[nt] ? n0 : 0)) * XR + K);")
 					w.Line("mc1[nt] = (const float4*)(xq + (size_t)(m0 + (ok1[nt] ? n0 + 1 : 0)) * XR + K);")
 				})
-				w.Line("float acc[MT][NT][4];")
-				w.For("mt", "0", "MT", "1", -1, func() {
-					w.For("nt", "0", "NT", "1", -1, func() {
-						w.For("i", "0", "4", "1", -1, func() { w.Line("acc[mt][nt][i] = 0.f;") })
-					})
-				})
-				var rows []string // the row suffixes: a0, b0, a1, …
-				for i := range mt {
-					rows = append(rows, fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i))
-				}
+				emitMMA8Acc(w)
+				rows := mma8Rows(mt)
 				groups := mma8Groups(k)
 				w.Comment("each group's words are fetched while the group before it multiplies; the weights'")
 				w.Comment("first ones before the wait for the previous kernel (they do not depend on it)")
@@ -223,9 +243,7 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 						fetchX("u + KS")
 					})
 					for _, r := range rows {
-						for _, l := range fr.dec {
-							w.Linef(l, r)
-						}
+						fr.decode(w, r, "u & 7")
 					}
 					w.For("nt", "0", "NT", "1", -1, func() {
 						w.Line("const u32 b0 = cxw0[nt], b1 = cxw1[nt];")

@@ -2,7 +2,6 @@ package codegen
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/memra-ai/memra/ir/dtype"
 )
@@ -86,15 +85,13 @@ func emitCPAsync(w *Writer) {
 	w.Blank()
 }
 
-// gemvMMA8Pipe is gemvMMA8 for arm.Stages > 0 over Q4_K and Q6_K weights.
+// gemvMMA8Pipe is gemvMMA8 for arm.Stages > 0 over Q4_K and Q6_K weights
+// (K a multiple of 256; Validate has checked the arm's shared memory).
 // grid (⌈n/(16·RowsPerWarp·RowsPerBlock)⌉, ⌈m/MB⌉), dynamic shared memory
 // mma8PipeShared.
 func gemvMMA8Pipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystride int) (*Kernel, error) {
 	fr := mma8Frags[t]
 	pt := mma8PipeTypes[t]
-	if k%256 != 0 {
-		return nil, fmt.Errorf("%w: pipelined int8 tensor-core gemv for %v, K %d", ErrUnsupported, t, k)
-	}
 	mb := arm.batchRows()
 	mt := arm.rowsPerWarp()
 	ks := arm.Threads / 32 / arm.RowsPerBlock
@@ -106,9 +103,6 @@ func gemvMMA8Pipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 	cr := ceilDiv(wr, 32)            // weight rows a lane copies
 	xa := ceilDiv(3*8*nt, 32)        // activation chunks a lane copies (three a token)
 	shared := arm.mma8PipeShared(pt) // a block's
-	if shared+4*mb > xqMaxShared {
-		return nil, fmt.Errorf("%w: pipelined int8 tensor-core gemv %v needs %d bytes of shared memory", ErrUnsupported, arm, shared)
-	}
 	epi := ""
 	if residual {
 		epi = "_res"
@@ -176,12 +170,7 @@ func gemvMMA8Pipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 					w.Line("ok0[nt] = 8 * nt + 2 * t < mrows;")
 					w.Line("ok1[nt] = 8 * nt + 2 * t + 1 < mrows;")
 				})
-				w.Line("float acc[MT][NT][4];")
-				w.For("mt", "0", "MT", "1", -1, func() {
-					w.For("nt", "0", "NT", "1", -1, func() {
-						w.For("i", "0", "4", "1", -1, func() { w.Line("acc[mt][nt][i] = 0.f;") })
-					})
-				})
+				emitMMA8Acc(w)
 				// weights writes the copies of the warp's weights of group u
 				// (super-block sb) into the stage at shared address sa, and
 				// with head the rows' heads of sb into the head slot ha.
@@ -224,12 +213,10 @@ func gemvMMA8Pipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 					w.Line("const u8* xr = xq + (size_t)m0 * XR;")
 					emitXQRowNorms(w, e.NormEps, "xr", mb)
 				}
-				var rows []string // the row suffixes: a0, b0, a1, …
-				local := map[string]string{}
-				for i := range mt {
-					a, b := fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)
-					rows = append(rows, a, b)
-					local[a], local[b] = fmt.Sprintf("(%d + g)", 16*i), fmt.Sprintf("(%d + g)", 16*i+8)
+				rows := mma8Rows(mt)
+				local := map[string]string{} // each row's index among the warp's
+				for i, r := range rows {
+					local[r] = fmt.Sprintf("(%d + g)", 8*i)
 				}
 				w.If("nsb > 0", func() {
 					for c := range p - 1 {
@@ -263,9 +250,7 @@ func gemvMMA8Pipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 										w.Linef("const u16 csv%s = (u16)(*(const u32*)(st + WR * 24 + %s * 4) >> %d);", r, lr, 16*(j&1))
 										w.Linef("const u16 cdv%s = (u16)(*(const u32*)(hs + %s * HB) >> dsh%s);", r, lr, r)
 									}
-									for _, l := range fr.dec {
-										w.Linef(strings.ReplaceAll(l, "u & 7", fmt.Sprint(j)), r)
-									}
+									fr.decode(w, r, fmt.Sprint(j))
 								}
 								w.For("nt", "0", "NT", "1", -1, func() {
 									w.Line("const u8* xt = st + XO + (8 * nt + g) * TB;")
