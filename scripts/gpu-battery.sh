@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -155,8 +155,9 @@ if [ "$MODE" = tune ]; then
 		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
 		"$BIN" autotune "$MODELS/llama2-7b-q4_k_m.gguf" --families gemv --budget "${TUNE_BUDGET:-180s}" --parallel 16 --report /tmp/memra-tune-report &&
 			tar czf "$OUT/tune-report.tgz" -C /tmp memra-tune-report &&
+			"$BIN" tunedb export nvidia-h200.sm90.132sm.140gib -o "$OUT/tune-tunedb.json" &&
 			{ grep '^confirm:' "$OUT/tune.log" >&2 || true; } &&
-			"$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline -p 512 -n 128 -r 3 -b 1,16 --no-progress --perf-rows
+			"$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline -p 512 -n 128 -r 5 -b 1,16 --no-progress --perf-rows
 	}
 	step tune tune
 fi
@@ -169,7 +170,9 @@ if [ "$MODE" = tune-f16 ]; then
 	tune_f16() { # tune_f16 PRESET FILE
 		synth "$MODELS/$2" --preset "$1" --quant f16 --weights blocks || return 1
 		"$BIN" bench "$MODELS/$2" --device cuda --roofline -p 512 -n 128 -r 5 -b 1 --no-progress --perf-rows &&
-			"$BIN" autotune "$MODELS/$2" --families gemv --budget "${TUNE_BUDGET:-120s}" --parallel 16 &&
+			"$BIN" autotune "$MODELS/$2" --families gemv --budget "${TUNE_BUDGET:-120s}" --parallel 16 --report /tmp/memra-tune-f16-report &&
+			tar czf "$OUT/tune-f16-$1-report.tgz" -C /tmp memra-tune-f16-report &&
+			"$BIN" tunedb export nvidia-h200.sm90.132sm.140gib -o "$OUT/tune-f16-$1-tunedb.json" &&
 			{ grep '^confirm:' "$OUT/tune-f16-$1.log" >&2 || true; } &&
 			"$BIN" bench "$MODELS/$2" --device cuda --roofline -p 512 -n 128 -r 5 -b 1 --no-progress --perf-rows &&
 			MEMRA_DECODE_PRELOAD=1 "$BIN" bench "$MODELS/$2" --device cuda -p 512 -n 128 -r 5 -b 1 --no-progress --perf-rows
@@ -393,6 +396,22 @@ fi
 # The serving load test alone (about 3 minutes): memra serve on llama2-7b q4_k_m and memra bench serve
 # at concurrency 1, 4, 16, 64 (scripts/gpu-bench.sh's serve_bench), then the batch sweep with its plot.
 # SERVE_LEVELS and SERVE_DURATION set the levels and their length; SERVE_SWEEP=0 skips the sweep.
+# Issue 6's decode goals in one call, with the shipped tunedb: llama2-7b q4_k_m at batch 1 and 16,
+# llama2-7b f16 and llama3.2-1b f16 at batch 1 (tg128 after a 512-token prompt, N = 5, with the
+# roofline), CPU parity of a two-layer llama3.2-1b f16 (its full-width products take the tuned f16
+# arms), then the serving load test below (GOALS_SERVE=0 skips it).
+if [ "$MODE" = goals ]; then
+	goal_bench() { # goal_bench PRESET QUANT BATCHES
+		synth "$MODELS/$1-$2.gguf" --preset "$1" --quant "$2" --weights blocks || return 1
+		"$BIN" bench "$MODELS/$1-$2.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r 5 -b "$3"
+	}
+	step goals-q4_k_m-b1-b16 goal_bench llama2-7b q4_k_m 1,16
+	step goals-1b-f16-b1 goal_bench llama3.2-1b f16 1
+	step goals-7b-f16-b1 goal_bench llama2-7b f16 1
+	step goals-parity-1b-f16 "$BIN" gpu-parity --preset llama3.2-1b --quant f16 --layers 2 --dim 2048 --steps 64 --prompts 2 --tie-tol 0.02 --tie-sigma 3
+	[ "${GOALS_SERVE:-1}" = 0 ] || { MODE=serve; SERVE_SWEEP=0; GOALS=1; }
+fi
+
 if [ "$MODE" = serve ]; then
 	synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks
 	serve_load() {
@@ -421,6 +440,26 @@ if [ "$MODE" = drop ]; then
 	for re in '^attn_' n4096_k4096_res _rope_ n22016 k11008 n32000; do
 		step "drop-${re//[^a-z0-9_]/}" switch_bench 1 "MEMRA_DROP=$re"
 	done
+fi
+
+# The same for the f16 models' small kernels (DROP_F16 names the preset, default llama3.2-1b):
+# the norms, the SwiGLU and the RoPE launches each left out, all three, attention, and the fused
+# float prologues (MEMRA_FUSE=1) against the default, N = 3 after a baseline of N = 5.
+if [ "$MODE" = drop-f16 ]; then
+	m=${DROP_F16:-llama3.2-1b}
+	f16_switch() { # f16_switch N ENV…
+		local n=$1
+		shift
+		synth "$MODELS/$m-f16.gguf" --preset "$m" --quant f16 --weights blocks || return 1
+		env "$@" "$BIN" bench "$MODELS/$m-f16.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r "$n" -b 1
+	}
+	step drop-f16-none f16_switch 5 MEMRA_NOTHING=0
+	step drop-f16-rmsnorm f16_switch 3 MEMRA_DROP='^rmsnorm'
+	step drop-f16-swiglu f16_switch 3 MEMRA_DROP='^swiglu'
+	step drop-f16-rope f16_switch 3 MEMRA_DROP='^rope_kv'
+	step drop-f16-small3 f16_switch 3 MEMRA_DROP='^rmsnorm|^swiglu|^rope_kv'
+	step drop-f16-attn f16_switch 3 MEMRA_DROP='^attn_'
+	step drop-f16-fuse1 f16_switch 3 MEMRA_FUSE=1
 fi
 
 # Where a decode step's time goes with the defaults: llama2-7b q4_k_m at batch 1 and 16, with the
@@ -482,7 +521,9 @@ fi
 [ "$MODE" = large ] && grep -H -E '^\| 2.*tg' "$OUT"/large-*.log
 case $MODE in rope | attn | both | split) grep -H -E '^\| 2.*tg' "$OUT/$MODE"-bench-*.log ;; esac
 [ "$MODE" = ncu ] && cat "$OUT"/ncu-*.log
+case $MODE in drop | drop-f16) grep -H -E '^\| 2.*tg' "$OUT"/drop-*.log ;; esac
 [ "$MODE" = f16-prefill ] && grep -H -E '^\| 2|^roofline' "$OUT"/f16p-*.log
+[ "${GOALS:-0}" = 1 ] && grep -H -E '^\| 2.*tg' "$OUT"/goals-*.log
 [ "$MODE" = serve ] && cat "$OUT"/serve-bench/*.md && grep -H -E '^\| 2' "$OUT"/serve-sweep.log 2>/dev/null
 [ "$MODE" = blas ] && grep -H -E '^\| 2|^roofline' "$OUT"/blas-*.log
 [ "$MODE" = defaults ] && grep -H -E '^\| 2' "$OUT"/defaults-*.log && cat "$OUT/cublas.txt"

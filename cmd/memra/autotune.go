@@ -272,6 +272,7 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 		}
 		entries = append(entries, e)
 	}
+	passed := len(entries) // tasks with a passing arm, before the confirmation drops any
 	if groups := confirmGroups(entries); confirm && len(groups) > 0 {
 		// the backend takes the card: the sweep's device is done with
 		_ = dev.Close()
@@ -320,8 +321,8 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 	if tuneErr != nil {
 		return tuneErr
 	}
-	if len(entries) < len(results) {
-		return fmt.Errorf("%w: %d of %d tasks had no passing arm", errAutotune, len(results)-len(entries), len(results))
+	if passed < len(results) {
+		return fmt.Errorf("%w: %d of %d tasks had no passing arm", errAutotune, len(results)-passed, len(results))
 	}
 	return nil
 }
