@@ -326,10 +326,10 @@ func (l *lowerer) largeArm(batch GEMVArm) (GEMVArm, bool) {
 // split over two warps a row set where LowerOptions.GEMVSplitBlocks (or
 // GEMVSplitRows and GEMVSplitK) say so (a tunedb pick runs as picked).
 func (l *lowerer) splitArm(arm GEMVArm, n, k int) GEMVArm {
-	if arm.XQ != 2 || arm.BatchRows != 1 || arm.kSplit() != 1 || 2*arm.Threads > 1024 {
+	if !splittable(arm) {
 		return arm
 	}
-	split := ceilDiv(n, arm.RowsPerBlock*arm.rowsPerWarp()) < l.o.GEMVSplitBlocks
+	split := SplitUntuned(arm, n, l.o.GEMVSplitBlocks)
 	if l.o.GEMVSplitRows > 0 {
 		split = n <= l.o.GEMVSplitRows && k >= l.o.GEMVSplitK
 	}
@@ -337,6 +337,22 @@ func (l *lowerer) splitArm(arm GEMVArm, n, k int) GEMVArm {
 		arm = arm.Split(2)
 	}
 	return arm
+}
+
+// splittable reports whether arm is an unsplit XQ 2 one-row arm that
+// Split(2) keeps within 1024 threads.
+func splittable(arm GEMVArm) bool {
+	return arm.XQ == 2 && arm.BatchRows == 1 && arm.kSplit() == 1 && 2*arm.Threads <= 1024
+}
+
+// SplitUntuned reports whether lowering runs arm, the untuned one-row arm
+// of a product of n rows, split over two warps a row set on a card of
+// multiprocessors multiprocessors (LowerOptions.GEMVSplitBlocks, without
+// GEMVSplitRows): an unsplit XQ 2 one-row arm of fewer blocks than the
+// card has multiprocessors. The autotuner measures that split arm as the
+// baseline of such a product (check.LoweringDefaults).
+func SplitUntuned(arm GEMVArm, n, multiprocessors int) bool {
+	return splittable(arm) && ceilDiv(n, arm.RowsPerBlock*arm.rowsPerWarp()) < multiprocessors
 }
 
 // optionalKernel is kernel for a kernel a launch can do without: -1 and

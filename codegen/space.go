@@ -249,11 +249,15 @@ func GEMVSpaceFor(t dtype.Type) Space {
 	return s
 }
 
-// searched reports whether the search spaces hold a valid GEMV arm: not
-// the XQ 2 arms that split K over a row set's warps, chosen by hand
-// (MEMRA_GEMV_QUANT, MEMRA_GEMV_BATCH, kernel-check --gemv-arms) until
-// measured.
-func searched(a GEMVArm) bool { return a.XQ != 2 || a.kSplit() == 1 }
+// searched reports whether the search spaces hold a valid GEMV arm: of
+// the XQ 2 arms that split K over a row set's warps, those of the one-row
+// space with two warps a row set, as lowering's untuned arm splits the
+// products of fewer blocks than the card has multiprocessors (SplitUntuned;
+// four warps a row set and split batch arms are chosen by hand:
+// MEMRA_GEMV_QUANT, MEMRA_GEMV_BATCH, kernel-check --gemv-arms).
+func searched(a GEMVArm) bool {
+	return a.XQ != 2 || a.kSplit() == 1 || (a.kSplit() == 2 && a.BatchRows == 1)
+}
 
 // GEMVBatchClass is the shape class under which the tunedb keeps the batch
 // arm (steps of two or more rows, Launch.One's other kernel) of the

@@ -87,7 +87,8 @@ func TestSpaceValid(t *testing.T) {
 func TestGEMVOneSpace(t *testing.T) {
 	s := GEMVOneSpaceFor(dtype.Q4_K)
 	arms := s.Arms()
-	require.Len(t, arms, 48) // 4 block shapes × 4 unrolls × 3 rows a warp
+	// 8 block shapes (2 to 16 warps; each row set one warp, or two splitting K) × 4 unrolls × 3 rows a warp
+	require.Len(t, arms, 96)
 	names := map[string]bool{}
 	for _, p := range arms {
 		a := GEMVArmOf(p)
@@ -98,6 +99,24 @@ func TestGEMVOneSpace(t *testing.T) {
 		names[s.ArmName(p)] = true
 	}
 	require.True(t, names[DefaultXQGlobalOneArm.String()])
+	require.True(t, names[DefaultXQGlobalOneArm.Split(2).String()], "the split arm lowering runs untuned on products of few blocks")
+	require.False(t, names["t512_r4_u1_s1_l1_g1_w4"], "four warps a row set are not searched")
 	require.Equal(t, DefaultXQGlobalOneArm, GEMVArmOf(s.Default))
+	for _, p := range GEMVBatchSpaceFor(dtype.Q4_K).Arms() {
+		require.Equal(t, 1, GEMVArmOf(p).kSplit(), "batch arms that split K are not searched")
+	}
 	require.Empty(t, GEMVOneSpaceFor(dtype.F32).Arms())
+}
+
+// TestSplitUntuned: the untuned one-row arm splits where its blocks are
+// fewer than the card's multiprocessors, and only an unsplit XQ 2 one-row
+// arm that stays within 1024 threads.
+func TestSplitUntuned(t *testing.T) {
+	a := DefaultXQGlobalOneArm                    // 32 rows a block
+	require.True(t, SplitUntuned(a, 4096, 132))   // 128 blocks
+	require.False(t, SplitUntuned(a, 12288, 132)) // 384 blocks
+	require.False(t, SplitUntuned(a, 4096, 128))  // exactly one block a multiprocessor
+	require.False(t, SplitUntuned(a.Split(2), 4096, 132), "already split")
+	require.False(t, SplitUntuned(DefaultXQGlobalBatchArm, 4096, 132), "batch arm")
+	require.False(t, SplitUntuned(GEMVArm{Threads: 1024, RowsPerBlock: 32, Unroll: 1, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 1}, 64, 132), "2048 threads")
 }

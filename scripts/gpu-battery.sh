@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -396,6 +396,17 @@ fi
 # The serving load test alone (about 3 minutes): memra serve on llama2-7b q4_k_m and memra bench serve
 # at concurrency 1, 4, 16, 64 (scripts/gpu-bench.sh's serve_bench), then the batch sweep with its plot.
 # SERVE_LEVELS and SERVE_DURATION set the levels and their length; SERVE_SWEEP=0 skips the sweep.
+# NVRTC from several goroutines (MEMRA_NVRTC_PARALLEL=1, NVRTC 12 and later): the CUDA test that
+# compiles eight int8 product kernels one at a time and all at once (times in its log), then a
+# one-minute autotune of the llama3-8b Q4_K products without a model (how many arms a task
+# reaches in its share of the budget; nothing written).
+if [ "$MODE" = nvrtc ]; then
+	step nvrtc-concurrent sh -c 'cd runtime/cuda && MEMRA_NVRTC_PARALLEL=1 ../../.gpu/cuda.test -test.v -test.count=1 -test.run TestNVRTCConcurrentCompile'
+	step nvrtc-autotune env MEMRA_NVRTC_PARALLEL=1 "$BIN" autotune --shapes llama3-8b --types q4_k --families gemv --budget "${TUNE_BUDGET:-60s}" --parallel 16 --write-user=false
+	grep -h 'NVRTC' "$OUT/nvrtc-concurrent.log" >&2
+	tr '\r' '\n' <"$OUT/nvrtc-autotune.log" | grep -E 'tried' >&2
+fi
+
 # Issue 6's decode goals in one call, with the shipped tunedb: llama2-7b q4_k_m at batch 1 and 16,
 # llama2-7b f16 and llama3.2-1b f16 at batch 1 (tg128 after a 512-token prompt, N = 5, with the
 # roofline), CPU parity of a two-layer llama3.2-1b f16 (its full-width products take the tuned f16

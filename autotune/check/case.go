@@ -61,8 +61,9 @@ type Case struct {
 	Tol    float64 // the family's tolerance on RelErr (TolOf: an arm's)
 	// ExtraArms are arms kernel-check runs besides the space's default.
 	ExtraArms []codegen.Point
-	// K is a product's row length (gemv, mma; 0 for other families).
-	K int
+	// K is a product's row length and N its weight rows (gemv, mma; 0
+	// for other families).
+	K, N int
 	// AnyGEMVArm says the case runs any GEMV arm of its weight type (the
 	// plain products of repacked types), so kernel-check may add its
 	// --gemv-arms; the fused-prologue cases take only their own arms.

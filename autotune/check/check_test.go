@@ -234,3 +234,28 @@ func requireChain(t *testing.T, c *Case, out, width int, names ...string) {
 		require.Contains(t, l.Kernels[i+1].Name, n, c.Label)
 	}
 }
+
+// TestLoweringDefaults: a one-row int8 product of fewer blocks than the
+// card has multiprocessors is tuned against the split arm lowering runs
+// untuned; a larger product, a card of fewer multiprocessors, the batch
+// and float tasks keep the space's default; the tasks passed in are left
+// as they were.
+func TestLoweringDefaults(t *testing.T) {
+	cases := []*Case{
+		Product("s", "gemv", "attn_out", dtype.Q4_K, 4096, 4096, 1, true, 1),
+		Product("s", "gemv", "qkv", dtype.Q4_K, 12288, 4096, 1, false, 1),
+		ProductBatch("s", "attn_out", dtype.Q4_K, 4096, 4096, 8, true, 1),
+		Product("s", "gemv", "down", dtype.F16, 4096, 11008, 1, true, 1),
+	}
+	tasks := Tasks(cases)
+	require.Len(t, tasks, 4)
+	split := codegen.DefaultXQGlobalOneArm.Split(2).Point()
+	got := LoweringDefaults(cases, tasks, 132)
+	require.True(t, got[0].Space.Default.Equal(split), got[0].Space.ArmName(got[0].Space.Default))
+	for i := 1; i < 4; i++ {
+		require.True(t, got[i].Space.Default.Equal(tasks[i].Space.Default), tasks[i].ID())
+	}
+	require.True(t, tasks[0].Space.Default.Equal(codegen.DefaultXQGlobalOneArm.Point()), "the input is not changed")
+	got = LoweringDefaults(cases, tasks, 64) // 128 blocks fill 64 multiprocessors
+	require.True(t, got[0].Space.Default.Equal(codegen.DefaultXQGlobalOneArm.Point()))
+}

@@ -452,7 +452,7 @@ func Embedding(shape string, t dtype.Type, dim int, seed uint64) *Case {
 func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool, seed uint64) *Case {
 	dt := strings.ToLower(t.String())
 	class := codegen.ProductClass(t, n, k, residual)
-	c := &Case{Family: family, Label: family + "/" + use, Shape: shape, DType: dt, Class: class, Use: use, Tol: 1e-4, seed: seed, K: k}
+	c := &Case{Family: family, Label: family + "/" + use, Shape: shape, DType: dt, Class: class, Use: use, Tol: 1e-4, seed: seed, K: k, N: n}
 	if family == "gemv" {
 		sp := codegen.GEMVSpaceFor(t)
 		if codegen.Repackable(t) {

@@ -2,6 +2,7 @@ package check
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/memra-ai/memra/autotune"
 	"github.com/memra-ai/memra/codegen"
@@ -33,6 +34,35 @@ func Tasks(cases []*Case) []autotune.Task {
 		}
 		seen[c.ID()] = true
 		out = append(out, autotune.Task{Family: c.Family, Class: c.Class, Label: c.Use, Space: c.Space()})
+	}
+	return out
+}
+
+// LoweringDefaults returns tasks with the baseline of each one-row int8
+// product set to the arm lowering runs untuned on a card of
+// multiprocessors multiprocessors: split over two warps a row set where
+// the product has fewer blocks than that (codegen.SplitUntuned). So the
+// arm a tunedb entry must beat is the one the program runs without it,
+// and a pick of the baseline does not take the split away.
+func LoweringDefaults(cases []*Case, tasks []autotune.Task, multiprocessors int) []autotune.Task {
+	byID := map[string]*Case{}
+	for _, c := range cases {
+		byID[c.ID()] = c
+	}
+	out := slices.Clone(tasks)
+	for i, t := range out {
+		c, ok := byID[t.ID()]
+		if !ok || c.Family != "gemv" {
+			continue
+		}
+		a := codegen.GEMVArmOf(t.Space.Default)
+		if !codegen.SplitUntuned(a, c.N, multiprocessors) {
+			continue
+		}
+		split := a.Split(2).Point()
+		if slices.ContainsFunc(t.Space.Arms(), split.Equal) {
+			out[i].Space.Default = split
+		}
 	}
 	return out
 }

@@ -60,7 +60,7 @@ func TestAutotuneLeavesInt8ProductsOut(t *testing.T) {
 	require.Regexp(t, `rmsnorm/`, all)
 	gemv := list("--list", "--shapes", "tiny", "--types", "q4_k,f16", "--families", "gemv")
 	require.Contains(t, gemv, "warning")
-	require.Regexp(t, `gemv/q4_k_n\d+_k\d+ +\S+ +48 arms`, gemv)
+	require.Regexp(t, `gemv/q4_k_n\d+_k\d+ +\S+ +96 arms`, gemv)
 	require.Regexp(t, `gemv/q4_k_n\d+_k\d+_batch `, gemv)
 	require.Regexp(t, `gemv/f16_`, gemv)
 	require.NotRegexp(t, `rmsnorm/`, gemv)

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -13,7 +14,8 @@ type NVRTC struct {
 	lib          string
 	major, minor int
 
-	mu sync.Mutex // serialises compilations; NVRTC 11.x makes no thread-safety promise
+	parallel bool       // Concurrent
+	mu       sync.Mutex // serialises compilations where !Concurrent()
 
 	nvrtcVersion, nvrtcGetErrorString          uintptr
 	nvrtcCreateProgram, nvrtcDestroyProgram    uintptr
@@ -62,6 +64,14 @@ func LoadNVRTC() (*NVRTC, error) {
 			return
 		}
 		n.major, n.minor = int(major), int(minor)
+		switch v := os.Getenv("MEMRA_NVRTC_PARALLEL"); v {
+		case "", "0":
+		case "1":
+			n.parallel = n.major >= 12
+		default:
+			nvErr = fmt.Errorf("%w: MEMRA_NVRTC_PARALLEL=%q: want 0 or 1", ErrArg, v)
+			return
+		}
 		nv = n
 	})
 	return nv, nvErr
@@ -69,6 +79,15 @@ func LoadNVRTC() (*NVRTC, error) {
 
 // Version returns NVRTC's major and minor version (e.g. 11, 8).
 func (n *NVRTC) Version() (major, minor int) { return n.major, n.minor }
+
+// Concurrent reports whether Compile runs compilations from several
+// goroutines at once (the autotuner's --parallel) instead of one at a
+// time: with MEMRA_NVRTC_PARALLEL=1 and NVRTC 12 or later, whose programs
+// are meant to compile independently on separate threads. NVRTC 11.x
+// (CI's Debian 11.8) makes no such promise and always compiles one
+// program at a time. Off by default until it has run on a GPU machine
+// (scripts/gpu-battery.sh nvrtc).
+func (n *NVRTC) Concurrent() bool { return n.parallel }
 
 // Library returns the path or name the library was loaded from.
 func (n *NVRTC) Library() string { return n.lib }
@@ -105,8 +124,10 @@ func ArchOption(arch string) string { return "--gpu-architecture=" + arch }
 // example ArchOption("sm_90a") and "--std=c++17". A compile error returns
 // ErrNVRTC with the log.
 func (n *NVRTC) Compile(source, name string, options []string) (*Compiled, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	if !n.Concurrent() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+	}
 	src, cname := cstring(source), cstring(name)
 	var prog uintptr
 	r := call(n.nvrtcCreateProgram, uintptr(unsafe.Pointer(&prog)), uintptr(bptr(src)), uintptr(bptr(cname)), 0, 0, 0)
