@@ -326,12 +326,9 @@ func (l *lowerer) largeArm(batch GEMVArm) (GEMVArm, bool) {
 // split over two warps a row set where LowerOptions.GEMVSplitBlocks (or
 // GEMVSplitRows and GEMVSplitK) say so (a tunedb pick runs as picked).
 func (l *lowerer) splitArm(arm GEMVArm, n, k int) GEMVArm {
-	if !splittable(arm) {
-		return arm
-	}
 	split := SplitUntuned(arm, n, l.o.GEMVSplitBlocks)
 	if l.o.GEMVSplitRows > 0 {
-		split = n <= l.o.GEMVSplitRows && k >= l.o.GEMVSplitK
+		split = splittable(arm) && n <= l.o.GEMVSplitRows && k >= l.o.GEMVSplitK
 	}
 	if split {
 		arm = arm.Split(2)
@@ -350,7 +347,7 @@ func splittable(arm GEMVArm) bool {
 // multiprocessors multiprocessors (LowerOptions.GEMVSplitBlocks, without
 // GEMVSplitRows): an unsplit XQ 2 one-row arm of fewer blocks than the
 // card has multiprocessors. The autotuner measures that split arm as the
-// baseline of such a product (check.LoweringDefaults).
+// baseline of such a product (check.Runner.LoweringDefaults).
 func SplitUntuned(arm GEMVArm, n, multiprocessors int) bool {
 	return splittable(arm) && ceilDiv(n, arm.RowsPerBlock*arm.rowsPerWarp()) < multiprocessors
 }

@@ -43,6 +43,7 @@ MODE=${1:-full}
 BIN=${BIN:-.gpu/memra}
 OUT=${OUT:-/tmp/memra-battery}
 MODELS=${MODELS:-/tmp/memra-models}
+TUNEDB_KEY=${TUNEDB_KEY:-nvidia-h200.sm90.132sm.140gib} # the card whose merged tunedb tune and tune-f16 export
 mkdir -p "$OUT" "$MODELS"
 for f in .gpu/memra .gpu/cuda.test; do # carried gzipped: unpack (a binary left by an earlier call is older than its .gz)
 	if [ -e "$f.gz" ] && { [ ! -e "$f" ] || [ "$f.gz" -nt "$f" ]; }; then gunzip -kf "$f.gz" && chmod +x "$f"; fi
@@ -155,7 +156,7 @@ if [ "$MODE" = tune ]; then
 		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
 		"$BIN" autotune "$MODELS/llama2-7b-q4_k_m.gguf" --families gemv --budget "${TUNE_BUDGET:-180s}" --parallel 16 --report /tmp/memra-tune-report &&
 			tar czf "$OUT/tune-report.tgz" -C /tmp memra-tune-report &&
-			"$BIN" tunedb export nvidia-h200.sm90.132sm.140gib -o "$OUT/tune-tunedb.json" &&
+			"$BIN" tunedb export "$TUNEDB_KEY" -o "$OUT/tune-tunedb.json" &&
 			{ grep '^confirm:' "$OUT/tune.log" >&2 || true; } &&
 			"$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline -p 512 -n 128 -r 5 -b 1,16 --no-progress --perf-rows
 	}
@@ -172,7 +173,7 @@ if [ "$MODE" = tune-f16 ]; then
 		"$BIN" bench "$MODELS/$2" --device cuda --roofline -p 512 -n 128 -r 5 -b 1 --no-progress --perf-rows &&
 			"$BIN" autotune "$MODELS/$2" --families gemv --budget "${TUNE_BUDGET:-120s}" --parallel 16 --report /tmp/memra-tune-f16-report &&
 			tar czf "$OUT/tune-f16-$1-report.tgz" -C /tmp memra-tune-f16-report &&
-			"$BIN" tunedb export nvidia-h200.sm90.132sm.140gib -o "$OUT/tune-f16-$1-tunedb.json" &&
+			"$BIN" tunedb export "$TUNEDB_KEY" -o "$OUT/tune-f16-$1-tunedb.json" &&
 			{ grep '^confirm:' "$OUT/tune-f16-$1.log" >&2 || true; } &&
 			"$BIN" bench "$MODELS/$2" --device cuda --roofline -p 512 -n 128 -r 5 -b 1 --no-progress --perf-rows &&
 			MEMRA_DECODE_PRELOAD=1 "$BIN" bench "$MODELS/$2" --device cuda -p 512 -n 128 -r 5 -b 1 --no-progress --perf-rows
@@ -220,11 +221,16 @@ fi
 # sequences, and batch 1 and 16 with the switch against without. both is the two in one call:
 # both kernel-checks, the CUDA tests and parity with both on (each alone too if that fails), then
 # batch 1 with neither, each and both, and batch 16 with neither and both.
+model_bench() { # model_bench PRESET QUANT RUNS BATCHES ENV…: tg128 after 512-token prompts of a synthesized model, with the switches ENV
+	local p=$1 q=$2 n=$3 batches=$4
+	shift 4
+	synth "$MODELS/$p-$q.gguf" --preset "$p" --quant "$q" --weights blocks || return 1
+	env "$@" "$BIN" bench "$MODELS/$p-$q.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r "$n" -b "$batches"
+}
 switch_bench() { # switch_bench BATCHES ENV…: bench llama2-7b q4_k_m with the switches ENV
 	local batches=$1
 	shift
-	synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
-	env "$@" "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r 5 -b "$batches"
+	model_bench llama2-7b q4_k_m 5 "$batches" "$@"
 }
 switch_checks() { # switch_checks NAME ENV…: the CUDA tests and parity with the switches ENV; fails if any does
 	local name=$1 rc=0
@@ -412,18 +418,15 @@ fi
 # roofline), CPU parity of a two-layer llama3.2-1b f16 (its full-width products take the tuned f16
 # arms), then the serving load test below (GOALS_SERVE=0 skips it).
 if [ "$MODE" = goals ]; then
-	goal_bench() { # goal_bench PRESET QUANT BATCHES
-		synth "$MODELS/$1-$2.gguf" --preset "$1" --quant "$2" --weights blocks || return 1
-		"$BIN" bench "$MODELS/$1-$2.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r 5 -b "$3"
-	}
-	step goals-q4_k_m-b1-b16 goal_bench llama2-7b q4_k_m 1,16
-	step goals-1b-f16-b1 goal_bench llama3.2-1b f16 1
-	step goals-7b-f16-b1 goal_bench llama2-7b f16 1
+	step goals-q4_k_m-b1-b16 model_bench llama2-7b q4_k_m 5 1,16
+	step goals-1b-f16-b1 model_bench llama3.2-1b f16 5 1
+	step goals-7b-f16-b1 model_bench llama2-7b f16 5 1
 	step goals-parity-1b-f16 "$BIN" gpu-parity --preset llama3.2-1b --quant f16 --layers 2 --dim 2048 --steps 64 --prompts 2 --tie-tol 0.02 --tie-sigma 3
-	[ "${GOALS_SERVE:-1}" = 0 ] || { MODE=serve; SERVE_SWEEP=0; GOALS=1; }
+	[ "${GOALS_SERVE:-1}" = 0 ] || { serve_on=1; SERVE_SWEEP=0; }
 fi
 
-if [ "$MODE" = serve ]; then
+[ "$MODE" = serve ] && serve_on=1
+if [ "${serve_on:-0}" = 1 ]; then
 	synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks
 	serve_load() {
 		"$BIN" serve --model "llama2-7b-q4_k_m=$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --port 8199 --max-running 64 >"$OUT/serve.log" 2>&1 &
@@ -461,8 +464,7 @@ if [ "$MODE" = drop-f16 ]; then
 	f16_switch() { # f16_switch N ENV…
 		local n=$1
 		shift
-		synth "$MODELS/$m-f16.gguf" --preset "$m" --quant f16 --weights blocks || return 1
-		env "$@" "$BIN" bench "$MODELS/$m-f16.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r "$n" -b 1
+		model_bench "$m" f16 "$n" 1 "$@"
 	}
 	step drop-f16-none f16_switch 5 MEMRA_NOTHING=0
 	step drop-f16-rmsnorm f16_switch 3 MEMRA_DROP='^rmsnorm'
@@ -534,8 +536,8 @@ case $MODE in rope | attn | both | split) grep -H -E '^\| 2.*tg' "$OUT/$MODE"-be
 [ "$MODE" = ncu ] && cat "$OUT"/ncu-*.log
 case $MODE in drop | drop-f16) grep -H -E '^\| 2.*tg' "$OUT"/drop-*.log ;; esac
 [ "$MODE" = f16-prefill ] && grep -H -E '^\| 2|^roofline' "$OUT"/f16p-*.log
-[ "${GOALS:-0}" = 1 ] && grep -H -E '^\| 2.*tg' "$OUT"/goals-*.log
-[ "$MODE" = serve ] && cat "$OUT"/serve-bench/*.md && grep -H -E '^\| 2' "$OUT"/serve-sweep.log 2>/dev/null
+[ "$MODE" = goals ] && grep -H -E '^\| 2.*tg' "$OUT"/goals-*.log
+[ "${serve_on:-0}" = 1 ] && cat "$OUT"/serve-bench/*.md && grep -H -E '^\| 2' "$OUT"/serve-sweep.log 2>/dev/null
 [ "$MODE" = blas ] && grep -H -E '^\| 2|^roofline' "$OUT"/blas-*.log
 [ "$MODE" = defaults ] && grep -H -E '^\| 2' "$OUT"/defaults-*.log && cat "$OUT/cublas.txt"
 exit $failed

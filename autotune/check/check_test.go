@@ -250,12 +250,13 @@ func TestLoweringDefaults(t *testing.T) {
 	tasks := Tasks(cases)
 	require.Len(t, tasks, 4)
 	split := codegen.DefaultXQGlobalOneArm.Split(2).Point()
-	got := LoweringDefaults(cases, tasks, 132)
+	r := NewRunner(nil, cases)
+	got := r.LoweringDefaults(tasks, 132)
 	require.True(t, got[0].Space.Default.Equal(split), got[0].Space.ArmName(got[0].Space.Default))
 	for i := 1; i < 4; i++ {
 		require.True(t, got[i].Space.Default.Equal(tasks[i].Space.Default), tasks[i].ID())
 	}
 	require.True(t, tasks[0].Space.Default.Equal(codegen.DefaultXQGlobalOneArm.Point()), "the input is not changed")
-	got = LoweringDefaults(cases, tasks, 64) // 128 blocks fill 64 multiprocessors
+	got = r.LoweringDefaults(tasks, 64) // 128 blocks fill 64 multiprocessors
 	require.True(t, got[0].Space.Default.Equal(codegen.DefaultXQGlobalOneArm.Point()))
 }

@@ -44,15 +44,11 @@ func Tasks(cases []*Case) []autotune.Task {
 // the product has fewer blocks than that (codegen.SplitUntuned). So the
 // arm a tunedb entry must beat is the one the program runs without it,
 // and a pick of the baseline does not take the split away.
-func LoweringDefaults(cases []*Case, tasks []autotune.Task, multiprocessors int) []autotune.Task {
-	byID := map[string]*Case{}
-	for _, c := range cases {
-		byID[c.ID()] = c
-	}
+func (r *Runner) LoweringDefaults(tasks []autotune.Task, multiprocessors int) []autotune.Task {
 	out := slices.Clone(tasks)
 	for i, t := range out {
-		c, ok := byID[t.ID()]
-		if !ok || c.Family != "gemv" {
+		c, err := r.lookup(t)
+		if err != nil || c.Family != "gemv" {
 			continue
 		}
 		a := codegen.GEMVArmOf(t.Space.Default)

@@ -240,9 +240,6 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 	}
 	defer dev.Close()
 	info := dev.Info()
-	// the int8 one-row products are tuned against the arm lowering runs
-	// on this card without an entry (split where they have few blocks)
-	tasks = check.LoweringDefaults(cases, tasks, info.SMs)
 	key := tunedb.NewDeviceKey(info.Name, info.Major, info.Minor, info.SMs, info.TotalMem)
 	db, err := tunedb.Open("")
 	if err != nil {
@@ -263,7 +260,11 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 	o.Parallel, _ = f.GetInt("parallel")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	results, tuneErr := autotune.Tune(ctx, check.NewRunner(check.NewDevice(dev, cache), cases), tasks, o)
+	runner := check.NewRunner(check.NewDevice(dev, cache), cases)
+	// the int8 one-row products are tuned against the arm lowering runs
+	// on this card without an entry (split where they have few blocks)
+	tasks = runner.LoweringDefaults(tasks, info.SMs)
+	results, tuneErr := autotune.Tune(ctx, runner, tasks, o)
 
 	date, ver := time.Now().UTC().Format("2006-01-02"), buildVersion()
 	var entries []tunedb.Entry
