@@ -101,6 +101,10 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 			if err := add(XQuant(q.k, q.pro)); err != nil {
 				return nil, err
 			}
+			// and XHalf's f16 rows for the f16 tensor-core products (MEMRA_GEMV_LARGE=half)
+			if err := add(XHalf(q.k, q.pro)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	// the activations of a prefill product run by cuBLASLt, rounded to bf16 or f16
@@ -139,7 +143,10 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 		var plain, fused []GEMVArm
 		switch {
 		case Repackable(t):
-			plain = []GEMVArm{DefaultRepackArm, DefaultXQOneArm, DefaultXQBatchArm, DefaultXQGlobalOneArm, DefaultXQGlobalBatchArm}
+			plain = []GEMVArm{DefaultRepackArm, DefaultXQOneArm, DefaultXQBatchArm, DefaultXQGlobalOneArm, DefaultXQGlobalBatchArm, DefaultXQMMAPipeArm}
+			if HalfProduct(t, s.Hidden) {
+				plain = append(plain, DefaultXQHalfArm) // the f16 large arm
+			}
 			fused = []GEMVArm{DefaultXQOneArm, DefaultXQBatchArm}
 			// V of a fused QKV row whose parts differ in type, after XQuant
 			if err := add(GEMVInto(t, s.HeadsKV*s.HeadDim, s.Hidden, false, DefaultXQGlobalBatchArm, Prologue{}, nqkv)); err != nil {

@@ -107,7 +107,9 @@ func TestCompileGate(t *testing.T) {
 		for _, pro := range []codegen.Prologue{{}, {Kind: codegen.ProNorm, Eps: 1e-5}, {Kind: codegen.ProSwiGLU}} {
 			q, err := codegen.XQuant(k, pro)
 			require.NoError(t, err, k)
-			ks = append(ks, q)
+			h, err := codegen.XHalf(k, pro)
+			require.NoError(t, err, k)
+			ks = append(ks, q, h)
 		}
 	}
 	for i, t2 := range codegen.RepackTypes {
@@ -141,6 +143,16 @@ func TestCompileGate(t *testing.T) {
 		gpn, err := codegen.GEMVXQ(t2, 200, 768, false, pm, codegen.XQEnds{NormIn: true, NormEps: 1e-5}, 1000)
 		require.NoError(t, err, t2)
 		ks = append(ks, gp, gpn)
+		// the f16 tensor-core product (XQ 4, Q4_K and Q6_K) in the same shapes, and its XHalf rows
+		if codegen.HalfProduct(t2, 768) {
+			hm := pm
+			hm.XQ = 4
+			gh, err := codegen.GEMVXQ(t2, 1000, 768, i%2 == 0, hm, codegen.XQEnds{}, 0)
+			require.NoError(t, err, t2)
+			ghn, err := codegen.GEMVXQ(t2, 200, 768, false, codegen.DefaultXQHalfArm, codegen.XQEnds{NormIn: true, NormEps: 1e-5}, 1000)
+			require.NoError(t, err, t2)
+			ks = append(ks, gh, ghn)
+		}
 		// the ends of a norm's rows: the product scaling by 1/rms (XQ 2 and 3), and the residual
 		// product quantising the next norm's rows (one and sixteen activation rows a block)
 		qo := codegen.DefaultXQGlobalOneArm

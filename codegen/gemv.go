@@ -29,21 +29,24 @@ type GEMVArm struct {
 	// its input), reading them from global memory: no staging in the
 	// blocks, and the prologue (norm, SwiGLU) runs once in XQuant. XQ 3
 	// multiplies the same operands on int8 tensor cores (mma.sync, a warp
-	// per 16 weight rows or a multiple; gemv_mma8.go), for batches.
+	// per 16 weight rows or a multiple; gemv_mma8.go), for batches. XQ 4
+	// multiplies the weights dequantised to f16 on f16 tensor cores against
+	// f16 activation rows an XHalf launch wrote (gemv_mmah.go; Q4_K and
+	// Q6_K, pipelined: Stages > 0; tolerance HalfTol), for batches.
 	XQ int
 	// BatchRows is the activation rows a block serves with one weight read:
-	// 1 to 16 with XQ 1 or 2, 0 otherwise (one row).
+	// 1 to 16 with XQ 1 to 4, 0 otherwise (one row).
 	BatchRows int
 	// RowsPerWarp is the weight rows each warp of an XQ 1 or 2 arm
 	// computes together, so that each activation load serves all of them
 	// and the block's activation rows serve RowsPerBlock×RowsPerWarp weight
-	// rows: 0 (one) or 2 or 4. For XQ 3 it is the tiles of 16 weight rows
-	// a warp multiplies with each activation fragment it loads (0: one).
+	// rows: 0 (one) or 2 or 4. For XQ 3 and 4 it is the tiles of 16 weight
+	// rows a warp multiplies with each activation fragment it loads (0: one).
 	RowsPerWarp int
 	// Stages is, for XQ 3 over Q4_K and Q6_K weights, the depth of each
 	// warp's ring in shared memory, filled by cp.async (2, 4 or 8 stages of
 	// Unroll groups of 32, at most 8 groups in all; gemv_mma8_pipe.go); 0
-	// fetches one group ahead in registers.
+	// fetches one group ahead in registers. XQ 4 arms always have a ring.
 	Stages int
 }
 
@@ -124,6 +127,13 @@ var DefaultXQMMAArm = GEMVArm{Threads: 256, RowsPerBlock: 1, Unroll: 1, SharedX:
 // (2341 against 1749 tok/s); the other types take DefaultXQMMAArm.
 var DefaultXQMMAPipeArm = GEMVArm{Threads: 512, RowsPerBlock: 1, Unroll: 2, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16, RowsPerWarp: 2, Stages: 2}
 
+// DefaultXQHalfArm is the f16 tensor-core arm (XQ 4, gemv_mmah.go) in
+// DefaultXQMMAPipeArm's geometry: 32 weight rows a block, 16 warps
+// splitting K, rings of two stages of two groups. Not a default of any
+// program yet (MEMRA_GEMV_LARGE=half runs it at steps of GEMVLargeRows
+// rows or more): it has not run on a GPU.
+var DefaultXQHalfArm = GEMVArm{Threads: 512, RowsPerBlock: 1, Unroll: 2, SharedX: 1, Layout: 1, XQ: 4, BatchRows: 16, RowsPerWarp: 2, Stages: 2}
+
 // GEMVLargeRows is the step rows from which products take the
 // Arms.GEMVLarge kernel (Launch.Large): the batch where DefaultXQMMAArm
 // overtook DefaultXQGlobalBatchArm on the H200.
@@ -156,12 +166,13 @@ func (a GEMVArm) Validate() error {
 	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.RowsPerBlock <= 0 ||
 		a.Threads%a.RowsPerBlock != 0 || (a.Threads/a.RowsPerBlock)%32 != 0 || a.Unroll <= 0 || a.SharedX < 0 || a.SharedX > 1 ||
 		a.Layout < 0 || a.Layout > 1 || (a.Layout == 1 && a.SharedX != 1) ||
-		a.XQ < 0 || a.XQ > 3 || (a.XQ != 0 && (a.Layout != 1 || (a.XQ == 1 && a.Threads/a.RowsPerBlock != 32))) ||
+		a.XQ < 0 || a.XQ > 4 || (a.XQ != 0 && (a.Layout != 1 || (a.XQ == 1 && a.Threads/a.RowsPerBlock != 32))) ||
 		(a.XQ == 2 && a.Threads/a.RowsPerBlock > 32*xqMaxSplit) ||
 		(a.XQ == 0 && a.BatchRows != 0) || (a.XQ != 0 && (a.BatchRows < 1 || a.BatchRows > 16)) ||
 		(a.RowsPerWarp != 0 && a.RowsPerWarp != 2 && a.RowsPerWarp != 4) || (a.RowsPerWarp != 0 && a.XQ == 0) ||
 		(a.XQ == 3 && a.mma8SplitBytes() > 48<<10) || // the split sums in static shared memory
-		(a.Stages != 0 && (a.XQ != 3 || (a.Stages != 2 && a.Stages != 4 && a.Stages != 8) || (a.Unroll != 1 && a.Unroll != 2 && a.Unroll != 4) ||
+		(a.XQ == 4 && (a.Stages == 0 || a.mmahMaxShared() > xqMaxShared)) ||
+		(a.Stages != 0 && (a.XQ < 3 || (a.Stages != 2 && a.Stages != 4 && a.Stages != 8) || (a.Unroll != 1 && a.Unroll != 2 && a.Unroll != 4) ||
 			a.Stages*a.Unroll > 8 || a.mma8PipeMaxShared() > xqMaxShared)) {
 		return fmt.Errorf("%w: gemv arm %+v", ErrUnsupported, a)
 	}
@@ -193,6 +204,8 @@ func (a GEMVArm) String() string {
 		s += fmt.Sprintf("_g%d", a.batchRows())
 	case 3:
 		s += fmt.Sprintf("_m%d", a.batchRows())
+	case 4:
+		s += fmt.Sprintf("_h%d", a.batchRows())
 	}
 	if a.RowsPerWarp > 1 {
 		s += fmt.Sprintf("_w%d", a.RowsPerWarp)
@@ -204,13 +217,13 @@ func (a GEMVArm) String() string {
 }
 
 // ParseGEMVArm parses the String form of a GEMVArm, e.g.
-// "t256_r8_u4_s1_l1_q16_w2" (q: XQ 1, g: XQ 2, m: XQ 3, with the batch
-// rows; p: the stages of a pipelined XQ 3 arm).
+// "t256_r8_u4_s1_l1_q16_w2" (q: XQ 1, g: XQ 2, m: XQ 3, h: XQ 4, with the
+// batch rows; p: the stages of a pipelined XQ 3 or 4 arm).
 func ParseGEMVArm(s string) (GEMVArm, error) {
 	var a GEMVArm
-	var global, mma int
+	var global, mma, half int
 	fields := map[byte]*int{'t': &a.Threads, 'r': &a.RowsPerBlock, 'u': &a.Unroll, 's': &a.SharedX, 'l': &a.Layout, 'q': &a.BatchRows, 'g': &global,
-		'm': &mma, 'w': &a.RowsPerWarp, 'p': &a.Stages}
+		'm': &mma, 'h': &half, 'w': &a.RowsPerWarp, 'p': &a.Stages}
 	for _, f := range strings.Split(s, "_") {
 		if len(f) < 2 || fields[f[0]] == nil {
 			return a, fmt.Errorf("%w: gemv arm %q: bad field %q", ErrUnsupported, s, f)
@@ -221,13 +234,21 @@ func ParseGEMVArm(s string) (GEMVArm, error) {
 		}
 		*fields[f[0]] = v
 	}
+	kinds := 0
+	for _, v := range []int{a.BatchRows, global, mma, half} {
+		if v > 0 {
+			kinds++
+		}
+	}
 	switch {
-	case (global > 0 && a.BatchRows > 0) || (mma > 0 && (global > 0 || a.BatchRows > 0)):
-		return a, fmt.Errorf("%w: gemv arm %q: more than one of q, g, m", ErrUnsupported, s)
+	case kinds > 1:
+		return a, fmt.Errorf("%w: gemv arm %q: more than one of q, g, m, h", ErrUnsupported, s)
 	case global > 0:
 		a.XQ, a.BatchRows = 2, global
 	case mma > 0:
 		a.XQ, a.BatchRows = 3, mma
+	case half > 0:
+		a.XQ, a.BatchRows = 4, half
 	case a.BatchRows > 0:
 		a.XQ = 1
 	}

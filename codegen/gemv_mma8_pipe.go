@@ -103,6 +103,7 @@ func gemvMMA8Pipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 	cr := ceilDiv(wr, 32)            // weight rows a lane copies
 	xa := ceilDiv(3*8*nt, 32)        // activation chunks a lane copies (three a token)
 	shared := arm.mma8PipeShared(pt) // a block's
+	pr := pipeRing{t: t, fr: fr, mt: mt, cr: cr, p: p, gs: gs}
 	epi := ""
 	if residual {
 		epi = "_res"
@@ -140,21 +141,7 @@ func gemvMMA8Pipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 				w.Line("const int nsb = ks < NSB ? (NSB - 1 - ks) / KS + 1 : 0; // the warp's super-blocks: ks, ks + KS, …")
 				w.Line("const int m0 = blockIdx.y * MB;")
 				w.Line("const int mrows = min(MB, m - m0);")
-				w.Comment("the weight rows this lane copies (rows past N copy row N-1 and store nothing)")
-				for c := range cr {
-					w.Linef("const bool wc%d = lane + %d < WR;", c, 32*c)
-					w.Linef("const int wr%d = min(r0 + lane + %d, N - 1);", c, 32*c)
-					switch t {
-					case dtype.Q4_K:
-						w.Linef("const uint4* cq%[1]d = (const uint4*)W + (size_t)wr%[1]d * UPR;", c)
-						w.Linef("const uint4* ch%[1]d = (const uint4*)(W + HOFF) + (size_t)wr%[1]d * NB;", c)
-					case dtype.Q6_K:
-						w.Linef("const uint4* cl%[1]d = (const uint4*)W + (size_t)wr%[1]d * UPR;", c)
-						w.Linef("const uint2* cH%[1]d = (const uint2*)(W + HOFF) + (size_t)wr%[1]d * UPR;", c)
-						w.Linef("const u32* cs%[1]d = (const u32*)(W + SOFF) + (size_t)wr%[1]d * (UPR / 2);", c)
-						w.Linef("const size_t cd%[1]d = (size_t)wr%[1]d * NB;", c)
-					}
-				}
+				pr.rowPointers(w)
 				w.Comment("the activation chunks this lane copies: chunk c is part c / (8·NT) (int8 bytes 0-15,")
 				w.Comment("16-31, the factors) of token c %% (8·NT), a token past the block's rows copying its last")
 				for a := range xa {
@@ -171,128 +158,24 @@ func gemvMMA8Pipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 					w.Line("ok1[nt] = 8 * nt + 2 * t + 1 < mrows;")
 				})
 				emitMMA8Acc(w)
-				// weights writes the copies of the warp's weights of group u
-				// (super-block sb) into the stage at shared address sa, and
-				// with head the rows' heads of sb into the head slot ha.
-				weights := func(u, sb, sa, ha string, head bool) {
-					for c := range cr {
-						w.If(fmt.Sprintf("wc%d", c), func() {
-							row := fmt.Sprintf("(lane + %d)", 32*c)
-							switch t {
-							case dtype.Q4_K:
-								w.Linef("cp_cg16(%s + %s * RB, cq%d + (%s));", sa, row, c, u)
-								if head {
-									w.Linef("cp_cg16(%s + %s * HB, ch%d + (%s));", ha, row, c, sb)
-								}
-							case dtype.Q6_K:
-								w.Linef("cp_cg16(%s + %s * 16, cl%d + (%s));", sa, row, c, u)
-								w.Linef("cp_ca8(%s + WR * 16 + %s * 8, cH%d + (%s));", sa, row, c, u)
-								w.Linef("cp_ca4(%s + WR * 24 + %s * 4, cs%d + ((%s) >> 1));", sa, row, c, u)
-								if head {
-									w.Linef("cp_ca4(%s + %s * HB, (const u32*)(W + DOFF) + ((cd%d + (%s)) >> 1));", ha, row, c, sb)
-								}
-							}
-						})
-					}
-				}
 				acts := func(u, sa string) {
 					for a := range xa {
 						w.If(fmt.Sprintf("xk%d", a), func() { w.Linef("cp_ca16(%s + xo%[2]d, xg%[2]d + xs%[2]d * (%[3]s));", sa, a, u) })
 					}
 				}
-				w.Comment("the first P-1 stages: the weights before the wait for the previous kernel (they do not")
-				w.Comment("depend on it), as one commit group, then each stage's activations as one")
-				w.If("nsb > 0", func() {
-					for j := range (p - 1) * gs {
-						weights(fmt.Sprintf("8 * ks + %d", j), "ks", fmt.Sprintf("wsa + %d * SB", j%ring), "wsa + RING * SB", j == 0)
+				pr.loop(w, func() {
+					if e.NormIn {
+						w.Line("const u8* xr = xq + (size_t)m0 * XR;")
+						emitXQRowNorms(w, e.NormEps, "xr", mb)
 					}
-				})
-				w.Line("CP_COMMIT();")
-				w.Line("pdl_wait();")
-				if e.NormIn {
-					w.Line("const u8* xr = xq + (size_t)m0 * XR;")
-					emitXQRowNorms(w, e.NormEps, "xr", mb)
-				}
-				rows := mma8Rows(mt)
-				local := map[string]string{} // each row's index among the warp's
-				for i, r := range rows {
-					local[r] = fmt.Sprintf("(%d + g)", 8*i)
-				}
-				w.If("nsb > 0", func() {
-					for c := range p - 1 {
-						for x := range gs {
-							j := c*gs + x
-							acts(fmt.Sprintf("8 * ks + %d", j), fmt.Sprintf("wsa + %d * SB", j%ring))
-						}
-						w.Line("CP_COMMIT();")
-					}
-					w.Block("for (int i = 0; i < nsb; ++i)", func() {
-						w.Line("const int sb = ks + KS * i;")
-						w.Line("const u8* hs = ws + RING * SB + (i & 1) * WR * HB; // the heads of super-block sb")
-						if t == dtype.Q6_K {
-							for _, r := range rows {
-								w.Linef("const int dsh%s = (int)(((size_t)min(r0 + %s, N - 1) * NB + sb) & 1) * 16; // d's half of its word", r, local[r])
-							}
-						}
-						// group writes the work of group j of the super-block from its ring slot
-						group := func(j int) {
-							scope(w, func() {
-								w.Linef("const u8* st = ws + %d * SB; // group 8·sb + %d", j%ring, j)
-								for _, r := range rows {
-									lr := local[r]
-									switch t {
-									case dtype.Q4_K:
-										w.Linef("const u32 cw%s = *(const u32*)(st + %s * RB + 4 * t);", r, lr)
-										w.Linef("const uint4 chv%s = *(const uint4*)(hs + %s * HB);", r, lr)
-									case dtype.Q6_K:
-										w.Linef("const u32 cwl%s = *(const u32*)(st + %s * 16 + 4 * t);", r, lr)
-										w.Linef("const u32 cwh%s = *(const u32*)(st + WR * 16 + %s * 8 + 4 * (t >> 1));", r, lr)
-										w.Linef("const u16 csv%s = (u16)(*(const u32*)(st + WR * 24 + %s * 4) >> %d);", r, lr, 16*(j&1))
-										w.Linef("const u16 cdv%s = (u16)(*(const u32*)(hs + %s * HB) >> dsh%s);", r, lr, r)
-									}
-									fr.decode(w, r, fmt.Sprint(j))
-								}
-								w.For("nt", "0", "NT", "1", -1, func() {
-									w.Line("const u8* xt = st + XO + (8 * nt + g) * TB;")
-									w.Line("const u32 b0 = *(const u32*)(xt + 4 * t), b1 = *(const u32*)(xt + 16 + 4 * t);")
-									w.Line("const float4 x0 = *(const float4*)(st + XO + (8 * nt + 2 * t) * TB + 32);")
-									w.Line("const float4 x1 = *(const float4*)(st + XO + (8 * nt + 2 * t + 1) * TB + 32);")
-									for i := range mt {
-										emitMMA8Tile(w, t, fr, fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i), fmt.Sprintf("acc[%d][nt]", i))
-									}
-								})
-							})
-						}
-						for c := range 8 / gs {
-							w.Block(fmt.Sprintf("/* groups 8·sb + %d.. %d */", c*gs, c*gs+gs-1), func() {
-								w.Line("CP_WAIT(P - 2); // this stage's copies have landed")
-								w.Line("__syncwarp(); // … every lane's, and every lane is done with the slots refilled next")
-								for x := range gs {
-									jn := c*gs + (p-1)*gs + x // the group the stage P-1 ahead holds
-									jj, di := jn%8, jn/8
-									next := func() {
-										sb := "sb"
-										if di > 0 {
-											sb = "sb + KS"
-										}
-										u := fmt.Sprintf("8 * (%s) + %d", sb, jj)
-										sa := fmt.Sprintf("wsa + %d * SB", jj%ring)
-										ha := fmt.Sprintf("wsa + RING * SB + ((i + %d) & 1) * WR * HB", di)
-										weights(u, sb, sa, ha, jj == 0)
-										acts(u, sa)
-									}
-									if di > 0 {
-										w.If("i + 1 < nsb", next)
-									} else {
-										next()
-									}
-								}
-								w.Line("CP_COMMIT();")
-								for x := range gs {
-									j := c*gs + x
-									group(j)
-								}
-							})
+				}, acts, func(j int) {
+					w.For("nt", "0", "NT", "1", -1, func() {
+						w.Line("const u8* xt = st + XO + (8 * nt + g) * TB;")
+						w.Line("const u32 b0 = *(const u32*)(xt + 4 * t), b1 = *(const u32*)(xt + 16 + 4 * t);")
+						w.Line("const float4 x0 = *(const float4*)(st + XO + (8 * nt + 2 * t) * TB + 32);")
+						w.Line("const float4 x1 = *(const float4*)(st + XO + (8 * nt + 2 * t + 1) * TB + 32);")
+						for i := range mt {
+							emitMMA8Tile(w, t, fr, fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i), fmt.Sprintf("acc[%d][nt]", i))
 						}
 					})
 				})
@@ -303,4 +186,154 @@ func gemvMMA8Pipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 		return Geometry{Grid: dim3(ceilDiv(n, wr*arm.RowsPerBlock), ceilDiv(d.Tokens, mb), 1), Block: dim3(arm.Threads, 1, 1), Shared: uint32(shared),
 			StaticShared: uint32(4 * mb)}
 	}}, nil
+}
+
+// pipeRing is what the pipelined products (XQ 3 here, XQ 4 in
+// gemv_mmah.go) share: the weight rows a lane copies into its warp's ring,
+// their copies, and the ring's schedule over the warp's super-blocks.
+type pipeRing struct {
+	t             dtype.Type
+	fr            mma8Frag
+	mt, cr, p, gs int // tiles of 16 rows a warp, rows a lane copies, stages, groups a stage
+}
+
+func (pr pipeRing) ring() int { return pr.p * pr.gs }
+
+// rowPointers writes the pointers to the weight rows this lane copies.
+func (pr pipeRing) rowPointers(w *Writer) {
+	r := pr
+	w.Comment("the weight rows this lane copies (rows past N copy row N-1 and store nothing)")
+	for c := range r.cr {
+		w.Linef("const bool wc%d = lane + %d < WR;", c, 32*c)
+		w.Linef("const int wr%d = min(r0 + lane + %d, N - 1);", c, 32*c)
+		switch r.t {
+		case dtype.Q4_K:
+			w.Linef("const uint4* cq%[1]d = (const uint4*)W + (size_t)wr%[1]d * UPR;", c)
+			w.Linef("const uint4* ch%[1]d = (const uint4*)(W + HOFF) + (size_t)wr%[1]d * NB;", c)
+		case dtype.Q6_K:
+			w.Linef("const uint4* cl%[1]d = (const uint4*)W + (size_t)wr%[1]d * UPR;", c)
+			w.Linef("const uint2* cH%[1]d = (const uint2*)(W + HOFF) + (size_t)wr%[1]d * UPR;", c)
+			w.Linef("const u32* cs%[1]d = (const u32*)(W + SOFF) + (size_t)wr%[1]d * (UPR / 2);", c)
+			w.Linef("const size_t cd%[1]d = (size_t)wr%[1]d * NB;", c)
+		}
+	}
+}
+
+// weights writes the copies of the warp's weights of group u
+// (super-block sb) into the stage at shared address sa, and with head the
+// rows' heads of sb into the head slot ha.
+func (pr pipeRing) weights(w *Writer, u, sb, sa, ha string, head bool) {
+	r := pr
+	for c := range r.cr {
+		w.If(fmt.Sprintf("wc%d", c), func() {
+			row := fmt.Sprintf("(lane + %d)", 32*c)
+			switch r.t {
+			case dtype.Q4_K:
+				w.Linef("cp_cg16(%s + %s * RB, cq%d + (%s));", sa, row, c, u)
+				if head {
+					w.Linef("cp_cg16(%s + %s * HB, ch%d + (%s));", ha, row, c, sb)
+				}
+			case dtype.Q6_K:
+				w.Linef("cp_cg16(%s + %s * 16, cl%d + (%s));", sa, row, c, u)
+				w.Linef("cp_ca8(%s + WR * 16 + %s * 8, cH%d + (%s));", sa, row, c, u)
+				w.Linef("cp_ca4(%s + WR * 24 + %s * 4, cs%d + ((%s) >> 1));", sa, row, c, u)
+				if head {
+					w.Linef("cp_ca4(%s + %s * HB, (const u32*)(W + DOFF) + ((cd%d + (%s)) >> 1));", ha, row, c, sb)
+				}
+			}
+		})
+	}
+}
+
+// loop writes the ring's schedule: the first stages' weights before the
+// wait for the previous kernel and afterWait after it, then each
+// super-block's groups, each stage's copies P-1 stages ahead (acts(u, sa):
+// group u's activations into the slot at sa) and each group's rows' words
+// read from its slot and decoded (mma8Frags), then mma(j), its products.
+func (pr pipeRing) loop(w *Writer, afterWait func(), acts func(u, sa string), mma func(j int)) {
+	w.Comment("the first P-1 stages: the weights before the wait for the previous kernel (they do not")
+	w.Comment("depend on it), as one commit group, then each stage's activations as one")
+	w.If("nsb > 0", func() {
+		for j := range (pr.p - 1) * pr.gs {
+			pr.weights(w, fmt.Sprintf("8 * ks + %d", j), "ks", fmt.Sprintf("wsa + %d * SB", j%pr.ring()), "wsa + RING * SB", j == 0)
+		}
+	})
+	w.Line("CP_COMMIT();")
+	w.Line("pdl_wait();")
+	afterWait()
+	rows := mma8Rows(pr.mt)
+	local := map[string]string{} // each row's index among the warp's
+	for i, r := range rows {
+		local[r] = fmt.Sprintf("(%d + g)", 8*i)
+	}
+	w.If("nsb > 0", func() {
+		for c := range pr.p - 1 {
+			for x := range pr.gs {
+				j := c*pr.gs + x
+				acts(fmt.Sprintf("8 * ks + %d", j), fmt.Sprintf("wsa + %d * SB", j%pr.ring()))
+			}
+			w.Line("CP_COMMIT();")
+		}
+		w.Block("for (int i = 0; i < nsb; ++i)", func() {
+			w.Line("const int sb = ks + KS * i;")
+			w.Line("const u8* hs = ws + RING * SB + (i & 1) * WR * HB; // the heads of super-block sb")
+			if pr.t == dtype.Q6_K {
+				for _, r := range rows {
+					w.Linef("const int dsh%s = (int)(((size_t)min(r0 + %s, N - 1) * NB + sb) & 1) * 16; // d's half of its word", r, local[r])
+				}
+			}
+			// group writes the work of group j of the super-block from its ring slot
+			group := func(j int) {
+				scope(w, func() {
+					w.Linef("const u8* st = ws + %d * SB; // group 8·sb + %d", j%pr.ring(), j)
+					for _, r := range rows {
+						lr := local[r]
+						switch pr.t {
+						case dtype.Q4_K:
+							w.Linef("const u32 cw%s = *(const u32*)(st + %s * RB + 4 * t);", r, lr)
+							w.Linef("const uint4 chv%s = *(const uint4*)(hs + %s * HB);", r, lr)
+						case dtype.Q6_K:
+							w.Linef("const u32 cwl%s = *(const u32*)(st + %s * 16 + 4 * t);", r, lr)
+							w.Linef("const u32 cwh%s = *(const u32*)(st + WR * 16 + %s * 8 + 4 * (t >> 1));", r, lr)
+							w.Linef("const u16 csv%s = (u16)(*(const u32*)(st + WR * 24 + %s * 4) >> %d);", r, lr, 16*(j&1))
+							w.Linef("const u16 cdv%s = (u16)(*(const u32*)(hs + %s * HB) >> dsh%s);", r, lr, r)
+						}
+						pr.fr.decode(w, r, fmt.Sprint(j))
+					}
+					mma(j)
+				})
+			}
+			for c := range 8 / pr.gs {
+				w.Block(fmt.Sprintf("/* groups 8·sb + %d.. %d */", c*pr.gs, c*pr.gs+pr.gs-1), func() {
+					w.Line("CP_WAIT(P - 2); // this stage's copies have landed")
+					w.Line("__syncwarp(); // … every lane's, and every lane is done with the slots refilled next")
+					for x := range pr.gs {
+						jn := c*pr.gs + (pr.p-1)*pr.gs + x // the group the stage P-1 ahead holds
+						jj, di := jn%8, jn/8
+						next := func() {
+							sb := "sb"
+							if di > 0 {
+								sb = "sb + KS"
+							}
+							u := fmt.Sprintf("8 * (%s) + %d", sb, jj)
+							sa := fmt.Sprintf("wsa + %d * SB", jj%pr.ring())
+							ha := fmt.Sprintf("wsa + RING * SB + ((i + %d) & 1) * WR * HB", di)
+							pr.weights(w, u, sb, sa, ha, jj == 0)
+							acts(u, sa)
+						}
+						if di > 0 {
+							w.If("i + 1 < nsb", next)
+						} else {
+							next()
+						}
+					}
+					w.Line("CP_COMMIT();")
+					for x := range pr.gs {
+						j := c*pr.gs + x
+						group(j)
+					}
+				})
+			}
+		})
+	})
 }

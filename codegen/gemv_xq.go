@@ -320,7 +320,7 @@ func xqBuffer(code, buf string) string {
 	return xqRegs.ReplaceAllString(code, "${1}${2}"+buf)
 }
 
-// gemvXQ is GEMV for arm.XQ 1 and 2: W repacked (layout 1), activations
+// gemvXQ is GEMV for arm.XQ 1 to 4: W repacked (layout 1), activations
 // quantised to int8 (XQ 1: by each block into shared memory; XQ 2: read
 // from the rows an XQuant launch wrote), arm.BatchRows activation rows per
 // block, each warp computing arm.RowsPerWarp consecutive weight rows.
@@ -332,7 +332,7 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, ys
 		return nil, fmt.Errorf("%w: int8-activation gemv for %v", ErrUnsupported, t)
 	}
 	switch arm.XQ {
-	case 2, 3:
+	case 2, 3, 4:
 		if pro.Kind != ProNone {
 			return nil, fmt.Errorf("%w: XQ %d product with a prologue (XQuant computes it)", ErrUnsupported, arm.XQ)
 		}

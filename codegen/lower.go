@@ -223,7 +223,20 @@ type lowerer struct {
 	// residual or quantising epilogue, by launch index: what ropeInProducts
 	// needs to give them the RoPE epilogue.
 	xqLaunches map[int]xqLaunch
+	// halfRows says, by the launch index of an XQuant launch, how the
+	// products reading its rows run steps of GEMVLargeRows rows or more:
+	// halfF16 (XQ 4, the launch takes XHalf at those steps) or halfInt8
+	// (every other arm). All readers of one launch must agree.
+	halfRows map[int]halfUse
 }
+
+// halfUse is how an XQuant launch's readers run large steps (halfRows).
+type halfUse int
+
+const (
+	halfInt8 halfUse = iota + 1
+	halfF16
+)
 
 // xqLaunch is a product launch ropeInProducts may regenerate: its kernels'
 // generator, ends and arms (one and large zero when the launch has no such
@@ -269,7 +282,8 @@ func Lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 	}
 	l := &lowerer{g: g, o: opts, users: g.Users(), kernels: map[string]int{}, weights: map[string]int{},
 		val: map[int]view{}, done: map[int]bool{}, arms: opts.Arms.WithDefaults(), repacked: map[int]bool{},
-		swiglus: map[int]bool{}, preQuant: map[xqKey]preQuant{}, xqLaunches: map[int]xqLaunch{}}
+		swiglus: map[int]bool{}, preQuant: map[xqKey]preQuant{}, xqLaunches: map[int]xqLaunch{},
+		halfRows: map[int]halfUse{}}
 	l.p = &Program{Model: g.Name, Arch: g.Arch, Class: opts.Class, MaxTokens: opts.MaxTokens, MaxSeqs: opts.MaxSeqs,
 		Context: opts.Context, Cache: opts.Cache, Layers: g.Consts["layers"],
 		KVWidth: g.Consts["heads_kv"] * g.Consts["head_dim"], Vocab: g.Consts["vocab"], Logits: -1, Argmax: -1,

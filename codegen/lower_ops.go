@@ -80,13 +80,15 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 			batch, hasBatch = l.batchArm(arm, class, k)
 		}
 		var qo *preQuant
+		src := xqInput{launch: -1} // the XQuant launch of the product's rows, when it has one
 		if arm.XQ >= 2 {
 			// the rows an XQuant launch (or the residual product before
 			// the norm) quantised, computing the prologue
-			xq, err := l.quantised(x, k, rows, pro)
+			xq, in, err := l.quantised(x, k, rows, pro)
 			if err != nil {
 				return err
 			}
+			src = in
 			e := XQEnds{Prefetch: l.o.GEMVPrefetch}
 			if pro != nil && pro.pro.Kind == ProNorm {
 				e.NormIn, e.NormEps = true, pro.pro.Eps
@@ -126,10 +128,22 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 				if xl != nil {
 					xl.one, xl.arm = arm, batch
 				}
+				half := false
 				if a, ok := l.largeArm(batch); ok {
+					// f16 rows only from an XQuant launch none of whose
+					// readers takes int8 rows at large steps
+					if half = a.XQ == 4; half && (src.launch < 0 || l.halfRows[src.launch] == halfInt8) {
+						a, half = DefaultXQMMAPipeArm, false
+					}
 					// -1 for an epilogue it cannot compute: the batch kernel serves large steps
 					if large, err = l.optionalKernel(gemv(a)); err != nil {
 						return err
+					}
+					if half && large < 0 {
+						a, half = DefaultXQMMAPipeArm, false
+						if large, err = l.optionalKernel(gemv(a)); err != nil {
+							return err
+						}
 					}
 					if large >= 0 {
 						l.repacked[large] = true
@@ -137,6 +151,9 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 							xl.large = a
 						}
 					}
+				}
+				if err := l.halfReader(src, half); err != nil {
+					return err
 				}
 			}
 		}
@@ -167,10 +184,12 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 // xqInput is an activation input quantised by an XQuant launch (with its
 // prologue) into the buffer view xq.
 type xqInput struct {
-	x   view
-	pro Prologue
-	nw  int // the norm weight of ProNorm
-	xq  view
+	x      view
+	pro    Prologue
+	nw     int // the norm weight of ProNorm
+	xq     view
+	k      int // the rows' elements
+	launch int // the XQuant launch's index; -1 for rows an epilogue wrote
 }
 
 // xqKey is a norm input and its weight.
@@ -261,9 +280,10 @@ func (l *lowerer) nextNormXQ(add *ir.Node, width int) *normAfter {
 // residual product quantised for this norm in its epilogue, or those of the
 // fusion group's earlier product when it quantised the same input, else a
 // new buffer written by a new XQuant launch. A norm's rows hold x·nw and
-// their groups' sums of squares (the products apply 1/rms).
-func (l *lowerer) quantised(x view, k int, rows ir.Dim, pro *proIn) (view, error) {
-	want := xqInput{x: x}
+// their groups' sums of squares (the products apply 1/rms). in is the
+// XQuant launch's input (in.launch -1 for rows an epilogue wrote).
+func (l *lowerer) quantised(x view, k int, rows ir.Dim, pro *proIn) (_ view, in xqInput, _ error) {
+	want := xqInput{x: x, launch: -1}
 	var nodes []int
 	if pro != nil {
 		want.pro, nodes = pro.pro, []int{pro.node}
@@ -278,16 +298,20 @@ func (l *lowerer) quantised(x view, k int, rows ir.Dim, pro *proIn) (view, error
 				ln.Nodes = append(ln.Nodes, n)
 			}
 		}
-		return q.xq, nil
+		return q.xq, want, nil
 	}
 	if s := l.xqShare; s != nil && s.x == want.x && s.pro == want.pro && s.nw == want.nw {
-		return s.xq, nil
+		return s.xq, *s, nil
 	}
 	kq, err := l.kernel(XQuant(k, want.pro))
 	if err != nil {
-		return view{}, err
+		return view{}, want, err
 	}
+	want.k, want.launch = k, len(l.p.Launches)
 	width := XQRowBytes(k) / 4
+	if l.arms.GEMVLarge.XQ == 4 && l.o.MaxTokens >= GEMVLargeRows {
+		width = max(width, XHRowBytes(k)/4) // XHalf's rows, should its readers take them
+	}
 	want.xq = view{buf: l.buffer("xq", rows, width), width: width, stride: width}
 	args := []Arg{bufArg(x), bufArg(want.xq), rowsArg()}
 	if want.pro.Kind == ProNorm {
@@ -297,7 +321,39 @@ func (l *lowerer) quantised(x view, k int, rows ir.Dim, pro *proIn) (view, error
 	if l.xqShare != nil {
 		*l.xqShare = want
 	}
-	return want.xq, nil
+	return want.xq, want, nil
+}
+
+// halfReader records how a product reading the rows of XQuant launch
+// in.launch runs steps of GEMVLargeRows rows or more (half: an XQ 4
+// kernel), giving that launch XHalf for those steps on the first f16
+// reader. A program whose readers of one launch disagree cannot be lowered
+// (an f16 reader came first and a later one has no XQ 4 kernel, e.g. a
+// weight type XQ 4 does not cover sharing the norm): the error says so.
+func (l *lowerer) halfReader(in xqInput, half bool) error {
+	if in.launch < 0 || l.o.MaxTokens < GEMVLargeRows {
+		return nil
+	}
+	use := halfInt8
+	if half {
+		use = halfF16
+	}
+	switch was := l.halfRows[in.launch]; {
+	case was == use:
+		return nil
+	case was != 0:
+		return fmt.Errorf("the f16 tensor-core arm (XQ 4) reads the rows of an XQuant launch whose other products cannot (weight types beside %v); set MEMRA_GEMV_LARGE to an XQ 3 arm", HalfTypes())
+	}
+	l.halfRows[in.launch] = use
+	if !half {
+		return nil
+	}
+	kh, err := l.kernel(XHalf(in.k, in.pro))
+	if err != nil {
+		return err
+	}
+	l.p.Launches[in.launch].Large = kh + 1
+	return nil
 }
 
 // productArgs are the arguments of a product launch (GEMV, MMA, gemm_small),
@@ -311,12 +367,12 @@ func (l *lowerer) productArgs(w int, x, y view, pro *proIn) []Arg {
 
 // largeArm returns the arm of the launches at GEMVLargeRows rows or more
 // of a product whose batch arm is batch: Arms.GEMVLarge, a tensor-core
-// (XQ 3) arm, in a program of that many sequences when batch reads XQuant
+// (XQ 3 or 4) arm, in a program of that many sequences when batch reads XQuant
 // rows on CUDA cores (XQ 2, tuned or not: batch arms are tuned below
 // GEMVLargeRows rows).
 func (l *lowerer) largeArm(batch GEMVArm) (GEMVArm, bool) {
 	a := l.arms.GEMVLarge
-	if l.o.MaxTokens < GEMVLargeRows || batch.XQ != 2 || a.XQ != 3 {
+	if l.o.MaxTokens < GEMVLargeRows || batch.XQ != 2 || (a.XQ != 3 && a.XQ != 4) {
 		return GEMVArm{}, false
 	}
 	return a, true
@@ -610,7 +666,7 @@ func typeRuns(parts []matPart) [][]matPart {
 // With norm set (fuseNorm) x is the norm's input and the product
 // normalises it.
 func (l *lowerer) fusedProducts(parts []matPart, x view, rows ir.Dim, norm *proIn) error {
-	l.xqShare = &xqInput{x: view{buf: -1}}
+	l.xqShare = &xqInput{x: view{buf: -1}, launch: -1}
 	defer func() { l.xqShare = nil }()
 	total, same := 0, true
 	var nodes, widths []int
@@ -784,8 +840,11 @@ func (l *lowerer) gateUpQuantised(parts []matPart, x, fused view, rows ir.Dim, n
 	if err != nil {
 		return err
 	}
-	xq, err := l.quantised(x, k, rows, norm)
+	xq, src, err := l.quantised(x, k, rows, norm)
 	if err != nil {
+		return err
+	}
+	if err := l.halfReader(src, false); err != nil {
 		return err
 	}
 	e := XQEnds{SwiGLUOut: true, Prefetch: l.o.GEMVPrefetch}
@@ -993,7 +1052,8 @@ func (l *lowerer) ropeKV(kvw *ir.Node) error {
 // and reports whether it did: q, k and v must come straight from XQ 2
 // products covering the row, and every kernel of those launches must have
 // the epilogue (a large-batch kernel without it is dropped: the batch
-// kernel serves those steps). It changes nothing unless all of that holds.
+// kernel serves those steps; none may read XHalf's f16 rows, XQ 4). It
+// changes nothing unless all of that holds.
 func (l *lowerer) ropeInProducts(q, k, v *ir.Node, qkv view, rs RopeShape, inv, layer int, nodes []int) (bool, error) {
 	if !l.o.RopeInProduct || l.o.Class != Decode || rs.Half {
 		return false, nil
@@ -1012,6 +1072,11 @@ func (l *lowerer) ropeInProducts(q, k, v *ir.Node, qkv view, rs RopeShape, inv, 
 		if xl.y.buf == qkv.buf {
 			idx = append(idx, i)
 			width += xl.y.width
+			if xl.large.XQ == 4 {
+				// its large steps read f16 rows, which the batch kernel
+				// taking them without an XQ 4 RoPE epilogue could not
+				return false, nil
+			}
 		}
 	}
 	if width != rs.QKVStride() {

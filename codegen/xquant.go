@@ -396,7 +396,8 @@ func xqRopeParams(cache dtype.Type) []Param {
 }
 
 // GEMVXQ returns the product of an XQ 2 or 3 arm over the rows an XQuant
-// launch (or a QuantOut epilogue) wrote, with ends e:
+// launch (or a QuantOut epilogue) wrote, or of an XQ 4 arm over the rows
+// of an XHalf launch, with ends e:
 //
 //	gemv(const u8* W, const u8* xq, float* y, int m [, const float* nw, u8* xo])
 //
@@ -433,6 +434,9 @@ func GEMVXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystrid
 			return nil, fmt.Errorf("%w: RoPE epilogue for N %d at column %d of %d, arm %v, residual %v, NeoX %v",
 				ErrUnsupported, n, e.RopeCol0, r.QKVStride(), arm, residual, r.Half)
 		}
+	}
+	if arm.XQ == 4 {
+		return gemvMMAH(t, n, k, residual, arm, e, ystride)
 	}
 	if arm.XQ == 3 {
 		return gemvMMA8(t, n, k, residual, arm, e, ystride)

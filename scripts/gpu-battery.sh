@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|half|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -19,7 +19,8 @@
 # epilogues (MEMRA_QUANT_OUT) against the CPU: none, each alone, all, all without PDL. `tune`
 # autotunes the int8 decode products of llama2-7b q4_k_m with the end-to-end confirmation
 # (`tune-f16`: the f16 products of the 1B and 7B f16 models); `xq3`
-# checks and times the int8 tensor-core batch arms (`xq3p`: the pipelined ones); `large` checks and times the products' third kernel
+# checks and times the int8 tensor-core batch arms (`xq3p`: the pipelined ones; `half`: the f16
+# tensor-core ones, XQ 4, with parity at 16 and 32 sequences); `large` checks and times the products' third kernel
 # for steps of 16 rows or more (parity at 16 sequences, batch sweep with plot, MEMRA_GEMV_LARGE=off
 # against the default at batch 16); `rope`, `attn` and `both` check and time the launch-saving
 # switches (RoPE in the QKV products' epilogue, on by default in one-sequence programs; decode
@@ -502,6 +503,33 @@ if [ "$MODE" = ncu ]; then
 fi
 
 # Speed: scripts/gpu-bench.sh (bench with --roofline, batch sweep, tuned vs untuned).
+# The f16 tensor-core batch product (XQ 4, MEMRA_GEMV_LARGE=half or an h arm; not yet a default):
+# kernel-check of its arms beside the int8 default (llama3-8b shapes, Q4_K and Q6_K, the XHalf
+# rows with the norm and SwiGLU prologues too), the CUDA batch tests with it, batch 16 decode of
+# llama2-7b q4_k_m with each arm as the large arm (N = 3), then with the fastest (or HALF_PARITY):
+# parity at 16 and 32 sequences, batch 1 and 16 against the int8 default (N = 5), and 16, 32, 64.
+if [ "$MODE" = half ]; then
+	arms=${HALF_ARMS:-"t512_r1_u2_s1_l1_h16_w2_p2 t512_r1_u1_s1_l1_h16_w2_p4 t256_r1_u2_s1_l1_h16_w2_p2 t512_r1_u2_s1_l1_h16_p2"}
+	step half-kernel-check "$BIN" kernel-check --shapes llama3-8b --types q4_k,q6_k --only gemv --gemv-arms "${arms// /,},t512_r1_u2_s1_l1_m16_w2_p2" --reps 10
+	step half-cuda-tests env MEMRA_GEMV_LARGE=half sh -c 'cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run "TestGPUBatchEqualsAlone|TestGPUGraphsEqualPlain|TestGPUSynthParity"'
+	half_bench() {
+		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
+		MEMRA_GEMV_LARGE=$1 "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda -p 512 -n 128 -r 3 -b 16 --no-progress --perf-rows
+	}
+	for a in $arms; do step "half-b16-$a" half_bench "$a"; done
+	pa=${HALF_PARITY:-$(for a in $arms; do
+		grep -E '^\| 2.*tg128' "$OUT/half-b16-$a.log" | awk -F'|' -v a="$a" '{gsub(/ /, "", $9); print $9, a}'
+	done | sort -rn | head -1 | cut -d' ' -f2)}
+	pa=${pa:-t512_r1_u2_s1_l1_h16_w2_p2}
+	echo "half: fastest arm $pa" >&2
+	for p in 16 32; do
+		step "half-parity-p$p-$pa" env MEMRA_GEMV_LARGE="$pa" "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --tie-tol 0.02 --tie-sigma "$(sigma $p)"
+	done
+	step half-int8-b1-b16 switch_bench 1,16
+	step "half-best-b1-b16-$pa" switch_bench 1,16 MEMRA_GEMV_LARGE="$pa"
+	step "half-sweep-$pa" model_bench llama2-7b q4_k_m 3 16,32,64 MEMRA_GEMV_LARGE="$pa"
+fi
+
 { [ "$MODE" = bench ] || [ "$MODE" = full ]; } && step gpu-bench env OUT="$OUT/bench" MODELS="$MODELS" scripts/gpu-bench.sh "$BIN"
 
 echo
@@ -529,6 +557,7 @@ if [ "$MODE" = xq3p ]; then
 	step "xq3p-parity-p16-$pa" env MEMRA_GEMV_LARGE="$pa" "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts 16 --tie-tol 0.02 --tie-sigma "$(sigma 16)"
 	step "xq3p-best-b1-b16-$pa" switch_bench 1,16 MEMRA_GEMV_LARGE="$pa"
 fi
+[ "$MODE" = half ] && grep -H -E '^\| 2.*tg128|^roofline' "$OUT"/half-*.log
 [ "$MODE" = xq3 ] && grep -H -E '^\| 2.*tg128' "$OUT"/xq3-b16-*.log
 [ "$MODE" = xq3p ] && grep -H -E '^\| 2.*tg128|^roofline' "$OUT"/xq3p-*.log
 [ "$MODE" = large ] && grep -H -E '^\| 2.*tg' "$OUT"/large-*.log

@@ -75,6 +75,9 @@ func TestKernelCheckCases(t *testing.T) {
 				want = 8 // the float GEMV on the file's and the repacked layout, the int8-activation one, the XQ 1 batch arm,
 				// the XQ 1 one-row arm, the batch default, the tensor-core batch arm and its pipelined form
 			}
+			if want >= 5 && codegen.HalfProduct(dtype.Q4_K, c.K) {
+				want++ // the f16 tensor-core arm
+			}
 			require.Len(t, c.ExtraArms, want, c.Label)
 			_, err := c.Launch(c.Space().Default)
 			require.NoError(t, err, c.Label)
@@ -87,7 +90,15 @@ func TestKernelCheckCases(t *testing.T) {
 					require.Equal(t, "xquant", l.Kernels[0].Family, c.Label)
 					q, p := l.Args[0], l.Args[1]
 					require.Same(t, q[len(q)-2].Buf, p[1].Buf, c.Label)
-					require.Len(t, q[len(q)-2].Buf.Data, l.Dims.Tokens*codegen.XQRowBytes(c.K), c.Label)
+					rb := codegen.XQRowBytes(c.K)
+					if a["xq"] == 4 {
+						rb = codegen.XHRowBytes(c.K)
+					}
+					require.GreaterOrEqual(t, len(q[len(q)-2].Buf.Data), l.Dims.Tokens*rb, c.Label)
+					require.Equal(t, a["xq"] == 4, strings.HasPrefix(l.Kernels[0].Name, "xhalf_"), c.Label)
+					if a["xq"] == 4 {
+						require.Equal(t, codegen.HalfTol, c.TolOf(a), c.Label)
+					}
 				}
 			}
 		}
@@ -97,6 +108,9 @@ func TestKernelCheckCases(t *testing.T) {
 			want := 1
 			if c.K%64 == 0 {
 				want = 3
+			}
+			if want >= 5 && codegen.HalfProduct(dtype.Q4_K, c.K) {
+				want++ // the f16 tensor-core arm
 			}
 			require.Len(t, c.ExtraArms, want, c.Label)
 			for i, a := range c.ExtraArms {

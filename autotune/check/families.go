@@ -564,6 +564,9 @@ func productPrologue(shape, use string, t dtype.Type, n, k, m int, residual bool
 		sp.Default = codegen.DefaultXQGlobalOneArm.Point()
 		c.ExtraArms = []codegen.Point{codegen.DefaultXQGlobalBatchArm.Point(),
 			codegen.FitXQ(codegen.DefaultXQOneArm, k).Point(), codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point(), codegen.DefaultXQMMAArm.Point(), codegen.DefaultXQMMAPipeArm.Point()}
+		if codegen.HalfProduct(t, k) {
+			c.ExtraArms = append(c.ExtraArms, codegen.DefaultXQHalfArm.Point())
+		}
 	}
 	c.space = &sp
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
@@ -669,7 +672,17 @@ type xqProduct struct {
 // xqChain is XQuant of rows of k (computing pro), then products in order,
 // each reading the rows the launch before it wrote.
 func xqChain(k int, pro codegen.Prologue, products ...xqProduct) ([]*codegen.Kernel, error) {
-	q, err := codegen.XQuant(k, pro)
+	quant := codegen.XQuant
+	if products[0].arm.XQ == 4 {
+		// the f16 tensor-core product reads XHalf's rows, as lowering gives it at large steps
+		quant = codegen.XHalf
+		for _, p := range products[1:] {
+			if p.arm.XQ != 4 {
+				return nil, fmt.Errorf("%w: an XQ 4 product chained with %v", ErrCase, p.arm)
+			}
+		}
+	}
+	q, err := quant(k, pro)
 	if err != nil {
 		return nil, err
 	}
@@ -773,7 +786,7 @@ func ProductNormAfter(shape, use string, t1 dtype.Type, n1, k1 int, t2 dtype.Typ
 // m rows of k: XQuant from x (with the norm weight nw, if not nil) into
 // a shared buffer of quantised rows, then the product from it into y.
 func xqLaunch(ks []*codegen.Kernel, m, k int, x, nw *Buf, wb []byte, y *Buf) *Launch {
-	xq := &Buf{Data: make([]byte, m*codegen.XQRowBytes(k))}
+	xq := &Buf{Data: make([]byte, m*max(codegen.XQRowBytes(k), codegen.XHRowBytes(k)))} // XQuant's rows or XHalf's
 	qa := []Arg{b(x), b(xq), s(m)}
 	if nw != nil {
 		qa = []Arg{b(x), b(nw), b(xq), s(m)}
@@ -977,7 +990,7 @@ func ProductRope(shape, use string, t dtype.Type, rs codegen.RopeShape, n, col0,
 				}
 				y := fbuf(yinit)
 				args, kb, vb := ro.args()
-				xq := &Buf{Data: make([]byte, m*codegen.XQRowBytes(k))}
+				xq := &Buf{Data: make([]byte, m*max(codegen.XQRowBytes(k), codegen.XHRowBytes(k)))} // XQuant's rows or XHalf's
 				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m}, Args: [][]Arg{
 					{b(fbuf(x)), b(fbuf(nw)), b(xq), s(m)},
 					append([]Arg{b(&Buf{Data: wb}), b(xq), b(y), s(m)}, args...),

@@ -101,12 +101,17 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 // of those that stage their own activations (codegen.DefaultXQOneArm) and
 // the untuned batch arm (codegen.DefaultXQGlobalBatchArm, with its XQuant
 // launch) and the int8 tensor-core batch arm (codegen.DefaultXQMMAArm) and
-// its pipelined form (codegen.DefaultXQMMAPipeArm).
+// its pipelined form (codegen.DefaultXQMMAPipeArm), and for the rows the
+// f16 tensor-core arm covers (codegen.HalfProduct) that arm with its XHalf
+// launch (codegen.DefaultXQHalfArm, within codegen.HalfTol).
 func withQuantArms(c *Case, t dtype.Type, k int) *Case {
 	if codegen.Repackable(t) {
 		c.ExtraArms = []codegen.Point{codegen.DefaultGEMVArm.Point(), codegen.DefaultRepackArm.Point(),
 			codegen.FitXQ(codegen.DefaultXQArm, k).Point(), codegen.FitXQ(codegen.DefaultXQBatchArm, k).Point(),
 			codegen.FitXQ(codegen.DefaultXQOneArm, k).Point(), codegen.DefaultXQGlobalBatchArm.Point(), codegen.DefaultXQMMAArm.Point(), codegen.DefaultXQMMAPipeArm.Point()}
+		if codegen.HalfProduct(t, k) {
+			c.ExtraArms = append(c.ExtraArms, codegen.DefaultXQHalfArm.Point())
+		}
 		c.AnyGEMVArm = true
 	}
 	return c

@@ -814,10 +814,12 @@ func envOptions(o *BackendOptions) error {
 	case "":
 	case "off":
 		o.Arms.GEMVLarge = o.Arms.WithDefaults().GEMVBatch
+	case "half":
+		o.Arms.GEMVLarge = codegen.DefaultXQHalfArm
 	default:
 		a, ok := gemvQuantArm(v)
 		if !ok {
-			return bad("MEMRA_GEMV_LARGE", v, "off or "+arms)
+			return bad("MEMRA_GEMV_LARGE", v, "off, half or "+arms)
 		}
 		o.Arms.GEMVLarge = a
 	}

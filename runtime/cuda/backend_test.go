@@ -429,6 +429,9 @@ func TestEnvOptions(t *testing.T) {
 	t.Setenv("MEMRA_GEMV_LARGE", "t512_r2_u1_s1_l1_m16_w2")
 	require.NoError(t, envOptions(&o))
 	require.Equal(t, codegen.GEMVArm{Threads: 512, RowsPerBlock: 2, Unroll: 1, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16, RowsPerWarp: 2}, o.Arms.GEMVLarge)
+	t.Setenv("MEMRA_GEMV_LARGE", "half")
+	require.NoError(t, envOptions(&o))
+	require.Equal(t, codegen.DefaultXQHalfArm, o.Arms.GEMVLarge)
 	require.True(t, o.NoFusePrologue)
 	require.Equal(t, -1, o.DecodeLive)
 	for name, v := range map[string]string{"MEMRA_GEMV_QUANT": "xq99", "MEMRA_GEMV_BATCH": "fast", "MEMRA_FUSE": "no",
