@@ -98,7 +98,6 @@ func gemvMMA8Pipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 	nt := (mb + 7) / 8
 	p := arm.Stages
 	gs := arm.Unroll // groups a stage
-	ring := p * gs   // group slots a warp
 	wr := 16 * mt
 	cr := ceilDiv(wr, 32)            // weight rows a lane copies
 	xa := ceilDiv(3*8*nt, 32)        // activation chunks a lane copies (three a token)
@@ -119,29 +118,9 @@ func gemvMMA8Pipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 			emitCPAsync(w)
 			emitMMA8Ops(w)
 			emitMMA8Defines(w, t, n, k, arm, "super-blocks")
-			w.Linef("#define P %d // stages of a warp's ring", p)
-			w.Linef("#define RING %d // its group slots: P stages of %d groups", ring, gs)
-			w.Linef("#define WR %d // weight rows a warp", wr)
-			w.Linef("#define RB %d // a row's bytes of a group in a stage", pt.rowBytes)
-			w.Linef("#define HB %d // a row's bytes of a super-block head", pt.headBytes)
-			w.Linef("#define TB %d // a token's bytes of a group in a stage", mma8TokenBytes)
-			w.Line("#define XO (WR * RB) // the tokens' offset in a stage")
-			w.Line("#define SB (XO + 8 * NT * TB) // bytes of a group slot")
-			w.Line("#define WSM (RING * SB + 2 * WR * HB) // bytes of a warp's ring and heads")
-			w.Line("#define NSB (K / 256) // super-blocks a row")
-			w.Raw(ysDefine(ystride))
-			w.Blank()
+			pr.defines(w, pt, mma8TokenBytes, ystride)
 			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: xqGlobalParams, Body: func(w *Writer) {
-				w.Line("extern __shared__ uint4 psm[];")
-				w.Line("const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
-				w.Line("const int wi = threadIdx.x >> 5, tw = wi % RPB, ks = wi / RPB; // set of rows, share of K")
-				w.Line("const int r0 = (blockIdx.x * RPB + tw) * WR; // the warp's first row")
-				w.Line("const u8* ws = (const u8*)psm + wi * WSM; // the warp's ring, then its two heads")
-				w.Line("const u32 wsa = (u32)__cvta_generic_to_shared(ws);")
-				w.Line("const int nsb = ks < NSB ? (NSB - 1 - ks) / KS + 1 : 0; // the warp's super-blocks: ks, ks + KS, …")
-				w.Line("const int m0 = blockIdx.y * MB;")
-				w.Line("const int mrows = min(MB, m - m0);")
-				pr.rowPointers(w)
+				pr.warpStart(w)
 				w.Comment("the activation chunks this lane copies: chunk c is part c / (8·NT) (int8 bytes 0-15,")
 				w.Comment("16-31, the factors) of token c %% (8·NT), a token past the block's rows copying its last")
 				for a := range xa {
@@ -151,13 +130,7 @@ func gemvMMA8Pipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 					w.Linef("const int xs%[1]d = xp%[1]d < 2 ? 32 : 16; // bytes a group", a)
 					w.Linef("const u32 xo%[1]d = XO + xt%[1]d * TB + 16 * xp%[1]d;", a)
 				}
-				w.Comment("this lane's C columns (tokens 2t, 2t+1 of each tile)")
-				w.Line("bool ok0[NT], ok1[NT];")
-				w.For("nt", "0", "NT", "1", -1, func() {
-					w.Line("ok0[nt] = 8 * nt + 2 * t < mrows;")
-					w.Line("ok1[nt] = 8 * nt + 2 * t + 1 < mrows;")
-				})
-				emitMMA8Acc(w)
+				pr.columns(w)
 				acts := func(u, sa string) {
 					for a := range xa {
 						w.If(fmt.Sprintf("xk%d", a), func() { w.Linef("cp_ca16(%s + xo%[2]d, xg%[2]d + xs%[2]d * (%[3]s));", sa, a, u) })
@@ -198,6 +171,53 @@ type pipeRing struct {
 }
 
 func (pr pipeRing) ring() int { return pr.p * pr.gs }
+
+// defines writes the ring's shape (stages, slots, bytes of a row's group,
+// of its head and of a token's group, pt's) after emitMMA8Defines.
+func (pr pipeRing) defines(w *Writer, pt mma8PipeType, tokenBytes, ystride int) {
+	w.Linef("#define P %d // stages of a warp's ring", pr.p)
+	w.Linef("#define RING %d // its group slots: P stages of %d groups", pr.ring(), pr.gs)
+	w.Linef("#define WR %d // weight rows a warp", 16*pr.mt)
+	w.Linef("#define RB %d // a row's bytes of a group in a stage", pt.rowBytes)
+	w.Linef("#define HB %d // a row's bytes of a super-block head", pt.headBytes)
+	w.Linef("#define TB %d // a token's bytes of a group in a stage", tokenBytes)
+	if tokenBytes == mmahTokenBytes {
+		w.Line("#define HR (2 * K) // bytes of an f16 activation row")
+	}
+	w.Line("#define XO (WR * RB) // the tokens' offset in a stage")
+	w.Line("#define SB (XO + 8 * NT * TB) // bytes of a group slot")
+	w.Line("#define WSM (RING * SB + 2 * WR * HB) // bytes of a warp's ring and heads")
+	w.Line("#define NSB (K / 256) // super-blocks a row")
+	w.Raw(ysDefine(ystride))
+	w.Blank()
+}
+
+// warpStart writes a warp's place in the block (its rows, its share of K,
+// its ring) and the pointers to the weight rows its lanes copy.
+func (pr pipeRing) warpStart(w *Writer) {
+	w.Line("extern __shared__ uint4 psm[];")
+	w.Line("const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
+	w.Line("const int wi = threadIdx.x >> 5, tw = wi % RPB, ks = wi / RPB; // set of rows, share of K")
+	w.Line("const int r0 = (blockIdx.x * RPB + tw) * WR; // the warp's first row")
+	w.Line("const u8* ws = (const u8*)psm + wi * WSM; // the warp's ring, then its two heads")
+	w.Line("const u32 wsa = (u32)__cvta_generic_to_shared(ws);")
+	w.Line("const int nsb = ks < NSB ? (NSB - 1 - ks) / KS + 1 : 0; // the warp's super-blocks: ks, ks + KS, …")
+	w.Line("const int m0 = blockIdx.y * MB;")
+	w.Line("const int mrows = min(MB, m - m0);")
+	pr.rowPointers(w)
+}
+
+// columns writes which of this lane's C columns hold tokens of the block,
+// and the accumulators.
+func (pr pipeRing) columns(w *Writer) {
+	w.Comment("this lane's C columns (tokens 2t, 2t+1 of each tile)")
+	w.Line("bool ok0[NT], ok1[NT];")
+	w.For("nt", "0", "NT", "1", -1, func() {
+		w.Line("ok0[nt] = 8 * nt + 2 * t < mrows;")
+		w.Line("ok1[nt] = 8 * nt + 2 * t + 1 < mrows;")
+	})
+	emitMMA8Acc(w)
+}
 
 // rowPointers writes the pointers to the weight rows this lane copies.
 func (pr pipeRing) rowPointers(w *Writer) {

@@ -266,7 +266,6 @@ func gemvMMAH(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 	nt := (mb + 7) / 8
 	p := arm.Stages
 	gs := arm.Unroll // groups a stage
-	ring := p * gs   // group slots a warp
 	wr := 16 * mt
 	cr := ceilDiv(wr, 32)        // weight rows a lane copies
 	xa := ceilDiv(4*8*nt, 32)    // activation chunks a lane copies (four a token)
@@ -287,30 +286,9 @@ func gemvMMAH(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 			emitCPAsync(w)
 			emitMMAHOps(w, t)
 			emitMMA8Defines(w, t, n, k, arm, "super-blocks")
-			w.Linef("#define P %d // stages of a warp's ring", p)
-			w.Linef("#define RING %d // its group slots: P stages of %d groups", ring, gs)
-			w.Linef("#define WR %d // weight rows a warp", wr)
-			w.Linef("#define RB %d // a row's bytes of a group in a stage", pt.rowBytes)
-			w.Linef("#define HB %d // a row's bytes of a super-block head", pt.headBytes)
-			w.Linef("#define TB %d // a token's bytes of a group in a stage", mmahTokenBytes)
-			w.Line("#define HR (2 * K) // bytes of an f16 activation row")
-			w.Line("#define XO (WR * RB) // the tokens' offset in a stage")
-			w.Line("#define SB (XO + 8 * NT * TB) // bytes of a group slot")
-			w.Line("#define WSM (RING * SB + 2 * WR * HB) // bytes of a warp's ring and heads")
-			w.Line("#define NSB (K / 256) // super-blocks a row")
-			w.Raw(ysDefine(ystride))
-			w.Blank()
+			pr.defines(w, pt, mmahTokenBytes, ystride)
 			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: xqGlobalParams, Body: func(w *Writer) {
-				w.Line("extern __shared__ uint4 psm[];")
-				w.Line("const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
-				w.Line("const int wi = threadIdx.x >> 5, tw = wi % RPB, ks = wi / RPB; // set of rows, share of K")
-				w.Line("const int r0 = (blockIdx.x * RPB + tw) * WR; // the warp's first row")
-				w.Line("const u8* ws = (const u8*)psm + wi * WSM; // the warp's ring, then its two heads")
-				w.Line("const u32 wsa = (u32)__cvta_generic_to_shared(ws);")
-				w.Line("const int nsb = ks < NSB ? (NSB - 1 - ks) / KS + 1 : 0; // the warp's super-blocks: ks, ks + KS, …")
-				w.Line("const int m0 = blockIdx.y * MB;")
-				w.Line("const int mrows = min(MB, m - m0);")
-				pr.rowPointers(w)
+				pr.warpStart(w)
 				w.Comment("the activation chunks this lane copies: chunk c is bytes 16(c %% 4).. of token c / 4's group,")
 				w.Comment("a token past the block's rows copying its last")
 				for a := range xa {
@@ -319,13 +297,7 @@ func gemvMMAH(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 					w.Linef("const u8* xg%[1]d = xq + (size_t)(m0 + min(xt%[1]d, mrows - 1)) * HR + 16 * (xc%[1]d & 3);", a)
 					w.Linef("const u32 xo%[1]d = XO + xt%[1]d * TB + 16 * (xc%[1]d & 3);", a)
 				}
-				w.Comment("this lane's C columns (tokens 2t, 2t+1 of each tile)")
-				w.Line("bool ok0[NT], ok1[NT];")
-				w.For("nt", "0", "NT", "1", -1, func() {
-					w.Line("ok0[nt] = 8 * nt + 2 * t < mrows;")
-					w.Line("ok1[nt] = 8 * nt + 2 * t + 1 < mrows;")
-				})
-				emitMMA8Acc(w)
+				pr.columns(w)
 				acts := func(u, sa string) {
 					for a := range xa {
 						w.If(fmt.Sprintf("xk%d", a), func() { w.Linef("cp_ca16(%s + xo%[2]d, xg%[2]d + 64 * (%[3]s));", sa, a, u) })
