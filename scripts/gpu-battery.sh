@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|half|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|half|b1|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -300,6 +300,16 @@ if [ "$MODE" = preload ]; then
 	step u8-bench switch_bench 1 MEMRA_DECODE_U=8
 fi
 
+# Batch 1's decode attention switches in one pass (about 3 minutes): kernel-check of decode
+# attention (its preload, eight-keys-in-flight and Live 3 cases among them, checks only), then
+# llama2-7b q4_k_m at batch 1 with the defaults and with MEMRA_DECODE_U=8 (a 128-key split read
+# in one step, all of it before the dependency wait), N = 5.
+if [ "$MODE" = b1 ]; then
+	step b1-kernel-check-attn "$BIN" kernel-check --shapes llama3-8b,qwen2.5-7b --types q4_k --only attn_decode --reps 0
+	step b1-default switch_bench 1 MEMRA_NOTHING=0
+	step b1-u8 switch_bench 1 MEMRA_DECODE_U=8
+fi
+
 # Decode attention splits sized by the card's multiprocessors (MEMRA_DECODE_LIVE=3, not yet run):
 # kernel-check, the CUDA tests and parity with it, then batch 1 and 16 against the default live
 # arm (2) at bench's own cache (prompt + generation) and at the 4096 positions a server allocates
@@ -563,6 +573,7 @@ fi
 [ "$MODE" = large ] && grep -H -E '^\| 2.*tg' "$OUT"/large-*.log
 case $MODE in rope | attn | both | split) grep -H -E '^\| 2.*tg' "$OUT/$MODE"-bench-*.log ;; esac
 [ "$MODE" = ncu ] && cat "$OUT"/ncu-*.log
+[ "$MODE" = b1 ] && grep -H -E '^\| 2.*tg|^roofline' "$OUT"/b1-*.log
 case $MODE in drop | drop-f16) grep -H -E '^\| 2.*tg' "$OUT"/drop-*.log ;; esac
 [ "$MODE" = f16-prefill ] && grep -H -E '^\| 2|^roofline' "$OUT"/f16p-*.log
 [ "$MODE" = goals ] && grep -H -E '^\| 2.*tg' "$OUT"/goals-*.log
