@@ -152,10 +152,14 @@ fi
 
 # autotune of the int8 decode products with the end-to-end confirmation (autotune --confirm):
 # the confirm lines say which groups were kept; a bench with the user tunedb it wrote follows.
+# NVRTC compiles from several goroutines (MEMRA_NVRTC_PARALLEL=1) where its concurrency test passes
+# first; TUNE_TASKS limits the tasks (autotune --tasks, e.g. '_k[0-9]+(_res)?$' for the one-row ones).
 if [ "$MODE" = tune ]; then
+	par=0
+	step tune-nvrtc sh -c 'cd runtime/cuda && MEMRA_NVRTC_PARALLEL=1 ../../.gpu/cuda.test -test.v -test.count=1 -test.run TestNVRTCConcurrentCompile' && par=1
 	tune() {
 		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
-		"$BIN" autotune "$MODELS/llama2-7b-q4_k_m.gguf" --families gemv --budget "${TUNE_BUDGET:-180s}" --parallel 16 --report /tmp/memra-tune-report &&
+		MEMRA_NVRTC_PARALLEL=$par "$BIN" autotune "$MODELS/llama2-7b-q4_k_m.gguf" --families gemv ${TUNE_TASKS:+--tasks "$TUNE_TASKS"} --budget "${TUNE_BUDGET:-180s}" --parallel 16 --report /tmp/memra-tune-report &&
 			tar czf "$OUT/tune-report.tgz" -C /tmp memra-tune-report &&
 			"$BIN" tunedb export "$TUNEDB_KEY" -o "$OUT/tune-tunedb.json" &&
 			{ grep '^confirm:' "$OUT/tune.log" >&2 || true; } &&

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -58,6 +59,7 @@ func init() {
 	f.Bool("write-user", true, "merge the results into the user tunedb (os.UserConfigDir()/memra/tunedb)")
 	f.String("write-shipped", "", "also write the results into this shipped-defaults folder (tunedb/defaults)")
 	f.Bool("list", false, "list the tasks and their space sizes, then exit (no GPU needed)")
+	f.String("tasks", "", "tune only the tasks whose ID matches this regular expression (see --list), e.g. '_k[0-9]+(_res)?$' for the one-row products")
 	f.Bool("confirm", true, "with a MODEL: keep the tuned arms of the decode products (gemv) only if whole decode steps "+
 		"(batch 1 for one-row arms, 16 for batch arms) are at least 1 % faster with them than with the arms before, logits within 0.1")
 	rootCmd.AddCommand(cmd)
@@ -211,6 +213,13 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	tasks := check.Tasks(cases)
+	if expr, _ := f.GetString("tasks"); expr != "" {
+		re, err := regexp.Compile(expr)
+		if err != nil {
+			return fmt.Errorf("%w: --tasks %q: %v", errAutotune, expr, err)
+		}
+		tasks = slices.DeleteFunc(tasks, func(t autotune.Task) bool { return !re.MatchString(t.ID()) })
+	}
 	if len(tasks) == 0 {
 		return fmt.Errorf("%w: nothing to tune", errAutotune)
 	}

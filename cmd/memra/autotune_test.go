@@ -64,6 +64,25 @@ func TestAutotuneLeavesInt8ProductsOut(t *testing.T) {
 	require.Regexp(t, `gemv/q4_k_n\d+_k\d+_batch `, gemv)
 	require.Regexp(t, `gemv/f16_`, gemv)
 	require.NotRegexp(t, `rmsnorm/`, gemv)
+	// --tasks keeps the tasks whose ID matches: here the one-row products
+	one := list("--list", "--shapes", "tiny", "--types", "q4_k,f16", "--families", "gemv", "--tasks", `_k\d+(_res)?$`)
+	require.Regexp(t, `gemv/q4_k_n\d+_k\d+ +\S+ +96 arms`, one)
+	require.NotContains(t, one, "_batch")
+	require.Regexp(t, `gemv/f16_`, one)
+}
+
+// TestAutotuneTasksFilter: --tasks with a pattern that matches nothing, or
+// one that does not parse, is an error naming it.
+func TestAutotuneTasksFilter(t *testing.T) {
+	cmd, _, err := rootCmd.Find([]string{"autotune"})
+	require.NoError(t, err)
+	t.Cleanup(func() { resetFlags(cmd.Flags()) })
+	for _, tc := range []struct{ expr, want string }{{"^nothing$", "nothing to tune"}, {"(", "--tasks"}} {
+		resetFlags(cmd.Flags())
+		require.NoError(t, cmd.Flags().Parse([]string{"--list", "--shapes", "tiny", "--tasks", tc.expr}))
+		err := runAutotune(cmd, nil)
+		require.ErrorContains(t, err, tc.want)
+	}
 }
 
 // resetFlags sets every flag of fs back to its default, unchanged.
