@@ -307,11 +307,11 @@ fi
 # Batch 1's decode attention switches in one pass (about 3 minutes): kernel-check of decode
 # attention (its preload, eight-keys-in-flight and Live 3 cases among them, checks only), then
 # llama2-7b q4_k_m at batch 1 with the defaults and with MEMRA_DECODE_U=8 (a 128-key split read
-# in one step, all of it before the dependency wait), N = 5.
+# in one step, all of it before the dependency wait; batch 16 too), N = 5.
 if [ "$MODE" = b1 ]; then
 	step b1-kernel-check-attn "$BIN" kernel-check --shapes llama3-8b,qwen2.5-7b --types q4_k --only attn_decode --reps 0
 	step b1-default switch_bench 1 MEMRA_NOTHING=0
-	step b1-u8 switch_bench 1 MEMRA_DECODE_U=8
+	step b1-u8 switch_bench 1,16 MEMRA_DECODE_U=8
 fi
 
 # Decode attention splits sized by the card's multiprocessors (MEMRA_DECODE_LIVE=3, not yet run):
