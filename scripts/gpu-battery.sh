@@ -519,13 +519,19 @@ fi
 # Speed: scripts/gpu-bench.sh (bench with --roofline, batch sweep, tuned vs untuned).
 # The f16 tensor-core batch product (XQ 4, MEMRA_GEMV_LARGE=half or an h arm; not yet a default):
 # kernel-check of its arms beside the int8 default (llama3-8b shapes, Q4_K and Q6_K, the XHalf
-# rows with the norm and SwiGLU prologues too), the CUDA batch tests with it, batch 16 decode of
-# llama2-7b q4_k_m with each arm as the large arm (N = 3), then with the fastest (or HALF_PARITY):
-# parity at 16 and 32 sequences, batch 1 and 16 against the int8 default (N = 5), and 16, 32, 64.
+# rows with the norm and SwiGLU prologues too), parity at 16 sequences, batch 1 and 16 of llama2-7b
+# q4_k_m with the int8 default and with half (N = 5); then (not with HALF_QUICK=1) batch 16 with
+# each arm as the large arm (N = 3) and, with the fastest (or HALF_PARITY), parity at 32
+# sequences, the CUDA batch tests and 16, 32, 64 sequences.
 if [ "$MODE" = half ]; then
-	arms=${HALF_ARMS:-"t512_r1_u2_s1_l1_h16_w2_p2 t512_r1_u1_s1_l1_h16_w2_p4 t256_r1_u2_s1_l1_h16_w2_p2 t512_r1_u2_s1_l1_h16_p2"}
+	# most telling first, so that a call cut short keeps it: the kernels against the CPU, parity at
+	# 16 sequences and the goal runs (batch 1 and 16, N = 5) of the int8 default and the f16 one
+	arms=${HALF_ARMS:-"t512_r1_u2_s1_l1_h16_w2_p2 t256_r1_u2_s1_l1_h16_w2_p2 t512_r1_u2_s1_l1_h16_w4_p2"}
 	step half-kernel-check "$BIN" kernel-check --shapes llama3-8b --types q4_k,q6_k --only gemv --gemv-arms "${arms// /,},t512_r1_u2_s1_l1_m16_w2_p2" --reps 10
-	step half-cuda-tests env MEMRA_GEMV_LARGE=half sh -c 'cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run "TestGPUBatchEqualsAlone|TestGPUGraphsEqualPlain|TestGPUSynthParity"'
+	step half-parity-p16 env MEMRA_GEMV_LARGE=half "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts 16 --tie-tol 0.02 --tie-sigma "$(sigma 16)"
+	step half-int8-b1-b16 switch_bench 1,16
+	step half-half-b1-b16 switch_bench 1,16 MEMRA_GEMV_LARGE=half
+	[ -n "${HALF_QUICK:-}" ] && arms=
 	half_bench() {
 		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
 		MEMRA_GEMV_LARGE=$1 "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda -p 512 -n 128 -r 3 -b 16 --no-progress --perf-rows
@@ -534,14 +540,12 @@ if [ "$MODE" = half ]; then
 	pa=${HALF_PARITY:-$(for a in $arms; do
 		grep -E '^\| 2.*tg128' "$OUT/half-b16-$a.log" | awk -F'|' -v a="$a" '{gsub(/ /, "", $9); print $9, a}'
 	done | sort -rn | head -1 | cut -d' ' -f2)}
-	pa=${pa:-t512_r1_u2_s1_l1_h16_w2_p2}
-	echo "half: fastest arm $pa" >&2
-	for p in 16 32; do
-		step "half-parity-p$p-$pa" env MEMRA_GEMV_LARGE="$pa" "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --tie-tol 0.02 --tie-sigma "$(sigma $p)"
-	done
-	step half-int8-b1-b16 switch_bench 1,16
-	step "half-best-b1-b16-$pa" switch_bench 1,16 MEMRA_GEMV_LARGE="$pa"
-	step "half-sweep-$pa" model_bench llama2-7b q4_k_m 3 16,32,64 MEMRA_GEMV_LARGE="$pa"
+	if [ -n "$pa" ]; then
+		echo "half: fastest arm $pa" >&2
+		step "half-parity-p32-$pa" env MEMRA_GEMV_LARGE="$pa" "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts 32 --tie-tol 0.02 --tie-sigma "$(sigma 32)"
+		step half-cuda-tests env MEMRA_GEMV_LARGE="$pa" sh -c 'cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run "TestGPUBatchEqualsAlone|TestGPUGraphsEqualPlain|TestGPUSynthParity"'
+		step "half-sweep-$pa" model_bench llama2-7b q4_k_m 3 16,32,64 MEMRA_GEMV_LARGE="$pa"
+	fi
 fi
 
 { [ "$MODE" = bench ] || [ "$MODE" = full ]; } && step gpu-bench env OUT="$OUT/bench" MODELS="$MODELS" scripts/gpu-bench.sh "$BIN"
