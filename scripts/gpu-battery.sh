@@ -520,7 +520,8 @@ fi
 # The f16 tensor-core batch product (XQ 4, MEMRA_GEMV_LARGE=half or an h arm; not yet a default):
 # kernel-check of its arms beside the int8 default (llama3-8b shapes, Q4_K and Q6_K, the XHalf
 # rows with the norm and SwiGLU prologues too), parity at 16 sequences, batch 1 and 16 of llama2-7b
-# q4_k_m with the int8 default and with half (N = 5); then (not with HALF_QUICK=1) batch 16 with
+# q4_k_m with the int8 default and with half (N = 5), a profile of a batch-16 step with half; then
+# (not with HALF_QUICK=1) batch 16 with
 # each arm as the large arm (N = 3) and, with the fastest (or HALF_PARITY), parity at 32
 # sequences, the CUDA batch tests and 16, 32, 64 sequences.
 if [ "$MODE" = half ]; then
@@ -531,6 +532,8 @@ if [ "$MODE" = half ]; then
 	step half-parity-p16 env MEMRA_GEMV_LARGE=half "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts 16 --tie-tol 0.02 --tie-sigma "$(sigma 16)"
 	step half-int8-b1-b16 switch_bench 1,16
 	step half-half-b1-b16 switch_bench 1,16 MEMRA_GEMV_LARGE=half
+	# where a batch-16 step goes with it: each kernel of one step timed (plain launches, no PDL)
+	step half-profile-b16 env MEMRA_GEMV_LARGE=half "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda -p 512 -n 16 -r 1 -b 16 --no-progress --profile
 	[ -n "${HALF_QUICK:-}" ] && arms=
 	half_bench() {
 		synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks || return 1
