@@ -388,9 +388,27 @@ func TestLowerHalfLarge(t *testing.T) {
 	require.Positive(t, xe)
 	require.Less(t, xe, xqe, "the down products' SwiGLU rows: their readers quantise the next rows, with no XQ 4 kernel")
 	plain := o
-	plain.Arms.GEMVLarge = GEMVArm{}
+	plain.Arms.GEMVLarge = DefaultXQMMAPipeArm
 	fp, ip, xp, _ := count(plain)
 	require.Equal(t, []int{0, f, 0}, []int{fp, ip, xp})
+	// the zero value is the f16 arm
+	zero := o
+	zero.Arms.GEMVLarge = GEMVArm{}
+	fz, iz, xz, _ := count(zero)
+	require.Equal(t, []int{f, 0, x}, []int{fz, iz, xz})
+	// Q and K over Q4_K share their rows with V over Q8_0, which has no XQ 4
+	// kernel: Lower falls back to the int8 arm for the whole program
+	mixed := buildGraph(t, llama, synthTensors(llama, dtype.Q4_K, dtype.Q8_0))
+	_, err = lower(mixed, o)
+	require.ErrorIs(t, err, errHalfShared)
+	p, err = Lower(mixed, o)
+	require.NoError(t, err)
+	for _, ln := range p.Launches {
+		if ln.Large > 0 {
+			require.NotContains(t, p.Kernels[ln.Large-1].Name, "_h16_", "no f16 large kernel after the fallback")
+			require.NotContains(t, p.Kernels[ln.Large-1].Name, "xhalf")
+		}
+	}
 }
 
 // TestHalfReaderConflict: the readers of one XQuant launch must agree.

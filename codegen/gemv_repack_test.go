@@ -520,6 +520,7 @@ func TestLowerTunedBatchArm(t *testing.T) {
 func TestLowerLargeArm(t *testing.T) {
 	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
 	o := LowerOptions{Class: Decode, MaxSeqs: GEMVLargeRows, Context: 256, Cache: dtype.F16, NoQuantOut: QuantOutBatch}
+	o.Arms.GEMVLarge = DefaultXQMMAPipeArm // the int8 arm (the f16 default: TestLowerHalfLarge)
 	// count lowers and returns the launches with a batch kernel and those with a large one
 	count := func(o LowerOptions) (batches, larges int) {
 		p, err := Lower(g, o)
@@ -608,6 +609,7 @@ func TestLowerRopeInProduct(t *testing.T) {
 	g := buildGraph(t, llama, synthTensors(llama, dtype.Q4_K, dtype.Q6_K))
 	count := launchesOf
 	o := LowerOptions{Class: Decode, MaxSeqs: GEMVLargeRows, Context: 256, Cache: dtype.F16, NoQuantOut: QuantOutBatch}
+	o.Arms.GEMVLarge = DefaultXQMMAPipeArm // the int8 arm, which takes the RoPE epilogue (XQ 4 does not)
 	p, err := Lower(g, o)
 	require.NoError(t, err)
 	require.Equal(t, llama.Layers, count(p, "rope_kv"))

@@ -36,11 +36,13 @@ type Arms struct {
 	GEMVBatch GEMVArm
 	// GEMVLarge is the GEMV arm of the launches of those products at steps
 	// of GEMVLargeRows rows or more, in programs of that many sequences,
-	// when the batch arm (tuned or not) is an XQ 2 one: a tensor-core (XQ 3)
-	// arm, the zero value DefaultXQMMAPipeArm (DefaultXQMMAArm for weight
-	// types it does not pipeline); an arm of another kind keeps two
-	// kernels (MEMRA_GEMV_LARGE=off sets the batch arm). An epilogue the
-	// arm cannot compute leaves those steps to the batch arm.
+	// when the batch arm (tuned or not) is an XQ 2 one: a tensor-core arm,
+	// the zero value DefaultXQHalfArm (f16, XQ 4) for the weight types it
+	// covers, DefaultXQMMAPipeArm (int8, XQ 3; DefaultXQMMAArm for types it
+	// does not pipeline) for the others; an arm of another kind keeps two
+	// kernels (MEMRA_GEMV_LARGE=off sets the batch arm, int8 the XQ 3
+	// arm). An epilogue the arm cannot compute leaves those steps to the
+	// int8 arm or the batch arm.
 	GEMVLarge GEMVArm
 	MMA       MMAArm
 	Block     BlockArm
@@ -63,7 +65,7 @@ func (a Arms) WithDefaults() Arms {
 		a.GEMVBatch = DefaultXQGlobalBatchArm
 	}
 	if a.GEMVLarge == (GEMVArm{}) {
-		a.GEMVLarge = DefaultXQMMAPipeArm
+		a.GEMVLarge = DefaultXQHalfArm
 	}
 	if a.MMA == (MMAArm{}) {
 		a.MMA = DefaultMMAArm
@@ -267,7 +269,24 @@ const (
 // rms_norm prologue feeds all the products of its group (fused into one
 // product with concatenated weights when their types agree), bias_add and
 // residual add run in the product's epilogue, RoPE runs with the KV write.
+//
+// A program whose f16 tensor-core products (an XQ 4 Arms.GEMVLarge) would
+// share activation rows with products that have no XQ 4 kernel is lowered
+// with DefaultXQMMAPipeArm in its place.
 func Lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
+	p, err := lower(g, opts)
+	if errors.Is(err, errHalfShared) {
+		opts.Arms.GEMVLarge = DefaultXQMMAPipeArm
+		p, err = lower(g, opts)
+	}
+	return p, err
+}
+
+// errHalfShared: the rows of an XQuant launch would feed both an XQ 4
+// product and one without an XQ 4 kernel at large steps (halfReader).
+var errHalfShared = errors.New("the f16 tensor-core arm (XQ 4) reads the rows of an XQuant launch whose other products cannot")
+
+func lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 	if opts.MaxSeqs <= 0 || opts.Context <= 0 {
 		return nil, fmt.Errorf("%w: max seqs %d, context %d must be positive", ErrLower, opts.MaxSeqs, opts.Context)
 	}

@@ -308,10 +308,7 @@ func (l *lowerer) quantised(x view, k int, rows ir.Dim, pro *proIn) (_ view, in 
 		return view{}, want, err
 	}
 	want.k, want.launch = k, len(l.p.Launches)
-	width := XQRowBytes(k) / 4
-	if l.arms.GEMVLarge.XQ == 4 && l.o.MaxTokens >= GEMVLargeRows {
-		width = max(width, XHRowBytes(k)/4) // XHalf's rows, should its readers take them
-	}
+	width := XQRowBytes(k) / 4 // halfReader widens it for XHalf's rows
 	want.xq = view{buf: l.buffer("xq", rows, width), width: width, stride: width}
 	args := []Arg{bufArg(x), bufArg(want.xq), rowsArg()}
 	if want.pro.Kind == ProNorm {
@@ -328,8 +325,9 @@ func (l *lowerer) quantised(x view, k int, rows ir.Dim, pro *proIn) (_ view, in 
 // in.launch runs steps of GEMVLargeRows rows or more (half: an XQ 4
 // kernel), giving that launch XHalf for those steps on the first f16
 // reader. A program whose readers of one launch disagree cannot be lowered
-// (an f16 reader came first and a later one has no XQ 4 kernel, e.g. a
-// weight type XQ 4 does not cover sharing the norm): the error says so.
+// so (an f16 reader came first and a later one has no XQ 4 kernel, e.g. a
+// weight type XQ 4 does not cover sharing the norm): errHalfShared, on
+// which Lower lowers the program again with the int8 large arm.
 func (l *lowerer) halfReader(in xqInput, half bool) error {
 	if in.launch < 0 || l.o.MaxTokens < GEMVLargeRows {
 		return nil
@@ -342,7 +340,7 @@ func (l *lowerer) halfReader(in xqInput, half bool) error {
 	case was == use:
 		return nil
 	case was != 0:
-		return fmt.Errorf("the f16 tensor-core arm (XQ 4) reads the rows of an XQuant launch whose other products cannot (weight types beside %v); set MEMRA_GEMV_LARGE to an XQ 3 arm", HalfTypes())
+		return fmt.Errorf("%w (weight types beside %v)", errHalfShared, HalfTypes())
 	}
 	l.halfRows[in.launch] = use
 	if !half {
@@ -353,6 +351,8 @@ func (l *lowerer) halfReader(in xqInput, half bool) error {
 		return err
 	}
 	l.p.Launches[in.launch].Large = kh + 1
+	b := &l.p.Buffers.Buffers[in.xq.buf] // XHalf's rows are wider than XQuant's
+	b.Width = max(b.Width, XHRowBytes(in.k)/4)
 	return nil
 }
 

@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|half|b1|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|half|halfdef|b1|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -517,10 +517,10 @@ if [ "$MODE" = ncu ]; then
 fi
 
 # Speed: scripts/gpu-bench.sh (bench with --roofline, batch sweep, tuned vs untuned).
-# The f16 tensor-core batch product (XQ 4, MEMRA_GEMV_LARGE=half or an h arm; not yet a default):
-# kernel-check of its arms beside the int8 default (llama3-8b shapes, Q4_K and Q6_K, the XHalf
+# The f16 tensor-core batch product (XQ 4, MEMRA_GEMV_LARGE=half or an h arm; the default since
+# session 16): kernel-check of its arms beside the int8 arm (llama3-8b shapes, Q4_K and Q6_K, the XHalf
 # rows with the norm and SwiGLU prologues too), parity at 16 sequences, batch 1 and 16 of llama2-7b
-# q4_k_m with the int8 default and with half (N = 5), a profile of a batch-16 step with half; then
+# q4_k_m with the int8 arm (MEMRA_GEMV_LARGE=int8) and with half (N = 5), a profile of a batch-16 step with half; then
 # (not with HALF_QUICK=1) batch 16 with
 # each arm as the large arm (N = 3) and, with the fastest (or HALF_PARITY), parity at 32
 # sequences, the CUDA batch tests and 16, 32, 64 sequences.
@@ -530,7 +530,7 @@ if [ "$MODE" = half ]; then
 	arms=${HALF_ARMS:-"t512_r1_u2_s1_l1_h16_w2_p2 t256_r1_u2_s1_l1_h16_w2_p2 t512_r1_u2_s1_l1_h16_w4_p2"}
 	step half-kernel-check "$BIN" kernel-check --shapes llama3-8b --types q4_k,q6_k --only gemv --gemv-arms "${arms// /,},t512_r1_u2_s1_l1_m16_w2_p2" --reps 10
 	step half-parity-p16 env MEMRA_GEMV_LARGE=half "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts 16 --tie-tol 0.02 --tie-sigma "$(sigma 16)"
-	step half-int8-b1-b16 switch_bench 1,16
+	step half-int8-b1-b16 switch_bench 1,16 MEMRA_GEMV_LARGE=int8
 	step half-half-b1-b16 switch_bench 1,16 MEMRA_GEMV_LARGE=half
 	# where a batch-16 step goes with it: each kernel of one step timed (plain launches, no PDL)
 	step half-profile-b16 env MEMRA_GEMV_LARGE=half "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda -p 512 -n 16 -r 1 -b 16 --no-progress --profile
@@ -549,6 +549,22 @@ if [ "$MODE" = half ]; then
 		step half-cuda-tests env MEMRA_GEMV_LARGE="$pa" sh -c 'cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run "TestGPUBatchEqualsAlone|TestGPUGraphsEqualPlain|TestGPUSynthParity"'
 		step "half-sweep-$pa" model_bench llama2-7b q4_k_m 3 16,32,64 MEMRA_GEMV_LARGE="$pa"
 	fi
+fi
+
+# The f16 large arm as the default (about 8 minutes, most telling first): batch 1 and 16 of
+# llama2-7b q4_k_m with the defaults (N = 5), batch 16 with the int8 arm (N = 3, the same call's
+# baseline), parity at 16 and 32 sequences, batch 16 with the 8-warp f16 arm, the batch sweep with
+# its plot, then kernel-check of more f16 arms (Q4_K, timed: which geometry next).
+if [ "$MODE" = halfdef ]; then
+	step halfdef-b1-b16 switch_bench 1,16
+	step halfdef-int8-b16 model_bench llama2-7b q4_k_m 3 16 MEMRA_GEMV_LARGE=int8
+	for p in 16 32; do
+		step "halfdef-parity-p$p" "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --tie-tol 0.02 --tie-sigma "$(sigma $p)"
+	done
+	step halfdef-t256-b16 model_bench llama2-7b q4_k_m 3 16 MEMRA_GEMV_LARGE=t256_r1_u2_s1_l1_h16_w2_p2
+	step halfdef-sweep "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda -p 128 -n 32 -r 3 -b 1,2,4,8,16,32,64 --no-progress --perf-rows --plot "$OUT/batch-sweep.svg"
+	harms=${HALFDEF_ARMS:-t256_r1_u2_s1_l1_h16_w2_p2,t256_r2_u2_s1_l1_h16_w2_p2,t512_r2_u2_s1_l1_h16_w2_p2,t256_r1_u2_s1_l1_h16_w2_p4,t256_r1_u1_s1_l1_h16_w2_p4,t128_r1_u2_s1_l1_h16_w2_p2,t256_r1_u2_s1_l1_h16_w1_p2}
+	step halfdef-kernel-check "$BIN" kernel-check --shapes llama3-8b --types q4_k --only gemv --gemv-arms "$harms" --reps 10
 fi
 
 { [ "$MODE" = bench ] || [ "$MODE" = full ]; } && step gpu-bench env OUT="$OUT/bench" MODELS="$MODELS" scripts/gpu-bench.sh "$BIN"
@@ -584,6 +600,7 @@ fi
 [ "$MODE" = large ] && grep -H -E '^\| 2.*tg' "$OUT"/large-*.log
 case $MODE in rope | attn | both | split) grep -H -E '^\| 2.*tg' "$OUT/$MODE"-bench-*.log ;; esac
 [ "$MODE" = ncu ] && cat "$OUT"/ncu-*.log
+[ "$MODE" = halfdef ] && grep -H -E '^\| 2.*tg|^roofline: NVIDIA' "$OUT"/halfdef-*.log
 [ "$MODE" = b1 ] && grep -H -E '^\| 2.*tg|^roofline' "$OUT"/b1-*.log
 case $MODE in drop | drop-f16) grep -H -E '^\| 2.*tg' "$OUT"/drop-*.log ;; esac
 [ "$MODE" = f16-prefill ] && grep -H -E '^\| 2|^roofline' "$OUT"/f16p-*.log

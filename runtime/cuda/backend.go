@@ -662,7 +662,7 @@ const DefaultMultiprocessors = codegen.DefaultMultiprocessors
 // are not yet defaults (they become tunedb choices once measured):
 // MEMRA_SMALL_BATCH=1, MEMRA_FUSE=0, MEMRA_DECODE_LIVE=1|2, MEMRA_GEMV_QUANT and
 // MEMRA_GEMV_BATCH (the batch-1 and batched decode GEMV of repacked
-// types), MEMRA_GEMV_LARGE (the GEMV of steps of 16 rows or more, or off),
+// types), MEMRA_GEMV_LARGE (the GEMV of steps of 16 rows or more: off, half, int8 or an arm),
 // MEMRA_ROPE_IN_PRODUCT=0|1 (none or every program; unset, one-sequence
 // programs), MEMRA_ATTN_FUSED=1, MEMRA_GEMV_SPLIT=off|ROWS[/K],
 // MEMRA_PDL=early|early:REGEX|off, MEMRA_DECODE_SPLITS=N, MEMRA_DECODE_PRELOAD=0,
@@ -809,17 +809,20 @@ func envOptions(o *BackendOptions) error {
 	}
 	// MEMRA_GEMV_LARGE: the tensor-core arm of steps of
 	// codegen.GEMVLargeRows rows or more; off (the batch arm, not a
-	// tensor-core one) leaves them to the batch arm
+	// tensor-core one) leaves them to the batch arm, half is the f16
+	// default, int8 the int8 tensor-core arm
 	switch v := os.Getenv("MEMRA_GEMV_LARGE"); v {
 	case "":
 	case "off":
 		o.Arms.GEMVLarge = o.Arms.WithDefaults().GEMVBatch
 	case "half":
 		o.Arms.GEMVLarge = codegen.DefaultXQHalfArm
+	case "int8":
+		o.Arms.GEMVLarge = codegen.DefaultXQMMAPipeArm
 	default:
 		a, ok := gemvQuantArm(v)
 		if !ok {
-			return bad("MEMRA_GEMV_LARGE", v, "off, half or "+arms)
+			return bad("MEMRA_GEMV_LARGE", v, "off, half, int8 or "+arms)
 		}
 		o.Arms.GEMVLarge = a
 	}
