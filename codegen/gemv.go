@@ -141,6 +141,18 @@ var DefaultXQHalfArm = GEMVArm{Threads: 512, RowsPerBlock: 1, Unroll: 2, SharedX
 // overtook DefaultXQGlobalBatchArm on the H200.
 const GEMVLargeRows = 16
 
+// HalfLargeRows is the step rows from which the f16 tensor-core products
+// (Arms.GEMVLarge of XQ 4) run in place of the batch arm
+// (LowerOptions.HalfFrom overrides it). On an H100 (llama2-7b q4_k_m,
+// tg32@128, docs/PERFORMANCE.md) they decoded 2 sequences at 0.87× the
+// batch arm, 3 at 1.00×, 4 at 1.01×, 6 and 8 at 1.27×, 12 at 1.51×: their
+// weight decoding costs the same for any rows, the batch arm's work grows
+// with them. 3, not 4: the CUDA runtime pads a decode step to its graph's
+// batch (1, 2, 4, 8, …), and from 3 rows a step of s sequences takes the
+// kernels of the graph it is padded to, so replayed and plain steps
+// compute in the same numerical class (f16 or int8 activations).
+const HalfLargeRows = 3
+
 // FitXQ halves an int8-activation arm's BatchRows until its activation rows
 // of k elements fit shared memory (XQ 1; XQ 2 arms stage nothing).
 func FitXQ(a GEMVArm, k int) GEMVArm {

@@ -314,13 +314,16 @@ func gemvMMAH(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 						}
 					}
 					w.For("nt", "0", "NT", "1", -1, func() {
-						w.Comment("token g's B fragments of both halves of the group, in HalfPos order")
-						w.Line("const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);")
-						for i := range mt {
-							a, b := fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)
-							w.Linef("mma_h16(acc[%d][nt], p0%s, p0%s, p2%s, p2%s, bx.x, bx.y);", i, a, b, a, b)
-							w.Linef("mma_h16(acc[%d][nt], p1%s, p1%s, p3%s, p3%s, bx.z, bx.w);", i, a, b, a, b)
-						}
+						w.Comment("a tile of tokens past the block's rows is skipped (the same for the whole warp)")
+						w.If("8 * nt < mrows", func() {
+							w.Comment("token g's B fragments of both halves of the group, in HalfPos order")
+							w.Line("const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);")
+							for i := range mt {
+								a, b := fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)
+								w.Linef("mma_h16(acc[%d][nt], p0%s, p0%s, p2%s, p2%s, bx.x, bx.y);", i, a, b, a, b)
+								w.Linef("mma_h16(acc[%d][nt], p1%s, p1%s, p3%s, p3%s, bx.z, bx.w);", i, a, b, a, b)
+							}
+						})
 					})
 				})
 				emitMMA8Finish(w, XQEnds{}, residual, mb, ks, true)

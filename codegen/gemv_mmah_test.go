@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -418,6 +419,72 @@ func TestHalfReaderConflict(t *testing.T) {
 	require.NoError(t, l.halfReader(xqInput{launch: 3}, false))
 	require.NoError(t, l.halfReader(xqInput{launch: 3}, false))
 	require.ErrorContains(t, l.halfReader(xqInput{launch: 3}, true), "XQ 4")
-	small := &lowerer{o: LowerOptions{MaxTokens: GEMVLargeRows - 1}, halfRows: map[int]halfUse{}}
+	small := &lowerer{o: LowerOptions{MaxTokens: HalfLargeRows - 1}, halfRows: map[int]halfUse{}}
 	require.NoError(t, small.halfReader(xqInput{launch: 3}, true), "no large steps")
+}
+
+// TestLowerHalfFrom: LowerOptions.HalfFrom moves the step rows from which
+// the f16 products and their XHalf launches run, in programs of that many
+// sequences; the int8 tensor-core arm keeps GEMVLargeRows.
+func TestLowerHalfFrom(t *testing.T) {
+	llama := smallQwen3
+	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
+	g := buildGraph(t, llama, synthTensors(llama, dtype.Q4_K, dtype.Q6_K))
+	o := LowerOptions{Class: Decode, MaxSeqs: 8, Context: 256, Cache: dtype.F16, NoQuantOut: QuantOutBatch, HalfFrom: 4}
+	// large returns the launches with a large kernel: f16 products, XHalf
+	// launches, int8 products; each switching at from rows
+	large := func(o LowerOptions, from int) (f16, xhalf, int8 int) {
+		p, err := Lower(g, o)
+		require.NoError(t, err)
+		for _, ln := range p.Launches {
+			if ln.Large == 0 {
+				continue
+			}
+			name := p.Kernels[ln.Large-1].Name
+			switch {
+			case strings.Contains(name, "_h16_"):
+				f16++
+			case strings.HasPrefix(name, "xhalf_"):
+				xhalf++
+			default:
+				int8++
+			}
+			require.Equal(t, ln.Large-1, ln.KernelFor(from), name)
+			require.NotEqual(t, ln.Large-1, ln.KernelFor(from-1), name)
+			require.Contains(t, p.String(), fmt.Sprintf("(k%d from %d rows)", ln.Large-1, from))
+		}
+		return
+	}
+	f, x, i := large(o, 4)
+	require.Equal(t, []int{5*llama.Layers + 1, 0}, []int{f, i}, "per layer q+k, v (Q6_K), o, gate/up, down; the output head")
+	require.Equal(t, 4*llama.Layers+1, x, "per layer the two norms, the attention output, the SwiGLU; the final norm")
+	// the default: from HalfLargeRows
+	def := o
+	def.HalfFrom = 0
+	require.Equal(t, []int{f, x, i}, func() []int { a, b, c := large(def, HalfLargeRows); return []int{a, b, c} }())
+	// from more rows than the program's 8 sequences: none
+	above := o
+	above.HalfFrom = 9
+	f, x, i = large(above, 9)
+	require.Equal(t, []int{0, 0, 0}, []int{f, x, i})
+	// the int8 arm runs from GEMVLargeRows whatever HalfFrom says
+	int8 := o
+	int8.Arms.GEMVLarge = DefaultXQMMAPipeArm
+	f, x, i = large(int8, GEMVLargeRows)
+	require.Equal(t, []int{0, 0, 0}, []int{f, x, i})
+	int8.MaxSeqs = GEMVLargeRows
+	f, x, i = large(int8, GEMVLargeRows)
+	require.Equal(t, []int{0, 0, 5*llama.Layers + 1}, []int{f, x, i})
+	// a program falling back to the int8 arm (V over Q8_0 shares Q and K's
+	// rows) has no large kernel below GEMVLargeRows
+	mixed := buildGraph(t, llama, synthTensors(llama, dtype.Q4_K, dtype.Q8_0))
+	p, err := Lower(mixed, o)
+	require.NoError(t, err)
+	for _, ln := range p.Launches {
+		require.Zero(t, ln.Large, p.Kernels[ln.Kernel].Name)
+	}
+	bad := o
+	bad.HalfFrom = 1
+	_, err = Lower(g, bad)
+	require.ErrorIs(t, err, ErrLower)
 }

@@ -347,6 +347,9 @@ func TestLowerFusedNormMixedTypes(t *testing.T) {
 func TestLowerXQGlobal(t *testing.T) {
 	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
 	o := LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16}
+	// the int8 large arm (from GEMVLargeRows rows, more than the program's):
+	// the f16 one's XHalf rows from HalfLargeRows are TestLowerHalfFrom's
+	o.Arms.GEMVLarge = DefaultXQMMAPipeArm
 	// count lowers for seqs sequences and counts XQuant launches, products,
 	// residual products quantising the next norm's rows and gate/up
 	// products quantising the SwiGLU's, checking what every product reads

@@ -96,6 +96,10 @@ type LowerOptions struct {
 	// Arms are the arms of kernels Pick leaves alone; zero fields take the
 	// family defaults.
 	Arms Arms
+	// HalfFrom is the step rows from which products whose Arms.GEMVLarge
+	// is an f16 tensor-core arm (XQ 4) run it; 0 is HalfLargeRows. The
+	// int8 tensor-core arms run from GEMVLargeRows.
+	HalfFrom int
 	// Pick, when set, chooses each tunable kernel's arm by its family and
 	// shape class (see ArmPicker); nil uses Arms everywhere.
 	Pick ArmPicker
@@ -226,7 +230,7 @@ type lowerer struct {
 	// needs to give them the RoPE epilogue.
 	xqLaunches map[int]xqLaunch
 	// halfRows says, by the launch index of an XQuant launch, how the
-	// products reading its rows run steps of GEMVLargeRows rows or more:
+	// products reading its rows run steps of halfFrom rows or more:
 	// halfF16 (XQ 4, the launch takes XHalf at those steps) or halfInt8
 	// (every other arm). All readers of one launch must agree.
 	halfRows map[int]halfUse
@@ -292,6 +296,9 @@ func lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 	}
 	if opts.Class == Decode {
 		opts.MaxTokens = opts.MaxSeqs
+	}
+	if opts.HalfFrom < 0 || opts.HalfFrom == 1 {
+		return nil, fmt.Errorf("%w: f16 products from %d rows, want 2 or more (one row runs the one-row arm)", ErrLower, opts.HalfFrom)
 	}
 	if opts.MaxTokens < opts.MaxSeqs {
 		return nil, fmt.Errorf("%w: max tokens %d below max seqs %d", ErrLower, opts.MaxTokens, opts.MaxSeqs)

@@ -55,8 +55,9 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	var kern int
 	var err error
 	args := l.productArgs(w, x, y, pro)
-	one := -1        // the kernel of one-row steps, when it differs
-	large := -1      // the kernel of steps of GEMVLargeRows rows or more, when it differs
+	one := -1   // the kernel of one-row steps, when it differs
+	large := -1 // the kernel of steps of largeFrom rows or more, when it differs
+	largeFrom := 0
 	var xl *xqLaunch // an XQ 2 or 3 product without a residual or quantising epilogue
 	if l.o.Class == Prefill && !l.o.PrefillGEMV && rows == ir.T {
 		kern, err = l.kernel(MatMulMMA(t, n, k, residual, l.mmaArm(ProductClass(t, n, k, residual), k)))
@@ -145,8 +146,12 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 							return err
 						}
 					}
+					if l.o.MaxTokens < l.largeFrom(a) {
+						large = -1 // the int8 arm in place of an f16 one, from more rows than the program has
+					}
 					if large >= 0 {
 						l.repacked[large] = true
+						largeFrom = l.largeFrom(a)
 						if xl != nil {
 							xl.large = a
 						}
@@ -174,6 +179,7 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	}
 	if large >= 0 {
 		l.p.Launches[len(l.p.Launches)-1].Large = large + 1
+		l.p.Launches[len(l.p.Launches)-1].LargeFrom = largeFrom
 	}
 	if xl != nil {
 		l.xqLaunches[len(l.p.Launches)-1] = *xl
@@ -322,14 +328,13 @@ func (l *lowerer) quantised(x view, k int, rows ir.Dim, pro *proIn) (_ view, in 
 }
 
 // halfReader records how a product reading the rows of XQuant launch
-// in.launch runs steps of GEMVLargeRows rows or more (half: an XQ 4
-// kernel), giving that launch XHalf for those steps on the first f16
-// reader. A program whose readers of one launch disagree cannot be lowered
+// in.launch runs steps of halfFrom rows or more (half: an XQ 4 kernel),
+// giving that launch XHalf for those steps on the first f16 reader. A program whose readers of one launch disagree cannot be lowered
 // so (an f16 reader came first and a later one has no XQ 4 kernel, e.g. a
 // weight type XQ 4 does not cover sharing the norm): errHalfShared, on
 // which Lower lowers the program again with the int8 large arm.
 func (l *lowerer) halfReader(in xqInput, half bool) error {
-	if in.launch < 0 || l.o.MaxTokens < GEMVLargeRows {
+	if in.launch < 0 || l.o.MaxTokens < l.halfFrom() {
 		return nil
 	}
 	use := halfInt8
@@ -351,6 +356,7 @@ func (l *lowerer) halfReader(in xqInput, half bool) error {
 		return err
 	}
 	l.p.Launches[in.launch].Large = kh + 1
+	l.p.Launches[in.launch].LargeFrom = l.halfFrom()
 	b := &l.p.Buffers.Buffers[in.xq.buf] // XHalf's rows are wider than XQuant's
 	b.Width = max(b.Width, XHRowBytes(in.k)/4)
 	return nil
@@ -365,17 +371,36 @@ func (l *lowerer) productArgs(w int, x, y view, pro *proIn) []Arg {
 	return []Arg{wArg(w), bufArg(x), bufArg(y), rowsArg()}
 }
 
-// largeArm returns the arm of the launches at GEMVLargeRows rows or more
-// of a product whose batch arm is batch: Arms.GEMVLarge, a tensor-core
-// (XQ 3 or 4) arm, in a program of that many sequences when batch reads XQuant
-// rows on CUDA cores (XQ 2, tuned or not: batch arms are tuned below
-// GEMVLargeRows rows).
+// largeArm returns the arm of the launches at largeFrom rows or more of a
+// product whose batch arm is batch: Arms.GEMVLarge, a tensor-core (XQ 3
+// or 4) arm, in a program of that many sequences when batch reads XQuant
+// rows on CUDA cores (XQ 2, tuned or not).
 func (l *lowerer) largeArm(batch GEMVArm) (GEMVArm, bool) {
 	a := l.arms.GEMVLarge
-	if l.o.MaxTokens < GEMVLargeRows || batch.XQ != 2 || (a.XQ != 3 && a.XQ != 4) {
+	if batch.XQ != 2 || (a.XQ != 3 && a.XQ != 4) || l.o.MaxTokens < l.largeFrom(a) {
 		return GEMVArm{}, false
 	}
 	return a, true
+}
+
+// largeFrom is the step rows from which a product runs its large arm a:
+// halfFrom for the f16 tensor-core arms (XQ 4), GEMVLargeRows for the
+// int8 ones.
+func (l *lowerer) largeFrom(a GEMVArm) int {
+	if a.XQ == 4 {
+		return l.halfFrom()
+	}
+	return GEMVLargeRows
+}
+
+// halfFrom is the step rows from which the f16 tensor-core products (and
+// the XHalf launches before them) run: LowerOptions.HalfFrom, else
+// HalfLargeRows.
+func (l *lowerer) halfFrom() int {
+	if l.o.HalfFrom > 0 {
+		return l.o.HalfFrom
+	}
+	return HalfLargeRows
 }
 
 // splitArm is the untuned one-row arm of a product of n rows of k: arm,

@@ -110,9 +110,19 @@ type Launch struct {
 	// same parameters and weight layout, tuned for one row.
 	One int
 	// Large, when positive, is 1 + the index of the kernel launched
-	// instead when the step has GEMVLargeRows rows or more: a kernel with
-	// the same parameters and weight layout, for large batches.
+	// instead when the step has LargeFrom rows or more: a kernel with the
+	// same parameters and weight layout, for large batches.
 	Large int
+	// LargeFrom is the step rows from which Large runs (0: GEMVLargeRows).
+	LargeFrom int
+}
+
+// largeFrom is the step rows from which l launches its Large kernel.
+func (l *Launch) largeFrom() int {
+	if l.LargeFrom > 0 {
+		return l.LargeFrom
+	}
+	return GEMVLargeRows
 }
 
 // KernelFor returns the index of the kernel l launches for a step whose
@@ -121,7 +131,7 @@ func (l *Launch) KernelFor(rows int) int {
 	if l.One > 0 && rows == 1 {
 		return l.One - 1
 	}
-	if l.Large > 0 && rows >= GEMVLargeRows {
+	if l.Large > 0 && rows >= l.largeFrom() {
 		return l.Large - 1
 	}
 	return l.Kernel
@@ -310,7 +320,7 @@ func (p *Program) String() string {
 			one = fmt.Sprintf(" (k%d at one row)", l.One-1)
 		}
 		if l.Large > 0 {
-			one += fmt.Sprintf(" (k%d from %d rows)", l.Large-1, GEMVLargeRows)
+			one += fmt.Sprintf(" (k%d from %d rows)", l.Large-1, l.largeFrom())
 		}
 		fmt.Fprintf(&b, "  L%d k%d%s rows=%v grid(%d,%d,%d) block(%d) smem %d (%s)  ; %s\n", i, l.Kernel, one, l.Rows,
 			g.Grid[0], g.Grid[1], g.Grid[2], g.Block[0], g.Shared, strings.Join(args, ", "), strings.Join(nodes, " "))

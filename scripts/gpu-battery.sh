@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|half|halfdef|b1|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|half|halfdef|from|fromdef|b1|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -567,6 +567,38 @@ if [ "$MODE" = halfdef ]; then
 	step halfdef-kernel-check "$BIN" kernel-check --shapes llama3-8b --types q4_k --only gemv --gemv-arms "$harms" --reps 10
 fi
 
+# from: the f16 tensor-core products below 16 rows (MEMRA_GEMV_LARGE_FROM). On an H200 first the
+# defaults at batch 1 and 16 (N = 5, the goal's figures); kernel-check of the Q4_K and Q6_K products
+# (the f16 arms at 1, 4 and 12 rows: tiles of tokens past the block's rows are skipped); parity at 4
+# and 8 sequences and the CUDA batch tests with the f16 products from 2 rows; then batches 2 to 12
+# of llama2-7b q4_k_m with them from 16 rows (the batch arm below) and from 2, and tg128@512 at 4
+# and 8 with each (N = 3).
+if [ "$MODE" = from ]; then
+	grep -q H200 "$OUT/gpu.txt" && step from-b1-b16 switch_bench 1,16
+	step from-kernel-check "$BIN" kernel-check --shapes llama3-8b --types q4_k,q6_k --only gemv --gemv-arms t256_r1_u2_s1_l1_h16_w2_p2 --reps 5
+	for p in 4 8; do
+		step "from-parity-p$p" env MEMRA_GEMV_LARGE_FROM=2 "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --tie-tol 0.02 --tie-sigma "$(sigma $p)"
+	done
+	step from-cuda-tests bash -c 'cd runtime/cuda && MEMRA_GEMV_LARGE_FROM=2 ../../.gpu/cuda.test -test.v -test.count=1 -test.run "TestGPUBatchEqualsAlone|TestGPUGraphsEqualPlain"'
+	synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks
+	for f in 16 2; do
+		step "from-sweep-$f" env MEMRA_GEMV_LARGE_FROM=$f "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda -p 128 -n 32 -r 3 -b 2,3,4,6,8,12 --no-progress --perf-rows --plot "$OUT/from-sweep-$f.svg"
+	done
+	for f in 16 4; do
+		step "from-tg-$f" model_bench llama2-7b q4_k_m 3 4,8 MEMRA_GEMV_LARGE_FROM=$f
+	done
+fi
+
+# fromdef: the f16 products from codegen.HalfLargeRows (4) rows as the default: the CUDA batch
+# tests, parity at 4 sequences, on an H200 batch 1 and 16 (N = 5), then the batch sweep with its plot.
+if [ "$MODE" = fromdef ]; then
+	step fromdef-cuda-tests bash -c 'cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run "TestGPUBatchEqualsAlone|TestGPUGraphsEqualPlain"'
+	step fromdef-parity-p4 "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts 4 --tie-tol 0.02 --tie-sigma "$(sigma 4)"
+	grep -q H200 "$OUT/gpu.txt" && step fromdef-b1-b16 switch_bench 1,16
+	synth "$MODELS/llama2-7b-q4_k_m.gguf" --preset llama2-7b --quant q4_k_m --weights blocks
+	step fromdef-sweep "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda -p 128 -n 32 -r 3 -b 1,2,4,8,16,32,64 --no-progress --perf-rows --plot "$OUT/batch-sweep.svg"
+fi
+
 { [ "$MODE" = bench ] || [ "$MODE" = full ]; } && step gpu-bench env OUT="$OUT/bench" MODELS="$MODELS" scripts/gpu-bench.sh "$BIN"
 
 echo
@@ -601,6 +633,8 @@ fi
 case $MODE in rope | attn | both | split) grep -H -E '^\| 2.*tg' "$OUT/$MODE"-bench-*.log ;; esac
 [ "$MODE" = ncu ] && cat "$OUT"/ncu-*.log
 [ "$MODE" = halfdef ] && grep -H -E '^\| 2.*tg|^roofline: NVIDIA' "$OUT"/halfdef-*.log
+[ "$MODE" = fromdef ] && grep -H -E '^\| 2.*tg|^roofline: NVIDIA' "$OUT"/fromdef-*.log
+[ "$MODE" = from ] && grep -H -E '^\| 2.*tg|^roofline: NVIDIA' "$OUT"/from-*.log
 [ "$MODE" = b1 ] && grep -H -E '^\| 2.*tg|^roofline' "$OUT"/b1-*.log
 case $MODE in drop | drop-f16) grep -H -E '^\| 2.*tg' "$OUT"/drop-*.log ;; esac
 [ "$MODE" = f16-prefill ] && grep -H -E '^\| 2|^roofline' "$OUT"/f16p-*.log

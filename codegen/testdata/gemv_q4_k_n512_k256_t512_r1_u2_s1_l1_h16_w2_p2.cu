@@ -295,12 +295,15 @@ extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_n512_k256_t512_r1_u2
                     q4h(cwb1, pack_h2(fab1, fab1), pack_h2(-mnb1, -mnb1), p0b1, p1b1, p2b1, p3b1);
                     #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
-                        // token g's B fragments of both halves of the group, in HalfPos order
-                        const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);
-                        mma_h16(acc[0][nt], p0a0, p0b0, p2a0, p2b0, bx.x, bx.y);
-                        mma_h16(acc[0][nt], p1a0, p1b0, p3a0, p3b0, bx.z, bx.w);
-                        mma_h16(acc[1][nt], p0a1, p0b1, p2a1, p2b1, bx.x, bx.y);
-                        mma_h16(acc[1][nt], p1a1, p1b1, p3a1, p3b1, bx.z, bx.w);
+                        // a tile of tokens past the block's rows is skipped (the same for the whole warp)
+                        if (8 * nt < mrows) {
+                            // token g's B fragments of both halves of the group, in HalfPos order
+                            const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);
+                            mma_h16(acc[0][nt], p0a0, p0b0, p2a0, p2b0, bx.x, bx.y);
+                            mma_h16(acc[0][nt], p1a0, p1b0, p3a0, p3b0, bx.z, bx.w);
+                            mma_h16(acc[1][nt], p0a1, p0b1, p2a1, p2b1, bx.x, bx.y);
+                            mma_h16(acc[1][nt], p1a1, p1b1, p3a1, p3b1, bx.z, bx.w);
+                        }
                     }
                 }
                 {
@@ -339,12 +342,15 @@ extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_n512_k256_t512_r1_u2
                     q4h(cwb1, pack_h2(fab1, fab1), pack_h2(-mnb1, -mnb1), p0b1, p1b1, p2b1, p3b1);
                     #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
-                        // token g's B fragments of both halves of the group, in HalfPos order
-                        const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);
-                        mma_h16(acc[0][nt], p0a0, p0b0, p2a0, p2b0, bx.x, bx.y);
-                        mma_h16(acc[0][nt], p1a0, p1b0, p3a0, p3b0, bx.z, bx.w);
-                        mma_h16(acc[1][nt], p0a1, p0b1, p2a1, p2b1, bx.x, bx.y);
-                        mma_h16(acc[1][nt], p1a1, p1b1, p3a1, p3b1, bx.z, bx.w);
+                        // a tile of tokens past the block's rows is skipped (the same for the whole warp)
+                        if (8 * nt < mrows) {
+                            // token g's B fragments of both halves of the group, in HalfPos order
+                            const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);
+                            mma_h16(acc[0][nt], p0a0, p0b0, p2a0, p2b0, bx.x, bx.y);
+                            mma_h16(acc[0][nt], p1a0, p1b0, p3a0, p3b0, bx.z, bx.w);
+                            mma_h16(acc[1][nt], p0a1, p0b1, p2a1, p2b1, bx.x, bx.y);
+                            mma_h16(acc[1][nt], p1a1, p1b1, p3a1, p3b1, bx.z, bx.w);
+                        }
                     }
                 }
             }
@@ -406,12 +412,15 @@ extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_n512_k256_t512_r1_u2
                     q4h(cwb1, pack_h2(fab1, fab1), pack_h2(-mnb1, -mnb1), p0b1, p1b1, p2b1, p3b1);
                     #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
-                        // token g's B fragments of both halves of the group, in HalfPos order
-                        const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);
-                        mma_h16(acc[0][nt], p0a0, p0b0, p2a0, p2b0, bx.x, bx.y);
-                        mma_h16(acc[0][nt], p1a0, p1b0, p3a0, p3b0, bx.z, bx.w);
-                        mma_h16(acc[1][nt], p0a1, p0b1, p2a1, p2b1, bx.x, bx.y);
-                        mma_h16(acc[1][nt], p1a1, p1b1, p3a1, p3b1, bx.z, bx.w);
+                        // a tile of tokens past the block's rows is skipped (the same for the whole warp)
+                        if (8 * nt < mrows) {
+                            // token g's B fragments of both halves of the group, in HalfPos order
+                            const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);
+                            mma_h16(acc[0][nt], p0a0, p0b0, p2a0, p2b0, bx.x, bx.y);
+                            mma_h16(acc[0][nt], p1a0, p1b0, p3a0, p3b0, bx.z, bx.w);
+                            mma_h16(acc[1][nt], p0a1, p0b1, p2a1, p2b1, bx.x, bx.y);
+                            mma_h16(acc[1][nt], p1a1, p1b1, p3a1, p3b1, bx.z, bx.w);
+                        }
                     }
                 }
                 {
@@ -450,12 +459,15 @@ extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_n512_k256_t512_r1_u2
                     q4h(cwb1, pack_h2(fab1, fab1), pack_h2(-mnb1, -mnb1), p0b1, p1b1, p2b1, p3b1);
                     #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
-                        // token g's B fragments of both halves of the group, in HalfPos order
-                        const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);
-                        mma_h16(acc[0][nt], p0a0, p0b0, p2a0, p2b0, bx.x, bx.y);
-                        mma_h16(acc[0][nt], p1a0, p1b0, p3a0, p3b0, bx.z, bx.w);
-                        mma_h16(acc[1][nt], p0a1, p0b1, p2a1, p2b1, bx.x, bx.y);
-                        mma_h16(acc[1][nt], p1a1, p1b1, p3a1, p3b1, bx.z, bx.w);
+                        // a tile of tokens past the block's rows is skipped (the same for the whole warp)
+                        if (8 * nt < mrows) {
+                            // token g's B fragments of both halves of the group, in HalfPos order
+                            const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);
+                            mma_h16(acc[0][nt], p0a0, p0b0, p2a0, p2b0, bx.x, bx.y);
+                            mma_h16(acc[0][nt], p1a0, p1b0, p3a0, p3b0, bx.z, bx.w);
+                            mma_h16(acc[1][nt], p0a1, p0b1, p2a1, p2b1, bx.x, bx.y);
+                            mma_h16(acc[1][nt], p1a1, p1b1, p3a1, p3b1, bx.z, bx.w);
+                        }
                     }
                 }
             }
@@ -517,12 +529,15 @@ extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_n512_k256_t512_r1_u2
                     q4h(cwb1, pack_h2(fab1, fab1), pack_h2(-mnb1, -mnb1), p0b1, p1b1, p2b1, p3b1);
                     #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
-                        // token g's B fragments of both halves of the group, in HalfPos order
-                        const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);
-                        mma_h16(acc[0][nt], p0a0, p0b0, p2a0, p2b0, bx.x, bx.y);
-                        mma_h16(acc[0][nt], p1a0, p1b0, p3a0, p3b0, bx.z, bx.w);
-                        mma_h16(acc[1][nt], p0a1, p0b1, p2a1, p2b1, bx.x, bx.y);
-                        mma_h16(acc[1][nt], p1a1, p1b1, p3a1, p3b1, bx.z, bx.w);
+                        // a tile of tokens past the block's rows is skipped (the same for the whole warp)
+                        if (8 * nt < mrows) {
+                            // token g's B fragments of both halves of the group, in HalfPos order
+                            const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);
+                            mma_h16(acc[0][nt], p0a0, p0b0, p2a0, p2b0, bx.x, bx.y);
+                            mma_h16(acc[0][nt], p1a0, p1b0, p3a0, p3b0, bx.z, bx.w);
+                            mma_h16(acc[1][nt], p0a1, p0b1, p2a1, p2b1, bx.x, bx.y);
+                            mma_h16(acc[1][nt], p1a1, p1b1, p3a1, p3b1, bx.z, bx.w);
+                        }
                     }
                 }
                 {
@@ -561,12 +576,15 @@ extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_n512_k256_t512_r1_u2
                     q4h(cwb1, pack_h2(fab1, fab1), pack_h2(-mnb1, -mnb1), p0b1, p1b1, p2b1, p3b1);
                     #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
-                        // token g's B fragments of both halves of the group, in HalfPos order
-                        const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);
-                        mma_h16(acc[0][nt], p0a0, p0b0, p2a0, p2b0, bx.x, bx.y);
-                        mma_h16(acc[0][nt], p1a0, p1b0, p3a0, p3b0, bx.z, bx.w);
-                        mma_h16(acc[1][nt], p0a1, p0b1, p2a1, p2b1, bx.x, bx.y);
-                        mma_h16(acc[1][nt], p1a1, p1b1, p3a1, p3b1, bx.z, bx.w);
+                        // a tile of tokens past the block's rows is skipped (the same for the whole warp)
+                        if (8 * nt < mrows) {
+                            // token g's B fragments of both halves of the group, in HalfPos order
+                            const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);
+                            mma_h16(acc[0][nt], p0a0, p0b0, p2a0, p2b0, bx.x, bx.y);
+                            mma_h16(acc[0][nt], p1a0, p1b0, p3a0, p3b0, bx.z, bx.w);
+                            mma_h16(acc[1][nt], p0a1, p0b1, p2a1, p2b1, bx.x, bx.y);
+                            mma_h16(acc[1][nt], p1a1, p1b1, p3a1, p3b1, bx.z, bx.w);
+                        }
                     }
                 }
             }
@@ -633,12 +651,15 @@ extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_n512_k256_t512_r1_u2
                     q4h(cwb1, pack_h2(fab1, fab1), pack_h2(-mnb1, -mnb1), p0b1, p1b1, p2b1, p3b1);
                     #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
-                        // token g's B fragments of both halves of the group, in HalfPos order
-                        const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);
-                        mma_h16(acc[0][nt], p0a0, p0b0, p2a0, p2b0, bx.x, bx.y);
-                        mma_h16(acc[0][nt], p1a0, p1b0, p3a0, p3b0, bx.z, bx.w);
-                        mma_h16(acc[1][nt], p0a1, p0b1, p2a1, p2b1, bx.x, bx.y);
-                        mma_h16(acc[1][nt], p1a1, p1b1, p3a1, p3b1, bx.z, bx.w);
+                        // a tile of tokens past the block's rows is skipped (the same for the whole warp)
+                        if (8 * nt < mrows) {
+                            // token g's B fragments of both halves of the group, in HalfPos order
+                            const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);
+                            mma_h16(acc[0][nt], p0a0, p0b0, p2a0, p2b0, bx.x, bx.y);
+                            mma_h16(acc[0][nt], p1a0, p1b0, p3a0, p3b0, bx.z, bx.w);
+                            mma_h16(acc[1][nt], p0a1, p0b1, p2a1, p2b1, bx.x, bx.y);
+                            mma_h16(acc[1][nt], p1a1, p1b1, p3a1, p3b1, bx.z, bx.w);
+                        }
                     }
                 }
                 {
@@ -677,12 +698,15 @@ extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_n512_k256_t512_r1_u2
                     q4h(cwb1, pack_h2(fab1, fab1), pack_h2(-mnb1, -mnb1), p0b1, p1b1, p2b1, p3b1);
                     #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
-                        // token g's B fragments of both halves of the group, in HalfPos order
-                        const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);
-                        mma_h16(acc[0][nt], p0a0, p0b0, p2a0, p2b0, bx.x, bx.y);
-                        mma_h16(acc[0][nt], p1a0, p1b0, p3a0, p3b0, bx.z, bx.w);
-                        mma_h16(acc[1][nt], p0a1, p0b1, p2a1, p2b1, bx.x, bx.y);
-                        mma_h16(acc[1][nt], p1a1, p1b1, p3a1, p3b1, bx.z, bx.w);
+                        // a tile of tokens past the block's rows is skipped (the same for the whole warp)
+                        if (8 * nt < mrows) {
+                            // token g's B fragments of both halves of the group, in HalfPos order
+                            const uint4 bx = *(const uint4*)(st + XO + (8 * nt + g) * TB + 16 * t);
+                            mma_h16(acc[0][nt], p0a0, p0b0, p2a0, p2b0, bx.x, bx.y);
+                            mma_h16(acc[0][nt], p1a0, p1b0, p3a0, p3b0, bx.z, bx.w);
+                            mma_h16(acc[1][nt], p0a1, p0b1, p2a1, p2b1, bx.x, bx.y);
+                            mma_h16(acc[1][nt], p1a1, p1b1, p3a1, p3b1, bx.z, bx.w);
+                        }
                     }
                 }
             }

@@ -87,6 +87,10 @@ type BackendOptions struct {
 	// those of at most GEMVSplitRows rows of at least GEMVSplitK elements;
 	// negative, none.
 	GEMVSplitRows, GEMVSplitK int
+	// HalfFrom is the step rows from which the f16 tensor-core products
+	// run (codegen.LowerOptions.HalfFrom; MEMRA_GEMV_LARGE_FROM); 0 is
+	// codegen.HalfLargeRows.
+	HalfFrom int
 	// Multiprocessors is the card's count, set by NewBackend; Lower, with
 	// no card, takes DefaultMultiprocessors.
 	Multiprocessors int
@@ -283,7 +287,7 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 		FusedAttention: opts.FusedAttention, DecodeMinSplits: max(0, opts.DecodeMinSplits),
 		GEMVPrefetch: opts.GEMVPrefetch, DecodePreload: !opts.NoDecodePreload, DecodeKeysInFlight: opts.DecodeKeysInFlight,
 		FlashPrefill:    opts.PrefillAttention == "flash" || (opts.PrefillAttention == "" && DefaultFlashPrefill),
-		Multiprocessors: cmp.Or(opts.Multiprocessors, DefaultMultiprocessors)}
+		Multiprocessors: cmp.Or(opts.Multiprocessors, DefaultMultiprocessors), HalfFrom: opts.HalfFrom}
 	switch { // negative: neither rule
 	case opts.GEMVSplitRows > 0:
 		base.GEMVSplitRows, base.GEMVSplitK = opts.GEMVSplitRows, opts.GEMVSplitK
@@ -663,6 +667,7 @@ const DefaultMultiprocessors = codegen.DefaultMultiprocessors
 // MEMRA_SMALL_BATCH=1, MEMRA_FUSE=0, MEMRA_DECODE_LIVE=1|2, MEMRA_GEMV_QUANT and
 // MEMRA_GEMV_BATCH (the batch-1 and batched decode GEMV of repacked
 // types), MEMRA_GEMV_LARGE (the GEMV of steps of 16 rows or more: off, half, int8 or an arm),
+// MEMRA_GEMV_LARGE_FROM=N (the rows from which the f16 products run),
 // MEMRA_ROPE_IN_PRODUCT=0|1 (none or every program; unset, one-sequence
 // programs), MEMRA_ATTN_FUSED=1, MEMRA_GEMV_SPLIT=off|ROWS[/K],
 // MEMRA_PDL=early|early:REGEX|off, MEMRA_DECODE_SPLITS=N, MEMRA_DECODE_PRELOAD=0,
@@ -825,6 +830,14 @@ func envOptions(o *BackendOptions) error {
 			return bad("MEMRA_GEMV_LARGE", v, "off, half, int8 or "+arms)
 		}
 		o.Arms.GEMVLarge = a
+	}
+	// MEMRA_GEMV_LARGE_FROM: the step rows from which the f16 products run
+	if v := os.Getenv("MEMRA_GEMV_LARGE_FROM"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 2 || n > 1024 {
+			return bad("MEMRA_GEMV_LARGE_FROM", v, "a number of rows from 2 to 1024")
+		}
+		o.HalfFrom = n
 	}
 	switch v := os.Getenv("MEMRA_PDL"); v {
 	case "", "late":

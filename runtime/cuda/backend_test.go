@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -108,6 +109,15 @@ func TestBucket(t *testing.T) {
 	}
 	b.opts.NoGraphs = true
 	require.Equal(t, 0, b.bucket(3))
+	// a step padded to its graph's batch computes in the numerical class of
+	// its own rows: the f16 products start at a row count no padding
+	// crosses (the int8 tensor-core arm's GEMVLargeRows is crossed, but it
+	// reads the batch arm's int8 rows)
+	g := &Backend{opts: BackendOptions{MaxSeqs: 64}}
+	for s := 1; s <= 64; s++ {
+		p := g.bucket(s)
+		require.Equal(t, s >= codegen.HalfLargeRows, p >= codegen.HalfLargeRows, "%d sequences padded to %d", s, p)
+	}
 }
 
 // TestGPUStories: greedy decode of stories260K from BOS on the GPU gives the
@@ -232,6 +242,12 @@ func TestGPUBatchEqualsAlone(t *testing.T) {
 	rep, err := Parity(context.Background(), cpuBackend(t, m), g, ps, 8, 1)
 	require.NoError(t, err)
 	batched := trace(t, g, ps, rep.Tokens[:], 8, 20)
+	// From codegen.HalfLargeRows rows the batch's decode products take f16
+	// activations and weights (XQ 4) where a lone sequence's take int8: two
+	// numerical classes, like a one-token prompt's step 0 below (cosine
+	// 0.999885 measured at step 1 on an H100 with them from 2 rows, 0.99990
+	// or more from 4)
+	two := halfStep(g, len(ps))
 	for i, p := range ps {
 		one := trace(t, g, [][]int32{p}, rep.Tokens[i:i+1], 8, 40)
 		for k := range one[0] {
@@ -244,7 +260,7 @@ func TestGPUBatchEqualsAlone(t *testing.T) {
 			// cache it wrote carries the difference into the later steps
 			// (0.999859 at step 1).
 			tol := 0.9999
-			if len(p) == 1 {
+			if len(p) == 1 || (two && k > 0) {
 				tol = 0.9995
 			}
 			b, o := batched[i][k], one[0][k]
@@ -253,7 +269,7 @@ func TestGPUBatchEqualsAlone(t *testing.T) {
 				// two numerical classes may order a near-tie differently: the
 				// batch's margin over the lone sequence's pick must be within 3×
 				// the step's RMS logit difference (gpu-parity's --tie-sigma)
-				require.Equal(t, 1, len(p), "sequence %d step %d: argmax %d alone, %d in the batch", i, k, ao, ab)
+				require.True(t, len(p) == 1 || two, "sequence %d step %d: argmax %d alone, %d in the batch", i, k, ao, ab)
 				var ss float64
 				for j := range b {
 					d := float64(b[j] - o[j])
@@ -264,6 +280,18 @@ func TestGPUBatchEqualsAlone(t *testing.T) {
 			}
 		}
 	}
+}
+
+// halfStep reports whether b's decode steps of rows rows run f16
+// tensor-core products (XQ 4).
+func halfStep(b *Backend, rows int) bool {
+	dec, _ := b.Programs()
+	for i := range dec.Launches {
+		if strings.Contains(dec.Kernels[dec.Launches[i].KernelFor(rows)].Name, "_h16_") {
+			return true
+		}
+	}
+	return false
 }
 
 // TestGPUGraphsEqualPlain: decode replayed from CUDA graphs equals decode
@@ -432,12 +460,17 @@ func TestEnvOptions(t *testing.T) {
 	t.Setenv("MEMRA_GEMV_LARGE", "half")
 	require.NoError(t, envOptions(&o))
 	require.Equal(t, codegen.DefaultXQHalfArm, o.Arms.GEMVLarge)
+	require.Zero(t, o.HalfFrom) // the default
+	t.Setenv("MEMRA_GEMV_LARGE_FROM", "4")
+	require.NoError(t, envOptions(&o))
+	require.Equal(t, 4, o.HalfFrom)
 	require.True(t, o.NoFusePrologue)
 	require.Equal(t, -1, o.DecodeLive)
 	for name, v := range map[string]string{"MEMRA_GEMV_QUANT": "xq99", "MEMRA_GEMV_BATCH": "fast", "MEMRA_FUSE": "no",
 		"MEMRA_DECODE_LIVE": "4", "MEMRA_SMALL_BATCH": "yes", "MEMRA_PDL": "soon", "MEMRA_QUANT_OUT": "norm,gate",
 		"MEMRA_GEMV_LARGE": "tensor", "MEMRA_ROPE_IN_PRODUCT": "yes", "MEMRA_GEMV_SPLIT": "4096/x",
-		"MEMRA_ATTN_FUSED": "2", "MEMRA_DECODE_SPLITS": "-3", "MEMRA_GEMV_PREFETCH": "on", "MEMRA_DECODE_PRELOAD": "yes", "MEMRA_MMA": "m128_n128", "MEMRA_DECODE_U": "0", "MEMRA_PREFILL": "cublas"} {
+		"MEMRA_ATTN_FUSED": "2", "MEMRA_DECODE_SPLITS": "-3", "MEMRA_GEMV_PREFETCH": "on", "MEMRA_DECODE_PRELOAD": "yes", "MEMRA_MMA": "m128_n128", "MEMRA_DECODE_U": "0", "MEMRA_PREFILL": "cublas",
+		"MEMRA_GEMV_LARGE_FROM": "1"} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv(name, v)
 			err := envOptions(&BackendOptions{})

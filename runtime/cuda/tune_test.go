@@ -222,6 +222,11 @@ func TestLowerTakesEnvironment(t *testing.T) {
 	t.Setenv("MEMRA_ATTN_FUSED", "1")
 	dec, _, err = cuda.Lower(m, cuda.BackendOptions{MaxSeqs: 4})
 	require.NoError(t, err)
+	require.Equal(t, 2, families(dec)["rope_kv"], "the f16 products of 3 rows or more have no RoPE epilogue")
+	t.Setenv("MEMRA_GEMV_LARGE", "int8") // from 16 rows: none in a program of 4 sequences
+	dec, _, err = cuda.Lower(m, cuda.BackendOptions{MaxSeqs: 4})
+	require.NoError(t, err)
+	t.Setenv("MEMRA_GEMV_LARGE", "")
 	f = families(dec)
 	require.Zero(t, f["rope_kv"])
 	require.Equal(t, 2, f["fused"])
