@@ -461,7 +461,8 @@ func TestLowerHalfFrom(t *testing.T) {
 	// the default: from HalfLargeRows
 	def := o
 	def.HalfFrom = 0
-	require.Equal(t, []int{f, x, i}, func() []int { a, b, c := large(def, HalfLargeRows); return []int{a, b, c} }())
+	fd, xd, id := large(def, HalfLargeRows)
+	require.Equal(t, []int{f, x, i}, []int{fd, xd, id})
 	// from more rows than the program's 8 sequences: none
 	above := o
 	above.HalfFrom = 9

@@ -136,18 +136,23 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 					if half = a.XQ == 4; half && (src.launch < 0 || l.halfRows[src.launch] == halfInt8) {
 						a, half = DefaultXQMMAPipeArm, false
 					}
-					// -1 for an epilogue it cannot compute: the batch kernel serves large steps
-					if large, err = l.optionalKernel(gemv(a)); err != nil {
+					// -1 for an epilogue it cannot compute, or for an arm that starts
+					// at more rows than the program has (the int8 arm in place of an
+					// f16 one): the batch kernel serves those steps
+					kernel := func(a GEMVArm) (int, error) {
+						if l.o.MaxTokens < l.largeFrom(a) {
+							return -1, nil
+						}
+						return l.optionalKernel(gemv(a))
+					}
+					if large, err = kernel(a); err != nil {
 						return err
 					}
 					if half && large < 0 {
 						a, half = DefaultXQMMAPipeArm, false
-						if large, err = l.optionalKernel(gemv(a)); err != nil {
+						if large, err = kernel(a); err != nil {
 							return err
 						}
-					}
-					if l.o.MaxTokens < l.largeFrom(a) {
-						large = -1 // the int8 arm in place of an f16 one, from more rows than the program has
 					}
 					if large >= 0 {
 						l.repacked[large] = true
@@ -329,10 +334,11 @@ func (l *lowerer) quantised(x view, k int, rows ir.Dim, pro *proIn) (_ view, in 
 
 // halfReader records how a product reading the rows of XQuant launch
 // in.launch runs steps of halfFrom rows or more (half: an XQ 4 kernel),
-// giving that launch XHalf for those steps on the first f16 reader. A program whose readers of one launch disagree cannot be lowered
-// so (an f16 reader came first and a later one has no XQ 4 kernel, e.g. a
-// weight type XQ 4 does not cover sharing the norm): errHalfShared, on
-// which Lower lowers the program again with the int8 large arm.
+// giving that launch XHalf for those steps on the first f16 reader. A
+// program whose readers of one launch disagree cannot be lowered so (an
+// f16 reader came first and a later one has no XQ 4 kernel, e.g. a weight
+// type XQ 4 does not cover sharing the norm): errHalfShared, on which
+// Lower lowers the program again with the int8 large arm.
 func (l *lowerer) halfReader(in xqInput, half bool) error {
 	if in.launch < 0 || l.o.MaxTokens < l.halfFrom() {
 		return nil

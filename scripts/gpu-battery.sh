@@ -589,7 +589,7 @@ if [ "$MODE" = from ]; then
 	done
 fi
 
-# fromdef: the f16 products from codegen.HalfLargeRows (4) rows as the default: the CUDA batch
+# fromdef: the f16 products from codegen.HalfLargeRows (3) rows as the default: the CUDA batch
 # tests, parity at 4 sequences, on an H200 batch 1 and 16 (N = 5), then the batch sweep with its plot.
 if [ "$MODE" = fromdef ]; then
 	step fromdef-cuda-tests bash -c 'cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run "TestGPUBatchEqualsAlone|TestGPUGraphsEqualPlain"'
