@@ -33,7 +33,7 @@ func (s AttnShape) validate() error {
 	case s.QStride < s.Heads*s.HeadDim:
 		return fmt.Errorf("%w: query stride %d < %d", ErrUnsupported, s.QStride, s.Heads*s.HeadDim)
 	}
-	return checkCache(s.Cache)
+	return CheckCacheRow(s.Cache, s.HeadsKV, s.HeadDim)
 }
 
 func (s AttnShape) tag() string {
@@ -47,6 +47,7 @@ func (s AttnShape) defines(w *Writer) {
 	w.Linef("#define GROUP %d // query heads per kv head", s.Heads/s.HeadsKV)
 	w.Linef("#define QSTRIDE %d", s.QStride)
 	w.Linef("#define SCALE %s", cfloat(s.scale()))
+	cacheRowDefine(w, s.Cache)
 }
 
 // DecodeArm is the tuning of split-KV decode attention.
@@ -317,6 +318,7 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 		}
 		w.Blank()
 		raw := emitVecLoad(w, s.Cache, tl.vec)
+		q8 := s.Cache == CacheQ8
 		// tail writes the end of a fused block: count it done, and the last
 		// of its (kv head, sequence) combines the splits (every thread of
 		// the block runs it)
@@ -395,14 +397,30 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 				w.Line("return;")
 			})
 			w.Comment("this lane's first element of key 0 of the split")
-			w.Line("const size_t row0 = (size_t)(kv_base[seq] + j0) * HKV * HD + kvh * HD + gl * VEC;")
+			w.Line("const size_t row0 = (size_t)(kv_base[seq] + j0) * CROW + kvh * HD + gl * VEC;")
+			if q8 {
+				w.Comment("from a lane's first element r of a row to the row's scales (16-byte aligned)")
+				w.Line("const int to_scales = HKV * HD - kvh * HD - gl * VEC;")
+			}
+			// decl declares the raw key and value vectors kr and vr of U
+			// slots (and, for the 8-bit cache, their scales kr_s and vr_s)
+			decl := func(kr, vr string) {
+				w.Linef("%s %s[U][NV], %s[U][NV];", raw, kr, vr)
+				if q8 {
+					w.Linef("float %s_s[U][NV], %s_s[U][NV];", kr, vr)
+				}
+			}
 			// rowLoads writes the loads of slot u's key and value vectors at
-			// cache element r into kr and vr; ld formats the load of a
-			// pointer ("*%s", or "__ldcg(%s)" past L1)
+			// cache element r into kr and vr (their scales into kr_s and
+			// vr_s); ld formats the load of a pointer ("*%s", or
+			// "__ldcg(%s)" past L1)
 			rowLoads := func(kr, vr, ld string) {
 				w.For("i", "0", "NV", "1", -1, func() {
 					for _, c := range [][2]string{{kr, "kc"}, {vr, "vc"}} {
 						w.Linef("%s[u][i] = %s;", c[0], fmt.Sprintf(ld, fmt.Sprintf("(const %s*)(%s + r + i * (LPK * VEC))", raw, c[1])))
+						if q8 {
+							w.Linef("%s_s[u][i] = %s;", c[0], fmt.Sprintf(ld, fmt.Sprintf("(const float*)(%s + r + to_scales) + ((kvh * HD + (i * LPK + gl) * VEC) >> 5)", c[1])))
+						}
 					}
 				})
 			}
@@ -410,7 +428,7 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 			load := func(jb, kr, vr string) {
 				w.For("u", "0", "U", "1", -1, func() {
 					w.Comment("slots past the split's end reload its last key (in bounds) and are masked below")
-					w.Linef("const size_t r = row0 + (size_t)min(%s + u * KPW + grp, n - 1) * (HKV * HD);", jb)
+					w.Linef("const size_t r = row0 + (size_t)min(%s + u * KPW + grp, n - 1) * CROW;", jb)
 					rowLoads(kr, vr, "*%s")
 				})
 			}
@@ -420,7 +438,7 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 				w.Comment("a split of at most one step can hold it in its first step, as a key or as the")
 				w.Comment("masked slots' repeat of its last key)")
 				w.Line("const int jf = warp * (KPW * U);")
-				w.Linef("%s kp[U][NV], vp[U][NV];", raw)
+				decl("kp", "vp")
 				w.If("jf < n", func() { load("jf", "kp", "vp") })
 				w.Line("pdl_wait();")
 				w.If("jf < n", func() {
@@ -428,7 +446,7 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 						w.Line("const int j = min(jf + u * KPW + grp, n - 1);")
 						w.If("j0 + j == len - 1", func() {
 							w.Comment("past L1, which may hold the line as it was before the wait")
-							w.Line("const size_t r = row0 + (size_t)j * (HKV * HD);")
+							w.Line("const size_t r = row0 + (size_t)j * CROW;")
 							rowLoads("kp", "vp", "__ldcg(%s)")
 						})
 					})
@@ -449,13 +467,17 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 				})
 				w.Comment("key slots of the warp: jb + u * KPW + grp; the bound is warp-uniform, so every lane reaches each shuffle")
 				w.For("jb", "warp * (KPW * U)", "n", "NW * KPW * U", 0, func() {
-					w.Linef("%s kr[U][NV], vr[U][NV];", raw)
+					decl("kr", "vr")
 					if arm.Preload {
 						w.IfElse("jb == jf", func() {
 							w.For("u", "0", "U", "1", -1, func() {
 								w.For("i", "0", "NV", "1", -1, func() {
 									w.Line("kr[u][i] = kp[u][i];")
 									w.Line("vr[u][i] = vp[u][i];")
+									if q8 {
+										w.Line("kr_s[u][i] = kp_s[u][i];")
+										w.Line("vr_s[u][i] = vp_s[u][i];")
+									}
 								})
 							})
 						}, func() { load("jb", "kr", "vr") })
@@ -468,7 +490,16 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 						w.For("i", "0", "NV", "1", -1, func() { w.Line("ld_vec(kr[u][i], kf + i * VEC);") })
 						w.For("hh", "0", "HT", "1", -1, func() {
 							w.Line("float a = 0.f;")
-							w.For("e", "0", "EPL", "1", -1, func() { w.Line("a += qr[hh][e] * kf[e];") })
+							if q8 {
+								w.Comment("each vector's block scale once, on its partial dot")
+								w.For("i", "0", "NV", "1", -1, func() {
+									w.Line("float ai = 0.f;")
+									w.For("t", "0", "VEC", "1", -1, func() { w.Line("ai += qr[hh][i * VEC + t] * kf[i * VEC + t];") })
+									w.Line("a += ai * kr_s[u][i];")
+								})
+							} else {
+								w.For("e", "0", "EPL", "1", -1, func() { w.Line("a += qr[hh][e] * kf[e];") })
+							}
 							w.Line("#pragma unroll")
 							w.Block("for (int o = LPK / 2; o > 0; o >>= 1)", func() { w.Line("a += __shfl_xor_sync(0xffffffffu, a, o);") })
 							w.Linef("sc[u][hh] = jb + u * KPW + grp < n ? a : %s;", cfloat(float32(math.Inf(-1))))
@@ -491,6 +522,13 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 						w.Line("float vf[EPL];")
 						w.For("i", "0", "NV", "1", -1, func() { w.Line("ld_vec(vr[u][i], vf + i * VEC);") })
 						w.For("hh", "0", "HT", "1", -1, func() {
+							if q8 {
+								w.For("i", "0", "NV", "1", -1, func() {
+									w.Line("const float p = sc[u][hh] * vr_s[u][i]; // the probability times the block's scale")
+									w.For("t", "0", "VEC", "1", -1, func() { w.Line("acc[hh][i * VEC + t] += p * vf[i * VEC + t];") })
+								})
+								return
+							}
 							w.For("e", "0", "EPL", "1", -1, func() { w.Line("acc[hh][e] += sc[u][hh] * vf[e];") })
 						})
 					})
@@ -650,6 +688,9 @@ func emitSplitSums(w *Writer, live, ld string) {
 // emitVecLoad writes ld_vec(r, v): the vec cache elements of one raw vector
 // load r as floats into v, and returns the raw load's C type.
 func emitVecLoad(w *Writer, t dtype.Type, vec int) string {
+	if t == CacheQ8 {
+		return emitQ8Vec(w, vec)
+	}
 	eb := 2
 	if t == dtype.F32 {
 		eb = 4
@@ -690,8 +731,11 @@ func (t decodeTiling) epl() int { return t.nv * t.vec } // head elements per lan
 // widest loads.
 func decodeTile(s AttnShape, threads int) decodeTiling {
 	eb := 2
-	if s.Cache == dtype.F32 {
+	switch s.Cache {
+	case dtype.F32:
 		eb = 4
+	case CacheQ8:
+		eb = 1
 	}
 	group, nw := s.Heads/s.HeadsKV, threads/32
 	var best decodeTiling

@@ -1,6 +1,7 @@
 package codegen
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -18,8 +19,12 @@ import (
 // the online softmax, the shared-memory merge of the warps and the combine.
 // It returns the combined output and the partials (part_o and part_ml start
 // as NaN, so what the partial kernel leaves unwritten stays NaN). Every
-// cache row read is checked to lie inside its sequence's live keys.
-func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32, base, lens []int32, kc, vc []float32) (out, po, pml []float32) {
+// cache row read is checked to lie inside its sequence's live keys. For
+// the 8-bit cache kb and vb hold the cache bytes (kc and vc are unused):
+// each lane reads its int8 vectors and their block scales at the byte
+// offsets the kernel computes (CROW, to_scales), takes the scale on each
+// vector's partial dot for keys and on the probability for values.
+func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32, base, lens []int32, kc, vc []float32, kb, vb []byte) (out, po, pml []float32) {
 	tl := arm.tile(s)
 	HD, G, HQ, HKV := s.HeadDim, s.Heads/s.HeadsKV, s.Heads, s.HeadsKV
 	NW, KPW, EPL := arm.Threads/32, tl.kpw(), tl.epl()
@@ -38,6 +43,11 @@ func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32
 		pml[i] = nan
 	}
 	chunkOf := func(n int) int { return arm.ChunkFor(n, splits, seqs, HKV) }
+	q8 := s.Cache == CacheQ8
+	crow := HKV * HD // the row stride, in elements (bytes for the 8-bit cache)
+	if q8 {
+		crow = HKV*HD + HKV*HD/8
+	}
 	type lane struct {
 		qr, acc [][]float32 // [HT][EPL]
 		m, l    []float32
@@ -66,7 +76,15 @@ func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32
 				elem := func(j, gl, i, e int) int {
 					row := int(base[seq]) + j0 + j
 					require.True(t, row >= int(base[seq]) && row < int(base[seq])+n0, "row %d outside the live keys", row)
-					return row*HKV*HD + kvh*HD + (i*tl.lpk+gl)*tl.vec + e
+					return row*crow + kvh*HD + (i*tl.lpk+gl)*tl.vec + e
+				}
+				// the 8-bit cache's scale of lane gl's vector i of key j, as the kernel addresses it
+				scaleAt := func(c []byte, j, gl, i int) float32 {
+					r := (int(base[seq])+j0)*crow + kvh*HD + gl*tl.vec + j*crow
+					toScales := HKV*HD - kvh*HD - gl*tl.vec
+					off := r + toScales + 4*((kvh*HD+(i*tl.lpk+gl)*tl.vec)>>5)
+					require.Zero(t, off%4, "misaligned scale")
+					return math.Float32frombits(binary.LittleEndian.Uint32(c[off:]))
 				}
 				for hp := 0; hp < G; hp += tl.ht {
 					so := make([][][]float32, NW) // [NW][HT][HD]
@@ -92,15 +110,25 @@ func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32
 						for jb := w * KPW * tl.u; jb < n; jb += NW * KPW * tl.u {
 							kf := make([][][]float32, 32) // [lane][U][EPL]
 							vf := make([][][]float32, 32)
+							ksc, vsc := make([][][]float32, 32), make([][][]float32, 32) // [lane][U][NV]: 8-bit block scales
 							for ln := range 32 {
 								grp, gl := ln/tl.lpk, ln%tl.lpk
 								kf[ln], vf[ln] = make([][]float32, tl.u), make([][]float32, tl.u)
+								ksc[ln], vsc[ln] = make([][]float32, tl.u), make([][]float32, tl.u)
 								for u := range tl.u {
 									j := min(jb+u*KPW+grp, n-1)
 									kf[ln][u], vf[ln][u] = make([]float32, EPL), make([]float32, EPL)
+									ksc[ln][u], vsc[ln][u] = make([]float32, tl.nv), make([]float32, tl.nv)
 									for i := range tl.nv {
+										if q8 {
+											ksc[ln][u][i], vsc[ln][u][i] = scaleAt(kb, j, gl, i), scaleAt(vb, j, gl, i)
+										}
 										for e := range tl.vec {
 											x := elem(j, gl, i, e)
+											if q8 {
+												kf[ln][u][i*tl.vec+e], vf[ln][u][i*tl.vec+e] = float32(int8(kb[x])), float32(int8(vb[x]))
+												continue
+											}
 											kf[ln][u][i*tl.vec+e], vf[ln][u][i*tl.vec+e] = kc[x], vc[x]
 										}
 									}
@@ -117,6 +145,16 @@ func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32
 								for hh := range tl.ht {
 									var a [32]float32
 									for ln := range 32 {
+										if q8 {
+											for i := range tl.nv {
+												var ai float32
+												for e := i * tl.vec; e < (i+1)*tl.vec; e++ {
+													ai += ls[ln].qr[hh][e] * kf[ln][u][e]
+												}
+												a[ln] += ai * ksc[ln][u][i]
+											}
+											continue
+										}
 										for e := range EPL {
 											a[ln] += ls[ln].qr[hh][e] * kf[ln][u][e]
 										}
@@ -158,7 +196,11 @@ func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32
 								for u := range tl.u {
 									for hh := range tl.ht {
 										for e := range EPL {
-											L.acc[hh][e] += sc[ln][u][hh] * vf[ln][u][e]
+											p := sc[ln][u][hh]
+											if q8 {
+												p *= vsc[ln][u][e/tl.vec]
+											}
+											L.acc[hh][e] += p * vf[ln][u][e]
 										}
 									}
 								}
@@ -271,6 +313,7 @@ func TestDecodeKernelEmulation(t *testing.T) {
 		{1, 64, 128, dtype.F16}, {1, 128, 128, dtype.F16}, {4, 64, 128, dtype.F16}, {4, 128, 128, dtype.F16},
 		{1, 128, 64, dtype.F32}, {4, 128, 256, dtype.F32}, {8, 128, 128, dtype.BF16}, {16, 128, 128, dtype.F16},
 		{2, 96, 128, dtype.F16}, {1, 256, 256, dtype.F32}, {4, 32, 64, dtype.F16},
+		{1, 128, 128, CacheQ8}, {4, 64, 128, CacheQ8}, {8, 128, 256, CacheQ8}, {2, 96, 128, CacheQ8}, {1, 256, 256, CacheQ8},
 	}
 	arms := []DecodeArm{{Chunk: 32}, {Chunk: 64}, {Chunk: 256}, {Chunk: 64, Live: 1}, {Chunk: 64, Live: 2}, {Chunk: 256, Live: 2},
 		{Chunk: 256, Live: 2, MinSplits: 12}, {Chunk: 128, Live: 3, SMs: 132}, {Chunk: 256, Live: 3, SMs: 16},
@@ -287,9 +330,22 @@ func TestDecodeKernelEmulation(t *testing.T) {
 					base[i] = int32(i*(capacity+5) + 3)
 				}
 				rows := len(lens)*(capacity+5) + 3
-				kc, vc := randF32(r, rows*s.HeadsKV*s.HeadDim), randF32(r, rows*s.HeadsKV*s.HeadDim)
+				kvw := s.HeadsKV * s.HeadDim
+				kc, vc := randF32(r, rows*kvw), randF32(r, rows*kvw)
+				var kb, vb []byte
+				if s.Cache == CacheQ8 {
+					var err error
+					kb, err = EncodeCache(s.Cache, kvw, kc)
+					require.NoError(t, err)
+					vb, err = EncodeCache(s.Cache, kvw, vc)
+					require.NoError(t, err)
+					kc, err = DecodeCache(s.Cache, kvw, kb)
+					require.NoError(t, err)
+					vc, err = DecodeCache(s.Cache, kvw, vb)
+					require.NoError(t, err)
+				}
 				q := randF32(r, len(lens)*s.QStride)
-				got, po, pml := emuDecode(t, s, arm, splits, q, base, lens, kc, vc)
+				got, po, pml := emuDecode(t, s, arm, splits, q, base, lens, kc, vc, kb, vb)
 				want := RefAttention(s, q, base, lens, kc, vc)
 				require.Less(t, RelErr(got, want), 1e-5)
 				// the partials: written exactly where the contract says
@@ -328,7 +384,7 @@ func TestDecodeKernelEmulation(t *testing.T) {
 	s := AttnShape{Heads: 4, HeadsKV: 1, HeadDim: 64, QStride: 256, Cache: dtype.F16}
 	for _, live := range []int{0, 2} {
 		arm := DecodeArm{Threads: 128, Chunk: 64, Live: live}
-		z, _, _ := emuDecode(t, s, arm, 8, make([]float32, s.QStride), []int32{0}, []int32{0}, nil, nil)
+		z, _, _ := emuDecode(t, s, arm, 8, make([]float32, s.QStride), []int32{0}, []int32{0}, nil, nil, nil, nil)
 		for _, v := range z {
 			require.Zero(t, v)
 		}

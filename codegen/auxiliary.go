@@ -229,7 +229,7 @@ func WarpAttention(s AttnShape, arm PrefillArm) (*Kernel, error) {
 	if s.Heads <= 0 || s.HeadsKV <= 0 || s.Heads%s.HeadsKV != 0 || s.HeadDim <= 0 || s.HeadDim > 256 || s.QStride < s.Heads*s.HeadDim {
 		return nil, fmt.Errorf("%w: warp attention %+v", ErrUnsupported, s)
 	}
-	if err := checkCache(s.Cache); err != nil {
+	if err := CheckCacheRow(s.Cache, s.HeadsKV, s.HeadDim); err != nil {
 		return nil, err
 	}
 	if err := arm.Validate(); err != nil {

@@ -95,7 +95,7 @@ func TestUnsupported(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnsupported)
 	_, err = RopeKV(RopeShape{Heads: 3, HeadsKV: 2, HeadDim: 64, RopeDim: 64, Cache: dtype.F16}, DefaultBlockArm)
 	require.ErrorIs(t, err, ErrUnsupported)
-	_, _, err = DecodeAttention(AttnShape{Heads: 4, HeadsKV: 2, HeadDim: 64, QStride: 256, Cache: dtype.Q8_0}, DefaultDecodeArm)
+	_, _, err = DecodeAttention(AttnShape{Heads: 4, HeadsKV: 2, HeadDim: 64, QStride: 256, Cache: dtype.Q4_K}, DefaultDecodeArm)
 	require.ErrorIs(t, err, ErrUnsupported)
 }
 

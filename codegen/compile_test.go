@@ -38,7 +38,7 @@ func TestCompileGate(t *testing.T) {
 	require.NoError(t, err)
 	ks, err := codegen.DefaultKernels(s, codegen.WeightTypes)
 	require.NoError(t, err)
-	for _, cache := range []dtype.Type{dtype.F32, dtype.BF16} {
+	for _, cache := range []dtype.Type{dtype.F32, dtype.BF16, codegen.CacheQ8} {
 		k, err := codegen.RopeKV(s.Rope(cache), codegen.BlockArm{Threads: 64})
 		require.NoError(t, err)
 		ks = append(ks, k)
@@ -47,6 +47,11 @@ func TestCompileGate(t *testing.T) {
 		pf, err := codegen.PrefillAttention(s.Attn(cache), codegen.PrefillArm{Warps: 2})
 		require.NoError(t, err)
 		ks = append(ks, p, c, pf)
+		if codegen.FlashSupported(s.Attn(cache)) {
+			fl, err := codegen.FlashPrefillAttention(s.Attn(cache), codegen.DefaultFlashArm)
+			require.NoError(t, err)
+			ks = append(ks, fl)
+		}
 	}
 	for _, t2 := range []dtype.Type{dtype.Q4_K, dtype.Q6_K, dtype.BF16} {
 		g, err := codegen.GEMV(t2, 1000, 512, true, codegen.GEMVArm{Threads: 128, RowsPerBlock: 1, Unroll: 2, SharedX: 0})

@@ -24,17 +24,22 @@ const FlashTol = 5e-3
 const flashKeys = 64
 
 // FlashSupported reports whether FlashPrefillAttention has a kernel for s:
-// an f16 cache and heads of 16 to 128 dimensions in steps of 16.
+// an f16 or 8-bit cache and heads of 16 to 128 dimensions in steps of 16.
+// The 8-bit cache's keys and values become f16 (times their block's
+// scale) as the block stages them.
 func FlashSupported(s AttnShape) bool {
-	return s.validate() == nil && s.Cache == dtype.F16 && s.HeadDim%16 == 0 && s.HeadDim >= 16 && s.HeadDim <= 128
+	return s.validate() == nil && (s.Cache == dtype.F16 || s.Cache == CacheQ8) && s.HeadDim%16 == 0 && s.HeadDim >= 16 && s.HeadDim <= 128
 }
 
 // FlashPrefillAttention returns causal prefill attention on tensor cores
 // (mma.sync m16n8k16, f16 operands, f32 accumulation), with the parameters
 // and results of PrefillAttention:
 //
-//	attn_flash(const float* q, const u16* kc, const u16* vc,
+//	attn_flash(const float* q, const cache_t* kc, const cache_t* vc,
 //	           const int* tok_base, const int* tok_pos, float* out, int ntok)
+//
+// (cache_t u16 for the f16 cache; u8 for the 8-bit one, whose rows are
+// staged as f16: each int8 times its block's scale).
 //
 // A block takes 16·Warps consecutive tokens of one query head; each warp
 // holds 16 of them as an m16 tile. For each run of tokens of one sequence
@@ -54,9 +59,11 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 		return nil, fmt.Errorf("%w: flash attention arm %+v", ErrUnsupported, arm)
 	}
 	name := fmt.Sprintf("attn_flash_%s_w%d", s.tag(), arm.Warps)
-	params := []Param{{"const float* __restrict__", "q"}, {"const u16* __restrict__", "kc"}, {"const u16* __restrict__", "vc"},
+	ct := cacheCType(s.Cache)
+	params := []Param{{"const float* __restrict__", "q"}, {"const " + ct + "* __restrict__", "kc"}, {"const " + ct + "* __restrict__", "vc"},
 		{"const int* __restrict__", "tok_base"}, {"const int* __restrict__", "tok_pos"}, {"float* __restrict__", "out"}, {"int", "ntok"}}
 	threads := 32 * arm.Warps
+	q8 := s.Cache == CacheQ8
 	src := source(fmt.Sprintf("causal prefill attention on tensor cores: %s, %d warps", s.tag(), arm.Warps), []string{"types", "pdl"}, func(w *Writer) {
 		s.defines(w)
 		w.Linef("#define NW %d // warps, 16 queries each", arm.Warps)
@@ -77,6 +84,14 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 			w.Line(`asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));`)
 			w.Line("return r;")
 		}})
+		if q8 {
+			w.Comment("The 8 int8 elements of r times scale as f16, two to a word.")
+			w.Emit(Func{Name: "q8_h8", Return: "uint4", Params: []Param{{"uint2", "r"}, {"float", "scale"}}, Body: func(w *Writer) {
+				w.Line("float v[8];")
+				w.For("i", "0", "8", "1", -1, func() { w.Line("v[i] = (float)(signed char)((i < 4 ? r.x : r.y) >> (8 * (i & 3))) * scale;") })
+				w.Line("return make_uint4(pack_h2(v[0], v[1]), pack_h2(v[2], v[3]), pack_h2(v[4], v[5]), pack_h2(v[6], v[7]));")
+			}})
+		}
 		w.Emit(Func{Name: "smem_addr", Return: "u32", Params: []Param{{"const void*", "p"}}, Body: func(w *Writer) {
 			w.Line("u32 a;")
 			w.Line(`asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));`)
@@ -141,9 +156,15 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 						w.Line("const int r = idx / (HD / 8), seg = idx % (HD / 8);")
 						w.Line("uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;")
 						w.If("c0 + r <= maxpos", func() {
-							w.Line("const size_t off = ((size_t)(b + c0 + r) * HKV + kvh) * HD + 8 * seg;")
-							w.Line("kv = *(const uint4*)(kc + off);")
-							w.Line("vv = *(const uint4*)(vc + off);")
+							w.Line("const size_t off = (size_t)(b + c0 + r) * CROW + kvh * HD + 8 * seg;")
+							if q8 {
+								w.Line("const size_t so = (size_t)(b + c0 + r) * CROW + HKV * HD + 4 * ((kvh * HD + 8 * seg) >> 5); // the block's scale")
+								w.Line("kv = q8_h8(*(const uint2*)(kc + off), *(const float*)(kc + so));")
+								w.Line("vv = q8_h8(*(const uint2*)(vc + off), *(const float*)(vc + so));")
+							} else {
+								w.Line("kv = *(const uint4*)(kc + off);")
+								w.Line("vv = *(const uint4*)(vc + off);")
+							}
 						})
 						w.Line("*(uint4*)(Ks + r * LDK + 8 * seg) = kv;")
 						w.Line("*(uint4*)(Vs + r * LDK + 8 * seg) = vv;")

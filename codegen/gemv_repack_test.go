@@ -604,8 +604,9 @@ func TestLowerLargeArm(t *testing.T) {
 // epilogue in every kernel but the tensor-core one, which they drop, take
 // the positions, cache rows, inverse frequencies and the layer's caches,
 // and write their columns of the fused row; the kernels they had before
-// are gone from the program. NeoX RoPE (qwen3) and prefill keep RopeKV,
-// and so does the option's absence.
+// are gone from the program. NeoX RoPE (qwen3), prefill and the 8-bit
+// cache (quantised by a block of 32 per warp) keep RopeKV, and so does the
+// option's absence.
 func TestLowerRopeInProduct(t *testing.T) {
 	llama := smallQwen3
 	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
@@ -668,7 +669,8 @@ func TestLowerRopeInProduct(t *testing.T) {
 		name string
 		hp   ir.HParams
 		o    LowerOptions
-	}{{"neox", smallQwen3, o}, {"prefill", llama, LowerOptions{Class: Prefill, MaxSeqs: 2, MaxTokens: 64, Context: 256, Cache: dtype.F16, RopeInProduct: true}}} {
+	}{{"neox", smallQwen3, o}, {"prefill", llama, LowerOptions{Class: Prefill, MaxSeqs: 2, MaxTokens: 64, Context: 256, Cache: dtype.F16, RopeInProduct: true}},
+		{"8-bit cache", llama, func() LowerOptions { o := o; o.Cache = CacheQ8; return o }()}} {
 		p, err := Lower(buildGraph(t, c.hp, synthTensors(c.hp, dtype.Q4_K, dtype.Q6_K)), c.o)
 		require.NoError(t, err, c.name)
 		require.Equal(t, c.hp.Layers, count(p, "rope_kv"), c.name)

@@ -17,22 +17,16 @@ func xqQuantize(x []float32) ([]int8, [][4]float32) {
 	meta := make([][4]float32, len(x)/32)
 	for g := range meta {
 		xs := x[32*g : 32*g+32]
-		var am float32
-		for _, v := range xs {
-			am = max(am, float32(math.Abs(float64(v))))
-		}
-		inv := float32(0)
-		if am > 0 {
-			inv = 127 / am
-		}
+		am := absMax(xs)
+		// the same rounding as the 8-bit KV cache's
+		quantBlock(xs, q[32*g:32*g+32])
 		var s [4]float32 // sums of the 8-float chunks
 		for c := range 4 {
 			ch := xs[8*c : 8*c+8]
 			s[c] = ((ch[0] + ch[1]) + (ch[2] + ch[3])) + ((ch[4] + ch[5]) + (ch[6] + ch[7]))
 		}
 		var is [2]int
-		for i, v := range xs {
-			q[32*g+i] = int8(math.RoundToEven(float64(v * inv)))
+		for i := range xs {
 			is[i/16] += int(q[32*g+i])
 		}
 		meta[g] = [4]float32{am * (1.0 / 127), float32(is[0]), float32(is[1]), (s[0] + s[1]) + (s[2] + s[3])}

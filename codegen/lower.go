@@ -91,7 +91,8 @@ type LowerOptions struct {
 	MaxTokens int // largest T of a step (decode: forced to MaxSeqs)
 	MaxSeqs   int // largest S
 	Context   int // KV positions per sequence
-	// Cache is the KV cache element type: F32 (the zero value), F16 or BF16.
+	// Cache is the KV cache type: F32 (the zero value), F16, BF16 or
+	// CacheQ8 (int8 with a float32 scale per 32 elements).
 	Cache dtype.Type
 	// Arms are the arms of kernels Pick leaves alone; zero fields take the
 	// family defaults.

@@ -98,7 +98,7 @@ func emitWarpQueryAttention(w *Writer, s AttnShape, st warpAttnStyle) {
 	w.For("d", "lane", "HD", "32", st.qUnroll, func() { w.Line("qs[warp][d] = q[(size_t)t * QSTRIDE + h * HD + d] * SCALE;") })
 	w.Line("__syncwarp();")
 	w.Line("const int nkeys = tok_pos[t] + 1;")
-	w.Line("const size_t base = (size_t)tok_base[t] * HKV * HD + kvh * HD;")
+	w.Line("const size_t base = (size_t)tok_base[t] * CROW + kvh * HD;")
 	w.Linef("float m = %s, l = 0.f;", cfloat(float32(math.Inf(-1))))
 	w.Line("float o[DPL];")
 	w.For("i", "0", "DPL", "1", -1, func() { w.Line("o[i] = 0.f;") })
@@ -109,9 +109,18 @@ func emitWarpQueryAttention(w *Writer, s AttnShape, st warpAttnStyle) {
 		w.Line("const int j = j0 + lane;")
 		w.Linef("float sc = %s;", cfloat(float32(math.Inf(-1))))
 		w.If("j < nkeys", func() {
-			w.Linef("const %s* kr = kc + base + (size_t)j * HKV * HD;", ct)
+			w.Linef("const %s* kr = kc + base + (size_t)j * CROW;", ct)
 			w.Line("float a = 0.f;")
-			w.For("d", "0", "HD", "1", 8, func() { w.Linef("a += qs[warp][d] * %s;", cacheLoad(s.Cache, "kr[d]")) })
+			if s.Cache == CacheQ8 {
+				w.Line("const float* ks = (const float*)(kr - kvh * HD + HKV * HD) + kvh * (HD / 32); // the head's block scales")
+				w.For("b", "0", "HD / 32", "1", -1, func() {
+					w.Line("float ab = 0.f;")
+					w.For("d", "32 * b", "32 * b + 32", "1", 8, func() { w.Line("ab += qs[warp][d] * (float)(signed char)kr[d];") })
+					w.Line("a += ab * ks[b];")
+				})
+			} else {
+				w.For("d", "0", "HD", "1", 8, func() { w.Linef("a += qs[warp][d] * %s;", cacheLoad(s.Cache, "kr[d]")) })
+			}
 			w.Line("sc = a;")
 		})
 		w.Line("const float mn = fmaxf(m, warp_max(sc));")
@@ -122,10 +131,15 @@ func emitWarpQueryAttention(w *Writer, s AttnShape, st warpAttnStyle) {
 		w.Line("const int cnt = min(32, nkeys - j0);")
 		w.For("jj", "0", "cnt", "1", 0, func() {
 			w.Line("const float pj = __shfl_sync(0xffffffffu, p, jj);")
-			w.Linef("const %s* vr = vc + base + (size_t)(j0 + jj) * HKV * HD;", ct)
-			w.For("i", "0", "DPL", "1", -1, func() {
-				guard(func() { w.Linef("o[i] += pj * %s;", cacheLoad(s.Cache, "vr[lane + 32 * i]")) })
-			})
+			w.Linef("const %s* vr = vc + base + (size_t)(j0 + jj) * CROW;", ct)
+			if s.Cache == CacheQ8 {
+				w.Line("const float* vs = (const float*)(vr - kvh * HD + HKV * HD) + kvh * (HD / 32); // the head's block scales")
+				w.For("i", "0", "DPL", "1", -1, func() { w.Line("o[i] += pj * vs[i] * (float)(signed char)vr[lane + 32 * i];") })
+			} else {
+				w.For("i", "0", "DPL", "1", -1, func() {
+					guard(func() { w.Linef("o[i] += pj * %s;", cacheLoad(s.Cache, "vr[lane + 32 * i]")) })
+				})
+			}
 		})
 		w.Line("m = mn;")
 	})

@@ -255,14 +255,7 @@ func (p *Program) WeightBytes() int64 {
 // CacheBytes returns the bytes of the KV cache for slots sequences (keys
 // and values of every layer).
 func (p *Program) CacheBytes(slots int) int64 {
-	return 2 * int64(p.Layers) * int64(slots) * int64(p.Context) * int64(p.KVWidth) * int64(cacheElemBytes(p.Cache))
-}
-
-func cacheElemBytes(t dtype.Type) int {
-	if t == dtype.F32 {
-		return 4
-	}
-	return 2
+	return 2 * int64(p.Layers) * int64(slots) * int64(p.Context) * int64(CacheRowBytes(p.Cache, p.KVWidth))
 }
 
 // Source returns every kernel's source, one after another, as written to

@@ -72,7 +72,7 @@ func roundCache(t dtype.Type, v float32) float32 {
 
 // RefRopeKV applies RoPE to q (in a copy of qkv) and writes rotated k and v
 // into copies of the caches ([rows][HeadsKV][HeadDim], values rounded to the
-// cache type). The angle is float32(pos)·inv_freq in float32, as the kernel
+// cache type: each block of 32 quantised for the 8-bit cache). The angle is float32(pos)·inv_freq in float32, as the kernel
 // computes it.
 func RefRopeKV(s RopeShape, qkv []float32, pos, slot []int32, invFreq, kc, vc []float32) (qo, ko, vo []float32) {
 	qo = append([]float32(nil), qkv...)
@@ -95,10 +95,10 @@ func RefRopeKV(s RopeShape, qkv []float32, pos, slot []int32, invFreq, kc, vc []
 			}
 		}
 		base := int(slot[t]) * kvw
-		for i := 0; i < kvw; i++ {
-			ko[base+i] = roundCache(s.Cache, row[s.Heads*D+i])
-			vo[base+i] = roundCache(s.Cache, row[(s.Heads+s.HeadsKV)*D+i])
-		}
+		copy(ko[base:base+kvw], row[s.Heads*D:])
+		copy(vo[base:base+kvw], row[(s.Heads+s.HeadsKV)*D:])
+		roundCacheRow(s.Cache, ko[base:base+kvw])
+		roundCacheRow(s.Cache, vo[base:base+kvw])
 		// restore the k/v part of the row: the kernel rotates only q in place
 		copy(row[s.Heads*D:], qkv[t*stride+s.Heads*D:(t+1)*stride])
 	}

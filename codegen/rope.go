@@ -11,7 +11,7 @@ type RopeShape struct {
 	Heads, HeadsKV, HeadDim int
 	RopeDim                 int        // rotated dimensions per head (≤ HeadDim, even)
 	Half                    bool       // rotate (x[i], x[i+RopeDim/2]) (NeoX); else adjacent pairs
-	Cache                   dtype.Type // KV cache element type: F32, F16 or BF16
+	Cache                   dtype.Type // KV cache type: F32, F16, BF16 or CacheQ8
 }
 
 // defines writes the shape's head counts, head size and rotated
@@ -21,6 +21,7 @@ func (s RopeShape) defines(w *Writer) {
 	w.Linef("#define HKV %d", s.HeadsKV)
 	w.Linef("#define HD %d", s.HeadDim)
 	w.Linef("#define RD %d", s.RopeDim)
+	cacheRowDefine(w, s.Cache)
 }
 
 // QKVStride is the floats per token of the fused QKV activation row:
@@ -34,14 +35,7 @@ func (s RopeShape) validate() error {
 	case s.HeadDim <= 0 || s.HeadDim%2 != 0 || s.RopeDim <= 0 || s.RopeDim%2 != 0 || s.RopeDim > s.HeadDim:
 		return fmt.Errorf("%w: head dim %d, rope dim %d", ErrUnsupported, s.HeadDim, s.RopeDim)
 	}
-	return checkCache(s.Cache)
-}
-
-func checkCache(t dtype.Type) error {
-	if t != dtype.F32 && t != dtype.F16 && t != dtype.BF16 {
-		return fmt.Errorf("%w: KV cache type %v", ErrUnsupported, t)
-	}
-	return nil
+	return CheckCacheRow(s.Cache, s.HeadsKV, s.HeadDim)
 }
 
 // cacheStore returns the C expression storing float expression v into the
@@ -67,10 +61,14 @@ func cacheLoad(t dtype.Type, src string) string {
 	return src
 }
 
-// cacheCType is the C element type of a cache of type t.
+// cacheCType is the C element type of a cache of type t (bytes for the
+// 8-bit cache, whose rows are int8 elements and then their scales).
 func cacheCType(t dtype.Type) string {
-	if t == dtype.F32 {
+	switch t {
+	case dtype.F32:
 		return "float"
+	case CacheQ8:
+		return "u8"
 	}
 	return "u16"
 }

@@ -59,7 +59,9 @@ func (s RopeShape) ropePairs(i int) (a, b int) {
 
 // RopeKV returns the kernel that rotates q and k of each token's fused QKV
 // row in place of q, and writes the rotated k and the plain v into the KV
-// cache row slot[t] ([row][HeadsKV][HeadDim]):
+// cache row slot[t] ([row][HeadsKV][HeadDim]; for the 8-bit cache the block
+// stages its k and v heads in shared memory and quantises each block of 32
+// with a warp):
 //
 //	rope_kv(float* qkv, const int* pos, const int* slot, const float* inv_freq,
 //	        cache_t* kcache, cache_t* vcache, int ntok)
@@ -80,6 +82,10 @@ func RopeKV(s RopeShape, arm BlockArm) (*Kernel, error) {
 		style = "half"
 	}
 	pl := newRopePlan(s, arm.Threads)
+	q8 := s.Cache == CacheQ8
+	if q8 && arm.Threads%32 != 0 {
+		return nil, fmt.Errorf("%w: an 8-bit cache's RoPE + KV write quantises with whole warps (%d threads)", ErrUnsupported, arm.Threads)
+	}
 	name := fmt.Sprintf("rope_kv_%s_h%d_%d_d%d_r%d_%s_%s", style, s.Heads, s.HeadsKV, s.HeadDim, s.RopeDim, typeTag(s.Cache), arm)
 	ct := cacheCType(s.Cache)
 	params := []Param{{"float* __restrict__", "qkv"}, {"const int* __restrict__", "pos"}, {"const int* __restrict__", "slot"},
@@ -106,6 +112,9 @@ func RopeKV(s RopeShape, arm BlockArm) (*Kernel, error) {
 			}
 		}})
 		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
+			if q8 {
+				w.Line("__shared__ float kvs[UPB][HD]; // the block's rotated k and plain v heads, quantised below")
+			}
 			w.Line("pdl_wait();")
 			w.Line("const int t = blockIdx.x;")
 			w.Line("const int lane = threadIdx.x / PAIRS, i0 = threadIdx.x % PAIRS;")
@@ -116,6 +125,22 @@ func RopeKV(s RopeShape, arm BlockArm) (*Kernel, error) {
 				w.If("lane < LANES", body)
 			} else {
 				body()
+			}
+			if q8 {
+				w.Line("__syncthreads();")
+				w.Comment("a warp a block of 32 elements of the block's k and v heads")
+				w.Line("u8* const kdst = kcache + (size_t)slot[t] * CROW;")
+				w.Line("u8* const vdst = vcache + (size_t)slot[t] * CROW;")
+				w.For("qb", "threadIdx.x >> 5", "UPB * (HD / 32)", "NT / 32", 0, func() {
+					w.Line("const int li = qb / (HD / 32), e0 = (qb % (HD / 32)) * 32;")
+					w.Line("const int u = blockIdx.y * UPB + li;")
+					w.If("u < HQ || u >= UNITS", func() { w.Line("continue; // a q head, or none (warp-uniform)") })
+					w.Line("const bool isk = u < HQ + HKV;")
+					w.Line("const int c = (isk ? u - HQ : u - HQ - HKV) * HD + e0; // the block's first element in the cache row")
+					w.Line("u8* const dst = isk ? kdst : vdst;")
+					w.Line("const float x = kvs[li][e0 + (threadIdx.x & 31)];")
+					emitCacheQuant(w, "x", "dst + c", "(float*)(dst + HKV * HD) + (c >> 5)")
+				})
 			}
 			w.Line("pdl_launch();")
 		}})
@@ -130,7 +155,9 @@ func RopeKV(s RopeShape, arm BlockArm) (*Kernel, error) {
 func ropeBody(w *Writer, s RopeShape, pl ropePlan, ct string) {
 	w.Line("float* row = qkv + (size_t)t * STRIDE;")
 	w.Line("const float p = (float)pos[t];")
-	w.Line("const size_t crow = (size_t)slot[t] * HKV * HD;")
+	if s.Cache != CacheQ8 {
+		w.Line("const size_t crow = (size_t)slot[t] * CROW;")
+	}
 	w.Line("int pa[PPT], pb[PPT];")
 	w.Line("float cs[PPT], sn[PPT];")
 	w.Comment("the angles of this thread's pairs, shared by all its heads")
@@ -174,6 +201,12 @@ func ropeBody(w *Writer, s RopeShape, pl ropePlan, ct string) {
 					w.Line("float* h = row + u * HD;")
 					w.Line("h[a] = va; h[b] = vb;")
 				}, func() {
+					if s.Cache == CacheQ8 {
+						w.Comment("k and v heads to shared memory: the block quantises them when all are in")
+						w.Line("float* h = kvs[u - blockIdx.y * UPB];")
+						w.Line("h[a] = va; h[b] = vb;")
+						return
+					}
 					w.IfElse("u < HQ + HKV", func() {
 						w.Linef("%s* kc = kcache + crow + (u - HQ) * HD;", ct)
 						w.Line(cacheStore(s.Cache, "kc[a]", "va"))

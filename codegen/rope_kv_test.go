@@ -12,16 +12,31 @@ import (
 // emulateRopeKV runs RopeKV's thread → (head, pair) mapping on the CPU as
 // the generated kernel does (grid (ntok, Blocks), Threads threads, loads of
 // every head before any store), counting how often each q, k-cache and
-// v-cache element is written and each qkv element read.
-func emulateRopeKV(s RopeShape, pl ropePlan, qkv []float32, pos, slot []int32, inv, kc, vc []float32) (qo, ko, vo []float32, reads, qw, kw, vw []int) {
+// v-cache element is written and each qkv element read. For the 8-bit
+// cache the k and v heads go to the block's shared rows first, and its
+// warps then quantise them block by block (cache values are the
+// dequantised ones; each block's scale counts as a write of its first
+// element's slot in ks or vs, [rows][kvw/32]).
+func emulateRopeKV(s RopeShape, pl ropePlan, qkv []float32, pos, slot []int32, inv, kc, vc []float32) (qo, ko, vo []float32, reads, qw, kw, vw, ks, vs []int) {
 	qo = append([]float32(nil), qkv...)
 	ko = append([]float32(nil), kc...)
 	vo = append([]float32(nil), vc...)
 	reads, qw = make([]int, len(qkv)), make([]int, len(qkv))
 	kw, vw = make([]int, len(kc)), make([]int, len(vc))
 	HD, stride, kvw := s.HeadDim, s.QKVStride(), s.HeadsKV*s.HeadDim
+	q8 := s.Cache == CacheQ8
+	if q8 {
+		ks, vs = make([]int, len(kc)/CacheBlock), make([]int, len(vc)/CacheBlock)
+	}
 	for t := range pos {
 		for by := 0; by < pl.Blocks; by++ {
+			var kvs []float32 // the block's shared rows: kvs[UPB][HD]
+			if q8 {
+				kvs = make([]float32, pl.UPB*HD)
+				for i := range kvs {
+					kvs[i] = float32(math.NaN())
+				}
+			}
 			for tid := 0; tid < pl.Threads; tid++ {
 				lane, i0 := tid/pl.Pairs, tid%pl.Pairs
 				if pl.laneGuard() && lane >= pl.Lanes {
@@ -79,6 +94,9 @@ func emulateRopeKV(s RopeShape, pl ropePlan, qkv []float32, pos, slot []int32, i
 							qo[h+a], qo[h+b] = va, vb
 							qw[h+a]++
 							qw[h+b]++
+						case q8:
+							h := (u - by*pl.UPB) * HD
+							kvs[h+a], kvs[h+b] = va, vb
 						case u < s.Heads+s.HeadsKV:
 							c := crow + (u-s.Heads)*HD
 							ko[c+a], ko[c+b] = roundCache(s.Cache, va), roundCache(s.Cache, vb)
@@ -93,9 +111,43 @@ func emulateRopeKV(s RopeShape, pl ropePlan, qkv []float32, pos, slot []int32, i
 					}
 				}
 			}
+			if !q8 {
+				continue
+			}
+			// __syncthreads, then a warp a block of 32: qb = warp, warp + NT/32, …
+			q := make([]int8, CacheBlock)
+			for warp := 0; warp < pl.Threads/32; warp++ {
+				for qb := warp; qb < pl.UPB*(HD/32); qb += pl.Threads / 32 {
+					li, e0 := qb/(HD/32), (qb%(HD/32))*32
+					u := by*pl.UPB + li
+					if u < s.Heads || u >= pl.Units {
+						continue
+					}
+					isk := u < s.Heads+s.HeadsKV
+					c := (u - s.Heads) * HD
+					dst, wr, sw := ko, kw, ks
+					if !isk {
+						c, dst, wr, sw = (u-s.Heads-s.HeadsKV)*HD, vo, vw, vs
+					}
+					c += e0
+					x := kvs[li*HD+e0 : li*HD+e0+32]
+					for _, v := range x {
+						if v != v {
+							panic("a block quantised before all its elements were staged")
+						}
+					}
+					sc := quantBlock(x, q)
+					crow := int(slot[t]) * kvw
+					for l := range 32 {
+						dst[crow+c+l] = float32(q[l]) * sc
+						wr[crow+c+l]++
+					}
+					sw[crow/CacheBlock+c>>5]++
+				}
+			}
 		}
 	}
-	return qo, ko, vo, reads, qw, kw, vw
+	return qo, ko, vo, reads, qw, kw, vw, ks, vs
 }
 
 func TestRopePairsCoverHead(t *testing.T) {
@@ -134,6 +186,11 @@ func TestRopeKVMapping(t *testing.T) {
 		{Heads: 8, HeadsKV: 4, HeadDim: 8, RopeDim: 8, Cache: dtype.F16},
 		{Heads: 4, HeadsKV: 2, HeadDim: 64, RopeDim: 64, Cache: dtype.F16},
 		{Heads: 5, HeadsKV: 5, HeadDim: 2, RopeDim: 2, Half: true, Cache: dtype.F32},
+		{Heads: 32, HeadsKV: 32, HeadDim: 128, RopeDim: 128, Cache: CacheQ8},
+		{Heads: 32, HeadsKV: 8, HeadDim: 128, RopeDim: 128, Half: true, Cache: CacheQ8},
+		{Heads: 4, HeadsKV: 2, HeadDim: 64, RopeDim: 64, Cache: CacheQ8},
+		{Heads: 16, HeadsKV: 8, HeadDim: 256, RopeDim: 128, Half: true, Cache: CacheQ8},
+		{Heads: 28, HeadsKV: 4, HeadDim: 96, RopeDim: 64, Half: true, Cache: CacheQ8},
 	}
 	threads := []int{32, 64, 96, 128, 160, 256, 512, 1024}
 	r := rand.New(rand.NewPCG(5, 6))
@@ -152,7 +209,7 @@ func TestRopeKVMapping(t *testing.T) {
 		for _, nt := range threads {
 			pl := newRopePlan(s, nt)
 			require.LessOrEqual(t, pl.UPB*(pl.Blocks-1), pl.Units-1, "%+v t%d: an empty block", s, nt)
-			qo, ko, vo, reads, qw, kw, vw := emulateRopeKV(s, pl, qkv, pos, slot, inv, kc, vc)
+			qo, ko, vo, reads, qw, kw, vw, ks, vs := emulateRopeKV(s, pl, qkv, pos, slot, inv, kc, vc)
 			for i, n := range reads {
 				require.Equal(t, 1, n, "%+v t%d: qkv element %d read %d times", s, nt, i, n)
 			}
@@ -174,6 +231,10 @@ func TestRopeKVMapping(t *testing.T) {
 				}
 				require.Equal(t, want, kw[i], "%+v t%d: k cache element %d", s, nt, i)
 				require.Equal(t, want, vw[i], "%+v t%d: v cache element %d", s, nt, i)
+				if s.Cache == CacheQ8 && i%CacheBlock == 0 {
+					require.Equal(t, want, ks[i/CacheBlock], "%+v t%d: k cache scale of element %d", s, nt, i)
+					require.Equal(t, want, vs[i/CacheBlock], "%+v t%d: v cache scale of element %d", s, nt, i)
+				}
 			}
 			require.Less(t, RelErr(qo, wq), 1e-6, "%+v t%d q", s, nt)
 			require.Less(t, RelErr(ko, wk), 1e-3, "%+v t%d k", s, nt)

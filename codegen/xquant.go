@@ -429,10 +429,10 @@ func GEMVXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystrid
 		if err := r.validate(); err != nil {
 			return nil, err
 		}
-		if arm.XQ != 2 || arm.rowsPerWarp()%2 != 0 || residual || e.QuantOut || e.SwiGLUOut || r.Half ||
+		if arm.XQ != 2 || arm.rowsPerWarp()%2 != 0 || residual || e.QuantOut || e.SwiGLUOut || r.Half || r.Cache == CacheQ8 ||
 			e.RopeCol0%2 != 0 || n%2 != 0 || e.RopeCol0+n > r.QKVStride() {
-			return nil, fmt.Errorf("%w: RoPE epilogue for N %d at column %d of %d, arm %v, residual %v, NeoX %v",
-				ErrUnsupported, n, e.RopeCol0, r.QKVStride(), arm, residual, r.Half)
+			return nil, fmt.Errorf("%w: RoPE epilogue for N %d at column %d of %d, arm %v, residual %v, NeoX %v, %v cache",
+				ErrUnsupported, n, e.RopeCol0, r.QKVStride(), arm, residual, r.Half, r.Cache)
 		}
 	}
 	if arm.XQ == 4 {

@@ -177,13 +177,13 @@ func s(v any) Arg           { return Arg{Scalar: v} }
 
 // cacheValues stores v as a KV cache of type t and returns the bytes and
 // the values the cache holds.
-func cacheValues(t dtype.Type, v []float32) ([]byte, []float32, error) {
-	q, err := dtype.Quantize(t, v)
+func cacheValues(t dtype.Type, kvw int, v []float32) ([]byte, []float32, error) {
+	q, err := codegen.EncodeCache(t, kvw, v)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: cache: %w", ErrCase, err)
 	}
-	back := make([]float32, len(v))
-	if err := dtype.Dequantize(t, q, back); err != nil {
+	back, err := codegen.DecodeCache(t, kvw, q)
+	if err != nil {
 		return nil, nil, fmt.Errorf("%w: cache: %w", ErrCase, err)
 	}
 	return q, back, nil

@@ -113,10 +113,11 @@ type ropeOperands struct {
 	inv       []float32
 	kcb, vcb  []byte
 	kc, vc    []float32
+	kvw       int // elements of a cache row
 }
 
 func newRopeOperands(r *rand.Rand, rs codegen.RopeShape, tokens int) (*ropeOperands, error) {
-	o := &ropeOperands{pos: make([]int32, tokens), slot: make([]int32, tokens), inv: make([]float32, rs.RopeDim/2)}
+	o := &ropeOperands{pos: make([]int32, tokens), slot: make([]int32, tokens), inv: make([]float32, rs.RopeDim/2), kvw: rs.HeadsKV * rs.HeadDim}
 	for i := range o.pos {
 		o.pos[i], o.slot[i] = int32(r.IntN(8000)), int32(i*3+1)
 	}
@@ -125,10 +126,10 @@ func newRopeOperands(r *rand.Rand, rs codegen.RopeShape, tokens int) (*ropeOpera
 	}
 	n := (3*tokens + 2) * rs.HeadsKV * rs.HeadDim
 	var err error
-	if o.kcb, o.kc, err = cacheValues(rs.Cache, randn(r, n)); err != nil {
+	if o.kcb, o.kc, err = cacheValues(rs.Cache, o.kvw, randn(r, n)); err != nil {
 		return nil, err
 	}
-	if o.vcb, o.vc, err = cacheValues(rs.Cache, randn(r, n)); err != nil {
+	if o.vcb, o.vc, err = cacheValues(rs.Cache, o.kvw, randn(r, n)); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -143,11 +144,10 @@ func (o *ropeOperands) args() (args []Arg, kc, vc *Buf) {
 
 // read returns the values of the caches a launch wrote.
 func (o *ropeOperands) read(cache dtype.Type, kb, vb []byte) (gk, gv []float32, err error) {
-	gk, gv = make([]float32, len(o.kc)), make([]float32, len(o.vc))
-	if err := dtype.Dequantize(cache, kb, gk); err != nil {
+	if gk, err = codegen.DecodeCache(cache, o.kvw, kb); err != nil {
 		return nil, nil, err
 	}
-	if err := dtype.Dequantize(cache, vb, gv); err != nil {
+	if gv, err = codegen.DecodeCache(cache, o.kvw, vb); err != nil {
 		return nil, nil, err
 	}
 	return gk, gv, nil
@@ -275,11 +275,11 @@ func decodeCase(shape string, as codegen.AttnShape, lens []int32, xq, fused bool
 			rows += l + 100
 			maxLen = max(maxLen, int(l))
 		}
-		kcb, kc, err := cacheValues(as.Cache, randn(r, int(rows)*kvw))
+		kcb, kc, err := cacheValues(as.Cache, kvw, randn(r, int(rows)*kvw))
 		if err != nil {
 			return nil, err
 		}
-		vcb, vc, err := cacheValues(as.Cache, randn(r, int(rows)*kvw))
+		vcb, vc, err := cacheValues(as.Cache, kvw, randn(r, int(rows)*kvw))
 		if err != nil {
 			return nil, err
 		}
@@ -367,11 +367,11 @@ func Prefill(shape string, as codegen.AttnShape, ntok, p0 int, seed uint64) *Cas
 		const base = 100
 		kvw := as.HeadsKV * as.HeadDim
 		rows := base + p0 + ntok + 100
-		kcb, kc, err := cacheValues(as.Cache, randn(r, rows*kvw))
+		kcb, kc, err := cacheValues(as.Cache, kvw, randn(r, rows*kvw))
 		if err != nil {
 			return nil, err
 		}
-		vcb, vc, err := cacheValues(as.Cache, randn(r, rows*kvw))
+		vcb, vc, err := cacheValues(as.Cache, kvw, randn(r, rows*kvw))
 		if err != nil {
 			return nil, err
 		}

@@ -35,6 +35,7 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 			cs = append(cs, c)
 		}
 	}
+	cs = append(cs, cacheQ8Cases(s, tokens, seed)...)
 	qkv := (s.Heads + 2*s.HeadsKV) * s.HeadDim
 	for _, t := range types {
 		if rowOK(t, s.Hidden) {
@@ -251,6 +252,35 @@ func TuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 				seen[m.ID()] = true
 				cs = append(cs, m)
 			}
+		}
+	}
+	return cs
+}
+
+// cacheQ8Cases are the cases of the kernels that write or read an 8-bit
+// KV cache (codegen.CacheQ8) at s, none where s's rows cannot be held so:
+// the RoPE + KV write, split-KV decode attention plain, fused (float and
+// int8 rows), over the live length, with its first keys read before the
+// dependency wait (four and eight keys in flight), and prefill attention
+// on CUDA cores and on tensor cores.
+func cacheQ8Cases(s codegen.Shape, tokens int, seed uint64) []*Case {
+	if codegen.CheckCacheRow(codegen.CacheQ8, s.HeadsKV, s.HeadDim) != nil {
+		return nil
+	}
+	as := s.Attn(codegen.CacheQ8)
+	cs := []*Case{
+		RopeKV(s.Name, s.Rope(codegen.CacheQ8), tokens, seed),
+		Decode(s.Name, as, []int32{1100, 333}, seed),
+		DecodeFused(s.Name, as, []int32{1100, 333, 1}, false, seed),
+		DecodeFused(s.Name, as, []int32{1100, 333, 1}, true, seed),
+		DecodeLive(s.Name, as, []int32{1100, 333, 1}, 4096, seed),
+		DecodePreload(s.Name, as, []int32{1100, 333, 1, 20}, 4096, 0, seed),
+		DecodePreload(s.Name, as, []int32{1100, 333, 1, 20}, 4096, 8, seed),
+		Prefill(s.Name, as, 48, 16, seed),
+	}
+	for _, c := range []*Case{FlashPrefill(s.Name, as, 48, 16, seed), FlashPrefill(s.Name, as, 100, 150, seed)} {
+		if c != nil {
+			cs = append(cs, c)
 		}
 	}
 	return cs

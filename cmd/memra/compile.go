@@ -59,7 +59,7 @@ apply, so the programs are those the backend would run.`,
 	f.IntVar(&o.backend.MaxSeqs, "max-seqs", 8, "sequences per decode step")
 	f.IntVar(&o.backend.Context, "context", 0, "KV positions per sequence (0: the model's, at most 4096)")
 	f.IntVar(&o.backend.PrefillTokens, "prefill-tokens", 512, "tokens per prefill step")
-	f.StringVar(&o.backend.Cache, "cache", "f16", "KV cache type: f16, bf16, f32")
+	f.StringVar(&o.backend.Cache, "cache", "f16", "KV cache type: f16, bf16, f32, q8_0")
 	rootCmd.AddCommand(cmd)
 }
 

@@ -58,7 +58,7 @@ func init() {
 	f.Float64Var(&o.minCos, "min-cos", 0.999, "smallest cosine that passes")
 	f.Float64Var(&o.tieTol, "tie-tol", 0, "accept greedy disagreements where the reference's two logits differ by at most this (0: every token must agree)")
 	f.Float64Var(&o.tieSigma, "tie-sigma", 0, "accept greedy disagreements where the reference's two logits differ by at most this many times the RMS difference of the two backends' logits at that step (0: off)")
-	f.StringVar(&o.gpu.Cache, "cache", "f16", "KV cache type: f16, bf16, f32")
+	f.StringVar(&o.gpu.Cache, "cache", "f16", "KV cache type: f16, bf16, f32, q8_0")
 	f.BoolVar(&o.gpu.PrefillGEMV, "prefill-gemv", false, "prefill with the float32 GEMV instead of the tensor-core product (cuBLASLt or generated)")
 	f.BoolVar(&o.gpu.NoGraphs, "no-graphs", false, "decode with plain launches instead of CUDA graphs")
 	f.BoolVar(&o.gpu.NoPDL, "no-pdl", false, "launch without programmatic dependent launch")

@@ -100,7 +100,7 @@ func openModel(arg string) (*load.Model, error) {
 // deviceHelp is the help text of every --device flag.
 const deviceHelp = "device to run on: cpu, cuda or cuda:N (default: cuda when a GPU is usable, else cpu)"
 
-const kvCacheHelp = "GPU KV cache element type: f16 (default), bf16 or f32 (f32 with float32 prefill is the exact configuration); the CPU keeps f32"
+const kvCacheHelp = "GPU KV cache type: f16 (default), bf16, f32 (with float32 prefill the exact configuration) or q8_0 (int8, a float32 scale per 32 elements: 0.56x the bytes of f16); the CPU keeps f32"
 
 // gpuOptions are the command-line choices of the CUDA backend shared by
 // run, serve and bench.

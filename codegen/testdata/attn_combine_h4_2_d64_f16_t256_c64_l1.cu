@@ -47,6 +47,7 @@ static __device__ __forceinline__ void pdl_launch() {
 #define GROUP 2 // query heads per kv head
 #define QSTRIDE 512
 #define SCALE 0.125f
+#define CROW (HKV * HD) // cache elements of a row
 #define CHUNK 64
 
 extern "C" __global__ void __launch_bounds__(64) attn_combine_h4_2_d64_f16_t256_c64_l1(

@@ -31,6 +31,7 @@ static __device__ __forceinline__ void pdl_launch() {
 #define GROUP 2 // query heads per kv head
 #define QSTRIDE 512
 #define SCALE 0.125f
+#define CROW (HKV * HD) // cache elements of a row
 #define NW 4 // warps, 16 queries each
 #define KB 64 // keys staged at a time
 #define LDK (HD + 8) // shared row stride in halves: rows start 16 bytes apart in bank order
@@ -133,7 +134,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_flash_h4_2_d64_f16_w4(
                 const int r = idx / (HD / 8), seg = idx % (HD / 8);
                 uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
                 if (c0 + r <= maxpos) {
-                    const size_t off = ((size_t)(b + c0 + r) * HKV + kvh) * HD + 8 * seg;
+                    const size_t off = (size_t)(b + c0 + r) * CROW + kvh * HD + 8 * seg;
                     kv = *(const uint4*)(kc + off);
                     vv = *(const uint4*)(vc + off);
                 }

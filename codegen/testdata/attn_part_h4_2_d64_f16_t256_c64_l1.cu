@@ -59,6 +59,7 @@ static __device__ __forceinline__ void pdl_launch() {
 #define GROUP 2 // query heads per kv head
 #define QSTRIDE 512
 #define SCALE 0.125f
+#define CROW (HKV * HD) // cache elements of a row
 #define CHUNK 64
 #define THREADS 256
 #define NW 8
@@ -113,7 +114,7 @@ extern "C" __global__ void __launch_bounds__(256) attn_part_h4_2_d64_f16_t256_c6
         return;
     }
     // this lane's first element of key 0 of the split
-    const size_t row0 = (size_t)(kv_base[seq] + j0) * HKV * HD + kvh * HD + gl * VEC;
+    const size_t row0 = (size_t)(kv_base[seq] + j0) * CROW + kvh * HD + gl * VEC;
     const int hp = 0; // one pass: all GROUP heads
     float qr[HT][EPL], acc[HT][EPL], m[HT], l[HT];
     #pragma unroll
@@ -136,7 +137,7 @@ extern "C" __global__ void __launch_bounds__(256) attn_part_h4_2_d64_f16_t256_c6
         #pragma unroll
         for (int u = 0; u < U; ++u) {
             // slots past the split's end reload its last key (in bounds) and are masked below
-            const size_t r = row0 + (size_t)min(jb + u * KPW + grp, n - 1) * (HKV * HD);
+            const size_t r = row0 + (size_t)min(jb + u * KPW + grp, n - 1) * CROW;
             #pragma unroll
             for (int i = 0; i < NV; ++i) {
                 kr[u][i] = *(const uint4*)(kc + r + i * (LPK * VEC));

@@ -59,6 +59,7 @@ static __device__ __forceinline__ void pdl_launch() {
 #define GROUP 2 // query heads per kv head
 #define QSTRIDE 512
 #define SCALE 0.125f
+#define CROW (HKV * HD) // cache elements of a row
 #define NW 4
 #define DPL (HD / 32) // head dims per lane
 
@@ -83,7 +84,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_prefill_h4_2_d64_f16_w4(
     }
     __syncwarp();
     const int nkeys = tok_pos[t] + 1;
-    const size_t base = (size_t)tok_base[t] * HKV * HD + kvh * HD;
+    const size_t base = (size_t)tok_base[t] * CROW + kvh * HD;
     float m = __int_as_float(0xff800000), l = 0.f;
     float o[DPL];
     #pragma unroll
@@ -95,7 +96,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_prefill_h4_2_d64_f16_w4(
         const int j = j0 + lane;
         float sc = __int_as_float(0xff800000);
         if (j < nkeys) {
-            const u16* kr = kc + base + (size_t)j * HKV * HD;
+            const u16* kr = kc + base + (size_t)j * CROW;
             float a = 0.f;
             #pragma unroll 8
             for (int d = 0; d < HD; ++d) {
@@ -114,7 +115,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_prefill_h4_2_d64_f16_w4(
         const int cnt = min(32, nkeys - j0);
         for (int jj = 0; jj < cnt; ++jj) {
             const float pj = __shfl_sync(0xffffffffu, p, jj);
-            const u16* vr = vc + base + (size_t)(j0 + jj) * HKV * HD;
+            const u16* vr = vc + base + (size_t)(j0 + jj) * CROW;
             #pragma unroll
             for (int i = 0; i < DPL; ++i) {
                 o[i] += pj * f16_to_f32(vr[lane + 32 * i]);

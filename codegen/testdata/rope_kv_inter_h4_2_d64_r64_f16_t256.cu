@@ -41,6 +41,7 @@ static __device__ __forceinline__ void pdl_launch() {
 #define HKV 2
 #define HD 64
 #define RD 64
+#define CROW (HKV * HD) // cache elements of a row
 #define STRIDE 512
 #define NT 256
 #define PAIRS 32 // element pairs per head
@@ -68,7 +69,7 @@ extern "C" __global__ void __launch_bounds__(256) rope_kv_inter_h4_2_d64_r64_f16
     const int lane = threadIdx.x / PAIRS, i0 = threadIdx.x % PAIRS;
     float* row = qkv + (size_t)t * STRIDE;
     const float p = (float)pos[t];
-    const size_t crow = (size_t)slot[t] * HKV * HD;
+    const size_t crow = (size_t)slot[t] * CROW;
     int pa[PPT], pb[PPT];
     float cs[PPT], sn[PPT];
     // the angles of this thread's pairs, shared by all its heads

@@ -42,7 +42,9 @@ type BackendOptions struct {
 	// Context is the KV positions per sequence (default the model's context
 	// length, capped at 4096).
 	Context int
-	// Cache is the KV cache element type: "f16" (default), "bf16" or "f32".
+	// Cache is the KV cache type: "f16" (default), "bf16", "f32" or "q8_0"
+	// (also "q8": int8 with a float32 scale per 32 elements, 0.56× the
+	// bytes of f16; codegen.CacheQ8).
 	Cache string
 	// PrefillTokens bounds the tokens of one prefill launch sequence
 	// (default 512); longer steps run in chunks.
@@ -254,8 +256,10 @@ func (o *BackendOptions) fill(hp ir.HParams) (dtype.Type, error) {
 		return dtype.BF16, nil
 	case "f32":
 		return dtype.F32, nil
+	case "q8_0", "q8":
+		return codegen.CacheQ8, nil
 	}
-	return 0, fmt.Errorf("%w: KV cache type %q (f16, bf16, f32)", ErrArg, o.Cache)
+	return 0, fmt.Errorf("%w: KV cache type %q (f16, bf16, f32, q8_0)", ErrArg, o.Cache)
 }
 
 // Lower builds m's graph and lowers it for both step classes with opts
@@ -661,7 +665,7 @@ func (b *Backend) MMAArm() codegen.MMAArm { return b.opts.Arms.MMA }
 // blocks: two waves once split; docs/PERFORMANCE.md).
 const DefaultMultiprocessors = codegen.DefaultMultiprocessors
 
-// envOptions applies the environment switches: MEMRA_KV_CACHE=f16|bf16|f32
+// envOptions applies the environment switches: MEMRA_KV_CACHE=f16|bf16|f32|q8_0
 // (the KV cache element type, when the caller chose none), and arms that
 // are not yet defaults (they become tunedb choices once measured):
 // MEMRA_SMALL_BATCH=1, MEMRA_FUSE=0, MEMRA_DECODE_LIVE=1|2, MEMRA_GEMV_QUANT and
