@@ -419,7 +419,7 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 					for _, c := range [][2]string{{kr, "kc"}, {vr, "vc"}} {
 						w.Linef("%s[u][i] = %s;", c[0], fmt.Sprintf(ld, fmt.Sprintf("(const %s*)(%s + r + i * (LPK * VEC))", raw, c[1])))
 						if q8 {
-							w.Linef("%s_s[u][i] = %s;", c[0], fmt.Sprintf(ld, fmt.Sprintf("(const float*)(%s + r + to_scales) + ((kvh * HD + (i * LPK + gl) * VEC) >> 5)", c[1])))
+							w.Linef("%s_s[u][i] = %s;", c[0], fmt.Sprintf(ld, fmt.Sprintf("((const float*)(%s + r + to_scales) + ((kvh * HD + (i * LPK + gl) * VEC) >> 5))", c[1])))
 						}
 					}
 				})

@@ -600,23 +600,30 @@ if [ "$MODE" = fromdef ]; then
 fi
 
 # kv8: the 8-bit KV cache (--kv-cache q8_0: int8 with an f32 scale per 32 elements, 0.5625x the
-# f16 cache's bytes). Most telling first: kernel-check of every kernel that writes or reads it (the
-# four shapes, checks and times) and of decode attention with the f16 cache beside it (llama3-8b),
-# CPU parity with it at 1, 2 and 16 sequences, then llama2-7b q4_k_m tg128@512 at batch 1 and 16
-# with it and with the f16 cache (N = 5, the same call's baseline), batch 32 and 64 with each
-# (N = 3), the CUDA batch tests with it, and the batch sweep with it and its plot.
+# f16 cache's bytes). Most telling first: kernel-check of every kernel that writes or reads it (three
+# shapes, checks and times) and of decode attention with the f16 cache beside it (llama3-8b), CPU
+# parity with it at 1, 2 and 16 sequences, llama2-7b q4_k_m tg128@512 at batch 1 and 16 with it and
+# with the f16 cache (N = 5, the same call's baseline), batch 16 with 4 and 2 keys in flight
+# (MEMRA_DECODE_U, N = 3), the CUDA batch tests with it, a profile of a batch-16 step with it, then
+# (KV8_LONG=1) batch 32 and 64 with each cache (N = 3) and the batch sweep with it and its plot.
 if [ "$MODE" = kv8 ]; then
-	step kv8-kernel-check "$BIN" kernel-check --shapes llama3-8b,qwen2.5-7b,qwen3-8b,tiny --types q4_k --only "q8_0 cache" --reps 5
+	step kv8-kernel-check "$BIN" kernel-check --shapes llama3-8b,qwen2.5-7b,qwen3-8b --types q4_k --only "q8_0 cache" --reps 5
 	step kv8-kernel-check-f16 "$BIN" kernel-check --shapes llama3-8b --types q4_k --only attn_decode --reps 5
 	for p in 1 2 16; do
 		step "kv8-parity-p$p" "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --cache q8_0 --tie-tol 0.02 --tie-sigma "$(sigma $p)"
 	done
 	step kv8-q8-b1-b16 switch_bench 1,16 MEMRA_KV_CACHE=q8_0
 	step kv8-f16-b1-b16 switch_bench 1,16 MEMRA_KV_CACHE=f16
-	step kv8-q8-b32-b64 model_bench llama2-7b q4_k_m 3 32,64 MEMRA_KV_CACHE=q8_0
-	step kv8-f16-b32-b64 model_bench llama2-7b q4_k_m 3 32,64 MEMRA_KV_CACHE=f16
+	for u in 4 2; do
+		step "kv8-q8-u$u-b16" model_bench llama2-7b q4_k_m 3 16 MEMRA_KV_CACHE=q8_0 MEMRA_DECODE_U=$u
+	done
 	step kv8-cuda-tests env MEMRA_KV_CACHE=q8_0 sh -c 'cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run "TestGPUBatchEqualsAlone|TestGPUGraphsEqualPlain"'
-	step kv8-sweep env MEMRA_KV_CACHE=q8_0 "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda -p 512 -n 128 -r 3 -b 1,2,4,8,16,32,64 --no-progress --perf-rows --plot "$OUT/kv8-sweep.svg"
+	step kv8-profile-b16 env MEMRA_KV_CACHE=q8_0 "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda -p 512 -n 16 -r 1 -b 16 --no-progress --profile
+	if [ -n "${KV8_LONG:-}" ]; then
+		step kv8-q8-b32-b64 model_bench llama2-7b q4_k_m 3 32,64 MEMRA_KV_CACHE=q8_0
+		step kv8-f16-b32-b64 model_bench llama2-7b q4_k_m 3 32,64 MEMRA_KV_CACHE=f16
+		step kv8-sweep env MEMRA_KV_CACHE=q8_0 "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda -p 512 -n 128 -r 3 -b 1,2,4,8,16,32,64 --no-progress --perf-rows --plot "$OUT/kv8-sweep.svg"
+	fi
 fi
 
 { [ "$MODE" = bench ] || [ "$MODE" = full ]; } && step gpu-bench env OUT="$OUT/bench" MODELS="$MODELS" scripts/gpu-bench.sh "$BIN"

@@ -33,7 +33,7 @@ func init() {
 	cmd.Flags().StringSlice("arch", nil, "NVRTC targets for --compile-only (default compute_90; e.g. sm_90a,sm_120a)")
 	cmd.Flags().Uint64("seed", 1, "random seed")
 	cmd.Flags().StringSlice("gemv-arms", nil, "extra GEMV arms of repacked weight types to check and time (e.g. t256_r8_u2_s1_l1_q16_w2)")
-	cmd.Flags().String("only", "", "check only the kernel families whose label contains this (e.g. gemv)")
+	cmd.Flags().String("only", "", "check only the kernels whose family or dtype column contains this (e.g. gemv, or \"q8_0 cache\")")
 	cmd.Flags().Int("reps", 20, "timed samples per kernel (median reported); 0 checks without timing")
 	rootCmd.AddCommand(cmd)
 }
@@ -107,7 +107,7 @@ func runKernelCheck(cmd *cobra.Command, _ []string) error {
 	var rows []kcRow
 	for _, s := range shapes {
 		for _, c := range check.KernelCheckCases(s, types, seed) {
-			if only != "" && !strings.Contains(c.Label, only) {
+			if only != "" && !strings.Contains(c.Label, only) && !strings.Contains(c.DType, only) {
 				continue
 			}
 			arms := append([]codegen.Point{c.Space().Default}, c.ExtraArms...)
