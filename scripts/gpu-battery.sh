@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|half|halfdef|from|fromdef|kv8|b1|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|half|halfdef|from|fromdef|kv8|kv8def|b1|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -626,6 +626,18 @@ if [ "$MODE" = kv8 ]; then
 	fi
 fi
 
+# kv8def: the 8-bit cache with its default of two keys in flight (about 3 minutes): kernel-check of
+# its decode attention (llama3-8b, checks and times), parity at 2 and 16 sequences, then llama2-7b
+# q4_k_m tg128@512 at batch 1 and 16 with it and with the f16 cache (N = 5, the same call's baseline).
+if [ "$MODE" = kv8def ]; then
+	step kv8def-kernel-check "$BIN" kernel-check --shapes llama3-8b --types q4_k --only "q8_0 cache" --reps 5
+	for p in 2 16; do
+		step "kv8def-parity-p$p" "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --cache q8_0 --tie-tol 0.02 --tie-sigma "$(sigma $p)"
+	done
+	step kv8def-q8-b1-b16 switch_bench 1,16 MEMRA_KV_CACHE=q8_0
+	step kv8def-f16-b1-b16 switch_bench 1,16 MEMRA_KV_CACHE=f16
+fi
+
 { [ "$MODE" = bench ] || [ "$MODE" = full ]; } && step gpu-bench env OUT="$OUT/bench" MODELS="$MODELS" scripts/gpu-bench.sh "$BIN"
 
 echo
@@ -665,6 +677,7 @@ case $MODE in rope | attn | both | split) grep -H -E '^\| 2.*tg' "$OUT/$MODE"-be
 [ "$MODE" = b1 ] && grep -H -E '^\| 2.*tg|^roofline' "$OUT"/b1-*.log
 case $MODE in drop | drop-f16) grep -H -E '^\| 2.*tg' "$OUT"/drop-*.log ;; esac
 [ "$MODE" = f16-prefill ] && grep -H -E '^\| 2|^roofline' "$OUT"/f16p-*.log
+[ "$MODE" = kv8def ] && grep -H -E '^\| 2.*tg' "$OUT"/kv8def-*.log
 [ "$MODE" = kv8 ] && grep -H -E '^\| 2.*tg|^roofline: NVIDIA' "$OUT"/kv8-*.log
 [ "$MODE" = goals ] && grep -H -E '^\| 2.*tg' "$OUT"/goals-*.log
 [ "${serve_on:-0}" = 1 ] && cat "$OUT"/serve-bench/*.md && grep -H -E '^\| 2' "$OUT"/serve-sweep.log 2>/dev/null
