@@ -3,18 +3,53 @@ package codegen
 import (
 	"fmt"
 	"math"
+	"math/bits"
 
 	"github.com/memra-ai/memra/ir/dtype"
 )
 
 // AttnShape is the constant shape of the attention kernels. Queries are read
 // from rows of QStride floats (the fused QKV row: q heads first); the KV
-// cache holds rows of [HeadsKV][HeadDim] elements of type Cache.
+// cache holds rows of [HeadsKV][HeadDim] elements of type Cache, in pages
+// of PageSize rows: position j of a sequence is row
+// pages[base + j/PageSize]·PageSize + j%PageSize, where pages is the step's
+// page table and base the sequence's offset in it (PageRow).
 type AttnShape struct {
 	Heads, HeadsKV, HeadDim int
 	QStride                 int // floats between consecutive tokens' query rows
 	Cache                   dtype.Type
 	Scale                   float32 // score scale; 0 means 1/sqrt(HeadDim)
+	PageSize                int     // cache rows a page, a power of two; 0 means DefaultPageSize
+}
+
+// DefaultPageSize is the KV cache page of AttnShape and LowerOptions where
+// they name none: 16 positions, so a prefix is reused to within 15 tokens.
+const DefaultPageSize = 16
+
+// MaxPageSize bounds AttnShape.PageSize.
+const MaxPageSize = 1024
+
+// page returns s's page size.
+func (s AttnShape) page() int {
+	if s.PageSize == 0 {
+		return DefaultPageSize
+	}
+	return s.PageSize
+}
+
+// CheckPageSize reports whether n is a valid cache page size: a power of
+// two from 1 to MaxPageSize.
+func CheckPageSize(n int) error {
+	if n < 1 || n > MaxPageSize || n&(n-1) != 0 {
+		return fmt.Errorf("%w: KV page size %d (a power of two from 1 to %d)", ErrUnsupported, n, MaxPageSize)
+	}
+	return nil
+}
+
+// PageRow is the cache row of position j of a sequence whose page table
+// starts at pages[base]: the host's mirror of the kernels' PROW.
+func PageRow(pages []int32, base, j, pageSize int) int {
+	return int(pages[base+j/pageSize])*pageSize + j%pageSize
 }
 
 func (s AttnShape) scale() float32 {
@@ -33,11 +68,14 @@ func (s AttnShape) validate() error {
 	case s.QStride < s.Heads*s.HeadDim:
 		return fmt.Errorf("%w: query stride %d < %d", ErrUnsupported, s.QStride, s.Heads*s.HeadDim)
 	}
+	if err := CheckPageSize(s.page()); err != nil {
+		return err
+	}
 	return CheckCacheRow(s.Cache, s.HeadsKV, s.HeadDim)
 }
 
 func (s AttnShape) tag() string {
-	return fmt.Sprintf("h%d_%d_d%d_%s", s.Heads, s.HeadsKV, s.HeadDim, typeTag(s.Cache))
+	return fmt.Sprintf("h%d_%d_d%d_%s_pg%d", s.Heads, s.HeadsKV, s.HeadDim, typeTag(s.Cache), s.page())
 }
 
 func (s AttnShape) defines(w *Writer) {
@@ -48,6 +86,8 @@ func (s AttnShape) defines(w *Writer) {
 	w.Linef("#define QSTRIDE %d", s.QStride)
 	w.Linef("#define SCALE %s", cfloat(s.scale()))
 	cacheRowDefine(w, s.Cache)
+	w.Linef("#define PLOG %d // log2 of the cache rows a page", bits.TrailingZeros(uint(s.page())))
+	w.Line("#define PROW(pt, j) (((size_t)(pt)[(j) >> PLOG] << PLOG) | (size_t)((j) & ((1 << PLOG) - 1))) // the cache row of position j of page table pt")
 }
 
 // DecodeArm is the tuning of split-KV decode attention.
@@ -161,10 +201,11 @@ func (a DecodeArm) tile(s AttnShape) decodeTiling {
 func (a DecodeArm) liveChunk(w *Writer, nseq string) {
 	switch a.Live {
 	case 2:
-		w.Line("const int chunk = min(CHUNK, max(32, ((len + splits - 1) / splits + 31) & ~31));")
+		w.Comment("at least the keys that cover len in splits (more than CHUNK where the splits were capped, MaxLiveSplits)")
+		w.Line("const int chunk = max(min(CHUNK, max(32, ((len + splits - 1) / splits + 31) & ~31)), ((len + splits - 1) / splits + 31) & ~31);")
 	case 3:
 		w.Linef("const int want = (%d + HKV * %s - 1) / (HKV * %s); // splits that give each multiprocessor a block", a.SMs, nseq, nseq)
-		w.Line("const int chunk = min(CHUNK, max(32, (max((len + splits - 1) / splits, (len + want - 1) / want) + 31) & ~31));")
+		w.Line("const int chunk = max(min(CHUNK, max(32, (max((len + splits - 1) / splits, (len + want - 1) / want) + 31) & ~31)), ((len + splits - 1) / splits + 31) & ~31);")
 	default:
 		w.Line("const int chunk = CHUNK;")
 	}
@@ -177,10 +218,10 @@ func (a DecodeArm) ChunkFor(kvLen, splits, seqs, hkv int) int {
 	up := func(n int) int { return (n + 31) &^ 31 }
 	switch a.Live {
 	case 2:
-		return min(a.Chunk, max(32, up(ceilDiv(kvLen, splits))))
+		return max(min(a.Chunk, max(32, up(ceilDiv(kvLen, splits)))), up(ceilDiv(kvLen, splits)))
 	case 3:
 		want := ceilDiv(a.SMs, hkv*seqs)
-		return min(a.Chunk, max(32, up(max(ceilDiv(kvLen, splits), ceilDiv(kvLen, want)))))
+		return max(min(a.Chunk, max(32, up(max(ceilDiv(kvLen, splits), ceilDiv(kvLen, want))))), up(ceilDiv(kvLen, splits)))
 	}
 	return a.Chunk
 }
@@ -199,25 +240,38 @@ func (a DecodeArm) liveSplits(w *Writer) string {
 // Splits returns the number of KV splits for a key length (the cache
 // capacity): one a Chunk of keys, and for a Live 2 arm at least
 // MinSplits where the capacity has 32 keys for each.
+//
+// The live arms (2 and 3) take at most MaxLiveSplits: their chunk grows
+// past Chunk where a long capacity would otherwise launch thousands of
+// blocks a kv head that find no key (a 32k-position cache in 128-key
+// splits is 256 of them, for a sequence of a few hundred keys).
 func (a DecodeArm) Splits(kvLen int) int {
 	n := max(1, ceilDiv(kvLen, a.Chunk))
 	if a.Live == 2 && a.MinSplits > n {
 		n = max(n, min(a.MinSplits, kvLen/32))
 	}
+	if a.Live >= 2 {
+		n = min(n, MaxLiveSplits)
+	}
 	return n
 }
+
+// MaxLiveSplits bounds the splits of the live decode attention arms
+// (DecodeArm.Splits): 32, the count a 4096-position cache in the default
+// 128-key chunks already had.
+const MaxLiveSplits = 32
 
 // DecodeAttention returns the two kernels of flash-decoding for one query
 // token per sequence. The partial kernel handles (kv head, split, seq), all
 // GROUP query heads of the kv head at once, so each key and value row is
 // read once per group:
 //
-//	attn_part(const float* q, const cache_t* kc, const cache_t* vc,
+//	attn_part(const float* q, const cache_t* kc, const cache_t* vc, const int* pages,
 //	          const int* kv_base, const int* kv_len, float* part_o, float* part_ml, int splits)
 //
 // writing each query head's normalised split output part_o
-// [seq][head][split][HD] and its (max, sum) pair part_ml; keys of sequence s
-// are cache rows kv_base[s] .. kv_base[s]+kv_len[s]-1. The combine kernel
+// [seq][head][split][HD] and its (max, sum) pair part_ml; key j < kv_len[s]
+// of sequence s is cache row PageRow(pages, kv_base[s], j). The combine kernel
 // merges the splits by log-sum-exp into out [seq][HQ·HD]:
 //
 //	attn_combine(const float* part_o, const float* part_ml, const int* kv_len, float* out, int splits)
@@ -258,8 +312,8 @@ func decodeAttention(s AttnShape, arm DecodeArm, xq bool) (partial, combine *Ker
 // splits' blocks to finish combines their partials (the same arithmetic as
 // the combine kernel) into out, or with xq into quantised rows xo:
 //
-//	attn_fused(const float* q, const cache_t* kc, const cache_t* vc, const int* kv_base,
-//	           const int* kv_len, float* part_o, float* part_ml, float* out | u8* xo,
+//	attn_fused(const float* q, const cache_t* kc, const cache_t* vc, const int* pages,
+//	           const int* kv_base, const int* kv_len, float* part_o, float* part_ml, float* out | u8* xo,
 //	           unsigned* counters, int splits)
 //
 // counters holds one zeroed word per (sequence, kv head) ([seq][HKV]); the
@@ -284,8 +338,8 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 	ct := cacheCType(s.Cache)
 	pname := fmt.Sprintf("attn_part_%s_%s", s.tag(), arm)
 	pparams := []Param{{"const float* __restrict__", "q"}, {"const " + ct + "* __restrict__", "kc"}, {"const " + ct + "* __restrict__", "vc"},
-		{"const int* __restrict__", "kv_base"}, {"const int* __restrict__", "kv_len"}, {"float* __restrict__", "part_o"},
-		{"float* __restrict__", "part_ml"}, {"int", "splits"}}
+		{"const int* __restrict__", "pages"}, {"const int* __restrict__", "kv_base"}, {"const int* __restrict__", "kv_len"},
+		{"float* __restrict__", "part_o"}, {"float* __restrict__", "part_ml"}, {"int", "splits"}}
 	what := "partials"
 	if fused {
 		pname = fmt.Sprintf("attn_fused_%s_%s", s.tag(), arm)
@@ -296,7 +350,7 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 			out = Param{"u8* __restrict__", "xo"}
 			what += " into int8 rows"
 		}
-		pparams = append(pparams[:7:7], out, Param{"unsigned* __restrict__", "counters"}, pparams[7])
+		pparams = append(pparams[:8:8], out, Param{"unsigned* __restrict__", "counters"}, pparams[8])
 	}
 	tl := arm.tile(s)
 	group := s.Heads / s.HeadsKV
@@ -396,8 +450,9 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 				}
 				w.Line("return;")
 			})
-			w.Comment("this lane's first element of key 0 of the split")
-			w.Line("const size_t row0 = (size_t)(kv_base[seq] + j0) * CROW + kvh * HD + gl * VEC;")
+			w.Comment("the sequence's page table, and this lane's first element within a key row")
+			w.Line("const int* __restrict__ pt = pages + kv_base[seq];")
+			w.Line("const int e0 = kvh * HD + gl * VEC;")
 			if q8 {
 				w.Comment("from a lane's first element r of a row to the row's scales (16-byte aligned)")
 				w.Line("const int to_scales = HKV * HD - kvh * HD - gl * VEC;")
@@ -428,7 +483,7 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 			load := func(jb, kr, vr string) {
 				w.For("u", "0", "U", "1", -1, func() {
 					w.Comment("slots past the split's end reload its last key (in bounds) and are masked below")
-					w.Linef("const size_t r = row0 + (size_t)min(%s + u * KPW + grp, n - 1) * CROW;", jb)
+					w.Linef("const size_t r = PROW(pt, j0 + min(%s + u * KPW + grp, n - 1)) * CROW + e0;", jb)
 					rowLoads(kr, vr, "*%s")
 				})
 			}
@@ -446,7 +501,7 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 						w.Line("const int j = min(jf + u * KPW + grp, n - 1);")
 						w.If("j0 + j == len - 1", func() {
 							w.Comment("past L1, which may hold the line as it was before the wait")
-							w.Line("const size_t r = row0 + (size_t)j * CROW;")
+							w.Line("const size_t r = PROW(pt, j0 + j) * CROW + e0;")
 							rowLoads("kp", "vp", "__ldcg(%s)")
 						})
 					})

@@ -21,12 +21,13 @@ import (
 // the online softmax, the shared-memory merge of the warps and the combine.
 // It returns the combined output and the partials (part_o and part_ml start
 // as NaN, so what the partial kernel leaves unwritten stays NaN). Every
-// cache row read is checked to lie inside its sequence's live keys. For
+// key read is checked to lie inside its sequence's live keys, and found
+// through the sequence's page table (pages from base[seq]). For
 // the 8-bit cache kb and vb hold the cache bytes (kc and vc are unused):
 // each lane reads its int8 vectors and their block scales at the byte
 // offsets the kernel computes (CROW, to_scales), takes the scale on each
 // vector's partial dot for keys and on the probability for values.
-func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32, base, lens []int32, kc, vc []float32, kb, vb []byte) (out, po, pml []float32) {
+func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32, pages, base, lens []int32, kc, vc []float32, kb, vb []byte) (out, po, pml []float32) {
 	tl := arm.tile(s)
 	HD, G, HQ, HKV := s.HeadDim, s.Heads/s.HeadsKV, s.Heads, s.HeadsKV
 	NW, KPW, EPL := arm.Threads/32, tl.kpw(), tl.epl()
@@ -76,13 +77,13 @@ func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32
 				}
 				// cache element of lane gl's vector i, element t, of key j of the split
 				elem := func(j, gl, i, e int) int {
-					row := int(base[seq]) + j0 + j
-					require.True(t, row >= int(base[seq]) && row < int(base[seq])+n0, "row %d outside the live keys", row)
+					require.True(t, j >= 0 && j0+j < n0, "key %d outside the live keys", j0+j)
+					row := PageRow(pages, int(base[seq]), j0+j, s.page())
 					return row*crow + kvh*HD + (i*tl.lpk+gl)*tl.vec + e
 				}
 				// the 8-bit cache's scale of lane gl's vector i of key j, as the kernel addresses it
 				scaleAt := func(c []byte, j, gl, i int) float32 {
-					r := (int(base[seq])+j0)*crow + kvh*HD + gl*tl.vec + j*crow
+					r := PageRow(pages, int(base[seq]), j0+j, s.page())*crow + kvh*HD + gl*tl.vec
 					toScales := HKV*HD - kvh*HD - gl*tl.vec
 					off := r + toScales + 4*((kvh*HD+(i*tl.lpk+gl)*tl.vec)>>5)
 					require.Zero(t, off%4, "misaligned scale")
@@ -327,11 +328,7 @@ func TestDecodeKernelEmulation(t *testing.T) {
 			name := fmt.Sprintf("g%d_d%d_%v/%v", c.group, c.hd, c.cache, arm)
 			t.Run(name, func(t *testing.T) {
 				splits := arm.Splits(capacity)
-				base := make([]int32, len(lens))
-				for i := range base {
-					base[i] = int32(i*(capacity+5) + 3)
-				}
-				rows := len(lens)*(capacity+5) + 3
+				pages, base, rows := scatterPages(r, len(lens), capacity, s.page())
 				kvw := s.HeadsKV * s.HeadDim
 				kc, vc := randF32(r, rows*kvw), randF32(r, rows*kvw)
 				var kb, vb []byte
@@ -348,8 +345,8 @@ func TestDecodeKernelEmulation(t *testing.T) {
 					requireQ8ScaleLoads(t, s, arm)
 				}
 				q := randF32(r, len(lens)*s.QStride)
-				got, po, pml := emuDecode(t, s, arm, splits, q, base, lens, kc, vc, kb, vb)
-				want := RefAttention(s, q, base, lens, kc, vc)
+				got, po, pml := emuDecode(t, s, arm, splits, q, pages, base, lens, kc, vc, kb, vb)
+				want := RefAttention(s, q, base, lens, pages, kc, vc)
 				require.Less(t, RelErr(got, want), 1e-5)
 				// the partials: written exactly where the contract says
 				chunk := arm.Chunk
@@ -387,7 +384,7 @@ func TestDecodeKernelEmulation(t *testing.T) {
 	s := AttnShape{Heads: 4, HeadsKV: 1, HeadDim: 64, QStride: 256, Cache: dtype.F16}
 	for _, live := range []int{0, 2} {
 		arm := DecodeArm{Threads: 128, Chunk: 64, Live: live}
-		z, _, _ := emuDecode(t, s, arm, 8, make([]float32, s.QStride), []int32{0}, []int32{0}, nil, nil, nil, nil)
+		z, _, _ := emuDecode(t, s, arm, 8, make([]float32, s.QStride), []int32{0}, []int32{0}, []int32{0}, nil, nil, nil, nil)
 		for _, v := range z {
 			require.Zero(t, v)
 		}
@@ -426,17 +423,20 @@ func TestDecodeTile(t *testing.T) {
 }
 
 // TestDecodeArmSplits: a live-spread arm's MinSplits raises a short
-// capacity's split count, never past 32 keys a split, and other arms keep
-// capacity/Chunk.
+// capacity's split count, never past 32 keys a split, the live arms take
+// at most MaxLiveSplits, and other arms keep capacity/Chunk.
 func TestDecodeArmSplits(t *testing.T) {
 	for _, c := range []struct {
 		arm         DecodeArm
 		kvLen, want int
 	}{
 		{DecodeArm{Chunk: 128, Live: 2}, 640, 5},
-		{DecodeArm{Chunk: 128, Live: 2, MinSplits: 32}, 640, 20},  // 32 keys a split
-		{DecodeArm{Chunk: 128, Live: 2, MinSplits: 32}, 4096, 32}, // the chunk's own count
-		{DecodeArm{Chunk: 128, Live: 2, MinSplits: 32}, 8192, 64},
+		{DecodeArm{Chunk: 128, Live: 2, MinSplits: 32}, 640, 20},             // 32 keys a split
+		{DecodeArm{Chunk: 128, Live: 2, MinSplits: 32}, 4096, 32},            // the chunk's own count
+		{DecodeArm{Chunk: 128, Live: 2, MinSplits: 32}, 8192, MaxLiveSplits}, // capped: longer chunks instead
+		{DecodeArm{Chunk: 128, Live: 2}, 32768, MaxLiveSplits},
+		{DecodeArm{Chunk: 128, Live: 3, SMs: 132}, 131072, MaxLiveSplits},
+		{DecodeArm{Chunk: 128, Live: 1}, 32768, 256}, // fixed chunks are never capped (lowering makes them live 2)
 		{DecodeArm{Chunk: 64, Live: 2, MinSplits: 8}, 200, 6},
 		{DecodeArm{Chunk: 128, Live: 2, MinSplits: 32}, 16, 1},
 		{DecodeArm{Chunk: 128, Live: 1, MinSplits: 32}, 640, 5}, // fixed chunks: more splits would be empty

@@ -219,7 +219,7 @@ func GatherRows(width int, arm BlockArm) (*Kernel, error) {
 // families in attention.go and prefill.go need a multiple of 32), with the
 // parameters of PrefillAttention:
 //
-//	attn_warp(const float* q, const cache_t* kc, const cache_t* vc,
+//	attn_warp(const float* q, const cache_t* kc, const cache_t* vc, const int* pages,
 //	          const int* tok_base, const int* tok_pos, float* out, int ntok)
 //
 // One warp per (token, head), each lane scoring one key of a group of 32
@@ -239,7 +239,7 @@ func WarpAttention(s AttnShape, arm PrefillArm) (*Kernel, error) {
 	dpl := ceilDiv(s.HeadDim, 32)
 	name := fmt.Sprintf("attn_warp_%s_q%d_%s", s.tag(), s.QStride, arm)
 	params := []Param{{"const float* __restrict__", "q"}, {"const " + ct + "* __restrict__", "kc"}, {"const " + ct + "* __restrict__", "vc"},
-		{"const int* __restrict__", "tok_base"}, {"const int* __restrict__", "tok_pos"}, {"float* __restrict__", "out"}, {"int", "ntok"}}
+		{"const int* __restrict__", "pages"}, {"const int* __restrict__", "tok_base"}, {"const int* __restrict__", "tok_pos"}, {"float* __restrict__", "out"}, {"int", "ntok"}}
 	src := source(fmt.Sprintf("causal attention, one warp per query: %s, query stride %d, %v", s.tag(), s.QStride, arm),
 		append(cacheHelpers(s.Cache), "warp", "pdl"), func(w *Writer) {
 			s.defines(w)

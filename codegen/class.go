@@ -137,6 +137,11 @@ func (l *lowerer) decodeArm(class string) DecodeArm {
 	if p, ok := l.picked(family, class); ok {
 		arm = DecodeArmOf(p)
 	}
+	if arm.Live == 1 && ceilDiv(l.o.Context, arm.Chunk) > MaxLiveSplits {
+		// fixed chunks over a long capacity launch blocks that find no key
+		// by the thousand: spread the live keys instead (DecodeArm.Splits)
+		arm.Live = 2
+	}
 	switch arm.Live {
 	case 2:
 		arm.MinSplits = l.o.DecodeMinSplits

@@ -132,7 +132,7 @@ func TestRefAttentionUniform(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	const keys = 5
 	kc, vc := randF32(r, keys*32), randF32(r, keys*32)
-	out := RefAttention(s, make([]float32, 64), []int32{0}, []int32{keys}, kc, vc)
+	out := RefAttention(s, make([]float32, 64), []int32{0}, []int32{keys}, []int32{0}, kc, vc)
 	for d := 0; d < 32; d++ {
 		var mean float64
 		for j := 0; j < keys; j++ {

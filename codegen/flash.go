@@ -35,7 +35,7 @@ func FlashSupported(s AttnShape) bool {
 // (mma.sync m16n8k16, f16 operands, f32 accumulation), with the parameters
 // and results of PrefillAttention:
 //
-//	attn_flash(const float* q, const cache_t* kc, const cache_t* vc,
+//	attn_flash(const float* q, const cache_t* kc, const cache_t* vc, const int* pages,
 //	           const int* tok_base, const int* tok_pos, float* out, int ntok)
 //
 // (cache_t u16 for the f16 cache; u8 for the 8-bit one, whose rows are
@@ -43,7 +43,8 @@ func FlashSupported(s AttnShape) bool {
 //
 // A block takes 16·Warps consecutive tokens of one query head; each warp
 // holds 16 of them as an m16 tile. For each run of tokens of one sequence
-// (one tok_base) in the block, the block stages that sequence's keys and
+// (one tok_base: the sequence's page table, pages + tok_base) in the block,
+// the block stages that sequence's keys and
 // values, flashKeys rows at a time, in shared memory; each warp scores its
 // queries against them (Q·Kᵀ, the B fragments read by ldmatrix), masks
 // the keys past each token's position and those of other sequences, keeps
@@ -61,7 +62,7 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 	name := fmt.Sprintf("attn_flash_%s_w%d", s.tag(), arm.Warps)
 	ct := cacheCType(s.Cache)
 	params := []Param{{"const float* __restrict__", "q"}, {"const " + ct + "* __restrict__", "kc"}, {"const " + ct + "* __restrict__", "vc"},
-		{"const int* __restrict__", "tok_base"}, {"const int* __restrict__", "tok_pos"}, {"float* __restrict__", "out"}, {"int", "ntok"}}
+		{"const int* __restrict__", "pages"}, {"const int* __restrict__", "tok_base"}, {"const int* __restrict__", "tok_pos"}, {"float* __restrict__", "out"}, {"int", "ntok"}}
 	threads := 32 * arm.Warps
 	q8 := s.Cache == CacheQ8
 	src := source(fmt.Sprintf("causal prefill attention on tensor cores: %s, %d warps", s.tag(), arm.Warps), []string{"types", "pdl"}, func(w *Writer) {
@@ -112,7 +113,7 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 			w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
 			w.Line("const int h = blockIdx.y, kvh = h / GROUP, t0 = blockIdx.x * (NW * 16);")
 			w.Line("pdl_wait();")
-			w.Comment("the block's tokens: sequence (cache row of position 0) and position; -1 past ntok")
+			w.Comment("the block's tokens: sequence (its page table's offset in pages) and position; -1 past ntok")
 			w.For("i", "threadIdx.x", "NW * 16", "NW * 32", 0, func() {
 				w.Line("const bool ok = t0 + i < ntok;")
 				w.Line("sb[i] = ok ? tok_base[t0 + i] : -1;")
@@ -156,9 +157,10 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 						w.Line("const int r = idx / (HD / 8), seg = idx % (HD / 8);")
 						w.Line("uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;")
 						w.If("c0 + r <= maxpos", func() {
-							w.Line("const size_t off = (size_t)(b + c0 + r) * CROW + kvh * HD + 8 * seg;")
+							w.Line("const size_t row = PROW(pages + b, c0 + r);")
+							w.Line("const size_t off = row * CROW + kvh * HD + 8 * seg;")
 							if q8 {
-								w.Line("const size_t so = (size_t)(b + c0 + r) * CROW + HKV * HD + 4 * ((kvh * HD + 8 * seg) >> 5); // the block's scale")
+								w.Line("const size_t so = row * CROW + HKV * HD + 4 * ((kvh * HD + 8 * seg) >> 5); // the block's scale")
 								w.Line("kv = q8_h8(*(const uint2*)(kc + off), *(const float*)(kc + so));")
 								w.Line("vv = q8_h8(*(const uint2*)(vc + off), *(const float*)(vc + so));")
 							} else {

@@ -41,12 +41,12 @@ func TestLowerSmallBatch(t *testing.T) {
 // simDecodeLive mirrors the live-length partial and combine kernels in Go
 // (chunk rule, neutral partials of empty splits, the combine's live-split
 // bound and its skip of sum-0 partials), in float64.
-func simDecodeLive(s AttnShape, arm DecodeArm, splits int, q []float32, base, lens []int32, kc, vc []float32) []float32 {
+func simDecodeLive(s AttnShape, arm DecodeArm, splits int, q []float32, pages, base, lens []int32, kc, vc []float32) []float32 {
 	D, G, kvw := s.HeadDim, s.Heads/s.HeadsKV, s.HeadsKV*s.HeadDim
 	scale := float64(s.scale())
 	chunkOf := func(n int) int {
 		if arm.Live == 2 {
-			return min(arm.Chunk, max(32, ((n+splits-1)/splits+31)&^31))
+			return arm.ChunkFor(n, splits, len(lens), s.HeadsKV)
 		}
 		return arm.Chunk
 	}
@@ -68,7 +68,7 @@ func simDecodeLive(s AttnShape, arm DecodeArm, splits int, q []float32, base, le
 				sc := make([]float64, cnt)
 				m := math.Inf(-1)
 				for j := range sc {
-					row := kc[(int(base[seq])+j0+j)*kvw+h/G*D:]
+					row := kc[PageRow(pages, int(base[seq]), j0+j, s.page())*kvw+h/G*D:]
 					for d := 0; d < D; d++ {
 						sc[j] += float64(qh[d]) * scale * float64(row[d])
 					}
@@ -82,7 +82,7 @@ func simDecodeLive(s AttnShape, arm DecodeArm, splits int, q []float32, base, le
 				po[sp] = make([]float64, D)
 				for d := 0; d < D; d++ {
 					for j, p := range sc {
-						po[sp][d] += p * float64(vc[(int(base[seq])+j0+j)*kvw+h/G*D+d])
+						po[sp][d] += p * float64(vc[PageRow(pages, int(base[seq]), j0+j, s.page())*kvw+h/G*D+d])
 					}
 					po[sp][d] /= sum
 				}
@@ -128,22 +128,18 @@ func TestDecodeLiveCombineMath(t *testing.T) {
 		splits := arm.Splits(capacity)
 		for _, tc := range tests {
 			t.Run(arm.String()+"/"+tc.name, func(t *testing.T) {
-				base := make([]int32, len(tc.lens))
-				for i := range base {
-					base[i] = int32(i * (capacity + 3))
-				}
-				rows := len(tc.lens) * (capacity + 3)
+				pages, base, rows := scatterPages(r, len(tc.lens), capacity, s.page())
 				kc, vc := randF32(r, rows*s.HeadsKV*s.HeadDim), randF32(r, rows*s.HeadsKV*s.HeadDim)
 				q := randF32(r, len(tc.lens)*s.QStride)
-				got := simDecodeLive(s, arm, splits, q, base, tc.lens, kc, vc)
-				want := RefAttention(s, q, base, tc.lens, kc, vc)
+				got := simDecodeLive(s, arm, splits, q, pages, base, tc.lens, kc, vc)
+				want := RefAttention(s, q, base, tc.lens, pages, kc, vc)
 				require.Less(t, RelErr(got, want), 1e-6)
 			})
 		}
 	}
 	// a sequence with no keys yields zeros, not NaN
 	arm := DecodeArm{Threads: 64, Chunk: 64, Live: 2}
-	z := simDecodeLive(s, arm, 8, make([]float32, s.QStride), []int32{0}, []int32{0}, nil, nil)
+	z := simDecodeLive(s, arm, 8, make([]float32, s.QStride), []int32{0}, []int32{0}, []int32{0}, nil, nil)
 	for _, v := range z {
 		require.Zero(t, v)
 	}

@@ -699,8 +699,8 @@ func TestLowerFusedAttention(t *testing.T) {
 			}
 			fused++
 			require.Len(t, ln.Args, len(k.Params))
-			require.Equal(t, "counters", k.Params[8].Name)
-			w := ln.Args[8]
+			require.Equal(t, "counters", k.Params[9].Name)
+			w := ln.Args[9]
 			require.Equal(t, ArgWeight, w.Kind)
 			if counters >= 0 {
 				require.Equal(t, counters, w.Index, "one counter weight for every layer")

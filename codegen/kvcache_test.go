@@ -135,7 +135,7 @@ func TestLowerCacheQ8(t *testing.T) {
 	q8, err := Lower(g, o)
 	require.NoError(t, err)
 	require.Equal(t, smallQwen3.Layers, launchesOf(q8, "rope_kv"))
-	require.Equal(t, f16.CacheBytes(3)*9/16, q8.CacheBytes(3))
+	require.Equal(t, f16.PageBytes()*9/16, q8.PageBytes())
 	for _, k := range q8.Kernels {
 		if k.Family == "rope_kv" || k.Family == "attn_decode" {
 			require.Contains(t, k.Source, "CROW (HKV * HD + HKV * HD / 8)", k.Name)

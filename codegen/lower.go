@@ -91,6 +91,10 @@ type LowerOptions struct {
 	MaxTokens int // largest T of a step (decode: forced to MaxSeqs)
 	MaxSeqs   int // largest S
 	Context   int // KV positions per sequence
+	// PageSize is the KV cache page in positions (a power of two; 0 means
+	// DefaultPageSize): attention reads a sequence's keys through its page
+	// table (AttnShape, ArgPages).
+	PageSize int
 	// Cache is the KV cache type: F32 (the zero value), F16, BF16 or
 	// CacheQ8 (int8 with a float32 scale per 32 elements).
 	Cache dtype.Type
@@ -307,12 +311,18 @@ func lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 	if err := checkCache(opts.Cache); err != nil {
 		return nil, err
 	}
+	if opts.PageSize == 0 {
+		opts.PageSize = DefaultPageSize
+	}
+	if err := CheckPageSize(opts.PageSize); err != nil {
+		return nil, err
+	}
 	l := &lowerer{g: g, o: opts, users: g.Users(), kernels: map[string]int{}, weights: map[string]int{},
 		val: map[int]view{}, done: map[int]bool{}, arms: opts.Arms.WithDefaults(), repacked: map[int]bool{},
 		swiglus: map[int]bool{}, preQuant: map[xqKey]preQuant{}, xqLaunches: map[int]xqLaunch{},
 		halfRows: map[int]halfUse{}}
 	l.p = &Program{Model: g.Name, Arch: g.Arch, Class: opts.Class, MaxTokens: opts.MaxTokens, MaxSeqs: opts.MaxSeqs,
-		Context: opts.Context, Cache: opts.Cache, Layers: g.Consts["layers"],
+		Context: opts.Context, PageSize: opts.PageSize, Cache: opts.Cache, Layers: g.Consts["layers"],
 		KVWidth: g.Consts["heads_kv"] * g.Consts["head_dim"], Vocab: g.Consts["vocab"], Logits: -1, Argmax: -1,
 		HiddenIn: -1, HiddenOut: -1}
 	for _, n := range g.Nodes {
@@ -444,6 +454,7 @@ func inArg(in Input) Arg { return Arg{Kind: ArgInput, Index: int(in)} }
 func constArg(v int) Arg { return Arg{Kind: ArgConst, Value: v} }
 func rowsArg() Arg       { return Arg{Kind: ArgRows} }
 func nullArg() Arg       { return Arg{Kind: ArgNull} }
+func pagesArg() Arg      { return Arg{Kind: ArgPages} }
 func cacheArg(layer int, v bool) Arg {
 	if v {
 		return Arg{Kind: ArgVCache, Index: layer}

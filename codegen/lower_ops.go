@@ -1173,7 +1173,7 @@ func (l *lowerer) attention(att *ir.Node) error {
 	cn := att.Args[1]
 	layer := cn.Int("layer")
 	H, D, Hkv := int(att.Shape[1]), int(att.Shape[2]), int(cn.Args[0].Shape[1])
-	s := AttnShape{Heads: H, HeadsKV: Hkv, HeadDim: D, QStride: q.stride, Cache: l.o.Cache, Scale: attnScale(att)}
+	s := AttnShape{Heads: H, HeadsKV: Hkv, HeadDim: D, QStride: q.stride, Cache: l.o.Cache, Scale: attnScale(att), PageSize: l.o.PageSize}
 	rows := att.Shape[0]
 	ob := l.buffer("attn", rows, H*D)
 	out := view{buf: ob, width: H * D, stride: H * D}
@@ -1185,7 +1185,7 @@ func (l *lowerer) attention(att *ir.Node) error {
 		if err != nil {
 			return err
 		}
-		l.launch(k, rows, []int{att.ID}, qa, kc, vc, inArg(InTokBase), inArg(InPositions), bufArg(out), rowsArg())
+		l.launch(k, rows, []int{att.ID}, qa, kc, vc, pagesArg(), inArg(InTokBase), inArg(InPositions), bufArg(out), rowsArg())
 	case l.o.Class == Decode:
 		arm := l.decodeArm(AttnClass(s))
 		if arm.Preload {
@@ -1222,7 +1222,7 @@ func (l *lowerer) attention(att *ir.Node) error {
 			n := l.o.MaxSeqs * Hkv
 			counters := l.weight("attn_counters", WeightRef{Name: "attn_counters", Kind: WeightVector, Type: dtype.F32,
 				Parts: []WeightPart{{Rows: n, PadRows: n}}})
-			writeDst(kf, qa, kc, vc, inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), bufArg(dst), wArg(counters), constArg(splits))
+			writeDst(kf, qa, kc, vc, pagesArg(), inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), bufArg(dst), wArg(counters), constArg(splits))
 			break
 		}
 		attn := DecodeAttention
@@ -1234,7 +1234,7 @@ func (l *lowerer) attention(att *ir.Node) error {
 			return err
 		}
 		kp, _ := l.kernel(p, nil)
-		l.launch(kp, ir.S, []int{att.ID}, qa, kc, vc, inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), constArg(splits))
+		l.launch(kp, ir.S, []int{att.ID}, qa, kc, vc, pagesArg(), inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), constArg(splits))
 		kc2, _ := l.kernel(c, nil)
 		writeDst(kc2, bufArg(pov), bufArg(pmlv), inArg(InKVLen), bufArg(dst), constArg(splits))
 	default:
@@ -1248,7 +1248,7 @@ func (l *lowerer) attention(att *ir.Node) error {
 		if err != nil {
 			return err
 		}
-		l.launch(k, rows, []int{att.ID}, qa, kc, vc, inArg(InTokBase), inArg(InPositions), bufArg(out), rowsArg())
+		l.launch(k, rows, []int{att.ID}, qa, kc, vc, pagesArg(), inArg(InTokBase), inArg(InPositions), bufArg(out), rowsArg())
 	}
 	l.val[att.ID] = out
 	return nil

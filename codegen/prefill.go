@@ -35,11 +35,12 @@ func (a PrefillArm) String() string { return fmt.Sprintf("w%d", a.Warps) }
 // PrefillAttention returns causal attention for a step's tokens, each
 // attending to the cache rows of its own sequence up to its own position:
 //
-//	attn_prefill(const float* q, const cache_t* kc, const cache_t* vc,
+//	attn_prefill(const float* q, const cache_t* kc, const cache_t* vc, const int* pages,
 //	             const int* tok_base, const int* tok_pos, float* out, int ntok)
 //
-// Token t reads keys at cache rows tok_base[t] .. tok_base[t]+tok_pos[t]
-// (its own key included, so RoPE/KV write runs first) and writes
+// Token t reads its sequence's keys 0 .. tok_pos[t] at cache rows
+// PageRow(pages, tok_base[t], j) (its own key included, so RoPE/KV write
+// runs first) and writes
 // out [t][HQ·HD]. One warp per (token, head) with an online softmax over
 // 32 keys at a time; grid (⌈ntok/Warps⌉, HQ).
 func PrefillAttention(s AttnShape, arm PrefillArm) (*Kernel, error) {
@@ -52,7 +53,7 @@ func PrefillAttention(s AttnShape, arm PrefillArm) (*Kernel, error) {
 	ct := cacheCType(s.Cache)
 	name := fmt.Sprintf("attn_prefill_%s_%s", s.tag(), arm)
 	params := []Param{{"const float* __restrict__", "q"}, {"const " + ct + "* __restrict__", "kc"}, {"const " + ct + "* __restrict__", "vc"},
-		{"const int* __restrict__", "tok_base"}, {"const int* __restrict__", "tok_pos"}, {"float* __restrict__", "out"}, {"int", "ntok"}}
+		{"const int* __restrict__", "pages"}, {"const int* __restrict__", "tok_base"}, {"const int* __restrict__", "tok_pos"}, {"float* __restrict__", "out"}, {"int", "ntok"}}
 	src := source(fmt.Sprintf("causal prefill attention: %s, %v", s.tag(), arm), append(cacheHelpers(s.Cache), "warp", "pdl"), func(w *Writer) {
 		s.defines(w)
 		w.Linef("#define NW %d", arm.Warps)
@@ -98,7 +99,7 @@ func emitWarpQueryAttention(w *Writer, s AttnShape, st warpAttnStyle) {
 	w.For("d", "lane", "HD", "32", st.qUnroll, func() { w.Line("qs[warp][d] = q[(size_t)t * QSTRIDE + h * HD + d] * SCALE;") })
 	w.Line("__syncwarp();")
 	w.Line("const int nkeys = tok_pos[t] + 1;")
-	w.Line("const size_t base = (size_t)tok_base[t] * CROW + kvh * HD;")
+	w.Line("const int* __restrict__ pt = pages + tok_base[t]; // the sequence's page table")
 	w.Linef("float m = %s, l = 0.f;", cfloat(float32(math.Inf(-1))))
 	w.Line("float o[DPL];")
 	w.For("i", "0", "DPL", "1", -1, func() { w.Line("o[i] = 0.f;") })
@@ -109,7 +110,7 @@ func emitWarpQueryAttention(w *Writer, s AttnShape, st warpAttnStyle) {
 		w.Line("const int j = j0 + lane;")
 		w.Linef("float sc = %s;", cfloat(float32(math.Inf(-1))))
 		w.If("j < nkeys", func() {
-			w.Linef("const %s* kr = kc + base + (size_t)j * CROW;", ct)
+			w.Linef("const %s* kr = kc + PROW(pt, j) * CROW + kvh * HD;", ct)
 			w.Line("float a = 0.f;")
 			if s.Cache == CacheQ8 {
 				w.Line("const float* ks = (const float*)(kr - kvh * HD + HKV * HD) + kvh * (HD / 32); // the head's block scales")
@@ -131,7 +132,7 @@ func emitWarpQueryAttention(w *Writer, s AttnShape, st warpAttnStyle) {
 		w.Line("const int cnt = min(32, nkeys - j0);")
 		w.For("jj", "0", "cnt", "1", 0, func() {
 			w.Line("const float pj = __shfl_sync(0xffffffffu, p, jj);")
-			w.Linef("const %s* vr = vc + base + (size_t)(j0 + jj) * CROW;", ct)
+			w.Linef("const %s* vr = vc + PROW(pt, j0 + jj) * CROW + kvh * HD;", ct)
 			if s.Cache == CacheQ8 {
 				w.Line("const float* vs = (const float*)(vr - kvh * HD + HKV * HD) + kvh * (HD / 32); // the head's block scales")
 				w.For("i", "0", "DPL", "1", -1, func() { w.Line("o[i] += pj * vs[i] * (float)(signed char)vr[lane + 32 * i];") })

@@ -37,11 +37,14 @@ const (
 	InTokens Input = iota
 	// InPositions [T]: each token's position in its sequence.
 	InPositions
-	// InSlots [T]: each token's KV cache row (sequence base + position).
+	// InSlots [T]: each token's KV cache row: its page's first row plus
+	// its position within the page (PageRow).
 	InSlots
-	// InTokBase [T]: the cache row of position 0 of each token's sequence.
+	// InTokBase [T]: where the page table of each token's sequence starts
+	// in the step's page tables (ArgPages).
 	InTokBase
-	// InKVBase [S]: the cache row of position 0 of each sequence.
+	// InKVBase [S]: where the page table of each sequence starts in the
+	// step's page tables (ArgPages).
 	InKVBase
 	// InKVLen [S]: each sequence's cached length after the step.
 	InKVLen
@@ -89,6 +92,10 @@ const (
 	ArgConst
 	// ArgNull is a null pointer (an unused operand).
 	ArgNull
+	// ArgPages is the step's page tables, int32: the page of positions
+	// [i·PageSize, (i+1)·PageSize) of a sequence is entry base + i, base
+	// its InKVBase (InTokBase for each of its tokens).
+	ArgPages
 )
 
 // Arg binds one kernel parameter.
@@ -215,6 +222,7 @@ type Program struct {
 	MaxTokens int // largest T of a step of the class
 	MaxSeqs   int // largest S
 	Context   int // KV positions per sequence (Dims.KVLen of every launch)
+	PageSize  int // KV cache rows a page (AttnShape.PageSize)
 	Cache     dtype.Type
 	Layers    int
 	KVWidth   int // floats per cached position and layer: HeadsKV·HeadDim
@@ -252,10 +260,10 @@ func (p *Program) WeightBytes() int64 {
 	return n
 }
 
-// CacheBytes returns the bytes of the KV cache for slots sequences (keys
-// and values of every layer).
-func (p *Program) CacheBytes(slots int) int64 {
-	return 2 * int64(p.Layers) * int64(slots) * int64(p.Context) * int64(CacheRowBytes(p.Cache, p.KVWidth))
+// PageBytes returns the bytes of one KV cache page of every layer (keys
+// and values).
+func (p *Program) PageBytes() int64 {
+	return 2 * int64(p.Layers) * int64(p.PageSize) * int64(CacheRowBytes(p.Cache, p.KVWidth))
 }
 
 // Source returns every kernel's source, one after another, as written to
@@ -276,8 +284,8 @@ func (p *Program) Source() string {
 // plan.txt): header, kernels, inputs, buffers, weights and launches.
 func (p *Program) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "program %s %q %s: max tokens %d, max seqs %d, context %d, cache %v\n",
-		p.Arch, p.Model, p.Class, p.MaxTokens, p.MaxSeqs, p.Context, p.Cache)
+	fmt.Fprintf(&b, "program %s %q %s: max tokens %d, max seqs %d, context %d, cache %v in pages of %d\n",
+		p.Arch, p.Model, p.Class, p.MaxTokens, p.MaxSeqs, p.Context, p.Cache, p.PageSize)
 	fmt.Fprintf(&b, "kernels %d:\n", len(p.Kernels))
 	for i, k := range p.Kernels {
 		fmt.Fprintf(&b, "  k%d %s %s\n", i, k.Family, k.Name)
@@ -354,6 +362,8 @@ func (a Arg) describe() string {
 		return fmt.Sprint(a.Value)
 	case ArgNull:
 		return "null"
+	case ArgPages:
+		return "pages"
 	}
 	return "?"
 }

@@ -174,11 +174,12 @@ func RefArgmax(vocab int, logits []float32) []int32 {
 }
 
 // RefAttention is softmax(q·kᵀ·scale)·v for each query (token t reads its
-// q row at q[t·QStride + h·HeadDim]) over keys at cache rows
-// base[t] .. base[t]+n[t]-1, cache values given as float32
-// ([rows][HeadsKV][HeadDim]). It returns out [t][Heads·HeadDim].
-func RefAttention(s AttnShape, q []float32, base, n []int32, kc, vc []float32) []float32 {
-	D, G, kvw := s.HeadDim, s.Heads/s.HeadsKV, s.HeadsKV*s.HeadDim
+// q row at q[t·QStride + h·HeadDim]) over keys 0 .. n[t]-1 of its sequence,
+// key j at cache row PageRow(pages, base[t], j, PageSize), cache values
+// given as float32 ([rows][HeadsKV][HeadDim]). It returns out
+// [t][Heads·HeadDim].
+func RefAttention(s AttnShape, q []float32, base, n, pages []int32, kc, vc []float32) []float32 {
+	D, G, kvw, P := s.HeadDim, s.Heads/s.HeadsKV, s.HeadsKV*s.HeadDim, s.page()
 	scale := float64(s.scale())
 	out := make([]float32, len(base)*s.Heads*D)
 	for t := range base {
@@ -188,7 +189,7 @@ func RefAttention(s AttnShape, q []float32, base, n []int32, kc, vc []float32) [
 			sc := make([]float64, n[t])
 			mx := math.Inf(-1)
 			for j := range sc {
-				row := kc[(int(base[t])+j)*kvw+off:]
+				row := kc[PageRow(pages, int(base[t]), j, P)*kvw+off:]
 				var a float64
 				for d := 0; d < D; d++ {
 					a += float64(qh[d]) * float64(row[d])
@@ -204,7 +205,7 @@ func RefAttention(s AttnShape, q []float32, base, n []int32, kc, vc []float32) [
 			for d := 0; d < D; d++ {
 				var o float64
 				for j, p := range sc {
-					o += p * float64(vc[(int(base[t])+j)*kvw+off+d])
+					o += p * float64(vc[PageRow(pages, int(base[t]), j, P)*kvw+off+d])
 				}
 				out[t*s.Heads*D+h*D+d] = float32(o / sum)
 			}

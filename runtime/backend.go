@@ -3,7 +3,11 @@
 // scheduler that batches sequences from many requests into shared steps.
 package runtime
 
-import "context"
+import (
+	"context"
+
+	"github.com/memra-ai/memra/runtime/kv"
+)
 
 // SeqID identifies one sequence, and so one KV cache, inside a backend.
 type SeqID uint64
@@ -17,6 +21,16 @@ type SeqStep struct {
 	Pos    int
 	Tokens []int32 // new tokens, at positions Pos, Pos+1, …
 	Logits bool    // whether the logits after the last token are wanted
+	// Pages, when set, is the sequence's page table in the backend's pool
+	// (PagedBackend.KVPool): page i holds positions [i·P, (i+1)·P), P the
+	// pool's page size, and the table covers Pos+len(Tokens) positions.
+	// The caller owns the pages and what they hold: the backend writes the
+	// new tokens' keys and values into them, reads positions below Pos from
+	// them (written by earlier steps, of this sequence or of another whose
+	// tokens began the same way) and keeps no state of the sequence. When
+	// nil, the backend keeps the sequence's pages itself, from the same
+	// pool, until Free.
+	Pages []int32
 }
 
 // ModelInfo describes a loaded model to the engine.
@@ -45,6 +59,14 @@ type Backend interface {
 	// Free drops the KV cache of seq; freeing an unknown seq is a no-op.
 	Free(seq SeqID)
 	Close() error
+}
+
+// PagedBackend is a Backend whose KV memory is a pool of pages that the
+// caller may manage (SeqStep.Pages): the engine shares pages between
+// sequences with a common prefix and keeps them after a request ends.
+type PagedBackend interface {
+	Backend
+	KVPool() *kv.Pool
 }
 
 // GreedyStepper is an optional fast path of a Backend: a step whose

@@ -28,6 +28,7 @@ func TestKernelCheckCases(t *testing.T) {
 	require.Equal(t, []string{"rmsnorm f32", "rope_kv f16 cache", "swiglu f32", "argmax f32", "attn_decode f16 cache", "attn_decode+xq f16 cache",
 		"attn_decode_fused f16 cache", "attn_decode_fused+xq f16 cache", "attn_prefill f16 cache",
 		"attn_decode_live f16 cache", "attn_decode_live+preload f16 cache", "attn_decode_live+preload+u8 f16 cache", "attn_decode_live3 f16 cache", "attn_flash f16 cache", "attn_flash f16 cache",
+		"attn_decode_live+preload@32k f16 cache", "attn_prefill@32k f16 cache", "attn_flash@32k f16 cache",
 		"rope_kv q8_0 cache", "attn_decode q8_0 cache", "attn_decode_fused q8_0 cache", "attn_decode_fused+xq q8_0 cache", "attn_decode_live q8_0 cache",
 		"attn_decode_live+preload q8_0 cache", "attn_decode_live+preload+u8 q8_0 cache", "attn_prefill q8_0 cache", "attn_flash q8_0 cache", "attn_flash q8_0 cache",
 		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemm_small/qkv q4_k", "gemv/qkv×12 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
@@ -135,9 +136,9 @@ func TestKernelCheckCases(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, l.Kernels, 2)
 			require.Same(t, l.Kernels[0], l.Kernels[1])
-			require.Same(t, l.Args[0][8].Buf, l.Args[1][8].Buf)
-			require.NotSame(t, l.Args[0][7].Buf, l.Args[1][7].Buf)
-			require.Equal(t, []*Buf{l.Args[0][7].Buf, l.Args[1][7].Buf}, l.Outs)
+			require.Same(t, l.Args[0][9].Buf, l.Args[1][9].Buf)
+			require.NotSame(t, l.Args[0][8].Buf, l.Args[1][8].Buf)
+			require.Equal(t, []*Buf{l.Args[0][8].Buf, l.Args[1][8].Buf}, l.Outs)
 		case "gemm_small":
 			l, err := c.Launch(c.Space().Default)
 			require.NoError(t, err)
@@ -145,8 +146,12 @@ func TestKernelCheckCases(t *testing.T) {
 		case "attn_decode_live":
 			l, err := c.Launch(c.Space().Default)
 			require.NoError(t, err)
-			require.Equal(t, 4096, l.Dims.KVLen, "splits cover the capacity, not the longest sequence")
-			require.Equal(t, codegen.DefaultDecodeLiveArm.Splits(4096), l.Args[0][7].Scalar)
+			capacity := 4096
+			if strings.HasSuffix(c.Label, "@32k") {
+				capacity = 32768
+			}
+			require.Equal(t, capacity, l.Dims.KVLen, "splits cover the capacity, not the longest sequence")
+			require.Equal(t, codegen.DefaultDecodeLiveArm.Splits(capacity), l.Args[0][8].Scalar)
 			name := l.Kernels[0].Name
 			require.Equal(t, strings.Contains(c.Label, "+preload"), strings.HasSuffix(name, "_p") || strings.Contains(name, "_p_"), name)
 			require.Equal(t, strings.HasSuffix(c.Label, "+u8"), strings.HasSuffix(l.Kernels[0].Name, "_p_u8"), l.Kernels[0].Name)

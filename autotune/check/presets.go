@@ -35,6 +35,7 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 			cs = append(cs, c)
 		}
 	}
+	cs = append(cs, longContextCases(s, seed)...)
 	cs = append(cs, cacheQ8Cases(s, tokens, seed)...)
 	qkv := (s.Heads + 2*s.HeadsKV) * s.HeadDim
 	for _, t := range types {
@@ -282,6 +283,26 @@ func cacheQ8Cases(s codegen.Shape, tokens int, seed uint64) []*Case {
 		if c != nil {
 			cs = append(cs, c)
 		}
+	}
+	return cs
+}
+
+// longContextCases check attention through the page tables of a 32k
+// context: decode as lowered by default (live splits with the first keys
+// preloaded) over a sequence of 30,000 keys beside short ones, and the
+// last prefill chunk of a 30,000-token prompt, on tensor cores where the
+// shape has them and one warp a query where not.
+func longContextCases(s codegen.Shape, seed uint64) []*Case {
+	as := s.Attn(dtype.F16)
+	const capacity, long = 32768, 30000
+	d := DecodePreload(s.Name, as, []int32{long, 1100, 1}, capacity, 0, seed)
+	p := Prefill(s.Name, as, 16, long-16, seed)
+	cs := []*Case{d, p}
+	if f := FlashPrefill(s.Name, as, 16, long-16, seed); f != nil {
+		cs = append(cs, f)
+	}
+	for _, c := range cs {
+		c.Label += "@32k"
 	}
 	return cs
 }

@@ -7,15 +7,16 @@ import (
 )
 
 // kvWrite stores each token's k and v rows at its position in its
-// sequence's cache of the node's layer (capacity was reserved by Step).
+// sequence's pages of the node's layer (the page tables cover the step's
+// positions, see plan).
 func kvWrite(e *exec, n *ir.Node) error {
 	k, v := e.in(n, 0), e.in(n, 1)
 	l := n.Int("layer")
 	R := e.kvRow[l]
 	for t, s := range e.step.seqOf {
-		c, p := e.step.caches[s], int(e.step.pos[t])
-		copy(c.k[l][p*R:(p+1)*R], k[t*R:(t+1)*R])
-		copy(c.v[l][p*R:(p+1)*R], v[t*R:(t+1)*R])
+		kr, vr := e.kv.row(l, e.step.tables[s], int(e.step.pos[t]))
+		copy(kr, k[t*R:(t+1)*R])
+		copy(vr, v[t*R:(t+1)*R])
 	}
 	return nil
 }
@@ -73,9 +74,9 @@ type attnShape struct {
 // scratch.
 func (e *exec) attendRun(q, y []float32, t0, t1, g, w int, a attnShape) {
 	st := &e.step
-	D, G, R, H := a.D, a.G, a.R, a.H
+	D, G, H := a.D, a.G, a.H
 	s := st.seqOf[t0]
-	c := st.caches[s]
+	pt := st.tables[s]
 	nq := (t1 - t0) * G
 	// Query i is head g·G + i%G of token t0 + i/G; it sees tspan[i/G]
 	// cached positions.
@@ -109,7 +110,6 @@ func (e *exec) attendRun(q, y []float32, t0, t1, g, w int, a attnShape) {
 		}
 	}
 	off := g * D
-	kc, vc := c.k[a.l], c.v[a.l]
 
 	// Scores: each cached K row converted once for all queries, four rows
 	// at a time (four independent sums, each in element order).
@@ -117,8 +117,8 @@ func (e *exec) attendRun(q, y []float32, t0, t1, g, w int, a attnShape) {
 		clearUpper()
 		nj := min(4, span-j0)
 		for jj := range nj {
-			j := j0 + jj
-			for k, v := range kc[j*R+off : j*R+off+D] {
+			kr, _ := e.kv.row(a.l, pt, j0+jj)
+			for k, v := range kr[off : off+D] {
 				rows[jj*D+k] = float64(v)
 			}
 		}
@@ -173,8 +173,8 @@ func (e *exec) attendRun(q, y []float32, t0, t1, g, w int, a attnShape) {
 		clearUpper()
 		nj := min(4, span-j0)
 		for jj := range nj {
-			j := j0 + jj
-			for k, v := range vc[j*R+off : j*R+off+D] {
+			_, vr := e.kv.row(a.l, pt, j0+jj)
+			for k, v := range vr[off : off+D] {
 				rows[jj*D+k] = float64(v)
 			}
 		}

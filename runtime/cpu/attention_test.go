@@ -16,7 +16,6 @@ import (
 // the blocked kernel must reproduce bit for bit.
 func attentionPlain(e *exec, q []float32, l, H, Hkv, D int, scale float64, causal bool) []float32 {
 	st := &e.step
-	R := Hkv * D
 	y := make([]float32, st.T*H*D)
 	for t := 0; t < st.T; t++ {
 		s := st.seqOf[t]
@@ -26,14 +25,14 @@ func attentionPlain(e *exec, q []float32, l, H, Hkv, D int, scale float64, causa
 		}
 		for h := 0; h < H; h++ {
 			off := (h / (H / Hkv)) * D
-			kc, vc := st.caches[s].k[l], st.caches[s].v[l]
 			qh := q[(t*H+h)*D : (t*H+h+1)*D]
 			sc := make([]float64, span)
 			mx := math.Inf(-1)
 			for j := range sc {
 				dot := 0.0
+				kr, _ := e.kv.row(l, st.tables[s], j)
 				for i, qv := range qh {
-					dot += float64(qv) * float64(kc[j*R+off+i])
+					dot += float64(qv) * float64(kr[off+i])
 				}
 				sc[j] = dot * scale
 				mx = max(mx, sc[j])
@@ -45,8 +44,9 @@ func attentionPlain(e *exec, q []float32, l, H, Hkv, D int, scale float64, causa
 			}
 			acc := make([]float64, D)
 			for j, p := range sc {
+				_, vr := e.kv.row(l, st.tables[s], j)
 				for i := range acc {
-					acc[i] += p * float64(vc[j*R+off+i])
+					acc[i] += p * float64(vr[off+i])
 				}
 			}
 			for i := range acc {
@@ -72,10 +72,8 @@ func TestAttentionBlocked(t *testing.T) {
 				counts, start := []int{attnBlockTokens + 5, 1, 3}, []int{2, 9, 0}
 				h.setSeqs(counts, start)
 				R := sh.Hkv * sh.D
-				for s, c := range h.e.step.caches {
-					hist := randVec(r, start[s]*R, 1)
-					copy(c.k[0], hist)
-					copy(c.v[0], randVec(r, start[s]*R, 1))
+				for s := range counts {
+					h.setHistory(0, s, randVec(r, start[s]*R, 1), randVec(r, start[s]*R, 1))
 				}
 				T := h.e.step.T
 				kv := ir.Shape{ir.T, ir.Dim(sh.Hkv), ir.Dim(sh.D)}
@@ -111,9 +109,9 @@ func BenchmarkAttention(b *testing.B) {
 			h := newHarness(runtimeThreads())
 			h.e.kvRow = []int{Hkv * D}
 			h.setSeqs(c.counts, c.start)
-			for _, kc := range h.e.step.caches {
-				copy(kc.k[0], randVec(r, len(kc.k[0]), 1))
-				copy(kc.v[0], randVec(r, len(kc.v[0]), 1))
+			for s := range c.counts {
+				n := c.start[s] * Hkv * D
+				h.setHistory(0, s, randVec(r, n, 1), randVec(r, n, 1))
 			}
 			T := h.e.step.T
 			kv := ir.Shape{ir.T, Hkv, D}

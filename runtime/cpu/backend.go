@@ -14,6 +14,7 @@ import (
 	"github.com/memra-ai/memra/ir/arch"
 	"github.com/memra-ai/memra/ir/dtype"
 	"github.com/memra-ai/memra/runtime"
+	"github.com/memra-ai/memra/runtime/kv"
 )
 
 // Errors returned by the executor, wrapped with context.
@@ -36,9 +37,28 @@ type Options struct {
 	// Threads is the number of goroutines products and attention use;
 	// 0 means runtime.NumCPU().
 	Threads int
-	// MaxSeqs bounds the sequences holding a KV cache at once; 0 means no bound.
+	// MaxSeqs bounds the sequences whose pages the backend keeps itself
+	// (SeqStep.Pages nil) at once; 0 means no bound.
 	MaxSeqs int
+	// Context caps the positions of a sequence below the model's context
+	// length; 0 means the model's.
+	Context int
+	// PageSize is the KV page in positions (0: DefaultPageSize).
+	PageSize int
+	// KVMemory bounds the KV cache in bytes (the pool's pages times their
+	// float32 size; pages are allocated on first use); 0 means half of the
+	// machine's memory.
+	KVMemory int64
 }
+
+// DefaultPageSize is the KV page of Options.PageSize 0: the GPU's
+// (codegen.DefaultPageSize), so the engine behaves the same on both.
+const DefaultPageSize = 16
+
+// maxContexts bounds the default pool: a pool holds at most this many whole
+// contexts of pages (memory is allocated on use, so the bound only keeps
+// the pool's records small).
+const maxContexts = 256
 
 // Source gives the executor a model's tensors by GGUF name: their type and
 // ne-order shape, and their stored bytes.
@@ -53,7 +73,8 @@ type Backend struct {
 	info   runtime.ModelInfo
 	opts   Options
 	e      *exec
-	seqs   map[runtime.SeqID]*kvCache
+	pool   *kv.Pool
+	own    *kv.Tables // pages of sequences stepped without SeqStep.Pages
 	tokens *ir.Node
 	pos    *ir.Node
 	hidden *ir.Node // hidden_in of a pipeline stage after the first, else nil
@@ -61,7 +82,7 @@ type Backend struct {
 	closed bool
 }
 
-var _ runtime.Backend = (*Backend)(nil)
+var _ runtime.PagedBackend = (*Backend)(nil)
 
 // NewFromSource builds the graph of the model hp describes with ir/arch, runs
 // the standard passes (verifying after each) and prepares an executor over
@@ -82,7 +103,7 @@ func newBackend(hp ir.HParams, src Source, first, last int, opts Options) (*Back
 		return nil, err
 	}
 	weights := make([]*weight, len(g.Nodes))
-	b := &Backend{hp: hp, opts: opts, seqs: map[runtime.SeqID]*kvCache{}}
+	b := &Backend{hp: hp, opts: opts}
 	for _, n := range g.Nodes {
 		switch n.Op {
 		case ir.OpWeight:
@@ -107,8 +128,75 @@ func newBackend(hp ir.HParams, src Source, first, last int, opts Options) (*Back
 	if out := g.Output(); out != nil {
 		b.info.VocabSize = int(out.Shape[1])
 	}
+	if err := b.newPool(); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
+
+// newPool sizes the KV page pool from Options and the model and caps the
+// context to what it holds.
+func (b *Backend) newPool() error {
+	o := b.opts
+	size := o.PageSize
+	if size == 0 {
+		size = DefaultPageSize
+	}
+	if size < 1 || size > 1024 || size&(size-1) != 0 {
+		return fmt.Errorf("%w: KV page size %d (a power of two from 1 to 1024)", ErrBatch, size)
+	}
+	if o.Context < 0 || o.KVMemory < 0 {
+		return fmt.Errorf("%w: context %d, KV memory %d: want 0 (the default) or more", ErrBatch, o.Context, o.KVMemory)
+	}
+	ctx := b.info.ContextLength
+	if ctx <= 0 {
+		ctx = 4096
+	}
+	if o.Context > 0 {
+		if o.Context > ctx && b.info.ContextLength > 0 {
+			return fmt.Errorf("%w: context %d is past the model's %d", ErrContext, o.Context, b.info.ContextLength)
+		}
+		ctx = o.Context
+	}
+	pageBytes := int64(0)
+	for _, R := range b.e.kvRow {
+		pageBytes += 2 * 4 * int64(size) * int64(R)
+	}
+	perCtx := (ctx + size - 1) / size
+	pages := maxContexts * perCtx
+	budget := o.KVMemory
+	if budget == 0 {
+		budget = systemMemory() / 2
+	}
+	if pageBytes > 0 {
+		pages = int(min(int64(pages), budget/pageBytes))
+	}
+	if pages < 1 {
+		return fmt.Errorf("%w: a KV memory of %d bytes holds no page of %d bytes", ErrBatch, budget, pageBytes)
+	}
+	if pages < perCtx {
+		if o.Context > 0 {
+			return fmt.Errorf("%w: a KV memory of %d bytes holds %d positions, less than the context of %d", ErrContext, budget, pages*size, ctx)
+		}
+		ctx = pages * size // a smaller context, not a refusal
+	}
+	b.info.ContextLength = ctx
+	var err error
+	if b.pool, err = kv.NewPool(pages, size); err != nil {
+		return err
+	}
+	b.own = kv.NewTables(b.pool)
+	b.e.kv = newPagedCache(b.e.kvRow, pages, size)
+	return nil
+}
+
+// KVPool returns the backend's KV page pool (runtime.PagedBackend).
+func (b *Backend) KVPool() *kv.Pool { return b.pool }
+
+// PoisonFreePages fills every free page of the pool with NaN: a step that
+// then reads one (a page-table bug) makes NaN logits. Tests call it between
+// steps to prove that no sequence reads memory it does not own.
+func (b *Backend) PoisonFreePages() { b.e.kv.poison(b.pool.FreePages()) }
 
 // loadWeight checks and wraps the tensor of a weight node.
 func loadWeight(n *ir.Node, src Source) (*weight, error) {
@@ -171,15 +259,13 @@ func (b *Backend) forward(ctx context.Context, batch []runtime.SeqStep, hidden [
 		}
 		b.e.f32[b.hidden.ID] = hidden
 	}
-	st := &b.e.step
-	for s, e := range batch {
-		st.caches[s].n = e.Pos // truncate; extended below on success
-	}
 	if err := b.e.run(ctx.Err); err != nil {
 		return err
 	}
-	for s := range batch {
-		st.caches[s].n = st.length[s]
+	for s, e := range batch {
+		if e.Pages == nil {
+			b.own.Commit(uint64(e.Seq), b.e.step.length[s])
+		}
 	}
 	return nil
 }
@@ -205,7 +291,7 @@ func (b *Backend) plan(batch []runtime.SeqStep) error {
 		return fmt.Errorf("%w: empty batch", ErrBatch)
 	}
 	st := &b.e.step
-	*st = layout{seqOf: st.seqOf[:0], pos: st.pos[:0], last: st.last[:0], length: st.length[:0], caches: st.caches[:0]}
+	*st = layout{seqOf: st.seqOf[:0], pos: st.pos[:0], last: st.last[:0], length: st.length[:0], tables: st.tables[:0]}
 	var toks []int32
 	if b.tokens != nil {
 		toks = b.e.i32[b.tokens.ID][:0]
@@ -220,19 +306,20 @@ func (b *Backend) plan(batch []runtime.SeqStep) error {
 				return fmt.Errorf("%w: sequence %d appears twice", ErrBatch, e.Seq)
 			}
 		}
-		c := b.seqs[e.Seq]
-		have := 0
-		if c != nil {
-			have = c.n
-		} else {
-			fresh++
-		}
-		if e.Pos < 0 || e.Pos > have {
-			return fmt.Errorf("%w: sequence %d starts at %d but %d positions are cached", ErrBatch, e.Seq, e.Pos, have)
-		}
 		end := e.Pos + len(e.Tokens)
-		if b.hp.ContextLength > 0 && end > b.hp.ContextLength {
-			return fmt.Errorf("%w: sequence %d reaches %d positions, context is %d", ErrContext, e.Seq, end, b.hp.ContextLength)
+		if e.Pages == nil {
+			have := b.own.Len(uint64(e.Seq))
+			if have == 0 {
+				fresh++
+			}
+			if e.Pos < 0 || e.Pos > have {
+				return fmt.Errorf("%w: sequence %d starts at %d but %d positions are cached", ErrBatch, e.Seq, e.Pos, have)
+			}
+		} else if err := b.checkPages(e); err != nil {
+			return err
+		}
+		if end > b.info.ContextLength {
+			return fmt.Errorf("%w: sequence %d reaches %d positions, context is %d", ErrContext, e.Seq, end, b.info.ContextLength)
 		}
 		for i, id := range e.Tokens {
 			st.seqOf = append(st.seqOf, s)
@@ -242,17 +329,18 @@ func (b *Backend) plan(batch []runtime.SeqStep) error {
 		st.last = append(st.last, len(st.seqOf)-1)
 		st.length = append(st.length, end)
 	}
-	if b.opts.MaxSeqs > 0 && len(b.seqs)+fresh > b.opts.MaxSeqs {
-		return fmt.Errorf("%w: %d sequences would exceed the limit of %d", ErrBatch, len(b.seqs)+fresh, b.opts.MaxSeqs)
+	if b.opts.MaxSeqs > 0 && b.own.Seqs()+fresh > b.opts.MaxSeqs {
+		return fmt.Errorf("%w: %d sequences would exceed the limit of %d", ErrBatch, b.own.Seqs()+fresh, b.opts.MaxSeqs)
 	}
 	for s, e := range batch {
-		c := b.seqs[e.Seq]
-		if c == nil {
-			c = &kvCache{k: make([][]float32, len(b.e.kvRow)), v: make([][]float32, len(b.e.kvRow))}
-			b.seqs[e.Seq] = c
+		pt := e.Pages
+		if pt == nil {
+			var err error
+			if pt, err = b.own.Grow(uint64(e.Seq), st.length[s]); err != nil {
+				return fmt.Errorf("%w: %w", ErrBatch, err)
+			}
 		}
-		c.reserve(b.e.kvRow, st.length[s])
-		st.caches = append(st.caches, c)
+		st.tables = append(st.tables, pt)
 	}
 	st.T, st.S = len(st.seqOf), len(batch)
 	if b.tokens != nil {
@@ -262,26 +350,31 @@ func (b *Backend) plan(batch []runtime.SeqStep) error {
 	return nil
 }
 
-// reserve grows every layer of c to hold n positions, keeping its contents.
-func (c *kvCache) reserve(rows []int, n int) {
-	for l, R := range rows {
-		if len(c.k[l]) >= n*R {
-			continue
-		}
-		size := max(n, 2*len(c.k[l])/max(R, 1), 16) * R
-		k, v := make([]float32, size), make([]float32, size)
-		copy(k, c.k[l])
-		copy(v, c.v[l])
-		c.k[l], c.v[l] = k, v
+// checkPages checks a caller's page table: it covers the step, names pages
+// of the pool, and the pages before Pos were written.
+func (b *Backend) checkPages(e runtime.SeqStep) error {
+	size := b.pool.PageSize()
+	end := e.Pos + len(e.Tokens)
+	if e.Pos < 0 || len(e.Pages)*size < end {
+		return fmt.Errorf("%w: sequence %d: %d pages of %d positions for positions %d..%d", ErrBatch, e.Seq, len(e.Pages), size, e.Pos, end)
 	}
+	for i, id := range e.Pages[:b.pool.PagesFor(end)] {
+		if id < 0 || int(id) >= b.pool.Pages() {
+			return fmt.Errorf("%w: sequence %d: page %d is not in the pool of %d", ErrBatch, e.Seq, id, b.pool.Pages())
+		}
+		if i*size < e.Pos && !b.e.kv.written(id) {
+			return fmt.Errorf("%w: sequence %d starts at %d, but its page %d (positions %d..) was never written", ErrBatch, e.Seq, e.Pos, id, i*size)
+		}
+	}
+	return nil
 }
 
-// Free drops the KV cache of seq.
-func (b *Backend) Free(seq runtime.SeqID) { delete(b.seqs, seq) }
+// Free returns the pages the backend kept for seq (SeqStep.Pages nil).
+func (b *Backend) Free(seq runtime.SeqID) { b.own.Free(uint64(seq)) }
 
 // Close releases the caches; the backend cannot be used afterwards.
 func (b *Backend) Close() error {
 	b.closed = true
-	b.seqs = nil
+	b.e.kv = nil
 	return nil
 }

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -62,14 +63,63 @@ type layout struct {
 	pos    []int32 // per token: its position in its sequence
 	last   []int   // per sequence: index of its last token
 	length []int   // per sequence: cached positions after this step
-	caches []*kvCache
+	tables [][]int32
 }
 
-// kvCache is the float32 KV cache of one sequence: per layer, rows of
-// Hkv·D elements, one per position.
-type kvCache struct {
-	n    int // valid positions
-	k, v [][]float32
+// pagedCache is the float32 KV cache of every sequence: per layer and
+// page, pageSize rows of Hkv·D elements, one per position. Pages are
+// allocated on first write, so a large pool costs only what is used.
+type pagedCache struct {
+	pageSize int
+	rows     []int         // per layer: Hkv·D (0 for a layer another stage holds)
+	k, v     [][][]float32 // [layer][page]
+}
+
+func newPagedCache(rows []int, pages, pageSize int) *pagedCache {
+	c := &pagedCache{pageSize: pageSize, rows: rows, k: make([][][]float32, len(rows)), v: make([][][]float32, len(rows))}
+	for l, R := range rows {
+		if R > 0 {
+			c.k[l], c.v[l] = make([][]float32, pages), make([][]float32, pages)
+		}
+	}
+	return c
+}
+
+// row returns the key and value rows of position j of the sequence whose
+// page table is pt, in layer l, allocating its page on first use (kvWrite
+// runs on one goroutine; attention reads only pages written before, which
+// plan checks).
+func (c *pagedCache) row(l int, pt []int32, j int) (k, v []float32) {
+	id, R := pt[j/c.pageSize], c.rows[l]
+	if c.k[l][id] == nil {
+		c.k[l][id], c.v[l][id] = make([]float32, c.pageSize*R), make([]float32, c.pageSize*R)
+	}
+	off := (j % c.pageSize) * R
+	return c.k[l][id][off : off+R : off+R], c.v[l][id][off : off+R : off+R]
+}
+
+// written reports whether every layer of page id has been written to.
+func (c *pagedCache) written(id int32) bool {
+	for l, R := range c.rows {
+		if R > 0 && c.k[l][id] == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// poison fills the given pages of every layer with NaN, where allocated.
+func (c *pagedCache) poison(pages []int32) {
+	nan := float32(math.NaN())
+	for l := range c.rows {
+		for _, id := range pages {
+			for _, pg := range [][]float32{c.k[l][id], c.v[l][id]} {
+				for i := range pg {
+					pg[i] = nan
+				}
+			}
+		}
+	}
 }
 
 // exec holds the values of one graph's nodes and runs them.
@@ -81,6 +131,7 @@ type exec struct {
 	i32     [][]int32   // I32 values by node ID
 	thetas  [][]float64 // rope θ per rope node ID
 	kvRow   []int       // per layer: Hkv·D
+	kv      *pagedCache
 	step    layout
 	scratch [][]float64 // per worker
 }

@@ -90,11 +90,22 @@ func (h *harness) weight(w *weight) *ir.Node {
 	return n
 }
 
+// harnessPage is the KV page of the harness: small, so that a sequence
+// spans several pages.
+const harnessPage = 4
+
 // setSeqs lays out a step of sequences with the given token counts, each
-// starting at position start[i] (caches sized for kvRow).
+// starting at position start[i], their caches in pages of kvRow's layers
+// scattered over a pool (neither consecutive nor in order).
 func (h *harness) setSeqs(counts, start []int) {
 	st := &h.e.step
 	*st = layout{}
+	need := 0
+	for s, c := range counts {
+		need += (start[s] + c + harnessPage - 1) / harnessPage
+	}
+	perm := rand.New(rand.NewPCG(uint64(need), 7)).Perm(need + 5)
+	h.e.kv = newPagedCache(h.e.kvRow, need+5, harnessPage)
 	for s, c := range counts {
 		for i := 0; i < c; i++ {
 			st.seqOf = append(st.seqOf, s)
@@ -102,11 +113,25 @@ func (h *harness) setSeqs(counts, start []int) {
 		}
 		st.last = append(st.last, len(st.seqOf)-1)
 		st.length = append(st.length, start[s]+c)
-		kc := &kvCache{k: make([][]float32, len(h.e.kvRow)), v: make([][]float32, len(h.e.kvRow))}
-		kc.reserve(h.e.kvRow, start[s]+c)
-		st.caches = append(st.caches, kc)
+		var pt []int32
+		for range (start[s] + c + harnessPage - 1) / harnessPage {
+			pt = append(pt, int32(perm[0]))
+			perm = perm[1:]
+		}
+		st.tables = append(st.tables, pt)
 	}
 	st.T, st.S = len(st.seqOf), len(counts)
+}
+
+// setHistory writes rows k and v (positions 0, 1, … of kvRow[l] floats
+// each) into layer l of sequence s's pages.
+func (h *harness) setHistory(l, s int, k, v []float32) {
+	R := h.e.kvRow[l]
+	for j := 0; j*R < len(k); j++ {
+		kr, vr := h.e.kv.row(l, h.e.step.tables[s], j)
+		copy(kr, k[j*R:(j+1)*R])
+		copy(vr, v[j*R:(j+1)*R])
+	}
 }
 
 func (h *harness) run(t *testing.T, n *ir.Node) []float32 {
@@ -343,8 +368,7 @@ func TestAttention(t *testing.T) {
 			// Cached history of sequence 1 (positions 0..3).
 			hist := 4 * sh.Hkv * sh.D
 			hk, hv := randVec(r, hist, 1), randVec(r, hist, 1)
-			copy(h.e.step.caches[1].k[1], hk)
-			copy(h.e.step.caches[1].v[1], hv)
+			h.setHistory(1, 1, hk, hv)
 			kv := ir.Shape{ir.T, ir.Dim(sh.Hkv), ir.Dim(sh.D)}
 			kvals, vvals := randVec(r, T*sh.Hkv*sh.D, 1), randVec(r, T*sh.Hkv*sh.D, 1)
 			k, v := h.f32(kv, kvals), h.f32(kv, vvals)

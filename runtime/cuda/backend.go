@@ -16,6 +16,7 @@ import (
 	"github.com/memra-ai/memra/ir/arch"
 	"github.com/memra-ai/memra/ir/dtype"
 	"github.com/memra-ai/memra/runtime"
+	"github.com/memra-ai/memra/runtime/kv"
 	"github.com/memra-ai/memra/runtime/load"
 	"github.com/memra-ai/memra/tunedb"
 )
@@ -38,10 +39,22 @@ var (
 // BackendOptions configure a Backend. Zero values take the defaults.
 type BackendOptions struct {
 	Device  int // GPU ordinal
-	MaxSeqs int // sequences holding a KV cache slot at once (default 8)
-	// Context is the KV positions per sequence (default the model's context
-	// length, capped at 4096).
+	MaxSeqs int // sequences of one step (default 8)
+	// Context is the most positions of a sequence (default the model's
+	// context length, or 4096 where the model names none). The KV cache is
+	// a pool of pages (KVMemory) that every sequence draws on, so a long
+	// context costs memory only when a sequence fills it.
 	Context int
+	// PageSize is the KV cache page in positions (default
+	// codegen.DefaultPageSize).
+	PageSize int
+	// KVMemory is the KV page pool in bytes; KVFraction, when KVMemory is
+	// 0, a fraction of the device memory left after weights and
+	// activations. With neither, the pool takes what MaxSeqs sequences of
+	// Context positions need, or what is left with a margin when that is
+	// less.
+	KVMemory   int64
+	KVFraction float64
 	// Cache is the KV cache type: "f16" (default), "bf16", "f32" or "q8_0"
 	// (also "q8": int8 with a float32 scale per 32 elements, 0.56× the
 	// bytes of f16; codegen.CacheQ8).
@@ -174,11 +187,6 @@ type BackendOptions struct {
 // is padded to the next bucket.
 var graphBuckets = []int{1, 2, 4, 8, 16, 32, 64}
 
-// seqState is a sequence's KV cache slot and cached length.
-type seqState struct {
-	slot, n int
-}
-
 // progState is one lowered program on the device.
 type progState struct {
 	p       *codegen.Program
@@ -202,12 +210,15 @@ type Backend struct {
 	arena   DevicePtr
 	inputs  DevicePtr // codegen.NumInputs arrays of inCap int32
 	inCap   int
-	kc, vc  []DevicePtr // per layer
+	kc, vc  []DevicePtr // per layer: the pool's pages, then the trash page
 	graphs  map[int]GraphExec
 
-	seqs  map[runtime.SeqID]*seqState
-	free  []int // free slots
-	trash int   // the slot padded rows write to
+	pool    *kv.Pool
+	own     *kv.Tables // pages of sequences stepped without SeqStep.Pages
+	trash   int32      // the page padded rows write to (past the pool's)
+	pageTab DevicePtr  // the step's page tables (codegen.ArgPages), pageCap int32
+	pageCap int
+	hostTab []int32
 
 	stage   *stageIO // the boundary of a pipeline stage (stage.go), or nil
 	rowBase int      // tokens of the running step before the current launch sequence
@@ -228,7 +239,7 @@ type Backend struct {
 }
 
 var (
-	_ runtime.Backend       = (*Backend)(nil)
+	_ runtime.PagedBackend  = (*Backend)(nil)
 	_ runtime.GreedyStepper = (*Backend)(nil)
 )
 
@@ -239,11 +250,20 @@ func (o *BackendOptions) fill(hp ir.HParams) (dtype.Type, error) {
 	if o.Context <= 0 {
 		o.Context = 4096
 		if hp.ContextLength > 0 {
-			o.Context = min(hp.ContextLength, 4096)
+			o.Context = hp.ContextLength
 		}
 	}
 	if hp.ContextLength > 0 && o.Context > hp.ContextLength {
 		o.Context = hp.ContextLength
+	}
+	if o.PageSize == 0 {
+		o.PageSize = codegen.DefaultPageSize
+	}
+	if err := codegen.CheckPageSize(o.PageSize); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrArg, err)
+	}
+	if o.KVMemory < 0 || o.KVFraction < 0 || o.KVFraction > 1 {
+		return 0, fmt.Errorf("%w: KV memory %d bytes, fraction %g: want bytes ≥ 0 or a fraction in (0, 1]", ErrArg, o.KVMemory, o.KVFraction)
 	}
 	if o.PrefillTokens <= 0 {
 		o.PrefillTokens = 512
@@ -285,7 +305,7 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 	if err := ir.RunPasses(g, ir.Passes); err != nil {
 		return nil, nil, err
 	}
-	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
+	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, PageSize: opts.PageSize, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
 		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue, FuseFloat: opts.FuseFloat,
 		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct > 0 || (opts.RopeInProduct == 0 && opts.MaxSeqs == 1),
 		FusedAttention: opts.FusedAttention, DecodeMinSplits: max(0, opts.DecodeMinSplits),
@@ -353,8 +373,7 @@ func newBackend(m *load.Model, opts BackendOptions, first, last int) (*Backend, 
 		return nil, errors.Join(err, dev.Close())
 	}
 	cache, _ := opts.fill(m.HParams)
-	b := &Backend{dev: dev, opts: opts, cache: cache, pdl: info.Major >= 9 && !opts.NoPDL, graphs: map[int]GraphExec{},
-		seqs: map[runtime.SeqID]*seqState{}, trash: opts.MaxSeqs}
+	b := &Backend{dev: dev, opts: opts, cache: cache, pdl: info.Major >= 9 && !opts.NoPDL, graphs: map[int]GraphExec{}}
 	if v := os.Getenv("MEMRA_DROP"); v != "" {
 		if b.drop, err = regexp.Compile(v); err != nil {
 			return nil, errors.Join(fmt.Errorf("%w: MEMRA_DROP=%q: %v", ErrArg, v, err), dev.Close())
@@ -365,9 +384,6 @@ func newBackend(m *load.Model, opts BackendOptions, first, last int) (*Backend, 
 	}
 	b.progs[codegen.Decode] = &progState{p: decode}
 	b.progs[codegen.Prefill] = &progState{p: prefill}
-	for s := opts.MaxSeqs - 1; s >= 0; s-- {
-		b.free = append(b.free, s)
-	}
 	b.info = runtime.ModelInfo{Name: m.HParams.Name, Arch: m.HParams.Arch, VocabSize: decode.Vocab, ContextLength: opts.Context,
 		MaxBatchTokens: opts.PrefillTokens, Device: fmt.Sprintf("cuda:%d", opts.Device)}
 	if err := b.load(m, info.Arch()); err != nil {
@@ -404,11 +420,15 @@ func (b *Backend) load(m *load.Model, target string) error {
 	b.inCap = pre.MaxTokens
 	weights, wbytes := uniqueWeights(dec, pre)
 	arena := max(dec.Buffers.ArenaBytes, pre.Buffers.ArenaBytes)
-	cacheBytes := dec.CacheBytes(b.opts.MaxSeqs + 1)
-	per := cacheBytes / int64(2*dec.Layers)
 	cached := cacheLayers(dec) // a pipeline stage caches only its own layers
-	cacheBytes = per * 2 * int64(len(cached))
-	need := wbytes + cacheBytes + arena + int64(codegen.NumInputs)*int64(b.inCap)*4
+	size := b.opts.PageSize
+	rowBytes := int64(size) * int64(codegen.CacheRowBytes(dec.Cache, dec.KVWidth)) // a page of one layer's keys
+	pageBytes := 2 * int64(len(cached)) * rowBytes
+	perSeq := (b.opts.Context + size - 1) / size
+	// the tables of a launch's sequences (at most MaxSeqs) at their whole
+	// context, and the padding rows' one-page table
+	b.pageCap = b.opts.MaxSeqs*perSeq + 1
+	need := wbytes + arena + int64(codegen.NumInputs)*int64(b.inCap)*4 + int64(b.pageCap)*4
 	if plan != nil {
 		need += plan.bytes()
 	}
@@ -417,10 +437,19 @@ func (b *Backend) load(m *load.Model, target string) error {
 		if err != nil {
 			return err
 		}
-		const margin = 256 << 20
-		if need+margin > free {
-			return fmt.Errorf("%w: need %.2f GiB (weights %.2f, KV cache %.2f for %d sequences × %d positions, activations %.3f), %.2f of %.2f GiB free",
-				ErrMemory, gib(need), gib(wbytes), gib(cacheBytes), b.opts.MaxSeqs, b.opts.Context, gib(arena), gib(free), gib(total))
+		pages, err := b.poolPages(free, total, need, pageBytes, perSeq)
+		if err != nil {
+			return fmt.Errorf("%w (weights %.2f GiB, activations %.3f GiB, %.2f of %.2f GiB free)", err, gib(wbytes), gib(arena), gib(free), gib(total))
+		}
+		if b.pool, err = kv.NewPool(pages, size); err != nil {
+			return err
+		}
+		b.own, b.trash = kv.NewTables(b.pool), int32(pages)
+		if max := pages * size; max < b.opts.Context {
+			if b.opts.Logf != nil {
+				b.opts.Logf("the KV pool of %.2f GiB holds %d positions: sequences are limited to them, not the context of %d", gib(int64(pages)*pageBytes), max, b.opts.Context)
+			}
+			b.info.ContextLength = max
 		}
 		if b.stream, err = c.NewStream(); err != nil {
 			return err
@@ -452,13 +481,17 @@ func (b *Backend) load(m *load.Model, target string) error {
 		if b.inputs, err = b.alloc(c, int(codegen.NumInputs)*b.inCap*4); err != nil {
 			return err
 		}
+		if b.pageTab, err = b.alloc(c, 4*b.pageCap); err != nil {
+			return err
+		}
 		b.kc, b.vc = make([]DevicePtr, dec.Layers), make([]DevicePtr, dec.Layers)
+		per := int(int64(pages+1) * rowBytes) // the pool's pages and the trash page
 		for _, l := range cached {
-			k, err := b.alloc(c, int(per))
+			k, err := b.alloc(c, per)
 			if err != nil {
 				return err
 			}
-			v, err := b.alloc(c, int(per))
+			v, err := b.alloc(c, per)
 			if err != nil {
 				return err
 			}
@@ -469,6 +502,35 @@ func (b *Backend) load(m *load.Model, target string) error {
 		return c.Synchronize()
 	})
 }
+
+// poolPages sizes the KV page pool: KVMemory bytes, or KVFraction of what
+// is free after need, or by default what MaxSeqs sequences of perSeq pages
+// take, limited to what is free after need and a margin; an error when not
+// one page fits.
+func (b *Backend) poolPages(free, total, need, pageBytes int64, perSeq int) (int, error) {
+	margin := int64(512<<20) + total/32
+	left := free - need - margin
+	var budget int64
+	switch {
+	case b.opts.KVMemory > 0:
+		budget = b.opts.KVMemory
+		if budget > free-need-256<<20 {
+			return 0, fmt.Errorf("%w: a KV cache of %.2f GiB does not fit", ErrMemory, gib(budget))
+		}
+	case b.opts.KVFraction > 0:
+		budget = int64(b.opts.KVFraction * float64(max(0, free-need-256<<20)))
+	default:
+		budget = min(int64(b.opts.MaxSeqs)*int64(perSeq)*pageBytes, left)
+	}
+	pages := budget / pageBytes
+	if pages < 1 {
+		return 0, fmt.Errorf("%w: no KV page of %.1f MiB fits", ErrMemory, float64(pageBytes)/(1<<20))
+	}
+	return int(min(pages, 1<<30)), nil
+}
+
+// KVPool returns the backend's KV page pool (runtime.PagedBackend).
+func (b *Backend) KVPool() *kv.Pool { return b.pool }
 
 // DefaultPrefillBLAS is whether prefill products run through cuBLASLt
 // where BackendOptions.PrefillBLAS is unset and the library is found.
@@ -601,11 +663,10 @@ func (b *Backend) Programs() (decode, prefill *codegen.Program) {
 	return b.progs[codegen.Decode].p, b.progs[codegen.Prefill].p
 }
 
-// Free releases the KV cache slot of seq.
+// Free returns the pages the backend kept for seq (SeqStep.Pages nil).
 func (b *Backend) Free(seq runtime.SeqID) {
-	if s, ok := b.seqs[seq]; ok {
-		b.free = append(b.free, s.slot)
-		delete(b.seqs, seq)
+	if b.own != nil {
+		b.own.Free(uint64(seq))
 	}
 }
 

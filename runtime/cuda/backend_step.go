@@ -12,15 +12,14 @@ import (
 // piece is one sequence's share of one launch sequence: a whole SeqStep, or
 // a chunk of a long one.
 type piece struct {
-	entry  int // index in the Step's batch
-	seq    *seqState
+	entry  int     // index in the Step's batch
+	pages  []int32 // the sequence's page table
 	pos    int
 	tokens []int32
 	logits bool
 }
 
-// check validates batch without changing state and returns how many
-// sequences are new.
+// check validates batch without changing state.
 func (b *Backend) check(batch []runtime.SeqStep) error {
 	if b.closed {
 		return ErrClosed
@@ -29,7 +28,7 @@ func (b *Backend) check(batch []runtime.SeqStep) error {
 		return fmt.Errorf("%w: empty batch", ErrBatch)
 	}
 	seen := make(map[runtime.SeqID]bool, len(batch))
-	fresh := 0
+	size := b.pool.PageSize()
 	for _, e := range batch {
 		if len(e.Tokens) == 0 {
 			return fmt.Errorf("%w: sequence %d has no tokens", ErrBatch, e.Seq)
@@ -38,26 +37,29 @@ func (b *Backend) check(batch []runtime.SeqStep) error {
 			return fmt.Errorf("%w: sequence %d appears twice", ErrBatch, e.Seq)
 		}
 		seen[e.Seq] = true
-		have := 0
-		if s := b.seqs[e.Seq]; s != nil {
-			have = s.n
+		end := e.Pos + len(e.Tokens)
+		if e.Pages == nil {
+			if have := b.own.Len(uint64(e.Seq)); e.Pos < 0 || e.Pos > have {
+				return fmt.Errorf("%w: sequence %d starts at %d but %d positions are cached", ErrBatch, e.Seq, e.Pos, have)
+			}
 		} else {
-			fresh++
+			if e.Pos < 0 || len(e.Pages)*size < end {
+				return fmt.Errorf("%w: sequence %d: %d pages of %d positions for positions %d..%d", ErrBatch, e.Seq, len(e.Pages), size, e.Pos, end)
+			}
+			for _, id := range e.Pages[:b.pool.PagesFor(end)] {
+				if id < 0 || int(id) >= b.pool.Pages() {
+					return fmt.Errorf("%w: sequence %d: page %d is not in the pool of %d", ErrBatch, e.Seq, id, b.pool.Pages())
+				}
+			}
 		}
-		if e.Pos < 0 || e.Pos > have {
-			return fmt.Errorf("%w: sequence %d starts at %d but %d positions are cached", ErrBatch, e.Seq, e.Pos, have)
-		}
-		if end := e.Pos + len(e.Tokens); end > b.opts.Context {
-			return fmt.Errorf("%w: sequence %d reaches %d positions, context is %d", ErrContext, e.Seq, end, b.opts.Context)
+		if end > b.info.ContextLength {
+			return fmt.Errorf("%w: sequence %d reaches %d positions, context is %d", ErrContext, e.Seq, end, b.info.ContextLength)
 		}
 		for _, id := range e.Tokens {
 			if id < 0 || int(id) >= b.info.VocabSize {
 				return fmt.Errorf("%w: sequence %d has id %d, vocabulary %d", ErrToken, e.Seq, id, b.info.VocabSize)
 			}
 		}
-	}
-	if fresh > len(b.free) {
-		return fmt.Errorf("%w: %d new sequences, %d of %d slots free", ErrBatch, fresh, len(b.free), b.opts.MaxSeqs)
 	}
 	return nil
 }
@@ -73,16 +75,16 @@ func (b *Backend) step(ctx context.Context, batch []runtime.SeqStep, greedy bool
 	}
 	b.result, b.greedy = b.result[:0], b.greedy[:0]
 	b.rowBase = 0
-	states := make([]*seqState, len(batch))
+	tables := make([][]int32, len(batch))
 	for i, e := range batch {
-		s := b.seqs[e.Seq]
-		if s == nil {
-			s = &seqState{slot: b.free[len(b.free)-1]}
-			b.free = b.free[:len(b.free)-1]
-			b.seqs[e.Seq] = s
+		tables[i] = e.Pages
+		if tables[i] == nil {
+			pt, err := b.own.Grow(uint64(e.Seq), e.Pos+len(e.Tokens))
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrBatch, err)
+			}
+			tables[i] = pt
 		}
-		s.n = e.Pos // truncate; extended when the step succeeds
-		states[i] = s
 		b.result = append(b.result, nil)
 		b.greedy = append(b.greedy, -1)
 	}
@@ -109,15 +111,17 @@ func (b *Backend) step(ctx context.Context, batch []runtime.SeqStep, greedy bool
 				}
 			}
 			n := min(len(toks), b.opts.PrefillTokens-curT)
-			cur = append(cur, piece{entry: i, seq: states[i], pos: pos, tokens: toks[:n], logits: e.Logits && n == len(toks)})
+			cur = append(cur, piece{entry: i, pages: tables[i], pos: pos, tokens: toks[:n], logits: e.Logits && n == len(toks)})
 			pos, toks, curT = pos+n, toks[n:], curT+n
 		}
 	}
 	if err := flush(); err != nil {
 		return err
 	}
-	for i, e := range batch {
-		states[i].n = e.Pos + len(e.Tokens)
+	for _, e := range batch {
+		if e.Pages == nil {
+			b.own.Commit(uint64(e.Seq), e.Pos+len(e.Tokens))
+		}
 	}
 	return nil
 }
@@ -159,6 +163,9 @@ func (b *Backend) run(pieces []piece, greedy bool) error {
 	V := b.info.VocabSize
 	return b.dev.Do(func(c *Ctx) error {
 		if err := c.CopyHtoDAsync(b.inputs, b.host, b.stream); err != nil {
+			return err
+		}
+		if err := c.CopyHtoDAsync(b.pageTab, i32AsBytes(b.hostTab), b.stream); err != nil {
 			return err
 		}
 		if b.stage != nil && ps.p.HiddenIn >= 0 {
@@ -229,7 +236,9 @@ func (b *Backend) run(pieces []piece, greedy bool) error {
 }
 
 // fillInputs writes the step inputs of pieces, padded to rowsT tokens and
-// rowsS sequences (padding rows write to the trash slot), into b.host.
+// rowsS sequences, into b.host, and their page tables one after another
+// into b.hostTab: entry 0 is the trash page, which padding rows write to
+// and padding sequences read.
 func (b *Backend) fillInputs(pieces []piece, rowsT, rowsS int) {
 	size := int(codegen.NumInputs) * b.inCap
 	if len(b.host) != 4*size {
@@ -239,23 +248,28 @@ func (b *Backend) fillInputs(pieces []piece, rowsT, rowsS int) {
 	arr := func(i codegen.Input) []int32 { return in[int(i)*b.inCap : (int(i)+1)*b.inCap] }
 	tok, pos, slot, tbase := arr(codegen.InTokens), arr(codegen.InPositions), arr(codegen.InSlots), arr(codegen.InTokBase)
 	kbase, klen, last := arr(codegen.InKVBase), arr(codegen.InKVLen), arr(codegen.InLast)
-	ctx := b.opts.Context
+	ps := int32(b.pool.PageSize())
+	tab := append(b.hostTab[:0], b.trash)
 	t := 0
 	for s, p := range pieces {
-		base := int32(p.seq.slot * ctx)
+		end := p.pos + len(p.tokens)
+		base := int32(len(tab))
+		tab = append(tab, p.pages[:b.pool.PagesFor(end)]...)
 		for j, id := range p.tokens {
-			tok[t], pos[t], slot[t], tbase[t] = id, int32(p.pos+j), base+int32(p.pos+j), base
+			at := int32(p.pos + j)
+			tok[t], pos[t], slot[t], tbase[t] = id, at, p.pages[at/ps]*ps+at%ps, base
 			t++
 		}
-		kbase[s], klen[s], last[s] = base, int32(p.pos+len(p.tokens)), int32(t-1)
+		kbase[s], klen[s], last[s] = base, int32(end), int32(t-1)
 	}
-	trash := int32(b.trash * ctx)
+	trash := b.trash * ps
 	for ; t < rowsT; t++ {
-		tok[t], pos[t], slot[t], tbase[t] = 0, 0, trash, trash
+		tok[t], pos[t], slot[t], tbase[t] = 0, 0, trash, 0
 	}
 	for s := len(pieces); s < rowsS; s++ {
-		kbase[s], klen[s], last[s] = trash, 1, int32(s)
+		kbase[s], klen[s], last[s] = 0, 1, int32(s)
 	}
+	b.hostTab = tab
 }
 
 // dropped reports whether launch i of ps is left out under MEMRA_DROP
@@ -293,6 +307,8 @@ func (b *Backend) launch(c *Ctx, ps *progState, l *codegen.Launch, T, S int) err
 			args[i] = int32(a.Value)
 		case codegen.ArgNull:
 			args[i] = DevicePtr(0)
+		case codegen.ArgPages:
+			args[i] = b.pageTab
 		default:
 			panic(fmt.Sprintf("BUG: launch argument kind %d", a.Kind))
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/memra-ai/memra/ir/dtype"
 	"github.com/memra-ai/memra/runtime"
 	"github.com/memra-ai/memra/runtime/cpu"
+	"github.com/memra-ai/memra/runtime/kv"
 	"github.com/memra-ai/memra/runtime/load"
 	"github.com/memra-ai/memra/runtime/synth"
 )
@@ -74,17 +75,21 @@ func TestLowerStoriesPrograms(t *testing.T) {
 	ws, n := uniqueWeights(dec, pre)
 	require.Len(t, ws, len(dec.Weights), "both programs read the same weights")
 	require.Positive(t, n)
-	// 5 layers × K and V × 5 slots × 512 positions × 32 floats × 2 bytes
-	require.Equal(t, int64(5*2*5*512*32*2), dec.CacheBytes(5))
+	// 5 layers × K and V × 16 positions a page × 32 f16 elements × 2 bytes
+	require.Equal(t, codegen.DefaultPageSize, dec.PageSize)
+	require.Equal(t, int64(5*2*16*32*2), dec.PageBytes())
 	_, _, err = Lower(m, BackendOptions{Cache: "q4"})
 	require.ErrorIs(t, err, ErrArg)
 }
 
-// TestFillInputs checks the step inputs and the padding rows of a bucket.
+// TestFillInputs checks the step inputs, the packed page tables and the
+// padding rows of a bucket.
 func TestFillInputs(t *testing.T) {
-	b := &Backend{opts: BackendOptions{Context: 100, MaxSeqs: 4}, inCap: 8, trash: 4}
-	a, c := &seqState{slot: 2}, &seqState{slot: 0}
-	b.fillInputs([]piece{{seq: a, pos: 5, tokens: []int32{7}}, {seq: c, pos: 0, tokens: []int32{9}}}, 4, 4)
+	pool, err := kv.NewPool(10, 4)
+	require.NoError(t, err)
+	b := &Backend{opts: BackendOptions{Context: 100, MaxSeqs: 4}, inCap: 8, trash: 10, pool: pool}
+	a, c := []int32{3, 7, 1}, []int32{2, 5}
+	b.fillInputs([]piece{{pages: a, pos: 5, tokens: []int32{7}}, {pages: c, pos: 0, tokens: []int32{9}}}, 4, 4)
 	in := func(i codegen.Input, n int) []int32 {
 		out := make([]int32, n)
 		for j := range out {
@@ -95,9 +100,12 @@ func TestFillInputs(t *testing.T) {
 	}
 	require.Equal(t, []int32{7, 9, 0, 0}, in(codegen.InTokens, 4))
 	require.Equal(t, []int32{5, 0, 0, 0}, in(codegen.InPositions, 4))
-	require.Equal(t, []int32{205, 0, 400, 400}, in(codegen.InSlots, 4))
-	require.Equal(t, []int32{200, 0, 400, 400}, in(codegen.InTokBase, 4))
-	require.Equal(t, []int32{200, 0, 400, 400}, in(codegen.InKVBase, 4))
+	// position 5 is row 1 of page 7 (4 positions a page); padding writes the trash page 10
+	require.Equal(t, []int32{29, 8, 40, 40}, in(codegen.InSlots, 4))
+	// the tables: the trash page, a's first two pages (6 positions), c's first page
+	require.Equal(t, []int32{10, 3, 7, 2}, b.hostTab)
+	require.Equal(t, []int32{1, 3, 0, 0}, in(codegen.InTokBase, 4))
+	require.Equal(t, []int32{1, 3, 0, 0}, in(codegen.InKVBase, 4))
 	require.Equal(t, []int32{6, 1, 1, 1}, in(codegen.InKVLen, 4))
 	require.Equal(t, []int32{0, 1, 2, 3}, in(codegen.InLast, 4))
 }

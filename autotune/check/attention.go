@@ -1,0 +1,236 @@
+package check
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/memra-ai/memra/codegen"
+)
+
+// scatterPages lays out caches of lens[i] positions in pages of size rows
+// scattered over a pool as a long-running server's are (a sequence's pages
+// neither consecutive nor in order, free pages between them): the page
+// tables one after another in pages, sequence i's at base[i], and the
+// pool's rows.
+func scatterPages(r *rand.Rand, lens []int32, size int) (pages, base []int32, rows int) {
+	n := 0
+	for _, l := range lens {
+		n += max(1, (int(l)+size-1)/size)
+	}
+	pool := n + n/4 + 3
+	perm := r.Perm(pool)
+	for _, l := range lens {
+		base = append(base, int32(len(pages)))
+		for range max(1, (int(l)+size-1)/size) {
+			pages = append(pages, int32(perm[0]))
+			perm = perm[1:]
+		}
+	}
+	return pages, base, pool * size
+}
+
+// pageSize is the page of the attention cases: the lowering's default
+// unless the shape names one.
+func pageSize(as codegen.AttnShape) int {
+	if as.PageSize > 0 {
+		return as.PageSize
+	}
+	return codegen.DefaultPageSize
+}
+
+// Decode is split-KV decode attention for one query per sequence; lens are
+// the sequences' key counts (their caches in pages scattered over a pool,
+// scatterPages).
+func Decode(shape string, as codegen.AttnShape, lens []int32, seed uint64) *Case {
+	return decodeCase(shape, as, lens, false, false, seed)
+}
+
+// DecodeFused is Decode in one kernel (codegen.DecodeAttentionFused, float
+// or, with xq, quantised rows), launched twice into two outputs over the
+// same counters: the second launch is right only if the first left every
+// counter at zero.
+func DecodeFused(shape string, as codegen.AttnShape, lens []int32, xq bool, seed uint64) *Case {
+	return decodeCase(shape, as, lens, xq, true, seed)
+}
+
+// DecodeXQ is Decode with the combine that writes its rows quantised for
+// the output projection (codegen.DecodeAttentionXQ), checked by
+// dequantising them (within codegen.XQTol; each group's int8 sums exact).
+func DecodeXQ(shape string, as codegen.AttnShape, lens []int32, seed uint64) *Case {
+	return decodeCase(shape, as, lens, true, false, seed)
+}
+
+func decodeCase(shape string, as codegen.AttnShape, lens []int32, xq, fused bool, seed uint64) *Case {
+	c := &Case{Family: "attn_decode", Label: "attn_decode", Shape: shape, DType: strings.ToLower(as.Cache.String()) + " cache",
+		Class: codegen.AttnClass(as), Tol: 1e-4, seed: seed}
+	if fused {
+		c.Label, c.Class = "attn_decode_fused", c.Class+"_fused"
+	}
+	if xq {
+		c.Label, c.Class, c.Tol = c.Label+"+xq", c.Class+"_xq", codegen.XQTol
+	}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		if fused {
+			f, err := codegen.DecodeAttentionFused(as, codegen.DecodeArmOf(arm), xq)
+			if err != nil {
+				return nil, err
+			}
+			return []*codegen.Kernel{f, f}, nil
+		}
+		attn := codegen.DecodeAttention
+		if xq {
+			attn = codegen.DecodeAttentionXQ
+		}
+		p, cb, err := attn(as, codegen.DecodeArmOf(arm))
+		if err != nil {
+			return nil, err
+		}
+		return []*codegen.Kernel{p, cb}, nil
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		kvw := as.HeadsKV * as.HeadDim
+		pages, base, rows := scatterPages(r, lens, pageSize(as))
+		maxLen := 0
+		for _, l := range lens {
+			maxLen = max(maxLen, int(l))
+		}
+		kcb, kc, err := cacheValues(as.Cache, kvw, randn(r, rows*kvw))
+		if err != nil {
+			return nil, err
+		}
+		vcb, vc, err := cacheValues(as.Cache, kvw, randn(r, rows*kvw))
+		if err != nil {
+			return nil, err
+		}
+		seqs := len(lens)
+		q := randn(r, seqs*as.QStride)
+		ref := lazy(func() ([]float32, error) { return codegen.RefAttention(as, q, base, lens, pages, kc, vc), nil })
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				splits := codegen.DecodeArmOf(arm).Splits(max(maxLen, c.capacity))
+				po := fbuf(make([]float32, seqs*as.Heads*splits*as.HeadDim))
+				pml := fbuf(make([]float32, seqs*as.Heads*splits*2))
+				lb, out := ibuf(lens), fbuf(make([]float32, seqs*as.Heads*as.HeadDim))
+				if xq {
+					out = &Buf{Data: make([]byte, seqs*codegen.XQRowBytes(as.Heads*as.HeadDim))}
+				}
+				if fused {
+					out2 := &Buf{Data: make([]byte, len(out.Data))}
+					counters := &Buf{Data: make([]byte, 4*seqs*as.HeadsKV)}
+					args := func(o *Buf) []Arg {
+						return []Arg{b(fbuf(q)), b(&Buf{Data: kcb}), b(&Buf{Data: vcb}), b(ibuf(pages)), b(ibuf(base)), b(lb), b(po), b(pml), b(o), b(counters), s(splits)}
+					}
+					return &Launch{Kernels: ks, Dims: codegen.Dims{Seqs: seqs, KVLen: max(maxLen, c.capacity)}, Args: [][]Arg{args(out), args(out2)},
+						Outs: []*Buf{out, out2}}, nil
+				}
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Seqs: seqs, KVLen: max(maxLen, c.capacity)}, Args: [][]Arg{
+					{b(fbuf(q)), b(&Buf{Data: kcb}), b(&Buf{Data: vcb}), b(ibuf(pages)), b(ibuf(base)), b(lb), b(po), b(pml), s(splits)},
+					{b(po), b(pml), b(lb), b(out), s(splits)},
+				}, Outs: []*Buf{out}}, nil
+			},
+			compare: func(outs [][]byte) (float64, error) {
+				want, _ := ref()
+				e := 0.0
+				for _, o := range outs { // the fused kernel's two launches
+					if !xq {
+						e = math.Max(e, codegen.RelErr(bytesF32(o), want))
+					} else {
+						e = math.Max(e, xqRowsErr(o, as.Heads*as.HeadDim, want))
+					}
+				}
+				return e, nil
+			},
+		}, nil
+	}
+	return c
+}
+
+// xqRowsErr dequantises rows of k quantised as XQuant writes them (int8
+// values, then per group of 32 the float4 dx, int8 sums of elements 0-15
+// and 16-31, float sum) and returns their error against want; +Inf when a
+// group's int8 sums are not those of its values.
+func xqRowsErr(data []byte, k int, want []float32) float64 {
+	rb := codegen.XQRowBytes(k)
+	got := make([]float32, 0, len(want))
+	for r := 0; r+rb <= len(data); r += rb {
+		row := data[r : r+rb]
+		for g := range k / 32 {
+			m := bytesF32(row[k+16*g : k+16*g+16])
+			var s [2]float32
+			for i := range 32 {
+				v := float32(int8(row[32*g+i]))
+				s[i/16] += v
+				got = append(got, v*m[0])
+			}
+			if s[0] != m[1] || s[1] != m[2] {
+				return math.Inf(1)
+			}
+		}
+	}
+	return codegen.RelErr(got, want)
+}
+
+// Prefill is causal prefill attention for ntok tokens of one sequence
+// starting at position p0, its cache in scattered pages (scatterPages).
+func Prefill(shape string, as codegen.AttnShape, ntok, p0 int, seed uint64) *Case {
+	c := &Case{Family: "attn_prefill", Label: "attn_prefill", Shape: shape, DType: strings.ToLower(as.Cache.String()) + " cache",
+		Class: codegen.AttnClass(as), Tol: 1e-4, seed: seed}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		return one(codegen.PrefillAttention(as, codegen.PrefillArmOf(arm)))
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		kvw := as.HeadsKV * as.HeadDim
+		pages, base, rows := scatterPages(r, []int32{int32(p0 + ntok)}, pageSize(as))
+		kcb, kc, err := cacheValues(as.Cache, kvw, randn(r, rows*kvw))
+		if err != nil {
+			return nil, err
+		}
+		vcb, vc, err := cacheValues(as.Cache, kvw, randn(r, rows*kvw))
+		if err != nil {
+			return nil, err
+		}
+		tb, tp, n := make([]int32, ntok), make([]int32, ntok), make([]int32, ntok)
+		for i := range tb {
+			tb[i], tp[i], n[i] = base[0], int32(p0+i), int32(p0+i+1)
+		}
+		q := randn(r, ntok*as.QStride)
+		ref := lazy(func() ([]float32, error) { return codegen.RefAttention(as, q, tb, n, pages, kc, vc), nil })
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				out := fbuf(make([]float32, ntok*as.Heads*as.HeadDim))
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: ntok, Seqs: 1, KVLen: p0 + ntok}, Args: [][]Arg{
+					{b(fbuf(q)), b(&Buf{Data: kcb}), b(&Buf{Data: vcb}), b(ibuf(pages)), b(ibuf(tb)), b(ibuf(tp)), b(out), s(ntok)},
+				}, Outs: []*Buf{out}}, nil
+			},
+			compare: func(outs [][]byte) (float64, error) {
+				want, _ := ref()
+				return codegen.RelErr(bytesF32(outs[0]), want), nil
+			},
+		}, nil
+	}
+	return c
+}
+
+// FlashPrefill is Prefill's case for the tensor-core prefill attention
+// (codegen.FlashPrefillAttention, the arm lowering runs), within
+// codegen.FlashTol; nil where it has no kernel for the shape.
+func FlashPrefill(shape string, as codegen.AttnShape, ntok, p0 int, seed uint64) *Case {
+	if !codegen.FlashSupported(as) {
+		return nil
+	}
+	c := Prefill(shape, as, ntok, p0, seed)
+	c.Label, c.Tol = "attn_flash", codegen.FlashTol
+	c.kernels = func(codegen.Point) ([]*codegen.Kernel, error) {
+		return one(codegen.FlashPrefillAttention(as, codegen.DefaultFlashArm))
+	}
+	return c
+}
