@@ -1,12 +1,14 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/memra-ai/memra/runtime/kv"
 	"github.com/memra-ai/memra/runtime/tokenizer"
 )
 
@@ -44,6 +46,11 @@ type EngineConfig struct {
 	// the reader falls that far behind, the request ends with ErrSlowConsumer
 	// instead of stalling every other request in the batch.
 	EventBuffer int
+	// NoPrefixCache turns off the reuse of KV pages between requests: each
+	// prompt is computed whole and a request's pages are freed at its end.
+	// (Only a PagedBackend shares pages; over another backend the pages
+	// are accounting alone and nothing is reused either way.)
+	NoPrefixCache bool
 }
 
 func (c EngineConfig) withDefaults(info ModelInfo) EngineConfig {
@@ -68,12 +75,21 @@ func (c EngineConfig) withDefaults(info ModelInfo) EngineConfig {
 // Stats is a snapshot of the engine for metrics.
 type Stats struct {
 	Running, Queued int
-	// KVTokensUsed counts the tokens held in KV caches of running sequences;
-	// KVTokensTotal is MaxRunning × the context length.
+	// KVTokensUsed counts the positions of the KV pages sequences hold;
+	// KVTokensTotal the positions of the whole pool.
 	KVTokensUsed, KVTokensTotal int
-	StepsRun                    int64 // backend steps
-	TokensGenerated             int64 // sampled tokens, all requests
-	PromptTokens                int64 // prompt tokens fed, all requests
+	// KVPagesUsed, KVPagesCached and KVPagesTotal count the pool's pages
+	// held by sequences, kept for reuse by the prefix cache (free to
+	// evict), and in all; KVPageSize is the positions of a page.
+	KVPagesUsed, KVPagesCached, KVPagesTotal, KVPageSize int
+	StepsRun                                             int64 // backend steps
+	TokensGenerated                                      int64 // sampled tokens, all requests
+	PromptTokens                                         int64 // prompt tokens computed, all requests
+	CachedTokens                                         int64 // prompt tokens taken from the prefix cache
+	// Preemptions counts running sequences that gave their pages back for
+	// lack of memory (they resume by recomputing, from the prefix cache
+	// where it still holds their pages).
+	Preemptions int64
 }
 
 // vocabulary is what the engine needs of a tokenizer.
@@ -90,6 +106,8 @@ type vocabulary interface {
 // events and retires finished sequences.
 type Engine struct {
 	b     Backend
+	pool  *kv.Pool // the backend's (PagedBackend), or the engine's own accounting
+	share bool     // pages are the backend's: pass them and reuse them
 	info  ModelInfo
 	vocab vocabulary
 	tok   *tokenizer.Tokenizer
@@ -111,21 +129,39 @@ type Engine struct {
 	closed   bool
 	nextID   SeqID
 	stats    Stats
+
+	// inflight maps the keys of prompt pages a running sequence will write
+	// to it; a queued request that needs such a page waits for it (loop
+	// goroutine only)
+	inflight map[kv.Key]*sequence
 }
 
 func newEngine(b Backend, v vocabulary, tok *tokenizer.Tokenizer, cfg EngineConfig) *Engine {
 	info := b.Info()
 	e := &Engine{
 		b: b, info: info, vocab: v, tok: tok, cfg: cfg.withDefaults(info),
-		wake: make(chan struct{}, 1),
-		quit: make(chan struct{}),
-		done: make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
+		inflight: map[kv.Key]*sequence{},
+	}
+	if pb, ok := b.(PagedBackend); ok && pb.KVPool() != nil {
+		e.pool, e.share = pb.KVPool(), true
+	} else {
+		// pages as accounting only: every running sequence at its whole context
+		ctx := cmp.Or(info.ContextLength, 4096)
+		e.pool, _ = kv.NewPool(e.cfg.MaxRunning*((ctx+ownPageSize-1)/ownPageSize), ownPageSize)
 	}
 	e.stepCtx, e.stopSteps = context.WithCancel(context.Background())
-	e.stats.KVTokensTotal = e.cfg.MaxRunning * info.ContextLength
+	e.stats.KVPagesTotal, e.stats.KVPageSize = e.pool.Pages(), e.pool.PageSize()
+	e.stats.KVTokensTotal = e.pool.Pages() * e.pool.PageSize()
 	go e.loop()
 	return e
 }
+
+// ownPageSize is the page of the engine's own pool over a backend that has
+// none.
+const ownPageSize = 16
 
 // Info describes the model the engine serves.
 func (e *Engine) Info() ModelInfo { return e.info }
@@ -143,10 +179,60 @@ func (e *Engine) Config() EngineConfig { return e.cfg }
 // far behind gets a last event with ErrSlowConsumer, because the scheduler
 // never waits for one request's reader while the others' tokens are due.
 func (e *Engine) Submit(ctx context.Context, req Request) (<-chan Event, error) {
-	if err := validate(&req, e.info); err != nil {
+	chans, err := e.SubmitGroup(ctx, []Request{req})
+	if err != nil {
 		return nil, err
 	}
+	return chans[0], nil
+}
+
+// SubmitGroup queues reqs (the n choices of one API request) all at once
+// or none of them: ErrOverloaded when the running and queued slots cannot
+// take them all now, ErrTooMany when they could never (more than
+// MaxRunning + MaxQueue), and Submit's other errors for any one of them.
+// The channels are in reqs' order.
+func (e *Engine) SubmitGroup(ctx context.Context, reqs []Request) ([]<-chan Event, error) {
+	if len(reqs) > e.cfg.MaxRunning+e.cfg.MaxQueue {
+		return nil, fmt.Errorf("%w: %d requests, at most %d (%d running + %d queued)", ErrTooMany, len(reqs),
+			e.cfg.MaxRunning+e.cfg.MaxQueue, e.cfg.MaxRunning, e.cfg.MaxQueue)
+	}
+	seqs := make([]*sequence, len(reqs))
+	for i := range reqs {
+		s, err := e.newSequence(ctx, reqs[i])
+		if err != nil {
+			return nil, err
+		}
+		seqs[i] = s
+	}
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	switch {
+	case e.closed || e.draining:
+		e.mu.Unlock()
+		return nil, ErrDraining
+	case e.running+len(e.queue)+len(seqs) > e.cfg.MaxRunning+e.cfg.MaxQueue:
+		e.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d running, %d queued", ErrOverloaded, e.cfg.MaxRunning, e.cfg.MaxQueue)
+	}
+	chans := make([]<-chan Event, len(seqs))
+	for i, s := range seqs {
+		e.nextID++
+		s.id = e.nextID
+		s.stopWake = context.AfterFunc(ctx, e.poke)
+		e.queue = append(e.queue, s)
+		chans[i] = s.out
+	}
+	e.stats.Queued = len(e.queue)
+	e.mu.Unlock()
+	e.poke()
+	return chans, nil
+}
+
+// newSequence validates req and prepares its sequence (not yet queued).
+func (e *Engine) newSequence(ctx context.Context, req Request) (*sequence, error) {
+	if err := validate(&req, e.info); err != nil {
 		return nil, err
 	}
 	s := &sequence{
@@ -166,34 +252,28 @@ func (e *Engine) Submit(ctx context.Context, req Request) (<-chan Event, error) 
 		dec = e.vocab.newDecoder()
 	}
 	s.text = newTextStream(dec, nonEmpty(req.Stop))
-
-	s.stopWake = context.AfterFunc(ctx, e.poke)
-	e.mu.Lock()
-	switch {
-	case e.closed || e.draining:
-		e.mu.Unlock()
-		s.stopWake()
-		return nil, ErrDraining
-	case e.running+len(e.queue) >= e.cfg.MaxRunning+e.cfg.MaxQueue:
-		e.mu.Unlock()
-		s.stopWake()
-		return nil, fmt.Errorf("%w: %d running, %d queued", ErrOverloaded, e.cfg.MaxRunning, e.cfg.MaxQueue)
+	if e.share && !e.cfg.NoPrefixCache {
+		s.root = kv.Root(req.CacheScope)
+		s.keys = kv.Chain(s.root, req.Prompt, e.pool.PageSize())
 	}
-	e.nextID++
-	s.id = e.nextID
-	e.queue = append(e.queue, s)
-	e.stats.Queued = len(e.queue)
-	e.mu.Unlock()
-	e.poke()
-	return s.out, nil
+	return s, nil
 }
 
-// Stats returns a snapshot of the scheduler's counters.
+// Stats returns a snapshot of the scheduler's counters and of the KV
+// page pool.
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.stats
+	st := e.stats
+	e.mu.Unlock()
+	ps := e.pool.Stats()
+	st.KVPagesUsed, st.KVPagesCached = ps.Used, ps.Cached
+	st.KVTokensUsed = ps.Used * ps.PageSize
+	return st
 }
+
+// KVPool returns the page pool the engine schedules (the backend's, or
+// the engine's own accounting over a backend without one).
+func (e *Engine) KVPool() *kv.Pool { return e.pool }
 
 // Drain stops admitting: Submit returns ErrDraining from now on, while
 // running and queued requests go on to their end. See WaitIdle.

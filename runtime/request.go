@@ -10,6 +10,9 @@ var (
 	ErrTooLong    = errors.New("runtime: request does not fit the model's context")
 	ErrBadRequest = errors.New("runtime: invalid request")
 	ErrDraining   = errors.New("runtime: shutting down, not admitting requests")
+	// ErrTooMany: a group of requests (a request's n choices) larger than
+	// the engine can ever hold running and queued at once.
+	ErrTooMany = errors.New("runtime: more requests in one group than the engine holds")
 )
 
 // SamplingParams choose the next token from logits. The zero value is greedy
@@ -62,12 +65,20 @@ type Request struct {
 	// Mask, when set, constrains every sampled token (structured output);
 	// see Mask. It must not be shared between requests.
 	Mask Mask
+	// CacheScope is the prefix-cache scope: a request reuses the cached KV
+	// pages only of requests of the same scope (the server passes the
+	// tenant: the API key's identity and the request's cache_salt). The
+	// empty scope is one scope like any other.
+	CacheScope string
 }
 
 // Usage counts tokens as OpenAI's usage object does.
 type Usage struct {
 	PromptTokens     int
 	CompletionTokens int
+	// CachedTokens are the prompt tokens whose keys and values came from
+	// the prefix cache instead of being computed.
+	CachedTokens int
 }
 
 // Event is one piece of a streamed generation. Text is always whole UTF-8

@@ -8,6 +8,8 @@ import (
 	goruntime "runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/memra-ai/memra/runtime/kv"
 )
 
 // sequence is one request inside the scheduler. Only the loop goroutine
@@ -25,14 +27,22 @@ type sequence struct {
 	all       []int32 // prompt then generated tokens that will be fed
 	cached    int     // tokens of all already in the backend's KV cache
 	generated int
-	admitted  bool // holds a backend sequence (Free on retire)
+	admitted  bool // holds pages and may hold a backend sequence (Free on retire)
+
+	pages     []int32  // page table: page i holds positions [i·P, (i+1)·P)
+	root      kv.Key   // the prefix-cache scope's root
+	keys      []kv.Key // keys of all's full pages, as far as computed (nil: no prefix cache)
+	published int      // leading pages published to the prefix cache
+	hit       int      // prompt tokens the first admission took from the cache
+	started   bool     // admitted once (a preempted sequence is requeued)
 }
 
-// prefilled reports whether the whole prompt is in the KV cache.
-func (s *sequence) prefilled() bool { return s.cached >= len(s.req.Prompt) }
+// prefilled reports whether the whole prompt and every token generated
+// before a preemption is in the KV cache: the sequence decodes.
+func (s *sequence) prefilled() bool { return s.cached >= len(s.all)-1 && s.cached >= len(s.req.Prompt) }
 
 func (s *sequence) usage() Usage {
-	return Usage{PromptTokens: len(s.req.Prompt), CompletionTokens: s.generated}
+	return Usage{PromptTokens: len(s.req.Prompt), CompletionTokens: s.generated, CachedTokens: s.hit}
 }
 
 // loop is the scheduler: one backend step per iteration.
@@ -47,7 +57,7 @@ func (e *Engine) loop() {
 		for _, s := range append(running, queued...) {
 			e.retire(s, Event{Err: ErrClosed})
 		}
-		e.publish(nil)
+		e.count(nil)
 	}()
 	for {
 		select {
@@ -58,7 +68,7 @@ func (e *Engine) loop() {
 		running = e.admit(running)
 		running = e.dropCancelled(running)
 		if len(running) == 0 {
-			e.publish(running)
+			e.count(running)
 			select {
 			case <-e.quit:
 				return
@@ -67,24 +77,36 @@ func (e *Engine) loop() {
 			continue
 		}
 		running = e.step(running)
-		e.publish(running)
+		e.count(running)
 	}
 }
 
-// admit moves queued requests into running up to MaxRunning, and drops
-// queued requests whose client went away.
+// admit moves queued requests into running, in order, while there is a
+// running slot and the pool has the pages of their prompts (what the
+// prefix cache does not hold), and drops queued requests whose client went
+// away. A request whose next prompt page another running sequence is about
+// to write waits for it (it then finds it in the cache).
 func (e *Engine) admit(running []*sequence) []*sequence {
 	e.mu.Lock()
 	var gone []*sequence
 	keep := e.queue[:0]
+	full := false
 	for _, s := range e.queue {
 		switch {
 		case s.ctx.Err() != nil:
 			gone = append(gone, s)
-		case len(running) < e.cfg.MaxRunning:
-			running = append(running, s)
-		default:
+		case full || len(running) >= e.cfg.MaxRunning:
 			keep = append(keep, s)
+		default:
+			switch e.takePages(s, len(running)) {
+			case admitted:
+				running = append(running, s)
+			case waiting:
+				keep = append(keep, s)
+			case noPages:
+				keep = append(keep, s)
+				full = true // first come, first served: nothing overtakes it
+			}
 		}
 	}
 	clear(e.queue[len(keep):])
@@ -116,19 +138,26 @@ func (e *Engine) dropCancelled(running []*sequence) []*sequence {
 // step builds one batch from running, runs it, samples and emits, and
 // returns the sequences that go on.
 func (e *Engine) step(running []*sequence) []*sequence {
+	running = e.growPages(running)
+	if len(running) == 0 {
+		return running
+	}
 	batch := make([]SeqStep, 0, len(running))
 	members := make([]*sequence, 0, len(running))
 	budget := e.cfg.MaxBatchTokens
 	add := func(s *sequence, n int) {
-		batch = append(batch, SeqStep{
+		st := SeqStep{
 			Seq:    s.id,
 			Pos:    s.cached,
 			Tokens: s.all[s.cached : s.cached+n],
 			Logits: s.cached+n == len(s.all),
-		})
+		}
+		if e.share {
+			st.Pages = s.pages
+		}
+		batch = append(batch, st)
 		members = append(members, s)
 		budget -= n
-		s.admitted = true
 	}
 	// Decodes first: every prefilled sequence feeds its one new token.
 	for _, s := range running {
@@ -180,6 +209,7 @@ func (e *Engine) step(running []*sequence) []*sequence {
 	var finished []*sequence
 	for i, s := range members {
 		s.cached += len(batch[i].Tokens)
+		e.publish(s)
 		if !batch[i].Logits {
 			continue
 		}
@@ -410,13 +440,10 @@ func (e *Engine) finish(s *sequence, reason FinishReason, stopped bool) {
 	e.retire(s, Event{Done: true, Finish: reason})
 }
 
-// retire frees s's backend sequence, sends its last event and closes its
-// channel. An Err event is also marked Done.
+// retire frees s's pages and backend sequence, sends its last event and
+// closes its channel. An Err event is also marked Done.
 func (e *Engine) retire(s *sequence, last Event) {
-	if s.admitted {
-		e.b.Free(s.id)
-		s.admitted = false
-	}
+	e.dropPages(s)
 	if s.stopWake != nil {
 		s.stopWake()
 	}
@@ -437,16 +464,11 @@ func (s *sequence) send(ev Event) {
 	}
 }
 
-// publish refreshes the running counters of Stats.
-func (e *Engine) publish(running []*sequence) {
-	kv := 0
-	for _, s := range running {
-		kv += s.cached
-	}
+// count refreshes the running counters of Stats.
+func (e *Engine) count(running []*sequence) {
 	e.mu.Lock()
 	e.running = len(running)
 	e.stats.Running = len(running)
-	e.stats.KVTokensUsed = kv
 	e.mu.Unlock()
 }
 
