@@ -31,6 +31,12 @@ type Stats struct {
 	Queued        int // requests admitted but not yet running
 	KVTokensUsed  int // KV cache positions in use
 	KVTokensTotal int // KV cache positions available in all
+	// KVPagesUsed, KVPagesCached and KVPagesTotal count the KV pool's
+	// pages held by running sequences, kept by the prefix cache, and in all.
+	KVPagesUsed, KVPagesCached, KVPagesTotal int
+	CachedTokens                             int64 // prompt tokens taken from the prefix cache
+	PromptTokens                             int64 // prompt tokens computed
+	Preemptions                              int64 // sequences that gave their KV pages back and resumed
 }
 
 // Engine is exactly what the server uses of a loaded model's engine
@@ -45,6 +51,13 @@ type Engine interface {
 	Stats() Stats
 	// Drain stops admitting new requests; running ones go on.
 	Drain()
+}
+
+// GroupSubmitter is an Engine that queues a request's n choices together,
+// all or none (runtime.Engine.SubmitGroup); the server uses it where the
+// engine has it, and submits choices one by one where not.
+type GroupSubmitter interface {
+	SubmitGroup(ctx context.Context, reqs []runtime.Request) ([]<-chan runtime.Event, error)
 }
 
 // Template renders a chat: it is given the JSON object a chat template sees

@@ -77,13 +77,28 @@ func (s *Server) start(ctx context.Context, p *genParams, prompts [][]int32) (*g
 			close(out)
 		}()
 	}()
-	for idx, req := range reqs {
-		ch, err := p.model.Engine.Submit(ctx, req)
-		if err != nil {
-			for _, r := range reqs[idx:] {
+	var chans []<-chan runtime.Event
+	if ge, ok := p.model.Engine.(GroupSubmitter); ok {
+		var err error
+		if chans, err = ge.SubmitGroup(ctx, reqs); err != nil {
+			for _, r := range reqs {
 				closeMask(r.Mask)
 			}
-			return nil, s.engineError(err, len(req.Prompt), p)
+			return nil, s.engineError(err, len(reqs[0].Prompt), p)
+		}
+	}
+	for idx, req := range reqs {
+		var ch <-chan runtime.Event
+		if chans != nil {
+			ch = chans[idx]
+		} else {
+			var err error
+			if ch, err = p.model.Engine.Submit(ctx, req); err != nil {
+				for _, r := range reqs[idx:] {
+					closeMask(r.Mask)
+				}
+				return nil, s.engineError(err, len(req.Prompt), p)
+			}
 		}
 		wg.Add(1)
 		go func() {
@@ -111,6 +126,8 @@ func (s *Server) engineError(err error, promptTokens int, p *genParams) *apiErro
 		return &apiError{Status: http.StatusTooManyRequests, Type: typeRateLimit, Code: "rate_limit_exceeded",
 			Message:    "the server is at capacity (running and queued requests are full); retry later",
 			RetryAfter: s.retryAfterSeconds()}
+	case errors.Is(err, runtime.ErrTooMany):
+		return badRequest("n", "%d choices cannot run at once on this server (%v); lower n", p.n, err)
 	case errors.Is(err, runtime.ErrTooLong):
 		return tooLong(promptTokens, p.maxTokens, p.model.Engine.Info().ContextLength)
 	case errors.Is(err, runtime.ErrBadRequest):
@@ -161,12 +178,14 @@ func (t *tokenTimer) tokens(n int) {
 }
 
 // totals sums the usage of every choice: prompt tokens count once per prompt
-// (not once per n), completion tokens once per choice.
-func (g *generation) totals(n int, completion []int) usage {
+// (not once per n), and so do their cached tokens (those of the prompt's
+// first choice), completion tokens once per choice.
+func (g *generation) totals(n int, completion, cached []int) usage {
 	var u usage
 	for i, pt := range g.prompts {
 		if i%n == 0 {
 			u.PromptTokens += pt
+			u.PromptDetails.CachedTokens += cached[i]
 		}
 	}
 	for _, c := range completion {
@@ -178,9 +197,16 @@ func (g *generation) totals(n int, completion []int) usage {
 
 // usage is OpenAI's usage object.
 type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens     int          `json:"prompt_tokens"`
+	CompletionTokens int          `json:"completion_tokens"`
+	TotalTokens      int          `json:"total_tokens"`
+	PromptDetails    promptDetail `json:"prompt_tokens_details"`
+}
+
+// promptDetail is OpenAI's prompt_tokens_details: the prompt tokens read
+// from the prefix cache instead of computed.
+type promptDetail struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 // newID returns prefix followed by 24 random hex digits.

@@ -53,7 +53,16 @@ var (
 	descQueued = prometheus.NewDesc("memra_requests_queued",
 		"Requests admitted and waiting for a slot.", []string{"model"}, nil)
 	descKV = prometheus.NewDesc("memra_kv_cache_usage_ratio",
-		"Fraction of KV cache positions in use (0–1).", []string{"model"}, nil)
+		"Fraction of the KV page pool held by running sequences (0–1).", []string{"model"}, nil)
+	descPages = prometheus.NewDesc("memra_kv_pages",
+		"KV pages of the pool by state: used (held by running sequences), cached (kept for prefix reuse, evictable), total.",
+		[]string{"model", "state"}, nil)
+	descCached = prometheus.NewDesc("memra_prefix_cache_hit_tokens_total",
+		"Prompt tokens whose keys and values came from the prefix cache.", []string{"model"}, nil)
+	descComputed = prometheus.NewDesc("memra_prompt_tokens_computed_total",
+		"Prompt tokens the engine computed (prefill), preempted sequences' recomputation included.", []string{"model"}, nil)
+	descPreempt = prometheus.NewDesc("memra_preemptions_total",
+		"Running sequences that gave their KV pages back for lack of memory and resumed later.", []string{"model"}, nil)
 )
 
 // engineCollector reads each engine's Stats at scrape time.
@@ -64,6 +73,10 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descRunning
 	ch <- descQueued
 	ch <- descKV
+	ch <- descPages
+	ch <- descCached
+	ch <- descComputed
+	ch <- descPreempt
 }
 
 // Collect implements prometheus.Collector.
@@ -77,5 +90,14 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 			kv = float64(st.KVTokensUsed) / float64(st.KVTokensTotal)
 		}
 		ch <- prometheus.MustNewConstMetric(descKV, prometheus.GaugeValue, kv, m.ID)
+		for _, p := range []struct {
+			state string
+			n     int
+		}{{"used", st.KVPagesUsed}, {"cached", st.KVPagesCached}, {"total", st.KVPagesTotal}} {
+			ch <- prometheus.MustNewConstMetric(descPages, prometheus.GaugeValue, float64(p.n), m.ID, p.state)
+		}
+		ch <- prometheus.MustNewConstMetric(descCached, prometheus.CounterValue, float64(st.CachedTokens), m.ID)
+		ch <- prometheus.MustNewConstMetric(descComputed, prometheus.CounterValue, float64(st.PromptTokens), m.ID)
+		ch <- prometheus.MustNewConstMetric(descPreempt, prometheus.CounterValue, float64(st.Preemptions), m.ID)
 	}
 }

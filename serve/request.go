@@ -20,6 +20,7 @@ const (
 	maxChoices      = 128 // prompts × n in one completions request
 	maxTopLogprobs  = 20
 	maxLogitBiasAbs = 100
+	maxCacheSalt    = 1024
 )
 
 // commonFields are the request fields shared by chat and text completions.
@@ -48,6 +49,9 @@ type commonFields struct {
 	// {"plugin": NAME, "source": "…"} for a grammar plugin; enforced while
 	// decoding.
 	Grammar json.RawMessage `json:"grammar"`
+	// CacheSalt narrows the prefix-cache scope within the tenant (vLLM's
+	// field): only requests with the same key and salt share cached pages.
+	CacheSalt *string `json:"cache_salt"`
 }
 
 type streamOptions struct {
@@ -64,6 +68,7 @@ type genParams struct {
 	stream       bool
 	includeUsage bool
 	ignoreEOS    bool
+	scope        string // the prefix-cache scope: tenant and cache_salt
 	logprobs     bool
 	topLogprobs  int
 	// newMask, when set, gives each choice its own constraint. A mask with
@@ -208,6 +213,12 @@ func (c *commonFields) validate(m *Model, maxTokens *int, p *genParams) *apiErro
 		p.includeUsage = c.StreamOptions.IncludeUsage != nil && *c.StreamOptions.IncludeUsage
 	}
 	p.ignoreEOS = c.IgnoreEOS != nil && *c.IgnoreEOS
+	if c.CacheSalt != nil {
+		if *c.CacheSalt == "" || len(*c.CacheSalt) > maxCacheSalt {
+			return badRequest("cache_salt", "cache_salt must be a non-empty string of at most %d bytes", maxCacheSalt)
+		}
+		p.scope = "\x00salt:" + *c.CacheSalt
+	}
 	return nil
 }
 
@@ -294,5 +305,6 @@ func (p *genParams) runtimeRequest(prompt []int32, i int) (runtime.Request, erro
 		IgnoreEOS:   p.ignoreEOS,
 		Logprobs:    p.logprobs,
 		TopLogprobs: p.topLogprobs,
+		CacheScope:  p.scope,
 	}, nil
 }

@@ -27,6 +27,7 @@ type choiceResult struct {
 	tokens     []tokenInfo
 	finish     runtime.FinishReason
 	completion int
+	cached     int // prompt tokens reused from the prefix cache
 }
 
 // choiceDelta is one streamed piece of a choice.
@@ -56,6 +57,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p *genParams, 
 	defer s.leave()
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
+	p.scope = tenantOf(r.Context()) + p.scope
 	g, e := s.start(ctx, p, prompts)
 	if e != nil {
 		writeError(w, e)
@@ -125,6 +127,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p *genParams, 
 			}
 			c.finish = ev.Finish
 			c.completion = ev.Usage.CompletionTokens
+			c.cached = ev.Usage.CachedTokens
 			if sse != nil {
 				for _, chunk := range sh.finish(h, ce.index, string(ev.Finish)) {
 					sse.send(chunk)
@@ -139,11 +142,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p *genParams, 
 	if ctx.Err() != nil {
 		return
 	}
-	completion := make([]int, len(res))
+	completion, cached := make([]int, len(res)), make([]int, len(res))
 	for i := range res {
-		completion[i] = res[i].completion
+		completion[i], cached[i] = res[i].completion, res[i].cached
 	}
-	u := g.totals(p.n, completion)
+	u := g.totals(p.n, completion, cached)
 	s.metrics.promptTokens.WithLabelValues(p.model.ID).Add(float64(u.PromptTokens))
 	s.metrics.completionTokens.WithLabelValues(p.model.ID).Add(float64(u.CompletionTokens))
 	if sse == nil {

@@ -16,5 +16,7 @@ func (r runtimeEngine) Tokenizer() Tokenizer { return r.Engine.Tokenizer() }
 // Stats implements Engine.
 func (r runtimeEngine) Stats() Stats {
 	st := r.Engine.Stats()
-	return Stats{Running: st.Running, Queued: st.Queued, KVTokensUsed: st.KVTokensUsed, KVTokensTotal: st.KVTokensTotal}
+	return Stats{Running: st.Running, Queued: st.Queued, KVTokensUsed: st.KVTokensUsed, KVTokensTotal: st.KVTokensTotal,
+		KVPagesUsed: st.KVPagesUsed, KVPagesCached: st.KVPagesCached, KVPagesTotal: st.KVPagesTotal,
+		CachedTokens: st.CachedTokens, PromptTokens: st.PromptTokens, Preemptions: st.Preemptions}
 }

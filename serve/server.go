@@ -10,6 +10,7 @@ package serve
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -207,10 +208,14 @@ func (s *Server) routes() http.Handler {
 				Message: fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path)})
 			return
 		}
-		if rt.auth && !s.authorized(r) {
-			writeError(rec, &apiError{Status: http.StatusUnauthorized, Type: typeAuthentication, Code: "invalid_api_key",
-				Message: "missing or invalid API key: send Authorization: Bearer <key>"})
-			return
+		if rt.auth {
+			tenant, ok := s.authorized(r)
+			if !ok {
+				writeError(rec, &apiError{Status: http.StatusUnauthorized, Type: typeAuthentication, Code: "invalid_api_key",
+					Message: "missing or invalid API key: send Authorization: Bearer <key>"})
+				return
+			}
+			r = r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant))
 		}
 		h := rt.methods[r.Method]
 		if h == nil && r.Method == http.MethodHead {
@@ -245,22 +250,37 @@ func lookupRoute(table map[string]route, path string) (string, route, bool) {
 }
 
 // authorized checks the bearer key against every configured key in
-// constant time; with no keys every request passes.
-func (s *Server) authorized(r *http.Request) bool {
+// constant time and returns the tenant it names: the key's SHA-256, so
+// that two keys never share cached KV pages (the prefix cache is scoped by
+// tenant). With no keys every request passes, as the one tenant "".
+func (s *Server) authorized(r *http.Request) (tenant string, ok bool) {
 	if len(s.keys) == 0 {
-		return true
+		return "", true
 	}
 	auth := r.Header.Get("Authorization")
 	scheme, key, ok := strings.Cut(auth, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
+		return "", false
 	}
 	got := []byte(strings.TrimSpace(key))
 	match := 0
 	for _, k := range s.keys {
 		match |= subtle.ConstantTimeCompare(got, k)
 	}
-	return match == 1
+	if match != 1 {
+		return "", false
+	}
+	sum := sha256.Sum256(got)
+	return "key:" + string(sum[:]), true
+}
+
+// tenantKey is the request context's key of the tenant authorized found.
+type tenantKey struct{}
+
+// tenantOf returns the tenant of a request's context ("" without keys).
+func tenantOf(ctx context.Context) string {
+	t, _ := ctx.Value(tenantKey{}).(string)
+	return t
 }
 
 // statusRecorder remembers the status for metrics and whether anything was
