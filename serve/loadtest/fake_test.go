@@ -3,6 +3,7 @@ package loadtest
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,22 +14,61 @@ import (
 )
 
 // fake is an OpenAI-style streaming endpoint with controllable delays and
-// faults. It records every request and the most requests in flight.
+// faults. It records every request, the text it streamed back and the most
+// requests in flight. Each reply is distinct: " r<n>w<i>" for content chunk
+// i of request n. With prefixCache it counts a prompt's leading words that
+// an earlier prompt and its reply began with, and reports them as
+// usage.prompt_tokens_details.cached_tokens, as a server with a prefix
+// cache does (prompt and reply tokens kept).
 type fake struct {
-	firstDelay time.Duration // before the first content chunk
-	tokenDelay time.Duration // between content chunks
-	tokens     int           // content chunks per response
-	every429   int           // every n-th request is refused with 429
-	fault      string        // fault of every faultEvery-th request: malformed, error-event, no-done, status500
-	faultEvery int
-	noUsage    bool // never send usage
+	firstDelay  time.Duration // before the first content chunk
+	tokenDelay  time.Duration // between content chunks
+	tokens      int           // content chunks per response
+	every429    int           // every n-th request is refused with 429
+	fault       string        // fault of every faultEvery-th request: malformed, error-event, no-done, status500
+	faultEvery  int
+	noUsage     bool // never send usage
+	prefixCache bool // report cached_tokens from a simulated prefix cache
 
 	count, inflight, maxInflight atomic.Int64
 
-	mu     sync.Mutex
-	paths  []string
-	auths  []string
-	bodies []map[string]any
+	mu      sync.Mutex
+	paths   []string
+	auths   []string
+	bodies  []map[string]any
+	raw     [][]byte   // the request bodies as sent
+	replies []string   // the text streamed for each body; "" until done
+	cache   [][]string // the prompt and reply words of every answered request
+}
+
+// promptWords returns the words of a request's prompt: the completions
+// prompt, or the contents of every chat message in order.
+func promptWords(body map[string]any) []string {
+	if p, ok := body["prompt"].(string); ok {
+		return strings.Fields(p)
+	}
+	var w []string
+	msgs, _ := body["messages"].([]any)
+	for _, m := range msgs {
+		mm, _ := m.(map[string]any)
+		c, _ := mm["content"].(string)
+		w = append(w, strings.Fields(c)...)
+	}
+	return w
+}
+
+// cached returns the longest run of leading words that prompt shares with
+// a cached sequence. The caller holds f.mu.
+func (f *fake) cached(prompt []string) int {
+	best := 0
+	for _, c := range f.cache {
+		n := 0
+		for n < len(c) && n < len(prompt) && c[n] == prompt[n] {
+			n++
+		}
+		best = max(best, n)
+	}
+	return best
 }
 
 func (f *fake) start(t *testing.T) *httptest.Server {
@@ -59,12 +99,18 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	defer leave()
+	raw, _ := io.ReadAll(r.Body)
 	var body map[string]any
-	_ = json.NewDecoder(r.Body).Decode(&body)
+	_ = json.Unmarshal(raw, &body)
+	words := promptWords(body)
 	f.mu.Lock()
+	idx := len(f.bodies)
 	f.paths = append(f.paths, r.URL.Path)
 	f.auths = append(f.auths, r.Header.Get("Authorization"))
 	f.bodies = append(f.bodies, body)
+	f.raw = append(f.raw, raw)
+	f.replies = append(f.replies, "")
+	cached := f.cached(words)
 	f.mu.Unlock()
 
 	fault := ""
@@ -111,11 +157,14 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !sleep(f.firstDelay) {
 		return
 	}
+	var reply strings.Builder
 	for i := range f.tokens {
 		if i > 0 && !sleep(f.tokenDelay) {
 			return
 		}
-		send(piece(fmt.Sprintf(" w%d", i)))
+		text := fmt.Sprintf(" r%dw%d", n, i)
+		reply.WriteString(text)
+		send(piece(text))
 		if i == 1 {
 			switch fault {
 			case "malformed":
@@ -132,18 +181,22 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if fault == "no-done" {
 		return
 	}
+	f.mu.Lock()
+	f.replies[idx] = reply.String()
+	f.cache = append(f.cache, append(words[:len(words):len(words)], strings.Fields(reply.String())...))
+	f.mu.Unlock()
 	opts, _ := body["stream_options"].(map[string]any)
 	if !f.noUsage && opts["include_usage"] == true {
-		prompt := 0
-		if p, ok := body["prompt"].(string); ok {
-			prompt = len(strings.Fields(p))
-		} else if msgs, ok := body["messages"].([]any); ok && len(msgs) > 0 {
-			m, _ := msgs[0].(map[string]any)
-			c, _ := m["content"].(string)
-			prompt = len(strings.Fields(c)) + 5
+		prompt := len(words)
+		if _, ok := body["messages"]; ok {
+			prompt += 5
 		}
-		send(fmt.Sprintf(`{"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
-			prompt, f.tokens, prompt+f.tokens))
+		details := ""
+		if f.prefixCache {
+			details = fmt.Sprintf(`,"prompt_tokens_details":{"cached_tokens":%d}`, cached)
+		}
+		send(fmt.Sprintf(`{"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d%s}}`,
+			prompt, f.tokens, prompt+f.tokens, details))
 	}
 	// Leave before [DONE]: the client cannot start its next request before
 	// this one has stopped counting as in flight.

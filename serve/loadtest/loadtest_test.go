@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -257,21 +258,44 @@ func TestCancelReturnsFinishedLevels(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	ok := Config{URL: "http://127.0.0.1:1", Concurrency: []int{1}}
+	f := func(v float64) *float64 { return &v }
 	tests := []struct {
 		name string
 		mod  func(*Config)
+		want string // in the message, when set
 	}{
-		{"no levels", func(c *Config) { c.Concurrency = nil }},
-		{"zero level", func(c *Config) { c.Concurrency = []int{4, 0} }},
-		{"endpoint", func(c *Config) { c.Endpoint = "embeddings" }},
-		{"negative requests", func(c *Config) { c.Requests = -1 }},
-		{"negative duration", func(c *Config) { c.Duration = -time.Second }},
-		{"scheme", func(c *Config) { c.URL = "ftp://host" }},
-		{"no host", func(c *Config) { c.URL = "http://" }},
-		{"query", func(c *Config) { c.URL = "http://h/?a=b" }},
-		{"user", func(c *Config) { c.URL = "http://u:p@h/" }},
-		{"prompt", func(c *Config) { c.PromptTokens = -3 }},
-		{"warmup", func(c *Config) { c.Warmup = -1 }},
+		{"no levels", func(c *Config) { c.Concurrency = nil }, ""},
+		{"zero level", func(c *Config) { c.Concurrency = []int{4, 0} }, ""},
+		{"endpoint", func(c *Config) { c.Endpoint = "embeddings" }, ""},
+		{"negative requests", func(c *Config) { c.Requests = -1 }, ""},
+		{"negative duration", func(c *Config) { c.Duration = -time.Second }, ""},
+		{"scheme", func(c *Config) { c.URL = "ftp://host" }, ""},
+		{"no host", func(c *Config) { c.URL = "http://" }, ""},
+		{"query", func(c *Config) { c.URL = "http://h/?a=b" }, ""},
+		{"user", func(c *Config) { c.URL = "http://u:p@h/" }, ""},
+		{"prompt", func(c *Config) { c.PromptTokens = -3 }, ""},
+		{"warmup", func(c *Config) { c.Warmup = -1 }, ""},
+		{"scenario", func(c *Config) { c.Scenario = "burst" }, `Scenario (--scenario) "burst"`},
+		{"negative prefixes", func(c *Config) { c.Prefixes = -1 }, "Prefixes (--prefixes) -1"},
+		{"too many prefixes", func(c *Config) { c.Prefixes = maxPrefixes + 1 }, "Prefixes (--prefixes) 4097"},
+		{"negative prefix tokens", func(c *Config) { c.PrefixTokens = -2 }, "PrefixTokens (--prefix-tokens) -2 < 1"},
+		{"prefix longer than prompt", func(c *Config) {
+			c.Scenario, c.PrefixTokens, c.PromptTokens = SharedPrefix, 600, 512
+		}, "PrefixTokens (--prefix-tokens) 600 leaves -88 of PromptTokens (--prompt-tokens) 512"},
+		{"suffix too short", func(c *Config) {
+			c.Scenario, c.PrefixTokens, c.PromptTokens = SharedPrefix, 500, 512
+		}, "raise --prompt-tokens to ≥ 532"},
+		{"negative turns", func(c *Config) { c.Turns = -1 }, "Turns (--turns) -1 < 1"},
+		{"negative history", func(c *Config) { c.HistoryTokens = -5 }, "HistoryTokens (--history-tokens) -5 < 1"},
+		{"history too short", func(c *Config) {
+			c.Scenario, c.HistoryTokens, c.Turns, c.MaxTokens = MultiTurn, 1000, 8, 128
+		}, "HistoryTokens (--history-tokens) 1000 is too short for Turns (--turns) 8 with replies of MaxTokens (--max-tokens) 128"},
+		{"negative temperature", func(c *Config) { c.Temperature = f(-0.1) }, "Temperature (--temperature) -0.1"},
+		{"NaN temperature", func(c *Config) { c.Temperature = f(math.NaN()) }, "Temperature (--temperature) NaN"},
+		{"zero top-p", func(c *Config) { c.TopP = f(0) }, "TopP (--top-p) 0"},
+		{"top-p above 1", func(c *Config) { c.TopP = f(1.5) }, "TopP (--top-p) 1.5"},
+		{"negative engine rate", func(c *Config) { c.EngineRate = -1 }, "EngineRate (--engine-rate) -1"},
+		{"infinite engine rate", func(c *Config) { c.EngineRate = math.Inf(1) }, "EngineRate (--engine-rate) +Inf"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -279,7 +303,23 @@ func TestConfigErrors(t *testing.T) {
 			tc.mod(&c)
 			_, err := Run(context.Background(), c)
 			require.ErrorIs(t, err, ErrConfig)
+			if tc.want != "" {
+				require.ErrorContains(t, err, tc.want)
+			}
 		})
+	}
+	// The limits themselves pass.
+	for _, mod := range []func(*Config){
+		func(c *Config) { c.Scenario, c.PrefixTokens, c.PromptTokens = SharedPrefix, 480, 512 },
+		func(c *Config) {
+			c.Scenario, c.HistoryTokens, c.Turns, c.MaxTokens = MultiTurn, 9*minShareTokens+7*128, 8, 128
+		},
+		func(c *Config) { c.Temperature, c.TopP, c.EngineRate = f(0), f(1), 0 },
+	} {
+		c := ok.withDefaults()
+		mod(&c)
+		_, err := c.validate()
+		require.NoError(t, err)
 	}
 }
 

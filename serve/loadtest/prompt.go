@@ -39,3 +39,44 @@ func promptFor(seed uint64, level, seq, n int) string {
 	}
 	return b.String()
 }
+
+// Streams of the generated texts: each kind of text draws from its own
+// random stream, so a shared prompt never repeats a user text.
+const (
+	streamPrefix uint64 = iota + 1
+	streamSuffix
+	streamConversation
+)
+
+// rngFor returns the random source of one generated text: the seed, the
+// kind of text and two numbers that tell the texts of a kind apart.
+func rngFor(seed, stream uint64, a, b int) *rand.Rand {
+	return rand.New(rand.NewPCG(seed^stream*0x9e3779b97f4a7c15, uint64(a)<<32^uint64(uint32(b))))
+}
+
+// randomWords returns n words drawn independently from words, joined by
+// spaces: n words are about n tokens, and two such texts share a prefix
+// of k words with odds of 1 in len(words)^k.
+func randomWords(rng *rand.Rand, n int) string {
+	var b strings.Builder
+	b.Grow(n * 6)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(words[rng.IntN(len(words))])
+	}
+	return b.String()
+}
+
+// sharedPrefix returns shared system prompt i of SharedPrefix: n words,
+// the same for every level and request of a seed.
+func sharedPrefix(seed uint64, i, n int) string {
+	return randomWords(rngFor(seed, streamPrefix, 0, i), n)
+}
+
+// suffixFor returns the user text of request seq of a level under
+// SharedPrefix: n words of its own.
+func suffixFor(seed uint64, level, seq, n int) string {
+	return randomWords(rngFor(seed, streamSuffix, level, seq), n)
+}

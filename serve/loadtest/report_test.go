@@ -62,6 +62,7 @@ func TestSummary(t *testing.T) {
 		ITLP50: 12 * ms1, ITLP99: 14 * ms1,
 		E2EP50:       50*ms1 + 99*12*ms1,
 		OutputTokens: 300, TokensPerSec: 75, RequestsPerSec: 0.75, PromptTokens: 530, Wall: 4 * time.Second,
+		PromptTokensTotal: 3 * 530,
 	}, s)
 }
 
@@ -103,15 +104,15 @@ func TestReportGolden(t *testing.T) {
 }
 
 // timing matches the columns that depend on the clock: TTFT, ITL, E2E,
-// tokens/s and requests/s.
-var timing = regexp.MustCompile(`^((?:\| [^|]+ ){5})(?:\| [^|]+ ){7}\|$`)
+// tokens/s and requests/s, between the counts and the prompt tokens.
+var timing = regexp.MustCompile(`^((?:\| [^|]+ ){5})(?:\| [^|]+ ){7}((?:\| [^|]+ ){3})\|$`)
 
 // normalise blanks the clock-dependent parts of a Markdown report.
 func normalise(md string) string {
 	lines := strings.Split(md, "\n")
 	for i, l := range lines {
 		if m := timing.FindStringSubmatch(l); m != nil && !strings.HasPrefix(l, "| concurrency") {
-			lines[i] = m[1] + strings.Repeat("| ~ ", 7) + "|"
+			lines[i] = m[1] + strings.Repeat("| ~ ", 7) + m[2] + "|"
 		}
 		if strings.HasPrefix(l, "Streaming ") {
 			lines[i] = regexp.MustCompile(`started .*\.$`).ReplaceAllString(l, "started ~.")
@@ -127,4 +128,65 @@ func TestRunMarkdownGolden(t *testing.T) {
 	md := normalise(string(rep.Markdown()))
 	require.Equal(t, 14, strings.Count(md, "| ~ "), "every timing cell normalised")
 	golden(t, "run.md", []byte(md))
+}
+
+// fixedChatReport is a MultiTurn report with known numbers, cached tokens,
+// sampling parameters and an engine rate.
+func fixedChatReport() *Report {
+	turn := func(seq, turn int, ttft time.Duration, prompt, cached int) Sample {
+		s := sample(seq, ttft, 10*ms1, 64)
+		s.Turn, s.PromptTokens, s.CachedTokens, s.CachedReported = turn, prompt, cached, true
+		return s
+	}
+	l1 := Level{Concurrency: 1, Wall: 3 * time.Second, Samples: []Sample{
+		turn(0, 1, 80*ms1, 300, 0), turn(1, 2, 20*ms1, 600, 360), turn(2, 3, 25*ms1, 900, 660)}}
+	l2 := Level{Concurrency: 2, Wall: 2 * time.Second, Samples: []Sample{
+		turn(0, 1, 90*ms1, 300, 0), turn(1, 1, 95*ms1, 300, 0), turn(2, 2, 30*ms1, 600, 360),
+		{Seq: 3, Turn: 2, Status: 429, Error: "HTTP 429: slots full"}}}
+	temp, topP := 0.6, 0.9
+	return &Report{URL: "http://127.0.0.1:8080/v1/chat/completions", Model: "m", Endpoint: Chat,
+		PromptTokens: 512, MaxTokens: 64, Scenario: MultiTurn, Turns: 3, HistoryTokens: 1000,
+		Temperature: &temp, TopP: &topP, EngineRate: 250,
+		Started: time.Date(2026, 12, 5, 9, 30, 0, 0, time.UTC), Levels: []Level{l1, l2}}
+}
+
+func TestChatReportGolden(t *testing.T) {
+	r := fixedChatReport()
+	golden(t, "fixed-chat.md", r.Markdown())
+	require.Contains(t, string(r.SVG()), "chat: 3 turns to ≈1000, max_tokens 64")
+
+	b, err := r.JSON()
+	require.NoError(t, err)
+	var back struct {
+		Report
+		Summaries []Summary `json:"summaries"`
+	}
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, r.Levels, back.Levels)
+	require.Equal(t, r.Summaries(), back.Summaries)
+	require.Equal(t, MultiTurn, back.Scenario)
+	require.Equal(t, 0.6, *back.Temperature)
+	require.InDelta(t, 64*3/3.0/250, back.Summaries[0].EngineFraction, 1e-12)
+	require.Equal(t, 20*ms1+(5*ms1)/2, back.Summaries[0].TTFTLaterP50)
+}
+
+func TestJSONKeepsOldFields(t *testing.T) {
+	b, err := fixedReport().JSON()
+	require.NoError(t, err)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(b, &out))
+	for _, k := range []string{"url", "model", "endpoint", "prompt_tokens", "max_tokens", "started", "levels", "summaries"} {
+		require.Contains(t, out, k)
+	}
+	sum := out["summaries"].([]any)[0].(map[string]any)
+	for _, k := range []string{"concurrency", "requests", "ok", "errors", "rate_limited", "ttft_p50_ns", "ttft_p99_ns",
+		"itl_p50_ns", "itl_p99_ns", "e2e_p50_ns", "output_tokens", "tokens_per_sec", "requests_per_sec", "prompt_tokens", "wall_ns"} {
+		require.Contains(t, sum, k)
+	}
+	// Fields of other scenarios and options stay out of a random report.
+	for _, k := range []string{"prefixes", "turns", "temperature", "top_p", "engine_rate_tok_s"} {
+		require.NotContains(t, out, k)
+	}
+	require.NotContains(t, sum, "ttft_later_turns_p50_ns")
+	require.NotContains(t, sum, "engine_fraction")
 }

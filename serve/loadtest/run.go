@@ -45,6 +45,14 @@ type Sample struct {
 	PromptTokens int `json:"prompt_tokens"`
 	// UsageReported says whether the server sent a usage object.
 	UsageReported bool `json:"usage_reported"`
+	// CachedTokens is usage.prompt_tokens_details.cached_tokens: the prompt
+	// tokens the server took from its prefix cache; 0 when it did not say.
+	CachedTokens int `json:"cached_tokens"`
+	// CachedReported says whether the server sent cached_tokens.
+	CachedReported bool `json:"cached_reported"`
+	// Turn is the request's turn in its conversation, from 1, under the
+	// MultiTurn scenario; 0 otherwise.
+	Turn int `json:"turn,omitempty"`
 
 	retryAfter time.Duration // the pause a 429 asked for
 }
@@ -74,10 +82,25 @@ type Report struct {
 	Model string `json:"model"`
 	// Endpoint is chat or completions.
 	Endpoint Endpoint `json:"endpoint"`
-	// PromptTokens is the requested, approximate prompt length.
+	// PromptTokens is the requested, approximate prompt length (under
+	// MultiTurn, of the warm-up requests only).
 	PromptTokens int `json:"prompt_tokens"`
 	// MaxTokens is the requests' max_tokens.
 	MaxTokens int `json:"max_tokens"`
+	// Scenario is the shape of the prompts.
+	Scenario Scenario `json:"scenario"`
+	// Prefixes and PrefixTokens are the shared prompts of SharedPrefix.
+	Prefixes     int `json:"prefixes,omitempty"`
+	PrefixTokens int `json:"prefix_tokens,omitempty"`
+	// Turns and HistoryTokens are the conversations of MultiTurn.
+	Turns         int `json:"turns,omitempty"`
+	HistoryTokens int `json:"history_tokens,omitempty"`
+	// Temperature and TopP are the sampling parameters sent; nil when none.
+	Temperature *float64 `json:"temperature,omitempty"`
+	TopP        *float64 `json:"top_p,omitempty"`
+	// EngineRate is the engine's output rate in tokens/s the levels are
+	// compared with; 0 when none was given.
+	EngineRate float64 `json:"engine_rate_tok_s,omitempty"`
 	// Started is when the first level began.
 	Started time.Time `json:"started"`
 	// Levels are the measured levels, in the order run.
@@ -86,9 +109,10 @@ type Report struct {
 
 // runner holds what every request of a test shares.
 type runner struct {
-	cfg    Config
-	url    string
-	client *http.Client
+	cfg      Config
+	url      string
+	client   *http.Client
+	prefixes []string // the shared prompts of SharedPrefix
 }
 
 // Run performs the load test: the warm-up requests, then every level in
@@ -103,9 +127,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r := &runner{cfg: cfg, url: u, client: newClient(cfg)}
 	defer r.client.CloseIdleConnections()
-	rep := &Report{URL: u, Model: cfg.Model, Endpoint: cfg.Endpoint, PromptTokens: cfg.PromptTokens, MaxTokens: cfg.MaxTokens}
+	rep := newReport(cfg, u)
+	if cfg.Scenario == SharedPrefix {
+		for i := range cfg.Prefixes {
+			r.prefixes = append(r.prefixes, sharedPrefix(cfg.Seed, i, cfg.PrefixTokens))
+		}
+	}
+	// Warm-up requests are random prompts under every scenario: they warm
+	// the server without filling its prefix cache with measured prompts.
+	warm := randomWork{r: r, level: -1}
 	for i := range cfg.Warmup {
-		s := r.do(ctx, -1, 0, i, time.Now())
+		s, _ := r.do(ctx, -1, 0, i, time.Now(), warm.next(i))
 		if !s.OK() {
 			return nil, fmt.Errorf("%w: %s: %s", ErrWarmup, u, s.Error)
 		}
@@ -118,10 +150,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		rep.Levels = append(rep.Levels, lv)
 		if cfg.OnLevel != nil {
-			cfg.OnLevel(lv.Summary())
+			cfg.OnLevel(rep.summary(lv))
 		}
 	}
 	return rep, nil
+}
+
+// newReport returns the report of cfg's test against url, with no level
+// yet.
+func newReport(cfg Config, url string) *Report {
+	rep := &Report{URL: url, Model: cfg.Model, Endpoint: cfg.Endpoint, PromptTokens: cfg.PromptTokens, MaxTokens: cfg.MaxTokens,
+		Scenario: cfg.Scenario, Temperature: cfg.Temperature, TopP: cfg.TopP, EngineRate: cfg.EngineRate}
+	switch cfg.Scenario {
+	case SharedPrefix:
+		rep.Prefixes, rep.PrefixTokens = cfg.Prefixes, cfg.PrefixTokens
+	case MultiTurn:
+		rep.Turns, rep.HistoryTokens = cfg.Turns, cfg.HistoryTokens
+	}
+	return rep
 }
 
 // newClient returns an HTTP client that keeps a connection per worker, uses
@@ -159,12 +205,14 @@ func (r *runner) level(ctx context.Context, c int) Level {
 	}
 	var (
 		next    atomic.Int64
+		conv    atomic.Int64
 		mu      sync.Mutex
 		samples []Sample
 		wg      sync.WaitGroup
 	)
 	for w := range c {
 		wg.Go(func() {
+			wl := r.workload(c, &conv)
 			for ctx.Err() == nil {
 				if !deadline.IsZero() && !time.Now().Before(deadline) {
 					return
@@ -173,7 +221,8 @@ func (r *runner) level(ctx context.Context, c int) Level {
 				if limit > 0 && seq >= limit {
 					return
 				}
-				s := r.do(ctx, c, w, seq, start)
+				s, reply := r.do(ctx, c, w, seq, start, wl.next(seq))
+				wl.record(s, reply)
 				mu.Lock()
 				samples = append(samples, s)
 				mu.Unlock()
@@ -216,9 +265,9 @@ func retryAfter(h string) time.Duration {
 	return 100 * time.Millisecond
 }
 
-// body returns the JSON request body of request seq of a level.
-func (r *runner) body(level, seq int) []byte {
-	prompt := promptFor(r.cfg.Seed, level, seq, r.cfg.PromptTokens)
+// body returns the JSON request body of q. Temperature and top_p are
+// present only when the Config sets them.
+func (r *runner) body(q request) []byte {
 	req := map[string]any{
 		"model":          r.cfg.Model,
 		"max_tokens":     r.cfg.MaxTokens,
@@ -226,12 +275,18 @@ func (r *runner) body(level, seq int) []byte {
 		"stream_options": map[string]bool{"include_usage": true},
 	}
 	if r.cfg.Endpoint == Completions {
-		req["prompt"] = prompt
+		req["prompt"] = q.prompt
 	} else {
-		req["messages"] = []map[string]string{{"role": "user", "content": prompt}}
+		req["messages"] = q.messages
 	}
 	if r.cfg.IgnoreEOS {
 		req["ignore_eos"] = true
+	}
+	if r.cfg.Temperature != nil {
+		req["temperature"] = *r.cfg.Temperature
+	}
+	if r.cfg.TopP != nil {
+		req["top_p"] = *r.cfg.TopP
 	}
 	b, err := json.Marshal(req)
 	if err != nil {
@@ -240,15 +295,17 @@ func (r *runner) body(level, seq int) []byte {
 	return b
 }
 
-// do sends one request and records it.
-func (r *runner) do(ctx context.Context, level, worker, seq int, levelStart time.Time) Sample {
-	s := Sample{Concurrency: level, Worker: worker, Seq: seq}
+// do sends q as request seq of a level and records it. Under MultiTurn it
+// also returns the text the server streamed, the next turn's assistant
+// message.
+func (r *runner) do(ctx context.Context, level, worker, seq int, levelStart time.Time, q request) (Sample, string) {
+	s := Sample{Concurrency: level, Worker: worker, Seq: seq, Turn: q.turn}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(r.body(level, seq)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(r.body(q)))
 	if err != nil {
 		s.Error = err.Error()
-		return s
+		return s, ""
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
@@ -261,7 +318,7 @@ func (r *runner) do(ctx context.Context, level, worker, seq int, levelStart time
 	if err != nil {
 		s.Error = describe(err, r.cfg.Timeout)
 		s.E2E = time.Since(t0)
-		return s
+		return s, ""
 	}
 	defer resp.Body.Close()
 	s.Status = resp.StatusCode
@@ -272,13 +329,20 @@ func (r *runner) do(ctx context.Context, level, worker, seq int, levelStart time
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		s.Error = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(errorMessage(bytes.TrimSpace(errorField(msg)))))
 		s.E2E = time.Since(t0)
-		return s
+		return s, ""
 	}
-	if err := consumeStream(resp.Body, t0, &s); err != nil {
+	var reply *strings.Builder
+	if r.cfg.Scenario == MultiTurn {
+		reply = &strings.Builder{}
+	}
+	if err := consumeStream(resp.Body, t0, &s, reply); err != nil {
 		s.Error = describe(err, r.cfg.Timeout)
 	}
 	s.E2E = time.Since(t0)
-	return s
+	if reply == nil {
+		return s, ""
+	}
+	return s, reply.String()
 }
 
 // errorField returns the "error" member of an OpenAI error body, or the

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -72,10 +73,13 @@ func readEvents(r io.Reader, fn func(data []byte) error) error {
 
 // chunk is what the load test reads from one streamed chunk.
 type chunk struct {
-	content          bool // some choice carries non-empty text
-	usage            bool // a usage object came
+	content          bool   // some choice carries non-empty text
+	text             string // the answer text of the choices (no reasoning)
+	usage            bool   // a usage object came
 	promptTokens     int
 	completionTokens int
+	cached           bool // usage.prompt_tokens_details.cached_tokens came
+	cachedTokens     int
 }
 
 // wireChunk is the JSON of a chat.completion.chunk or text_completion chunk.
@@ -89,14 +93,18 @@ type wireChunk struct {
 		} `json:"delta"`
 	} `json:"choices"`
 	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens *int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
 	Error json.RawMessage `json:"error"`
 }
 
 // parseChunk decodes one event's data. Reasoning text counts as content:
-// the tokens were generated either way.
+// the tokens were generated either way; it is not part of the text, which
+// a conversation sends back as the assistant's message.
 func parseChunk(data []byte) (chunk, error) {
 	var w wireChunk
 	if err := json.Unmarshal(data, &w); err != nil {
@@ -110,10 +118,14 @@ func parseChunk(data []byte) (chunk, error) {
 		if ch.Text != "" || ch.Delta.Content != "" || ch.Delta.ReasoningContent != "" || ch.Delta.Reasoning != "" {
 			c.content = true
 		}
+		c.text += ch.Text + ch.Delta.Content
 	}
-	if w.Usage != nil {
+	if u := w.Usage; u != nil {
 		c.usage = true
-		c.promptTokens, c.completionTokens = w.Usage.PromptTokens, w.Usage.CompletionTokens
+		c.promptTokens, c.completionTokens = u.PromptTokens, u.CompletionTokens
+		if d := u.PromptTokensDetails; d != nil && d.CachedTokens != nil {
+			c.cached, c.cachedTokens = true, *d.CachedTokens
+		}
 	}
 	return c, nil
 }
@@ -135,8 +147,9 @@ func errorMessage(raw []byte) string {
 
 // consumeStream reads a streamed response body into s: time to first token
 // (first chunk with content), inter-token latencies, chunk count and the
-// server's usage. t0 is when the request was sent.
-func consumeStream(body io.Reader, t0 time.Time, s *Sample) error {
+// server's usage, cached prompt tokens included. t0 is when the request was
+// sent. When reply is not nil, the streamed answer text is appended to it.
+func consumeStream(body io.Reader, t0 time.Time, s *Sample, reply *strings.Builder) error {
 	var last time.Time
 	done := false
 	err := readEvents(body, func(data []byte) error {
@@ -152,6 +165,10 @@ func consumeStream(body io.Reader, t0 time.Time, s *Sample) error {
 		if c.usage {
 			s.UsageReported = true
 			s.PromptTokens, s.CompletionTokens = c.promptTokens, c.completionTokens
+			s.CachedReported, s.CachedTokens = c.cached, c.cachedTokens
+		}
+		if reply != nil {
+			reply.WriteString(c.text)
 		}
 		if c.content {
 			s.Chunks++

@@ -53,13 +53,21 @@ func TestParseChunk(t *testing.T) {
 		err      error
 	}{
 		{"role only", `{"choices":[{"delta":{"role":"assistant","content":""}}]}`, chunk{}, nil},
-		{"chat content", `{"choices":[{"delta":{"content":"hi"}}]}`, chunk{content: true}, nil},
+		{"chat content", `{"choices":[{"delta":{"content":"hi"}}]}`, chunk{content: true, text: "hi"}, nil},
 		{"reasoning", `{"choices":[{"delta":{"reasoning_content":"hm"}}]}`, chunk{content: true}, nil},
-		{"text", `{"choices":[{"text":" a"}]}`, chunk{content: true}, nil},
+		{"text", `{"choices":[{"text":" a"}]}`, chunk{content: true, text: " a"}, nil},
 		{"finish", `{"choices":[{"delta":{},"finish_reason":"stop"}]}`, chunk{}, nil},
 		{"usage", `{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4}}`,
 			chunk{usage: true, promptTokens: 9, completionTokens: 4}, nil},
-		{"null usage", `{"choices":[{"text":"x"}],"usage":null}`, chunk{content: true}, nil},
+		{"cached", `{"choices":[],"usage":{"prompt_tokens":90,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":64}}}`,
+			chunk{usage: true, promptTokens: 90, completionTokens: 4, cached: true, cachedTokens: 64}, nil},
+		{"cached zero", `{"choices":[],"usage":{"prompt_tokens":90,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":0}}}`,
+			chunk{usage: true, promptTokens: 90, completionTokens: 4, cached: true}, nil},
+		{"details without cached", `{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4,"prompt_tokens_details":{"audio_tokens":0}}}`,
+			chunk{usage: true, promptTokens: 9, completionTokens: 4}, nil},
+		{"null details", `{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4,"prompt_tokens_details":null}}`,
+			chunk{usage: true, promptTokens: 9, completionTokens: 4}, nil},
+		{"null usage", `{"choices":[{"text":"x"}],"usage":null}`, chunk{content: true, text: "x"}, nil},
 		{"error", `{"error":{"message":"boom"}}`, chunk{}, ErrServer},
 		{"null error", `{"error":null,"choices":[]}`, chunk{}, nil},
 		{"not json", `{"choices":`, chunk{}, ErrStream},
@@ -95,13 +103,39 @@ data: {"ignored after":"done"}
 
 `
 	var s Sample
-	require.NoError(t, consumeStream(strings.NewReader(in), time.Now(), &s))
+	var reply strings.Builder
+	require.NoError(t, consumeStream(strings.NewReader(in), time.Now(), &s, &reply))
 	require.Equal(t, 2, s.Chunks)
 	require.Len(t, s.ITL, 1)
 	require.Equal(t, 3, s.CompletionTokens, "usage wins over the chunk count")
 	require.Equal(t, 12, s.PromptTokens)
 	require.True(t, s.UsageReported)
+	require.False(t, s.CachedReported, "no prompt_tokens_details")
+	require.Zero(t, s.CachedTokens)
 	require.Positive(t, s.TTFT)
+	require.Equal(t, "abc", reply.String())
+}
+
+func TestConsumeStreamCachedTokens(t *testing.T) {
+	in := `data: {"choices":[{"delta":{"reasoning_content":"think "}}]}
+
+data: {"choices":[{"delta":{"content":"an"}}]}
+
+data: {"choices":[{"delta":{"content":"swer"}}]}
+
+data: {"choices":[],"usage":{"prompt_tokens":1100,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":1024}}}
+
+data: [DONE]
+
+`
+	var s Sample
+	var reply strings.Builder
+	require.NoError(t, consumeStream(strings.NewReader(in), time.Now(), &s, &reply))
+	require.True(t, s.CachedReported)
+	require.Equal(t, 1024, s.CachedTokens)
+	require.Equal(t, 1100, s.PromptTokens)
+	require.Equal(t, 3, s.Chunks, "reasoning counts as generated")
+	require.Equal(t, "answer", reply.String(), "reasoning is not part of the reply")
 }
 
 // FuzzConsumeStream feeds arbitrary bytes as a response body: it must
@@ -115,7 +149,7 @@ func FuzzConsumeStream(f *testing.F) {
 	f.Add([]byte("\x00\xff data:"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var s Sample
-		err := consumeStream(strings.NewReader(string(body)), time.Now(), &s)
+		err := consumeStream(strings.NewReader(string(body)), time.Now(), &s, nil)
 		if err == nil {
 			require.GreaterOrEqual(t, s.Chunks, 0)
 			require.Len(t, s.ITL, max(s.Chunks-1, 0))
