@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -60,10 +62,74 @@ func TestBenchServe(t *testing.T) {
 	require.NotContains(t, string(js), `"k"`, "the API key is not written out")
 }
 
-func TestBenchServeBadFlags(t *testing.T) {
+func TestBenchServeScenarioFlags(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []map[string]any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		bodies = append(bodies, body)
+		mu.Unlock()
+		msgs, _ := body["messages"].([]any)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 3 {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\" a%d\"}}]}\n\n", i)
+		}
+		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":100,\"completion_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":%d}}}\n\ndata: [DONE]\n\n",
+			10*(len(msgs)-1))
+	}))
+	t.Cleanup(srv.Close)
 	cmd := newBenchCmd()
-	cmd.SetOut(&bytes.Buffer{})
-	cmd.SetErr(&bytes.Buffer{})
-	cmd.SetArgs([]string{"serve", "--url", "ftp://x", "--warmup", "0"})
-	require.ErrorContains(t, cmd.Execute(), "scheme must be http or https")
+	out, errOut := execute(t, cmd, func(o, e *bytes.Buffer) { cmd.SetOut(o); cmd.SetErr(e) },
+		"serve", "--url", srv.URL, "--scenario", "chat", "--turns", "3", "--history-tokens", "300", "--max-tokens", "3",
+		"--concurrency", "1", "--requests", "6", "--temperature", "0.5", "--engine-rate", "1000")
+	require.Len(t, bodies, 1+6)
+	var sizes []int
+	for _, b := range bodies {
+		require.Equal(t, 0.5, b["temperature"])
+		require.NotContains(t, b, "top_p")
+		sizes = append(sizes, len(b["messages"].([]any)))
+	}
+	require.Equal(t, []int{1, 2, 4, 6, 2, 4, 6}, sizes, "the warm-up, then two conversations of three turns")
+	require.Contains(t, out, "scenario chat: conversations of 3 turns")
+	require.Contains(t, out, "Sampling: temperature 0.5.")
+	require.Contains(t, out, "| TTFT p50 turns ≥ 2 ms |")
+	// Cached tokens 10, 30, 50 of 100 each, twice.
+	require.Regexp(t, `\| 600 \| 180 \| 30\.0 \| [0-9.]+ \|`, out)
+	require.Contains(t, out, "% of the engine's 1,000")
+	require.Contains(t, errOut, "% of prompt tokens cached")
+	require.Contains(t, errOut, "of the engine's 1000")
+}
+
+func TestBenchServeBadFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--url", "ftp://x"}, "scheme must be http or https"},
+		{[]string{"--turns", "0"}, "--turns 0: want ≥ 1"},
+		{[]string{"--prefixes", "0"}, "--prefixes 0: want ≥ 1"},
+		{[]string{"--prefix-tokens", "-4"}, "--prefix-tokens -4: want ≥ 1"},
+		{[]string{"--history-tokens", "0"}, "--history-tokens 0: want ≥ 1"},
+		{[]string{"--scenario", "burst"}, `Scenario (--scenario) "burst"`},
+		{[]string{"--scenario", "shared-prefix", "--prompt-tokens", "1000"}, "PrefixTokens (--prefix-tokens) 1024 leaves -24 of PromptTokens (--prompt-tokens) 1000"},
+		{[]string{"--scenario", "chat", "--history-tokens", "500"}, "HistoryTokens (--history-tokens) 500 is too short"},
+		{[]string{"--top-p", "1.5"}, "TopP (--top-p) 1.5"},
+		{[]string{"--temperature", "-1"}, "Temperature (--temperature) -1"},
+		{[]string{"--temperature", "warm"}, `invalid argument "warm" for "--temperature"`},
+		{[]string{"--engine-rate", "-5"}, "EngineRate (--engine-rate) -5"},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			cmd := newBenchCmd()
+			cmd.SetOut(&bytes.Buffer{})
+			cmd.SetErr(&bytes.Buffer{})
+			cmd.SetArgs(append([]string{"serve", "--url", "http://127.0.0.1:1", "--warmup", "0"}, tc.args...))
+			require.ErrorContains(t, cmd.Execute(), tc.want)
+		})
+	}
 }
