@@ -20,14 +20,25 @@ func (s RopeStyle) String() string {
 }
 
 // RopeScaling describes a context-extension scheme for RoPE frequencies.
+// Zero optional fields take their defaults.
 type RopeScaling struct {
 	Type            string  // "", "none", "linear", "yarn", "llama3"
 	Factor          float32 // scale factor (linear: positions divided by it)
-	OriginalContext int     // original_max_position_embeddings
+	OriginalContext int     // original_max_position_embeddings; yarn: 0 is ContextLength
 	LowFreqFactor   float32 // llama3
 	HighFreqFactor  float32 // llama3
-	AttnFactor      float32 // yarn
-	Finetuned       bool    // yarn
+	BetaFast        float32 // yarn beta_fast: pairs turning more often over OriginalContext keep θ (0 is 32)
+	BetaSlow        float32 // yarn beta_slow: pairs turning less often get θ/Factor (0 is 1)
+	// AttnFactor is what YaRN multiplies cos and sin by (Hugging Face
+	// attention_factor, GGUF rope.scaling.yarn_attn_factor); 0 computes it
+	// from Factor, Mscale and MscaleAllDim (ir.YarnMscale).
+	AttnFactor   float32
+	Mscale       float32 // yarn (Hugging Face mscale)
+	MscaleAllDim float32 // yarn (Hugging Face mscale_all_dim)
+	// AttnFactorMul multiplies YaRN's attention factor, given or computed:
+	// GGUF rope.scaling.attn_factor, as llama.cpp applies it (0 is 1).
+	AttnFactorMul float32
+	Finetuned     bool // yarn
 }
 
 // HParams are the hyperparameters of a decoder-only transformer, the same

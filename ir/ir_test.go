@@ -1,6 +1,7 @@
 package ir
 
 import (
+	"math"
 	"os"
 	"testing"
 
@@ -132,4 +133,74 @@ func TestRopeThetas(t *testing.T) {
 	}
 	require.InDelta(t, plain[5]/2, RopeParams{Dims: 128, Base: 500000}.Thetas(f)[5], 1e-15)
 	require.Equal(t, 0.5, RopeParams{Scaling: "linear", Factor: 2}.PositionScale())
+}
+
+// TestRopeThetasYarn checks the YaRN rule against the paper's formulas
+// written out here: pair i turns L/λ_i times over the original context L
+// (λ_i = 2π·b^(2i/d)); the ramp starts at the pair below which every pair
+// turns more than β_fast times and ends at the one past which every pair
+// turns less than β_slow times.
+func TestRopeThetasYarn(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		d         int
+		b, s      float64
+		L         int
+		low, high float64 // worked out by hand from dim(n) = d·ln(L/(2πn))/(2·ln b)
+	}{
+		{"qwen2.5", 128, 1e6, 4, 32768, 23, 40}, // dim(32) = 23.60, dim(1) = 39.65
+		{"llama", 128, 1e4, 16, 4096, 20, 46},   // dim(32) = 20.94, dim(1) = 45.03
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := RopeParams{Dims: c.d, Base: c.b, Scaling: "yarn", Factor: c.s, OrigCtx: c.L, LowFreq: 1, HighFreq: 32}
+			low, high := p.YarnRange()
+			require.Equal(t, c.low, low)
+			require.Equal(t, c.high, high)
+
+			// the pair index at which a pair turns n times over L
+			at := func(n float64) float64 {
+				return float64(c.d) / 2 * math.Log(float64(c.L)/(2*math.Pi*n)) / math.Log(c.b)
+			}
+			lo, hi := math.Max(math.Floor(at(32)), 0), math.Min(math.Ceil(at(1)), float64(c.d-1))
+			got := p.Thetas(nil)
+			require.Len(t, got, c.d/2)
+			for i := range got {
+				theta := 1 / math.Pow(c.b, float64(2*i)/float64(c.d))
+				ramp := (float64(i) - lo) / (hi - lo)
+				ramp = math.Max(0, math.Min(1, ramp))
+				mask := 1 - ramp // 1: extrapolate (keep θ), 0: interpolate (θ/s)
+				want := theta/c.s*(1-mask) + theta*mask
+				require.InEpsilon(t, want, got[i], 1e-13, "pair %d", i)
+				switch {
+				case float64(i) <= lo:
+					require.Equal(t, theta, got[i], "pair %d turns fast: kept", i)
+				case float64(i) >= hi:
+					require.InEpsilon(t, theta/c.s, got[i], 1e-15, "pair %d turns slowly: divided", i)
+				default:
+					require.Less(t, got[i], theta, "pair %d", i)
+					require.Greater(t, got[i], theta/c.s, "pair %d", i)
+				}
+			}
+			require.Equal(t, 1.0, p.PositionScale(), "yarn scales frequencies, not positions")
+		})
+	}
+	// An original context shorter than one turn of any pair: low = high = 0,
+	// and the ramp (nudged to [0, 0.001]) keeps pair 0 and divides the rest.
+	p := RopeParams{Dims: 8, Base: 10, Scaling: "yarn", Factor: 2, OrigCtx: 6, LowFreq: 1, HighFreq: 32}
+	low, high := p.YarnRange()
+	require.Equal(t, 0.0, low)
+	require.Equal(t, 0.001, high)
+	th, plain := p.Thetas(nil), RopeParams{Dims: 8, Base: 10}.Thetas(nil)
+	require.Equal(t, plain[0], th[0])
+	for i := 1; i < 4; i++ {
+		require.InEpsilon(t, plain[i]/2, th[i], 1e-15)
+	}
+}
+
+func TestYarnMscale(t *testing.T) {
+	require.InDelta(t, 1.1386294361119891, YarnMscale(4, 1), 1e-15) // 0.1·ln 4 + 1
+	require.InDelta(t, 1.2772588722239782, YarnMscale(16, 1), 1e-15)
+	require.InDelta(t, 1+0.1*0.707*math.Log(40), YarnMscale(40, 0.707), 1e-15)
+	require.Equal(t, 1.0, YarnMscale(1, 1))
+	require.Equal(t, 1.0, YarnMscale(0.5, 1), "no factor below 1")
 }

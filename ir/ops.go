@@ -122,7 +122,8 @@ var opTable = [...]opDef{
 			{"low_freq", AttrFloat}, {"high_freq", AttrFloat},
 		},
 		Shape: shapeRope, Type: typeF32,
-		Doc: "F32[T,H,D] rotated: for i < dims/2, θ_i = RopeTheta(i) (base^(-2i/dims), then llama3 scaling or ÷freq_factors[i]), " +
+		Doc: "F32[T,H,D] rotated: for i < dims/2, θ_i = RopeParams.Thetas()[i] (base^(-2i/dims), then llama3 or yarn scaling " +
+			"(low_freq, high_freq: llama3's low/high_freq_factor, yarn's beta_slow/beta_fast) or ÷freq_factors[i]), " +
 			"angle = p·θ_i with p = pos[t] (÷factor for linear scaling); the pair (a,b) is (x[2i],x[2i+1]) for style " +
 			"\"interleaved\" or (x[i],x[i+dims/2]) for \"half\"; a' = a·cos − b·sin, b' = a·sin + b·cos; elements from dims on are copied.",
 	},

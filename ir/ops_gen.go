@@ -38,7 +38,7 @@ const (
 	OpRMSNorm
 	// OpMatmul (matmul): F32[T,N]: y = x · Wᵀ, y[t,n] = Σ_k x[t,k] · W[n,k]; W is a [N,K] weight (GGUF ne [K,N]) of any dtype, read row by row as stored.
 	OpMatmul
-	// OpRope (rope): F32[T,H,D] rotated: for i < dims/2, θ_i = RopeTheta(i) (base^(-2i/dims), then llama3 scaling or ÷freq_factors[i]), angle = p·θ_i with p = pos[t] (÷factor for linear scaling); the pair (a,b) is (x[2i],x[2i+1]) for style "interleaved" or (x[i],x[i+dims/2]) for "half"; a' = a·cos − b·sin, b' = a·sin + b·cos; elements from dims on are copied.
+	// OpRope (rope): F32[T,H,D] rotated: for i < dims/2, θ_i = RopeParams.Thetas()[i] (base^(-2i/dims), then llama3 or yarn scaling (low_freq, high_freq: llama3's low/high_freq_factor, yarn's beta_slow/beta_fast) or ÷freq_factors[i]), angle = p·θ_i with p = pos[t] (÷factor for linear scaling); the pair (a,b) is (x[2i],x[2i+1]) for style "interleaved" or (x[i],x[i+dims/2]) for "half"; a' = a·cos − b·sin, b' = a·sin + b·cos; elements from dims on are copied.
 	OpRope
 	// OpKVWrite (kv_write): handle []: stores k[t] and v[t] ([Hkv,D] each) at position pos(t) of layer's float32 KV cache of sequence seq(t), for every t; the result names that cache after the writes, for attention to read.
 	OpKVWrite

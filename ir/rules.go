@@ -386,16 +386,16 @@ func shapeRope(n *Node) (Shape, error) {
 		if n.Float("factor") <= 0 {
 			return nil, ruleErr(n, "linear scaling factor %g must be positive", n.Float("factor"))
 		}
-	case "llama3":
+	case "llama3", "yarn":
 		if n.Float("factor") <= 0 || n.Int("orig_ctx") <= 0 || n.Float("high_freq") <= n.Float("low_freq") || n.Float("low_freq") <= 0 {
-			return nil, ruleErr(n, "llama3 scaling needs factor > 0, orig_ctx > 0 and 0 < low_freq < high_freq")
+			return nil, ruleErr(n, "%s scaling needs factor > 0, orig_ctx > 0 and 0 < low_freq < high_freq", sc)
 		}
 	default:
-		return nil, ruleErr(n, "scaling %q is not none, linear or llama3", sc)
+		return nil, ruleErr(n, "scaling %q is not none, linear, llama3 or yarn", sc)
 	}
 	if f := n.Arg(2); f != nil {
-		if n.Str("scaling") == "llama3" {
-			return nil, ruleErr(n, "freq_factors and llama3 scaling both given")
+		if sc := n.Str("scaling"); sc == "llama3" || sc == "yarn" {
+			return nil, ruleErr(n, "freq_factors and %s scaling both given", sc)
 		}
 		if err := floatVector(n, f, Dim(dims/2)); err != nil {
 			return nil, err

@@ -3,6 +3,7 @@ package arch
 import (
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -131,7 +132,24 @@ func TestBuildErrors(t *testing.T) {
 		{"wrong norm", qwen3, reshape("blk.1.attn_q_norm.weight", 16), ErrTensorShape, "attn_q_norm"},
 		{"unknown arch", ir.HParams{Arch: "gpt9", Embedding: 1}, func(tensors) {}, ErrUnknownArch, "gpt9"},
 		{"bad gqa", func() ir.HParams { h := stories; h.HeadsKV = 3; return h }(), func(tensors) {}, ErrHParams, "KV heads"},
-		{"yarn", func() ir.HParams { h := stories; h.RopeScaling.Type = "yarn"; return h }(), func(tensors) {}, ErrHParams, "yarn"},
+		{"unknown rope scaling", func() ir.HParams { h := stories; h.RopeScaling = ir.RopeScaling{Type: "dynamic", Factor: 2}; return h }(), func(tensors) {}, ErrHParams, `rope scaling "dynamic" is not supported`},
+		{"yarn without factor", func() ir.HParams { h := stories; h.RopeScaling.Type = "yarn"; return h }(), func(tensors) {}, ErrHParams, "yarn rope scaling factor 0"},
+		{"yarn betas", func() ir.HParams {
+			h := stories
+			h.RopeScaling = ir.RopeScaling{Type: "yarn", Factor: 4, BetaFast: 1, BetaSlow: 2}
+			return h
+		}(), func(tensors) {}, ErrHParams, "beta_fast 1, beta_slow 2"},
+		{"yarn partial rotation", func() ir.HParams {
+			h := stories
+			h.RopeDim, h.RopeScaling = 4, ir.RopeScaling{Type: "yarn", Factor: 4}
+			return h
+		}(), func(tensors) {}, ErrHParams, "RoPE on 4 of 8 head elements"},
+		{"yarn with rope_freqs", func() ir.HParams { h := stories; h.RopeScaling = ir.RopeScaling{Type: "yarn", Factor: 4}; return h }(), func(m tensors) {
+			m["rope_freqs.weight"] = struct {
+				t  dtype.Type
+				ne []int
+			}{dtype.F32, []int{4}}
+		}, ErrHParams, "rope_freqs.weight"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -170,6 +188,59 @@ func TestRopeVariants(t *testing.T) {
 	g, err = Build(hp, synth(hp, dtype.F32))
 	require.NoError(t, err)
 	require.Contains(t, g.String(), `scaling="linear" factor=2`)
+}
+
+// YaRN scales the rope frequencies and folds its attention factor m into
+// the attention scale as m²: 1/sqrt(head size) otherwise.
+func TestRopeYarn(t *testing.T) {
+	plain := 1 / math.Sqrt(8)
+	for _, c := range []struct {
+		name  string
+		rs    ir.RopeScaling
+		attrs string
+		m     float64
+	}{
+		{"defaults", ir.RopeScaling{Type: "yarn", Factor: 4},
+			`scaling="yarn" factor=4 orig_ctx=512 low_freq=1 high_freq=32`, 1 + 0.1*math.Log(4)},
+		{"qwen2.5", ir.RopeScaling{Type: "yarn", Factor: 4, OriginalContext: 128},
+			`scaling="yarn" factor=4 orig_ctx=128 low_freq=1 high_freq=32`, 1 + 0.1*math.Log(4)},
+		{"betas", ir.RopeScaling{Type: "YaRN", Factor: 16, OriginalContext: 64, BetaFast: 16, BetaSlow: 2},
+			`scaling="yarn" factor=16 orig_ctx=64 low_freq=2 high_freq=16`, 1 + 0.1*math.Log(16)},
+		{"attention factor", ir.RopeScaling{Type: "yarn", Factor: 4, AttnFactor: 1.5}, `scaling="yarn"`, 1.5},
+		{"mscale", ir.RopeScaling{Type: "yarn", Factor: 40, Mscale: 1, MscaleAllDim: 0.5},
+			`scaling="yarn" factor=40`, (1 + 0.1*math.Log(40)) / (1 + 0.05*math.Log(40))},
+		{"equal mscales", ir.RopeScaling{Type: "yarn", Factor: 40, Mscale: 0.707, MscaleAllDim: 0.707}, `scaling="yarn" factor=40`, 1},
+		{"one mscale is ignored", ir.RopeScaling{Type: "yarn", Factor: 4, Mscale: 0.5}, `scaling="yarn"`, 1 + 0.1*math.Log(4)},
+		{"gguf attn_factor", ir.RopeScaling{Type: "yarn", Factor: 4, AttnFactorMul: 0.5}, `scaling="yarn"`, 0.5 * (1 + 0.1*math.Log(4))},
+		{"factor 1", ir.RopeScaling{Type: "yarn", Factor: 1}, `scaling="yarn" factor=1`, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			hp := stories
+			hp.RopeScaling = c.rs
+			g, err := Build(hp, synth(hp, dtype.F32))
+			require.NoError(t, err)
+			require.Contains(t, g.String(), c.attrs)
+			n := 0
+			for _, nd := range g.Nodes {
+				switch nd.Op {
+				case ir.OpAttention:
+					require.InEpsilon(t, plain*c.m*c.m, nd.Float("scale"), 1e-7)
+					n++
+				case ir.OpRope:
+					require.Equal(t, "yarn", ir.RopeOf(nd).Scaling)
+				}
+			}
+			require.Equal(t, stories.Layers, n)
+		})
+	}
+	// the unscaled model keeps 1/sqrt(head size) exactly
+	g, err := Build(stories, synth(stories, dtype.F32))
+	require.NoError(t, err)
+	for _, nd := range g.Nodes {
+		if nd.Op == ir.OpAttention {
+			require.Equal(t, plain, nd.Float("scale"))
+		}
+	}
 }
 
 func TestTiedEmbedding(t *testing.T) {

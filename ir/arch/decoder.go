@@ -149,7 +149,9 @@ func (d *decoder) reshape(x *ir.Node, dims ...int) *ir.Node {
 	return d.g.Add(ir.OpReshape, ir.Attrs{"dims": dims}, x)
 }
 
-func (d *decoder) ropeAttrs() (ir.Attrs, error) {
+// ropeAttrs returns the attributes of the rope nodes and the factor YaRN
+// multiplies cos and sin by (1 for other schemes).
+func (d *decoder) ropeAttrs() (ir.Attrs, float64, error) {
 	hp := d.hp
 	sc := hp.RopeScaling
 	a := ir.Attrs{"style": hp.RopeStyle.String(), "dims": hp.RopeDim, "base": f64(hp.RopeBase),
@@ -158,7 +160,7 @@ func (d *decoder) ropeAttrs() (ir.Attrs, error) {
 	case "", "none":
 	case "linear":
 		if sc.Factor <= 0 {
-			return nil, fmt.Errorf("%w: linear rope scaling factor %g", ErrHParams, sc.Factor)
+			return nil, 0, fmt.Errorf("%w: linear rope scaling factor %g", ErrHParams, sc.Factor)
 		}
 		a["scaling"], a["factor"] = "linear", f64(sc.Factor)
 	case "llama3":
@@ -176,13 +178,67 @@ func (d *decoder) ropeAttrs() (ir.Attrs, error) {
 			orig = 8192
 		}
 		if sc.Factor <= 0 || high <= low {
-			return nil, fmt.Errorf("%w: llama3 rope scaling factor %g, low %g, high %g", ErrHParams, sc.Factor, low, high)
+			return nil, 0, fmt.Errorf("%w: llama3 rope scaling factor %g, low %g, high %g", ErrHParams, sc.Factor, low, high)
 		}
 		a["scaling"], a["factor"], a["orig_ctx"], a["low_freq"], a["high_freq"] = "llama3", f64(sc.Factor), orig, low, high
+	case "yarn":
+		return d.yarnAttrs(a)
 	default:
-		return nil, fmt.Errorf("%w: rope scaling %q is not supported", ErrHParams, sc.Type)
+		return nil, 0, fmt.Errorf("%w: rope scaling %q is not supported", ErrHParams, sc.Type)
 	}
-	return a, nil
+	return a, 1, nil
+}
+
+// yarnAttrs completes the rope attributes a for YaRN scaling and returns
+// its attention factor m: AttnFactor when given, else
+// YarnMscale(Factor, Mscale)/YarnMscale(Factor, MscaleAllDim) when both are
+// given, else YarnMscale(Factor, 1) (Hugging Face's rules), times
+// AttnFactorMul when given (llama.cpp's rope.scaling.attn_factor).
+//
+// YaRN multiplies cos and sin by m, so both q and k (their rotated
+// elements) by m, and the attention scores by m². The graph folds m² into
+// the attention node's scale instead: the same numbers, with the rope
+// table and kernels unchanged, and one definition that the CPU reference
+// and the generated CUDA kernels (whose score scale is a constant of the
+// attention kernels) both read from the node. That is exact only when
+// RoPE rotates the whole head, so a partial rotation is refused.
+func (d *decoder) yarnAttrs(a ir.Attrs) (ir.Attrs, float64, error) {
+	hp := d.hp
+	sc := hp.RopeScaling
+	if d.freqs != nil {
+		return nil, 0, fmt.Errorf("%w: yarn rope scaling with rope_freqs.weight", ErrHParams)
+	}
+	orig, fast, slow, s := sc.OriginalContext, f64(sc.BetaFast), f64(sc.BetaSlow), f64(sc.Factor)
+	if orig == 0 {
+		orig = hp.ContextLength
+	}
+	if fast == 0 {
+		fast = 32
+	}
+	if slow == 0 {
+		slow = 1
+	}
+	if s <= 0 || orig <= 0 || slow <= 0 || fast <= slow || sc.AttnFactor < 0 || sc.AttnFactorMul < 0 {
+		return nil, 0, fmt.Errorf("%w: yarn rope scaling factor %g, original context %d, beta_fast %g, beta_slow %g, attention factor %g × %g",
+			ErrHParams, s, orig, fast, slow, sc.AttnFactor, sc.AttnFactorMul)
+	}
+	m := f64(sc.AttnFactor)
+	switch {
+	case m > 0:
+	case sc.Mscale != 0 && sc.MscaleAllDim != 0:
+		m = ir.YarnMscale(s, f64(sc.Mscale)) / ir.YarnMscale(s, f64(sc.MscaleAllDim))
+	default:
+		m = ir.YarnMscale(s, 1)
+	}
+	if sc.AttnFactorMul != 0 {
+		m *= f64(sc.AttnFactorMul)
+	}
+	if m != 1 && hp.RopeDim != hp.HeadDim {
+		return nil, 0, fmt.Errorf("%w: yarn attention factor %g with RoPE on %d of %d head elements (the factor applies to rotated elements only)",
+			ErrHParams, m, hp.RopeDim, hp.HeadDim)
+	}
+	a["scaling"], a["factor"], a["orig_ctx"], a["low_freq"], a["high_freq"] = "yarn", s, orig, slow, fast
+	return a, m, nil
 }
 
 // layerOpts are the per-family variations of a decoder block.
@@ -194,7 +250,7 @@ type layerOpts struct {
 // block appends decoder layer l to the residual stream x.
 func (d *decoder) block(x *ir.Node, l int, o layerOpts) *ir.Node {
 	k := d.dims()
-	ra, err := d.ropeAttrs()
+	ra, mscale, err := d.ropeAttrs()
 	if err != nil {
 		d.err = err
 		return x
@@ -216,7 +272,11 @@ func (d *decoder) block(x *ir.Node, l int, o layerOpts) *ir.Node {
 	q = d.g.Add(ir.OpRope, ra, args(q)...)
 	kk = d.g.Add(ir.OpRope, copyAttrs(ra), args(kk)...)
 	cache := d.g.Add(ir.OpKVWrite, ir.Attrs{"layer": l}, kk, v)
-	att := d.g.Add(ir.OpAttention, ir.Attrs{"scale": 1 / math.Sqrt(float64(k.D)), "causal": true}, q, cache)
+	scale := 1 / math.Sqrt(float64(k.D))
+	if mscale != 1 {
+		scale *= mscale * mscale // YaRN's factor on q and k (see yarnAttrs)
+	}
+	att := d.g.Add(ir.OpAttention, ir.Attrs{"scale": scale, "causal": true}, q, cache)
 	o2 := d.linear(d.reshape(att, k.H*k.D), blk(l, "attn_output"), k.H*k.D, k.E, false)
 	x = d.g.Add(ir.OpAdd, nil, x, o2)
 	h = d.norm(x, blk(l, "ffn_norm.weight"))
