@@ -2,6 +2,7 @@ package load
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/memra-ai/memra/ir"
 	"github.com/memra-ai/memra/runtime/format/gguf"
@@ -196,6 +197,7 @@ func (g *ggufMeta) hparams(m *Model) (ir.HParams, error) {
 	if hp.RopeScaling, err = g.ropeScaling(); err != nil {
 		return hp, err
 	}
+	yarnContext(&hp)
 
 	hp.VocabSize, err = g.vocabSize(m)
 	if err != nil {
@@ -228,10 +230,38 @@ func (g *ggufMeta) ropeScaling() (ir.RopeScaling, error) {
 	if rs.OriginalContext, err = g.uint("rope.scaling.original_context_length", 0); err != nil {
 		return rs, err
 	}
-	if rs.AttnFactor, err = g.float("rope.scaling.attn_factor", 0, false); err != nil {
-		return rs, err
-	}
 	rs.Finetuned, _ = g.f.Bool(g.arch + ".rope.scaling.finetuned")
+	if rs.Type != "yarn" {
+		return rs, nil
+	}
+	for _, f := range []struct {
+		dst    *float32
+		suffix string
+	}{
+		{&rs.BetaFast, "rope.scaling.yarn_beta_fast"},
+		{&rs.BetaSlow, "rope.scaling.yarn_beta_slow"},
+		// converters write Hugging Face's attention_factor here
+		{&rs.AttnFactor, "rope.scaling.yarn_attn_factor"},
+		// llama.cpp multiplies the attention factor it computes by this
+		{&rs.AttnFactorMul, "rope.scaling.attn_factor"},
+	} {
+		if *f.dst, err = g.float(f.suffix, 0, false); err != nil {
+			return rs, err
+		}
+		if *f.dst < 0 || math.IsNaN(float64(*f.dst)) || math.IsInf(float64(*f.dst), 0) {
+			return rs, g.errf(g.arch+"."+f.suffix, "%g is not a finite number ≥ 0", *f.dst)
+		}
+	}
+	if ext, err := g.float("rope.scaling.yarn_ext_factor", 1, false); err != nil {
+		return rs, err
+	} else if ext != 1 {
+		return rs, g.errf(g.arch+".rope.scaling.yarn_ext_factor", "%g is not supported (YaRN's ramp as published has 1)", ext)
+	}
+	if mul, err := g.float("rope.scaling.yarn_log_multiplier", 0, false); err != nil {
+		return rs, err
+	} else if mul != 0 {
+		return rs, g.errf(g.arch+".rope.scaling.yarn_log_multiplier", "%g is not supported (a DeepSeek attention factor rule)", mul)
+	}
 	return rs, nil
 }
 

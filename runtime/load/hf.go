@@ -47,6 +47,11 @@ type hfRope struct {
 	HighFreqFactor  float64  `json:"high_freq_factor"`
 	OriginalContext int      `json:"original_max_position_embeddings"`
 	AttnFactor      float64  `json:"attention_factor"`
+	BetaFast        float64  `json:"beta_fast"`
+	BetaSlow        float64  `json:"beta_slow"`
+	Mscale          float64  `json:"mscale"`
+	MscaleAllDim    float64  `json:"mscale_all_dim"`
+	Truncate        *bool    `json:"truncate"`
 }
 
 // hfArchs maps model_type and architectures[0] to memra's arch names.
@@ -170,12 +175,26 @@ func hfHParams(path string, cfg *hfConfig, dir string) (ir.HParams, error) {
 		}
 		switch typ {
 		case "", "default", "none":
-		case "llama3", "linear", "yarn":
+		case "llama3", "linear":
 			hp.RopeScaling = ir.RopeScaling{
 				Type: typ, Factor: float32(rope.Factor), OriginalContext: rope.OriginalContext,
 				LowFreqFactor: float32(rope.LowFreqFactor), HighFreqFactor: float32(rope.HighFreqFactor),
-				AttnFactor: float32(rope.AttnFactor),
 			}
+		case "yarn":
+			if rope.Truncate != nil && !*rope.Truncate {
+				return hp, fmt.Errorf("%w: %s: rope_scaling truncate false is not supported", ErrMetadata, path)
+			}
+			factor := rope.Factor
+			if factor == 0 && rope.OriginalContext > 0 {
+				// transformers' rule when a yarn config gives no factor
+				factor = float64(cfg.MaxPositionEmbeddings) / float64(rope.OriginalContext)
+			}
+			hp.RopeScaling = ir.RopeScaling{
+				Type: typ, Factor: float32(factor), OriginalContext: rope.OriginalContext,
+				BetaFast: float32(rope.BetaFast), BetaSlow: float32(rope.BetaSlow), AttnFactor: float32(rope.AttnFactor),
+				Mscale: float32(rope.Mscale), MscaleAllDim: float32(rope.MscaleAllDim),
+			}
+			yarnContext(&hp)
 		default:
 			return hp, fmt.Errorf("%w: %s: rope_scaling type %q (want llama3, linear or yarn)", ErrMetadata, path, typ)
 		}

@@ -316,6 +316,37 @@ func TestHFFP8(t *testing.T) {
 	require.Equal(t, float32(1.0/1024), bf(len(d)/2-1))
 }
 
+// TestHFYarn reads YaRN rope_scaling from config.json: Qwen2.5's published
+// form, the optional keys, transformers 5's rope_parameters and the factor
+// transformers derives when a config gives none.
+func TestHFYarn(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  map[string]any
+		rs   ir.RopeScaling
+		ctx  int
+	}{
+		{"qwen2.5", map[string]any{"rope_scaling": map[string]any{"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256}},
+			ir.RopeScaling{Type: "yarn", Factor: 4, OriginalContext: 256}, 1024},
+		{"no original context", map[string]any{"rope_scaling": map[string]any{"type": "yarn", "factor": 2.0}},
+			ir.RopeScaling{Type: "yarn", Factor: 2, OriginalContext: 256}, 512},
+		{"all keys", map[string]any{"rope_scaling": map[string]any{"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 64,
+			"beta_fast": 16.0, "beta_slow": 2.0, "mscale": 0.707, "mscale_all_dim": 0.5, "attention_factor": 1.5, "truncate": true}},
+			ir.RopeScaling{Type: "yarn", Factor: 40, OriginalContext: 64, BetaFast: 16, BetaSlow: 2, Mscale: 0.707, MscaleAllDim: 0.5, AttnFactor: 1.5}, 2560},
+		{"rope_parameters without factor", map[string]any{"max_position_embeddings": 1024, "rope_parameters": map[string]any{
+			"rope_type": "yarn", "rope_theta": 1e6, "original_max_position_embeddings": 128}},
+			ir.RopeScaling{Type: "yarn", Factor: 8, OriginalContext: 128}, 1024},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := Open(writeHF(t, hfConfigJSON("qwen2", c.cfg), hfTensors(true, true, nil), nil))
+			require.NoError(t, err)
+			defer m.Close()
+			require.Equal(t, c.rs, m.HParams.RopeScaling)
+			require.Equal(t, c.ctx, m.HParams.ContextLength)
+		})
+	}
+}
+
 func TestHFErrors(t *testing.T) {
 	cases := []struct {
 		name string
@@ -327,6 +358,7 @@ func TestHFErrors(t *testing.T) {
 		{"unknown arch", hfConfigJSON("gpt_neox", map[string]any{"architectures": []string{"GPTNeoXForCausalLM"}}), hfTensors(true, true, nil), ErrArch, "gpt_neox"},
 		{"zero heads", hfConfigJSON("llama", map[string]any{"num_attention_heads": 0}), hfTensors(true, true, nil), ErrMetadata, "num_attention_heads"},
 		{"bad rope", hfConfigJSON("llama", map[string]any{"rope_scaling": map[string]any{"type": "dynamic", "factor": 2.0}}), hfTensors(true, true, nil), ErrMetadata, "dynamic"},
+		{"yarn truncate", hfConfigJSON("llama", map[string]any{"rope_scaling": map[string]any{"rope_type": "yarn", "factor": 2.0, "truncate": false}}), hfTensors(true, true, nil), ErrMetadata, "truncate false"},
 		{"vocab mismatch", hfConfigJSON("llama", map[string]any{"vocab_size": 11}), hfTensors(true, true, nil), ErrMetadata, "vocab_size 11"},
 		{"no embedding", hfConfigJSON("llama", nil), hfTensors(false, false, nil), ErrTensor, "embed_tokens"},
 	}

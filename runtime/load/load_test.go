@@ -120,3 +120,57 @@ func TestOpenErrors(t *testing.T) {
 	require.Equal(t, 32000, m.HParams.VocabSize)
 	require.NoError(t, m.Close())
 }
+
+// TestGGUFYarn reads YaRN scaling from the stories fixture with
+// rope.scaling.* keys added: the keys llama.cpp's converter writes, their
+// defaults, and the context the scaling extends to.
+func TestGGUFYarn(t *testing.T) {
+	open := func(t *testing.T, kvs map[string]any) (*Model, error) {
+		p := readParts(t, storiesPath)
+		for k, v := range kvs {
+			p.setKV(k, v)
+		}
+		m, err := Open(writeFile(t, "yarn.gguf", p.encode(t)))
+		if m != nil {
+			t.Cleanup(func() { m.Close() })
+		}
+		return m, err
+	}
+	m, err := open(t, map[string]any{
+		"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": float32(4),
+		"llama.rope.scaling.original_context_length": uint32(256),
+		"llama.rope.scaling.yarn_beta_fast":          float32(16), "llama.rope.scaling.yarn_beta_slow": float32(2),
+		"llama.rope.scaling.yarn_attn_factor": float32(1.25), "llama.rope.scaling.attn_factor": float32(0.5),
+		"llama.rope.scaling.yarn_ext_factor": float32(1),
+	})
+	require.NoError(t, err)
+	require.Equal(t, ir.RopeScaling{Type: "yarn", Factor: 4, OriginalContext: 256, BetaFast: 16, BetaSlow: 2,
+		AttnFactor: 1.25, AttnFactorMul: 0.5}, m.HParams.RopeScaling)
+	require.Equal(t, 1024, m.HParams.ContextLength, "4 × 256 positions")
+
+	// Qwen2.5's converted config: factor and original context only, which
+	// is also the context length; the defaults are left to the graph.
+	m, err = open(t, map[string]any{"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": float32(4),
+		"llama.context_length": uint32(512)})
+	require.NoError(t, err)
+	require.Equal(t, ir.RopeScaling{Type: "yarn", Factor: 4, OriginalContext: 512}, m.HParams.RopeScaling)
+	require.Equal(t, 2048, m.HParams.ContextLength)
+
+	for _, c := range []struct {
+		name string
+		kvs  map[string]any
+		msg  string
+	}{
+		{"ext factor", map[string]any{"llama.rope.scaling.yarn_ext_factor": float32(0.5)}, "llama.rope.scaling.yarn_ext_factor"},
+		{"log multiplier", map[string]any{"llama.rope.scaling.yarn_log_multiplier": float32(0.1)}, "llama.rope.scaling.yarn_log_multiplier"},
+		{"negative beta", map[string]any{"llama.rope.scaling.yarn_beta_fast": float32(-1)}, "llama.rope.scaling.yarn_beta_fast"},
+		{"beta not a float", map[string]any{"llama.rope.scaling.yarn_beta_slow": "one"}, "llama.rope.scaling.yarn_beta_slow"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.kvs["llama.rope.scaling.type"], c.kvs["llama.rope.scaling.factor"] = "yarn", float32(4)
+			_, err := open(t, c.kvs)
+			require.ErrorIs(t, err, ErrMetadata)
+			require.ErrorContains(t, err, c.msg)
+		})
+	}
+}

@@ -39,6 +39,24 @@ var hfKeys = hpKeys{
 	headDim: "head_dim", eps: "rms_norm_eps", ropeBase: "rope_theta",
 }
 
+// yarnContext gives a YaRN-scaled model the context its scaling was made
+// for: the original context defaults to the context length (as llama.cpp
+// and Hugging Face take it), and the context length becomes at least
+// factor × original context, as a published config's rope_scaling
+// (Qwen2.5's factor 4 over 32768 positions, for 131072) intends.
+func yarnContext(hp *ir.HParams) {
+	rs := &hp.RopeScaling
+	if rs.Type != "yarn" {
+		return
+	}
+	if rs.OriginalContext == 0 {
+		rs.OriginalContext = hp.ContextLength
+	}
+	if ext := float64(rs.Factor) * float64(rs.OriginalContext); ext > float64(hp.ContextLength) && ext <= MaxContextLength {
+		hp.ContextLength = int(ext)
+	}
+}
+
 // checkArch rejects an architecture no ir/arch builder knows.
 func checkArch(path, key, name string) error {
 	if !slices.Contains(arch.Names(), name) {
