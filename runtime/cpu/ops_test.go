@@ -291,6 +291,7 @@ func TestRope(t *testing.T) {
 		{"partial half", with("style", "half", "dims", 8), nil},
 		{"linear", with("scaling", "linear", "factor", 4.0), nil},
 		{"llama3", with("scaling", "llama3", "factor", 8.0, "orig_ctx", 64, "low_freq", 1.0, "high_freq", 4.0, "base", 500000.0), nil},
+		{"yarn", with("style", "half", "scaling", "yarn", "factor", 4.0, "orig_ctx", 4096, "low_freq", 1.0, "high_freq", 32.0), nil},
 		{"freq factors", with("style", "half"), randVec(r, 8, 1)},
 	}
 	for _, c := range cases {
@@ -334,6 +335,12 @@ func TestRope(t *testing.T) {
 								s := (64/wl - 1) / 3
 								theta = (1-s)*theta/8 + s*theta
 							}
+						}
+						if c.attrs["scaling"] == "yarn" {
+							// pairs 0–2 turn over 32 times in 4096 positions, pairs
+							// from 6 on less than once: a ramp from 2 to 6
+							ramp := math.Max(0, math.Min(1, (float64(i)-2)/4))
+							theta = ramp*theta/4 + (1-ramp)*theta
 						}
 						angle := float64(p) * theta
 						if c.attrs["scaling"] == "linear" {
