@@ -58,6 +58,10 @@ func (pl *Plan) hfConfig(torchDType string, v *tokenizer.Vocab) map[string]any {
 			"low_freq_factor": rs.LowFreqFactor, "high_freq_factor": rs.HighFreqFactor,
 			"original_max_position_embeddings": rs.OriginalContext}
 	}
+	if rs := hp.RopeScaling; rs.Type == "yarn" {
+		c["rope_scaling"] = map[string]any{"type": "yarn", "factor": rs.Factor,
+			"original_max_position_embeddings": rs.OriginalContext}
+	}
 	return c
 }
 

@@ -52,6 +52,15 @@ var presets = map[string]Preset{
 			Heads: 28, HeadsKV: 4, HeadDim: 128, RopeDim: 128, RopeBase: 1000000, RMSEps: 1e-6, VocabSize: 152064,
 			QKVBias: true, RopeStyle: ir.RopeHalf},
 	},
+	// qwen2.5-7b with the rope_scaling its model card gives for 131072
+	// positions: YaRN, factor 4 over the 32768 it was trained for.
+	"qwen2.5-7b-yarn": {
+		Name: "qwen2.5-7b-yarn", Vocab: "qwen2", Template: "qwen2.5-7b-instruct.jinja",
+		HParams: ir.HParams{Arch: "qwen2", ContextLength: 32768, Embedding: 3584, Layers: 28, FFN: 18944,
+			Heads: 28, HeadsKV: 4, HeadDim: 128, RopeDim: 128, RopeBase: 1000000, RMSEps: 1e-6, VocabSize: 152064,
+			QKVBias: true, RopeStyle: ir.RopeHalf,
+			RopeScaling: ir.RopeScaling{Type: "yarn", Factor: 4, OriginalContext: 32768}},
+	},
 	"qwen3-8b": {
 		Name: "qwen3-8b", Vocab: "qwen2", Template: "qwen3-0.6b.jinja",
 		HParams: ir.HParams{Arch: "qwen3", ContextLength: 40960, Embedding: 4096, Layers: 36, FFN: 12288,

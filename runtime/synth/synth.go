@@ -141,6 +141,10 @@ func (pl *Plan) metadata() ([]kv, error) {
 	if a == "llama" {
 		kvs = append(kvs, kv{a + ".vocab_size", uint32(hp.VocabSize)})
 	}
+	if rs := hp.RopeScaling; rs.Type == "yarn" {
+		kvs = append(kvs, kv{a + ".rope.scaling.type", "yarn"}, kv{a + ".rope.scaling.factor", rs.Factor},
+			kv{a + ".rope.scaling.original_context_length", uint32(rs.OriginalContext)})
+	}
 	v, err := vocabFor(pl.Preset.Vocab, hp.VocabSize)
 	if err != nil {
 		return nil, err

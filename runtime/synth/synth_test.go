@@ -105,7 +105,7 @@ func small(t *testing.T, preset, quant string, hf bool) *load.Model {
 
 func TestSmallModelsLoadAndTokenize(t *testing.T) {
 	for _, c := range []struct{ preset, quant string }{
-		{"llama3-8b", "q4_k_m"}, {"qwen2.5-7b", "q8_0"}, {"qwen3-8b", "bf16"}, {"llama2-7b", "q4_0"},
+		{"llama3-8b", "q4_k_m"}, {"qwen2.5-7b", "q8_0"}, {"qwen3-8b", "bf16"}, {"llama2-7b", "q4_0"}, {"qwen2.5-7b-yarn", "q8_0"},
 	} {
 		m := small(t, c.preset, c.quant, false)
 		p, _ := Lookup(c.preset)
@@ -115,6 +115,10 @@ func TestSmallModelsLoadAndTokenize(t *testing.T) {
 		require.Equal(t, p.HParams.VocabSize, m.HParams.VocabSize)
 		require.Equal(t, p.HParams.QKVBias, m.HParams.QKVBias)
 		require.Equal(t, p.HParams.QKNorm, m.HParams.QKNorm)
+		if p.HParams.RopeScaling.Type == "yarn" {
+			require.Equal(t, p.HParams.RopeScaling, m.HParams.RopeScaling)
+			require.Equal(t, 131072, m.HParams.ContextLength, "factor 4 × 32768")
+		}
 		ids := m.Tokenizer.Encode("Hello world, this is memra.", false, false)
 		require.NotEmpty(t, ids)
 		require.Contains(t, m.Tokenizer.Decode(ids), "Hello world, this is memra.")
@@ -163,10 +167,12 @@ func TestRandomBlocksAreValid(t *testing.T) {
 // gives the same logits for both (llama's GGUF has permuted Q/K rows and
 // interleaved RoPE, the checkpoint rotate-half; the maths is the same).
 func TestGGUFAndHFTwinSameLogits(t *testing.T) {
-	for _, preset := range []string{"llama3-8b", "qwen3-8b", "qwen2.5-7b"} {
+	for _, preset := range []string{"llama3-8b", "qwen3-8b", "qwen2.5-7b", "qwen2.5-7b-yarn"} {
 		g := small(t, preset, "f16", false)
 		h := small(t, preset, "f16", true)
 		require.Equal(t, g.HParams.Heads, h.HParams.Heads)
+		require.Equal(t, g.HParams.RopeScaling, h.HParams.RopeScaling)
+		require.Equal(t, g.HParams.ContextLength, h.HParams.ContextLength)
 		prompt := g.Tokenizer.Encode("The quick brown fox jumps over the lazy dog", true, false)
 		require.Equal(t, prompt, h.Tokenizer.Encode("The quick brown fox jumps over the lazy dog", true, false), preset)
 		lg := logits(t, g, prompt)
