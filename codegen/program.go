@@ -211,6 +211,20 @@ func (w *WeightRef) Bytes() int64 {
 	return 4 * int64(w.Rows())
 }
 
+// RopeTable returns the contents of a WeightRope: θ_i·PositionScale for
+// i < Rope.Dims/2 (ir.RopeParams.Thetas, which applies llama3 or YaRN
+// scaling, or factors, the values of tensor Factors), the inverse
+// frequencies the RoPE kernels multiply positions by.
+func (w *WeightRef) RopeTable(factors []float32) []float32 {
+	th := w.Rope.Thetas(factors)
+	scale := w.Rope.PositionScale()
+	inv := make([]float32, len(th))
+	for i, t := range th {
+		inv[i] = float32(t * scale)
+	}
+	return inv
+}
+
 // Program is a model's forward step lowered for one step class: the kernels
 // (each specialised to the model's dims and weight types), the launches in
 // order with their argument bindings, the activation buffer plan and the
@@ -400,7 +414,15 @@ func (w *WeightRef) describe() string {
 		if w.Factors != "" {
 			f = " ÷ " + w.Factors
 		}
-		return fmt.Sprintf("rope inv_freq[%d] %v dims %d base %g scaling %s%s", w.Rope.Dims/2, w.Rope.Style, w.Rope.Dims, w.Rope.Base, w.Rope.Scaling, f)
+		r := w.Rope
+		sc := r.Scaling
+		if r.Scaling != "none" {
+			sc += fmt.Sprintf(" factor %g", r.Factor)
+		}
+		if r.OrigCtx > 0 {
+			sc += fmt.Sprintf(" over %d positions, ramp %g–%g turns", r.OrigCtx, r.LowFreq, r.HighFreq)
+		}
+		return fmt.Sprintf("rope inv_freq[%d] %v dims %d base %g scaling %s%s", r.Dims/2, r.Style, r.Dims, r.Base, sc, f)
 	}
 	return fmt.Sprintf("F32 vector[%d] = %s", w.Rows(), strings.Join(parts, " + "))
 }

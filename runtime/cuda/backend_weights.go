@@ -130,13 +130,7 @@ func (b *Backend) upload(c *Ctx, m *load.Model, w *codegen.WeightRef) (DevicePtr
 				return 0, err
 			}
 		}
-		th := w.Rope.Thetas(factors)
-		scale := w.Rope.PositionScale()
-		inv := make([]float32, len(th))
-		for i, t := range th {
-			inv[i] = float32(t * scale)
-		}
-		if err := c.CopyHtoD(p, f32AsBytes(inv)); err != nil {
+		if err := c.CopyHtoD(p, f32AsBytes(w.RopeTable(factors))); err != nil {
 			return 0, err
 		}
 	default:
