@@ -27,6 +27,7 @@ type benchOptions struct {
 	context           int
 	device            string
 	kvCache           string
+	kvMemory          float64
 	threads           int
 	noProgress        bool
 	batches           string
@@ -73,6 +74,7 @@ bytes read per step × steps/s) against the copy rate and pp as TFLOP/s
 	f.IntVarP(&o.reps, "repetitions", "r", 5, "repetitions of each test")
 	f.StringVar(&o.device, "device", "", deviceHelp)
 	f.StringVar(&o.kvCache, "kv-cache", "", kvCacheHelp)
+	f.Float64Var(&o.kvMemory, "kv-memory", 0, kvMemoryHelp)
 	f.IntVarP(&o.threads, "threads", "t", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&o.noProgress, "no-progress", false, "hide the progress bar")
 	f.StringVarP(&o.batches, "batch", "b", "1", "decode batch sizes of the tg test, comma separated (e.g. 1,2,4,8)")
@@ -139,6 +141,7 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 		return nil, err
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+	kv := gpuOptions{kvCache: o.kvCache, context: ctxLen, kvMemory: o.kvMemory}
 	if o.pp.enabled() {
 		if o.roofline {
 			return nil, fmt.Errorf("bench: --roofline measures one GPU; not with --pp-stages")
@@ -148,17 +151,20 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 			device = "cuda"
 		}
 		pp.logf = logf
-		return newPipelineBackend(m, device, o.threads, maxSeqs, pp, cuda.BackendOptions{Context: ctxLen,
-			PrefillTokens: max(o.prompt, 512), Untuned: o.untuned, Logf: logf, Cache: o.kvCache})
+		return newPipelineBackend(m, device, o.threads, maxSeqs, pp, kv.cudaOptions(cuda.BackendOptions{
+			PrefillTokens: max(o.prompt, 512), Untuned: o.untuned, Logf: logf}))
 	}
 	if ord < 0 {
 		if o.roofline {
 			return nil, fmt.Errorf("bench: --roofline needs a CUDA device")
 		}
-		return newBackend(m, "cpu", o.threads, maxSeqs, gpuOptions{kvCache: o.kvCache})
+		return newBackend(m, "cpu", o.threads, maxSeqs, kv)
 	}
-	return cuda.NewBackend(m, cuda.BackendOptions{Device: ord, MaxSeqs: maxSeqs, Context: ctxLen,
-		PrefillTokens: max(o.prompt, 512), Untuned: o.untuned, Logf: logf, Cache: o.kvCache})
+	if err := kv.check(); err != nil {
+		return nil, err
+	}
+	return cuda.NewBackend(m, kv.cudaOptions(cuda.BackendOptions{Device: ord, MaxSeqs: maxSeqs,
+		PrefillTokens: max(o.prompt, 512), Untuned: o.untuned, Logf: logf}))
 }
 
 func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {

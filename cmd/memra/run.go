@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/memra-ai/memra/runtime"
 	"github.com/memra-ai/memra/runtime/cpu"
@@ -34,6 +36,7 @@ type runOptions struct {
 	seed      int64
 	device    string
 	kvCache   string
+	kv        gpuOptions
 	threads   int
 	chat      bool
 	system    string
@@ -78,6 +81,7 @@ temperature (0 = greedy), top-k, top-p and min-p.`,
 	f.Int64Var(&o.seed, "seed", -1, "random seed (-1: a random one)")
 	f.StringVar(&o.device, "device", "", deviceHelp)
 	f.StringVar(&o.kvCache, "kv-cache", "", kvCacheHelp)
+	addKVFlags(f, &o.kv)
 	f.IntVarP(&o.threads, "threads", "t", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&o.chat, "chat", false, "wrap the prompt in the model's chat template as one user message")
 	f.StringVar(&o.system, "system", "", "system message for --chat")
@@ -102,10 +106,56 @@ const deviceHelp = "device to run on: cpu, cuda or cuda:N (default: cuda when a 
 
 const kvCacheHelp = "GPU KV cache type: f16 (default), bf16, f32 (with float32 prefill the exact configuration) or q8_0 (int8, a float32 scale per 32 elements: 0.56x the bytes of f16); the CPU keeps f32"
 
-// gpuOptions are the command-line choices of the CUDA backend shared by
-// run, serve and bench.
+// gpuOptions are the command-line choices of the backends' KV cache shared
+// by run, serve and bench: its element type (CUDA only), the context and
+// the page pool's memory.
 type gpuOptions struct {
 	kvCache string
+	// context caps a sequence's positions below the model's (0: the model's)
+	context int
+	// kvMemory is the KV page pool: GiB from 1 up, a fraction of the memory
+	// left after weights below 1, 0 for the default
+	kvMemory float64
+}
+
+const (
+	contextHelp  = "most positions of a sequence, prompt and output (0: the model's trained context; YaRN and Llama 3.1 scaling included)"
+	kvMemoryHelp = "KV page pool: GiB (1 and up) or a fraction of the memory left after the weights (below 1); 0: every sequence at the whole context, at most what fits"
+)
+
+// addKVFlags registers --context and --kv-memory.
+func addKVFlags(f *pflag.FlagSet, g *gpuOptions) {
+	f.IntVar(&g.context, "context", 0, contextHelp)
+	f.Float64Var(&g.kvMemory, "kv-memory", 0, kvMemoryHelp)
+}
+
+// check refuses values the backends cannot honour.
+func (g gpuOptions) check() error {
+	if g.context < 0 {
+		return fmt.Errorf("--context %d: want 0 (the model's) or a positive count of positions", g.context)
+	}
+	if g.kvMemory < 0 || math.IsNaN(g.kvMemory) || math.IsInf(g.kvMemory, 0) {
+		return fmt.Errorf("--kv-memory %g: want GiB (1 and up), a fraction (below 1) or 0", g.kvMemory)
+	}
+	return nil
+}
+
+// kvBytes splits kvMemory into bytes and a fraction.
+func (g gpuOptions) kvBytes() (bytes int64, fraction float64) {
+	if g.kvMemory >= 1 {
+		return int64(g.kvMemory * (1 << 30)), 0
+	}
+	return 0, g.kvMemory
+}
+
+// cudaOptions are the CUDA backend's options from g.
+func (g gpuOptions) cudaOptions(o cuda.BackendOptions) cuda.BackendOptions {
+	o.Cache = g.kvCache
+	if g.context > 0 {
+		o.Context = g.context
+	}
+	o.KVMemory, o.KVFraction = g.kvBytes()
+	return o
 }
 
 // checkCPU rejects GPU-only choices for the CPU backend.
@@ -141,14 +191,18 @@ func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, gpu gp
 		if device != "cpu" && device != "cuda" {
 			return nil, fmt.Errorf("device %q: with --pp-stages use --device cuda and --pp-devices, or --device cpu", device)
 		}
-		return newPipelineBackend(m, device, threads, maxSeqs, pp[0], cuda.BackendOptions{Cache: gpu.kvCache})
+		return newPipelineBackend(m, device, threads, maxSeqs, pp[0], gpu.cudaOptions(cuda.BackendOptions{}))
+	}
+	if err := gpu.check(); err != nil {
+		return nil, err
 	}
 	switch {
 	case device == "cpu":
 		if err := gpu.checkCPU(); err != nil {
 			return nil, err
 		}
-		return cpu.New(m, cpu.Options{Threads: threads, MaxSeqs: maxSeqs})
+		kb, frac := gpu.kvBytes()
+		return cpu.New(m, cpu.Options{Threads: threads, MaxSeqs: maxSeqs, Context: gpu.context, KVMemory: kb, KVFraction: frac})
 	case device == "cuda" || strings.HasPrefix(device, "cuda:"):
 		ordinal := 0
 		if rest, ok := strings.CutPrefix(device, "cuda:"); ok {
@@ -160,7 +214,7 @@ func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, gpu gp
 		}
 		// start-up notices (a tunedb fallback, no cuBLASLt for prefill) go to the log
 		logf := func(format string, args ...any) { slog.Warn(fmt.Sprintf(format, args...)) }
-		return cuda.NewBackend(m, cuda.BackendOptions{Device: ordinal, MaxSeqs: max(maxSeqs, 1), Cache: gpu.kvCache, Logf: logf})
+		return cuda.NewBackend(m, gpu.cudaOptions(cuda.BackendOptions{Device: ordinal, MaxSeqs: max(maxSeqs, 1), Logf: logf}))
 	default:
 		return nil, fmt.Errorf("device %q: want cpu, cuda or cuda:N", device)
 	}
@@ -182,7 +236,8 @@ func runGenerate(cmd *cobra.Command, modelArg string, o *runOptions) error {
 		return err
 	}
 	o.pp.logf = func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
-	b, err := newBackend(m, o.device, o.threads, 1, gpuOptions{kvCache: o.kvCache}, o.pp)
+	o.kv.kvCache = o.kvCache
+	b, err := newBackend(m, o.device, o.threads, 1, o.kv, o.pp)
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,8 @@ type serveOptions struct {
 	prefillChunk   int
 	device         string
 	kvCache        string
+	kv             gpuOptions
+	noPrefixCache  bool
 	threads        int
 	drainTimeout   time.Duration
 	maxBody        int64
@@ -85,6 +87,8 @@ See docs/SERVING.md and docs/FLAGS.md.`,
 	f.IntVar(&o.prefillChunk, "prefill-chunk", runtime.DefaultPrefillChunk, "prompt tokens one sequence feeds per step")
 	f.StringVar(&o.device, "device", "", deviceHelp)
 	f.StringVar(&o.kvCache, "kv-cache", "", kvCacheHelp)
+	addKVFlags(f, &o.kv)
+	f.BoolVar(&o.noPrefixCache, "no-prefix-cache", false, "compute every prompt whole: no KV page is reused between requests")
 	f.IntVarP(&o.threads, "threads", "t", 0, "CPU threads (0: all cores)")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "how long a drain waits for running requests before cancelling them")
 	f.Int64Var(&o.maxBody, "max-body", serve.DefaultMaxBody, "request body limit in bytes; larger bodies get 413")
@@ -237,7 +241,8 @@ func openServed(sp modelSpec, o *serveOptions) (serve.Model, func(), error) {
 		m.Close()
 		return serve.Model{}, nil, fmt.Errorf("model %s (%s) has no tokenizer", sp.alias, m.Path)
 	}
-	b, err := newBackend(m, o.device, o.threads, o.maxRunning, gpuOptions{kvCache: o.kvCache}, o.pp)
+	o.kv.kvCache = o.kvCache
+	b, err := newBackend(m, o.device, o.threads, o.maxRunning, o.kv, o.pp)
 	if err != nil {
 		m.Close()
 		return serve.Model{}, nil, fmt.Errorf("model %s: %w", sp.alias, err)
@@ -250,7 +255,7 @@ func openServed(sp modelSpec, o *serveOptions) (serve.Model, func(), error) {
 		}
 	}
 	eng := runtime.NewEngine(b, m.Tokenizer, runtime.EngineConfig{MaxRunning: o.maxRunning, MaxQueue: o.maxQueue,
-		MaxBatchTokens: o.maxBatchTokens, PrefillChunk: o.prefillChunk})
+		MaxBatchTokens: o.maxBatchTokens, PrefillChunk: o.prefillChunk, NoPrefixCache: o.noPrefixCache})
 	closeFn := func() {
 		eng.Close()
 		m.Close()

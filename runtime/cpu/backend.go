@@ -46,9 +46,11 @@ type Options struct {
 	// PageSize is the KV page in positions (0: DefaultPageSize).
 	PageSize int
 	// KVMemory bounds the KV cache in bytes (the pool's pages times their
-	// float32 size; pages are allocated on first use); 0 means half of the
-	// machine's memory.
-	KVMemory int64
+	// float32 size; pages are allocated on first use); KVFraction, when
+	// KVMemory is 0, as a fraction of the machine's memory; with neither,
+	// half of it.
+	KVMemory   int64
+	KVFraction float64
 }
 
 // DefaultPageSize is the KV page of Options.PageSize 0: the GPU's
@@ -145,8 +147,9 @@ func (b *Backend) newPool() error {
 	if size < 1 || size > 1024 || size&(size-1) != 0 {
 		return fmt.Errorf("%w: KV page size %d (a power of two from 1 to 1024)", ErrBatch, size)
 	}
-	if o.Context < 0 || o.KVMemory < 0 {
-		return fmt.Errorf("%w: context %d, KV memory %d: want 0 (the default) or more", ErrBatch, o.Context, o.KVMemory)
+	if o.Context < 0 || o.KVMemory < 0 || o.KVFraction < 0 || o.KVFraction > 1 {
+		return fmt.Errorf("%w: context %d, KV memory %d bytes or a fraction %g: want 0 (the default) or more, a fraction at most 1",
+			ErrBatch, o.Context, o.KVMemory, o.KVFraction)
 	}
 	ctx := b.info.ContextLength
 	if ctx <= 0 {
@@ -165,7 +168,11 @@ func (b *Backend) newPool() error {
 	perCtx := (ctx + size - 1) / size
 	pages := maxContexts * perCtx
 	budget := o.KVMemory
-	if budget == 0 {
+	switch {
+	case budget > 0:
+	case o.KVFraction > 0:
+		budget = int64(o.KVFraction * float64(systemMemory()))
+	default:
 		budget = systemMemory() / 2
 	}
 	if pageBytes > 0 {
