@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The serving suite of the GPU battery (issues 30 and 31: KV pages, the prefix cache, the server at
+# the engine's speed), in calls of under 10 minutes on the GPU machine:
+#
+#   scripts/gpu-serve.sh pages   # paged attention: the CUDA tests, kernel-check of the attention
+#                                # families (32k positions included), CPU parity at 1, 2 and 16
+#                                # sequences, and llama2-7b q4_k_m decode at batch 1, 16 and 64
+#                                # with this build and the one before KV pages (OLD_BIN) in one call
+#   scripts/gpu-serve.sh serve   # memra serve of llama2-7b q4_k_m with --max-running 64: the load
+#                                # test at 64 streams, the chat scenario (8 turns, ~4k history) and
+#                                # the shared-prefix scenario at 16 streams, each with and without
+#                                # the prefix cache
+#   scripts/gpu-serve.sh chat    # the chat scenario alone, with and without the prefix cache
+#   scripts/gpu-serve.sh long    # qwen2.5-7b q4_k_m with a 32k context: a 30,000-token prompt
+#
+# Build here first: make gpu-build, and the older binary for comparison as .gpu/memra-old; carry
+# the .gz files (the script unpacks them). Logs go to $OUT (default /tmp/memra-serve); a short
+# table is printed last.
+set -u
+cd "$(dirname "$0")/.."
+MODE=${1:-pages}
+BIN=${BIN:-.gpu/memra}
+OLD_BIN=${OLD_BIN:-.gpu/memra-old}
+OUT=${OUT:-/tmp/memra-serve}
+MODELS=${MODELS:-/tmp/memra-models}
+mkdir -p "$OUT" "$MODELS"
+for f in "${GZ_DIR:-.gpu}"/*.gz; do # carried gzipped: unpack into .gpu
+	[ -e "$f" ] || continue
+	d=.gpu/$(basename "$f" .gz)
+	mkdir -p .gpu
+	if [ ! -e "$d" ] || [ "$f" -nt "$d" ]; then gunzip -c "$f" >"$d" && chmod +x "$d"; fi
+done
+export MEMRA_NVRTC_DIR=${MEMRA_NVRTC_DIR:-/usr/local/cuda/targets/x86_64-linux/lib}
+rows=()
+failed=0
+
+# step NAME CMD…: run CMD with its output in $OUT/NAME.log; record pass/FAIL and seconds.
+step() {
+	local name=$1 t0 rc
+	shift
+	t0=$(date +%s)
+	"$@" >"$OUT/$name.log" 2>&1
+	rc=$?
+	local r=pass
+	[ $rc -ne 0 ] && r=FAIL && failed=1
+	rows+=("$(printf '%-40s %-5s %5ss' "$name" "$r" "$(($(date +%s) - t0))")")
+	echo "== $name: $r" >&2
+	return $rc
+}
+
+synth() { # synth FILE ARGS…: write a synthesized model once
+	local f=$1
+	shift
+	[ -e "$f" ] || "$BIN" synth --quiet "$@" -o "$f"
+}
+
+# serve_up PORT ARGS…: start memra serve on PORT in the background ($SERVE_PID), wait until it
+# listens; fails if it exits first.
+serve_up() {
+	local port=$1 i
+	shift
+	"$BIN" serve --device cuda --port "$port" "$@" >"$OUT/serve-$port.log" 2>&1 &
+	SERVE_PID=$!
+	for i in $(seq 1 240); do
+		(exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && return 0
+		kill -0 $SERVE_PID 2>/dev/null || return 1
+		sleep 0.5
+	done
+	return 1
+}
+serve_down() {
+	kill -TERM "$SERVE_PID" 2>/dev/null
+	wait "$SERVE_PID" 2>/dev/null
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/gpu.txt" 2>&1
+L7=$MODELS/llama2-7b-q4_k_m.gguf
+
+case $MODE in
+pages)
+	cuda_tests() { (cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run "${CUDA_TESTS:-TestGPU}"); }
+	step cuda-tests cuda_tests
+	step kernel-check-attn "$BIN" kernel-check --shapes llama3-8b,qwen2.5-7b --only attn --reps 3
+	for p in 1 2 16; do
+		s=3
+		[ $p -ge 16 ] && s=3.5
+		step "parity-p$p" "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --tie-tol 0.02 --tie-sigma $s
+	done
+	step synth-llama2-7b synth "$L7" --preset llama2-7b --quant q4_k_m --weights blocks
+	for b in new old; do
+		bin=$BIN
+		[ $b = old ] && bin=$OLD_BIN
+		step "bench-$b" "$bin" bench "$L7" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r "${RUNS:-3}" -b 1,16,64
+	done
+	grep -H -E '^\| 2.*tg|^roofline' "$OUT"/bench-*.log
+	;;
+serve | chat)
+	step synth-llama2-7b synth "$L7" --preset llama2-7b --quant q4_k_m --weights blocks
+	load64() {
+		serve_up 8199 --model "l7=$L7" --max-running 64 || return 1
+		"$BIN" bench serve --url http://127.0.0.1:8199 --endpoint completions --concurrency 64 --prompt-tokens 512 --max-tokens 128 \
+			--duration "${LOAD_DURATION:-30s}" --out "$OUT/load64"
+		local rc=$?
+		serve_down
+		return $rc
+	}
+	[ "$MODE" = serve ] && step serve-c64 load64
+	scenario() { # scenario NAME SERVE_FLAGS BENCH_FLAGS…
+		local name=$1 flags=$2
+		shift 2
+		# shellcheck disable=SC2086
+		serve_up 8199 --model "l7=$L7" --max-running 64 $flags || return 1
+		"$BIN" bench serve --url http://127.0.0.1:8199 "$@" --out "$OUT/$name"
+		local rc=$?
+		serve_down
+		return $rc
+	}
+	# a last turn of about 3,700 tokens with its reply: llama2-7b's context is 4,096
+	chat=(--scenario chat --turns 8 --history-tokens "${CHAT_HISTORY:-3600}" --max-tokens 64 --concurrency 4 --requests 32)
+	step chat-cache scenario chat-cache "" "${chat[@]}"
+	step chat-nocache scenario chat-nocache --no-prefix-cache "${chat[@]}"
+	shared=(--scenario shared-prefix --prefixes 4 --prefix-tokens 1024 --prompt-tokens 1152 --max-tokens 64 --concurrency 16 --duration 20s)
+	[ "$MODE" = serve ] && step shared-cache scenario shared-cache "" "${shared[@]}"
+	[ "$MODE" = serve ] && step shared-nocache scenario shared-nocache --no-prefix-cache "${shared[@]}"
+	for d in load64 chat-cache chat-nocache shared-cache shared-nocache; do
+		echo "== $d"
+		cat "$OUT/$d/serve-bench.md" 2>/dev/null
+	done
+	;;
+long)
+	Q7=$MODELS/qwen2.5-7b-q4_k_m.gguf
+	step synth-qwen2.5-7b synth "$Q7" --preset qwen2.5-7b --quant q4_k_m --weights blocks
+	long30k() {
+		serve_up 8199 --model "q7=$Q7" --context 32768 --max-running 4 || return 1
+		"$BIN" bench serve --url http://127.0.0.1:8199 --endpoint completions --concurrency 1 --requests 2 \
+			--prompt-tokens 30000 --max-tokens 32 --out "$OUT/long30k"
+		local rc=$?
+		serve_down
+		return $rc
+	}
+	step serve-30k long30k
+	cat "$OUT/long30k/serve-bench.md" 2>/dev/null
+	;;
+*)
+	echo "usage: $0 pages|serve|chat|long" >&2
+	exit 2
+	;;
+esac
+printf '%s\n' "${rows[@]}"
+exit $failed
