@@ -118,6 +118,7 @@ type fakeEngine struct {
 	cancelled atomic.Int64 // sequences ended by their context
 	finished  atomic.Int64 // sequences ended normally
 	panics    bool
+	failWith  atomic.Pointer[error] // when set, every sequence ends with this error
 }
 
 func newFakeEngine() *fakeEngine {
@@ -191,6 +192,10 @@ func (f *fakeEngine) run(ctx context.Context, req runtime.Request, out chan<- ru
 	}
 	defer func() { <-f.sem }()
 	defer release(true)
+	if err := f.failWith.Load(); err != nil {
+		out <- runtime.Event{Err: *err}
+		return
+	}
 
 	off := 0
 	for _, t := range req.Prompt {

@@ -121,6 +121,9 @@ func (s *Server) start(ctx context.Context, p *genParams, prompts [][]int32) (*g
 
 // engineError maps an engine refusal or failure to what the client sees.
 func (s *Server) engineError(err error, promptTokens int, p *genParams) *apiError {
+	if s.markFailed(p.model, err) {
+		return errModelFailed(p.model.ID)
+	}
 	switch {
 	case errors.Is(err, runtime.ErrOverloaded):
 		return &apiError{Status: http.StatusTooManyRequests, Type: typeRateLimit, Code: "rate_limit_exceeded",

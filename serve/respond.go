@@ -50,6 +50,10 @@ type shape interface {
 
 // generate runs every choice and writes the response, blocking or streamed.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, p *genParams, prompts [][]int32, sh shape) {
+	if e := s.modelFailed(p.model); e != nil {
+		writeError(w, e)
+		return
+	}
 	if !s.enter() {
 		writeError(w, errDraining(s.retryAfterSeconds()))
 		return

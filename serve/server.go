@@ -69,7 +69,8 @@ type Server struct {
 	mu       sync.Mutex
 	draining bool
 	inflight int
-	idle     chan struct{} // closed when draining and inflight reaches 0
+	idle     chan struct{}    // closed when draining and inflight reaches 0
+	failed   map[*Model]error // models out of service (modelfault.go)
 }
 
 // New checks cfg and builds the server.
@@ -312,6 +313,10 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	if s.isDraining() {
 		writeError(w, errDraining(s.retryAfterSeconds()))
+		return
+	}
+	if ids := s.failedModels(); len(ids) > 0 {
+		writeError(w, notReadyFailed(ids))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

@@ -243,6 +243,9 @@ func openServed(sp modelSpec, o *serveOptions) (serve.Model, func(), error) {
 	}
 	o.kv.kvCache = o.kvCache
 	b, err := newBackend(m, o.device, o.threads, o.maxRunning, o.kv, o.pp)
+	if err == nil {
+		err = releaseHostWeights(m, b)
+	}
 	if err != nil {
 		m.Close()
 		return serve.Model{}, nil, fmt.Errorf("model %s: %w", sp.alias, err)

@@ -82,6 +82,7 @@ type Backend struct {
 	hidden *ir.Node // hidden_in of a pipeline stage after the first, else nil
 	result [][]float32
 	closed bool
+	fault  error // the ErrWeightFault that put the backend out of service
 }
 
 var _ runtime.PagedBackend = (*Backend)(nil)
@@ -257,6 +258,9 @@ func (b *Backend) forward(ctx context.Context, batch []runtime.SeqStep, hidden [
 	if b.closed {
 		return ErrClosed
 	}
+	if b.fault != nil {
+		return b.fault
+	}
 	if err := b.plan(batch); err != nil {
 		return err
 	}
@@ -266,7 +270,10 @@ func (b *Backend) forward(ctx context.Context, batch []runtime.SeqStep, hidden [
 		}
 		b.e.f32[b.hidden.ID] = hidden
 	}
-	if err := b.e.run(ctx.Err); err != nil {
+	if err := b.e.guarded(func() error { return b.e.run(ctx.Err) }); err != nil {
+		if errors.Is(err, ErrWeightFault) {
+			b.fault = err
+		}
 		return err
 	}
 	for s, e := range batch {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
@@ -182,6 +183,8 @@ func (e *exec) run(check func() error) error {
 
 // parallel calls f(worker, lo, hi) over [0,n) in chunks of at least grain,
 // on up to e.threads goroutines; each worker index runs on one goroutine.
+// A memory fault in a worker (a weight whose file shrank) is raised again
+// in the calling goroutine once every worker is done, for guarded.
 func (e *exec) parallel(n, grain int, f func(w, lo, hi int)) {
 	if grain < 1 {
 		grain = 1
@@ -196,10 +199,13 @@ func (e *exec) parallel(n, grain int, f func(w, lo, hi int)) {
 	chunk := max(grain, (n+4*workers-1)/(4*workers))
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	var faults faultCatcher
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer faults.catch()
+			debug.SetPanicOnFault(true)
 			for {
 				lo := int(next.Add(int64(chunk))) - chunk
 				if lo >= n {
@@ -210,6 +216,7 @@ func (e *exec) parallel(n, grain int, f func(w, lo, hi int)) {
 		}()
 	}
 	wg.Wait()
+	faults.raise()
 }
 
 // newExec prepares an executor for g with the given weights (by node ID).
