@@ -86,6 +86,10 @@ func decodeBody(r *http.Request, v any) *apiError {
 			return &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest,
 				Message: fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit)}
 		}
+		if isTimeout(err) {
+			return &apiError{Status: http.StatusRequestTimeout, Type: typeInvalidRequest, Code: "request_timeout",
+				Message: "the request body did not arrive within the server's read timeout (--read-timeout)"}
+		}
 		return badRequest("", "reading request body: %v", err)
 	}
 	if len(bytes.TrimSpace(buf.Bytes())) == 0 {

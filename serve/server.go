@@ -44,6 +44,17 @@ type Config struct {
 	Logger            *slog.Logger  // nil = slog.Default()
 	StartTime         time.Time     // "created" of models without one; zero = now
 	AllowPublicNoAuth bool          // tests only: skip the bind check
+	// ReadTimeout bounds how long a client may take to send a request's
+	// headers, and again its body (a slower body gets 408 and the
+	// connection is closed); 0 = DefaultReadTimeout.
+	ReadTimeout time.Duration
+	// IdleTimeout closes a kept-alive connection with no request for this
+	// long; 0 = DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// MaxConns caps the connections Run serves at once; past it a few more
+	// are accepted for /health, /ready and /metrics only, and the rest are
+	// closed at once. 0 = DefaultMaxConns.
+	MaxConns int
 	// Plugins are the loaded WebAssembly plugins (nil = none): a template
 	// plugin replaces the Template of the model it names, and grammar
 	// plugins serve requests' "grammar": {"plugin": NAME, "source": …}.
@@ -92,6 +103,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = DefaultRetryAfter
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -204,14 +224,26 @@ func (s *Server) routes() http.Handler {
 			}
 			s.metrics.requests.WithLabelValues(label, fmt.Sprint(rec.status)).Inc()
 		}()
+		s.limitBody(w, r)
+		if onProbeConn(r) {
+			rec.Header().Set("Connection", "close")
+			if !probePaths[name] {
+				writeError(rec, errTooManyConns(s.retryAfterSeconds()))
+				return
+			}
+		}
 		if !ok {
+			closeUnread(rec, r)
 			writeError(rec, &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: "not_found",
 				Message: fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path)})
 			return
 		}
+		// The key is checked before anything reads the body; a refused
+		// request's connection is closed rather than drained.
 		if rt.auth {
 			tenant, ok := s.authorized(r)
 			if !ok {
+				closeUnread(rec, r)
 				writeError(rec, &apiError{Status: http.StatusUnauthorized, Type: typeAuthentication, Code: "invalid_api_key",
 					Message: "missing or invalid API key: send Authorization: Bearer <key>"})
 				return
@@ -228,6 +260,7 @@ func (s *Server) routes() http.Handler {
 				allow = append(allow, m)
 			}
 			rec.Header().Set("Allow", strings.Join(allow, ", "))
+			closeUnread(rec, r)
 			writeError(rec, &apiError{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest, Code: "method_not_allowed",
 				Message: fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, strings.Join(allow, ", "))})
 			return
@@ -394,11 +427,12 @@ func (s *Server) Drain(ctx context.Context) error {
 
 // Run serves on ln until ctx ends (SIGTERM, SIGINT), then drains for up to
 // drainTimeout and shuts the listener down. A completed drain returns nil.
+// It applies Config's ReadTimeout, IdleTimeout and MaxConns.
 func (s *Server) Run(ctx context.Context, ln net.Listener, drainTimeout time.Duration) error {
-	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: s.cfg.ReadTimeout, IdleTimeout: s.cfg.IdleTimeout,
+		ConnContext: connContext, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(&connLimiter{Listener: ln, max: s.cfg.MaxConns}) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)

@@ -47,6 +47,9 @@ type serveOptions struct {
 	drainTimeout   time.Duration
 	maxBody        int64
 	retryAfter     time.Duration
+	readTimeout    time.Duration
+	idleTimeout    time.Duration
+	maxConns       int
 	templatePlugin []string
 	grammarPlugin  []string
 	pp             ppOptions
@@ -93,6 +96,11 @@ See docs/SERVING.md and docs/FLAGS.md.`,
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "how long a drain waits for running requests before cancelling them")
 	f.Int64Var(&o.maxBody, "max-body", serve.DefaultMaxBody, "request body limit in bytes; larger bodies get 413")
 	f.DurationVar(&o.retryAfter, "retry-after", serve.DefaultRetryAfter, "Retry-After sent with 429 and 503 responses")
+	f.DurationVar(&o.readTimeout, "read-timeout", serve.DefaultReadTimeout,
+		"time a client has to send a request's headers, and again its body (a slower body gets 408)")
+	f.DurationVar(&o.idleTimeout, "idle-timeout", serve.DefaultIdleTimeout, "kept-alive connections idle this long are closed")
+	f.IntVar(&o.maxConns, "max-conns", serve.DefaultMaxConns,
+		"connections served at once; past it /health, /ready and /metrics still answer, other requests get 503")
 	f.StringSliceVar(&o.templatePlugin, "template-plugin", nil,
 		"MODEL=FILE.wasm: the chat template of served model MODEL is this WebAssembly plugin (repeatable)")
 	f.StringSliceVar(&o.grammarPlugin, "grammar-plugin", nil,
@@ -204,7 +212,8 @@ func runServe(cmd *cobra.Command, args []string, o *serveOptions) error {
 		log.Info("plugins loaded", "template", o.templatePlugin, "grammar", o.grammarPlugin)
 	}
 	srv, err := serve.New(serve.Config{Models: models, Host: o.host, APIKeys: keys, MaxBody: o.maxBody,
-		RetryAfter: o.retryAfter, Logger: log, Plugins: plugins})
+		RetryAfter: o.retryAfter, ReadTimeout: o.readTimeout, IdleTimeout: o.idleTimeout, MaxConns: o.maxConns,
+		Logger: log, Plugins: plugins})
 	if err != nil {
 		return err
 	}
