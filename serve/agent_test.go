@@ -373,3 +373,32 @@ func TestToolSchemaErrors(t *testing.T) {
 	require.Equal(t, 400, status)
 	require.Contains(t, string(raw), "cannot be combined")
 }
+
+// TestToolSchemaInvalid: a parameters schema that is not a valid JSON
+// schema is a 400 naming the tool whatever the tool_choice; one that is
+// valid but beyond the enforced subset is refused only where the call is
+// enforced.
+func TestToolSchemaInvalid(t *testing.T) {
+	srv := newAgentServer(t, &agentEngine{}, hermesSource, nil)
+	tool := func(params string) string {
+		return `,"tools":[{"type":"function","function":{"name":"ok","parameters":{"type":"object"}}},` +
+			`{"type":"function","function":{"name":"bad","parameters":` + params + `}}]`
+	}
+	for _, choice := range []string{``, `,"tool_choice":"auto"`, `,"tool_choice":"none"`, `,"tool_choice":"required"`,
+		`,"tool_choice":{"type":"function","function":{"name":"ok"}}`} {
+		for _, params := range []string{`{"type":5}`, `{"type":"strin"}`, `{"type":"object","properties":[1]}`,
+			`{"type":"object","required":"x"}`} {
+			status, _, raw := srv.do(t, "POST", "/v1/chat/completions", chatBody(tool(params)+choice))
+			require.Equal(t, 400, status, "%s %s: %s", params, choice, raw)
+			require.Contains(t, string(raw), `"param":"tools"`)
+			require.Contains(t, string(raw), `tools[1].function.parameters (function \"bad\") is not a valid JSON schema`)
+		}
+		status, _, raw := srv.do(t, "POST", "/v1/chat/completions",
+			chatBody(tool(`{"type":"object","properties":{"n":{"type":"integer","multipleOf":2}}}`)+choice))
+		if strings.Contains(choice, "required") {
+			require.Equal(t, 400, status, "%s: %s", choice, raw)
+		} else {
+			require.Equal(t, 200, status, "%s: %s", choice, raw)
+		}
+	}
+}

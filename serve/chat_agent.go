@@ -61,6 +61,9 @@ func (s *Server) planAgent(m *Model, req *chatRequest, p *genParams) (agentPlan,
 		}
 	}
 	list, err := tools.ParseTools(req.Tools)
+	if err == nil {
+		err = tools.CheckSchemas(list)
+	}
 	if err != nil {
 		return plan, badRequest("tools", "%v", err)
 	}

@@ -3,6 +3,7 @@ package tools
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -46,6 +47,27 @@ func ParseTools(raw json.RawMessage) ([]Tool, error) {
 		}
 	}
 	return ts, nil
+}
+
+// CheckSchemas checks every tool's parameters schema, whatever the
+// tool_choice: one that is not a valid JSON schema (malformed JSON, a
+// keyword of the wrong type, an unknown type name) gives ErrBadTools
+// naming the tool and the fault. A valid schema beyond the subset that
+// decoding can enforce (grammar.ErrUnsupported) passes here: only
+// CallGrammars, for tool_choice required or a named function, needs it.
+func CheckSchemas(ts []Tool) error {
+	for i, t := range ts {
+		params := bytes.TrimSpace(t.Function.Parameters)
+		if len(params) == 0 || string(params) == "null" {
+			continue
+		}
+		_, err := grammar.FromJSONSchema(params)
+		if errors.Is(err, grammar.ErrInvalidSchema) || errors.Is(err, grammar.ErrSyntax) {
+			return fmt.Errorf("%w: tools[%d].function.parameters (function %q) is not a valid JSON schema: %w",
+				ErrBadTools, i, t.Function.Name, err)
+		}
+	}
+	return nil
 }
 
 // Choice is a request's tool_choice.
