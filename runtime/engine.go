@@ -32,10 +32,13 @@ const (
 	DefaultEventBuffer    = 1024
 )
 
+// NoQueue as EngineConfig.MaxQueue admits no request beyond MaxRunning.
+const NoQueue = -1
+
 // EngineConfig sizes the scheduler. Zero fields take the Default* values.
 type EngineConfig struct {
 	MaxRunning int // sequences decoding at once (one backend step holds them all)
-	MaxQueue   int // requests waiting beyond MaxRunning; more → ErrOverloaded
+	MaxQueue   int // requests waiting beyond MaxRunning; more → ErrOverloaded; NoQueue: none
 	// MaxBatchTokens bounds the tokens of one step; the backend's own bound
 	// (ModelInfo.MaxBatchTokens) wins when smaller.
 	MaxBatchTokens int
@@ -60,7 +63,11 @@ func (c EngineConfig) withDefaults(info ModelInfo) EngineConfig {
 		}
 	}
 	def(&c.MaxRunning, DefaultMaxRunning)
-	def(&c.MaxQueue, DefaultMaxQueue)
+	if c.MaxQueue < 0 { // NoQueue
+		c.MaxQueue = 0
+	} else {
+		def(&c.MaxQueue, DefaultMaxQueue)
+	}
 	def(&c.MaxBatchTokens, DefaultMaxBatchTokens)
 	def(&c.PrefillChunk, DefaultPrefillChunk)
 	def(&c.EventBuffer, DefaultEventBuffer)

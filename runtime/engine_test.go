@@ -170,6 +170,24 @@ func TestEngineOverloaded(t *testing.T) {
 	}
 }
 
+// With NoQueue a request beyond MaxRunning is refused at once, not queued.
+func TestEngineNoQueue(t *testing.T) {
+	b := newFakeBackend(16, 64, hashLogits(16))
+	b.gate = make(chan struct{})
+	e := newTestEngine(b, hashVocab(16), EngineConfig{MaxRunning: 1, MaxQueue: NoQueue})
+	defer e.Close()
+	require.Zero(t, e.Config().MaxQueue)
+	req := Request{Prompt: []int32{1}, MaxTokens: 2}
+	a, err := e.Submit(context.Background(), req)
+	require.NoError(t, err)
+	_, err = e.Submit(context.Background(), req)
+	require.ErrorIs(t, err, ErrOverloaded)
+	close(b.gate)
+	_, toks, last := collect(a)
+	require.NoError(t, last.Err)
+	require.Len(t, toks, 2)
+}
+
 func TestEngineSubmitErrors(t *testing.T) {
 	b := newFakeBackend(16, 8, hashLogits(16))
 	e := newTestEngine(b, hashVocab(16), EngineConfig{})

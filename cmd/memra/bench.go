@@ -60,6 +60,9 @@ bytes read per step × steps/s) against the copy rate and pp as TFLOP/s
 (2 × product parameters × tokens + attention) against the product.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkFlagLimits(cmd, benchLimits); err != nil {
+				return err
+			}
 			model := ""
 			if len(args) == 1 {
 				model = args[0]

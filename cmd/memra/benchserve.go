@@ -95,7 +95,12 @@ and TTFT p50 against concurrency) and serve-bench.json (every request's samples)
   memra bench serve --scenario shared-prefix --prefixes 4 --prefix-tokens 1024 --prompt-tokens 1152 --concurrency 1,4,16
   memra bench serve --scenario chat --turns 8 --history-tokens 4096 --concurrency 4 --engine-rate 1026`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error { return runBenchServe(cmd, o) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkFlagLimits(cmd, benchServeLimits); err != nil {
+				return err
+			}
+			return runBenchServe(cmd, o)
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.url, "url", "http://127.0.0.1:8080", "base URL of the server (with or without /v1)")

@@ -60,6 +60,9 @@ Sampling follows the engine's fixed order: logit bias, repetition penalty, then
 temperature (0 = greedy), top-k, top-p and min-p.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkFlagLimits(cmd, runLimits); err != nil {
+				return err
+			}
 			model := ""
 			if len(args) == 1 {
 				model = args[0]

@@ -74,6 +74,9 @@ WebAssembly chat-template and grammar plugins (docs/PLUGINS.md). SIGTERM or SIGI
 503, running ones finish (up to --drain-timeout), then the server exits 0.
 See docs/SERVING.md and docs/FLAGS.md.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkFlagLimits(cmd, serveLimits); err != nil {
+				return err
+			}
 			return runServe(cmd, args, o)
 		},
 	}
@@ -85,7 +88,7 @@ See docs/SERVING.md and docs/FLAGS.md.`,
 	f.StringVar(&o.apiKeysFile, "api-keys-file", "", "file of bearer API keys, one per line (# comments and blank lines skipped)")
 	f.StringSliceVar(&o.apiKeys, "api-keys", nil, "comma-separated bearer API keys (prefer MEMRA_API_KEYS or --api-keys-file)")
 	f.IntVar(&o.maxRunning, "max-running", runtime.DefaultMaxRunning, "sequences decoding at once per model")
-	f.IntVar(&o.maxQueue, "max-queue", runtime.DefaultMaxQueue, "requests waiting per model beyond --max-running; more get 429")
+	f.IntVar(&o.maxQueue, "max-queue", runtime.DefaultMaxQueue, "requests waiting per model beyond --max-running; more get 429 (0: no queue)")
 	f.IntVar(&o.maxBatchTokens, "max-batch-tokens", runtime.DefaultMaxBatchTokens, "tokens of one engine step, all sequences together")
 	f.IntVar(&o.prefillChunk, "prefill-chunk", runtime.DefaultPrefillChunk, "prompt tokens one sequence feeds per step")
 	f.StringVar(&o.device, "device", "", deviceHelp)
@@ -266,7 +269,7 @@ func openServed(sp modelSpec, o *serveOptions) (serve.Model, func(), error) {
 			return serve.Model{}, nil, fmt.Errorf("chat template of %s: %w", sp.alias, err)
 		}
 	}
-	eng := runtime.NewEngine(b, m.Tokenizer, runtime.EngineConfig{MaxRunning: o.maxRunning, MaxQueue: o.maxQueue,
+	eng := runtime.NewEngine(b, m.Tokenizer, runtime.EngineConfig{MaxRunning: o.maxRunning, MaxQueue: engineQueue(o.maxQueue),
 		MaxBatchTokens: o.maxBatchTokens, PrefillChunk: o.prefillChunk, NoPrefixCache: o.noPrefixCache})
 	closeFn := func() {
 		eng.Close()
