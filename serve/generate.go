@@ -124,6 +124,9 @@ func (s *Server) engineError(err error, promptTokens int, p *genParams) *apiErro
 	if s.markFailed(p.model, err) {
 		return errModelFailed(p.model.ID)
 	}
+	if s.base.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, runtime.ErrClosed)) {
+		return errShutDown(s.retryAfterSeconds())
+	}
 	switch {
 	case errors.Is(err, runtime.ErrOverloaded):
 		return &apiError{Status: http.StatusTooManyRequests, Type: typeRateLimit, Code: "rate_limit_exceeded",
@@ -141,6 +144,14 @@ func (s *Server) engineError(err error, promptTokens int, p *genParams) *apiErro
 		return &apiError{Status: 499, Type: typeInvalidRequest, Message: "request cancelled"}
 	}
 	return &apiError{Status: http.StatusInternalServerError, Type: typeServer, Message: "generation failed: " + err.Error()}
+}
+
+// errShutDown ends a request that the server cut because it shut down
+// (the drain timed out) while the request ran; retrying it elsewhere, or
+// here once restarted, is the client's move.
+func errShutDown(retry int) *apiError {
+	return &apiError{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "server_shutting_down",
+		Message: "the server is shutting down and ended this request before it finished; retry it", RetryAfter: retry}
 }
 
 func errDraining(retry int) *apiError {

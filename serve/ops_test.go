@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -227,3 +228,55 @@ func TestMaxTokensExact(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestDrainTimeoutEndsRequests: when the drain times out, every stream
+// still running gets exactly one error event of type server_error, code
+// server_shutting_down, and then ends (no finish_reason, no [DONE]); a
+// blocking request gets 503 with Retry-After and the same error.
+func TestDrainTimeoutEndsRequests(t *testing.T) {
+	eng := newFakeEngine()
+	eng.delay = 20 * time.Millisecond
+	s := newTestServer(t, eng, nil)
+	long := strings.Replace(streamBody, `"max_tokens":20`, `"max_tokens":200,"ignore_eos":true`, 1)
+	const streams = 5
+	bodies := make([]io.Reader, streams)
+	for i := range streams {
+		resp, r := openStream(t, s, context.Background(), long)
+		defer resp.Body.Close()
+		readData(t, r) // role
+		bodies[i] = r
+	}
+	type result struct {
+		status int
+		hdr    http.Header
+		body   []byte
+	}
+	blocking := make(chan result, 1)
+	go func() {
+		status, hdr, body := s.do(t, "POST", "/v1/chat/completions", strings.Replace(long, `"stream":true`, `"stream":false`, 1))
+		blocking <- result{status, hdr, body}
+	}()
+	require.Eventually(t, func() bool { return eng.Stats().Running == streams+1 }, 2*time.Second, time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, s.Drain(ctx), context.DeadlineExceeded)
+
+	for i, r := range bodies {
+		rest, err := io.ReadAll(r)
+		require.NoError(t, err)
+		events := sseEvents(t, rest)
+		require.NotEmpty(t, events, "stream %d", i)
+		last := events[len(events)-1]
+		require.Contains(t, last, `"type":"server_error"`, "stream %d", i)
+		require.Contains(t, last, `"code":"server_shutting_down"`, "stream %d", i)
+		for _, e := range events[:len(events)-1] {
+			require.NotContains(t, e, `"error"`, "stream %d: one error event", i)
+			require.NotContains(t, e, `"finish_reason":"`, "stream %d", i)
+		}
+	}
+	res := <-blocking
+	require.Equal(t, http.StatusServiceUnavailable, res.status, string(res.body))
+	require.Equal(t, "1", res.hdr.Get("Retry-After"))
+	require.Contains(t, string(res.body), `"type":"server_error"`)
+	require.Contains(t, string(res.body), `"code":"server_shutting_down"`)
+}

@@ -144,6 +144,16 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p *genParams, 
 		}
 	}
 	if ctx.Err() != nil {
+		// The choices' ends were dropped with the context: the client
+		// left, or the server cut the request at the end of a drain.
+		if r.Context().Err() == nil && s.base.Err() != nil {
+			ae := errShutDown(s.retryAfterSeconds())
+			if sse != nil {
+				sse.fail(ae)
+			} else {
+				writeError(w, ae)
+			}
+		}
 		return
 	}
 	completion, cached := make([]int, len(res)), make([]int, len(res))
