@@ -5,7 +5,7 @@ BIN       := bin/memra
 GOFLAGS_BUILD := -trimpath -buildvcs=auto
 export CGO_ENABLED := 0
 
-.PHONY: run build gpu-build plugins test test-go test-npm check bench clean
+.PHONY: run build gpu-build plugins test test-tools test-go test-npm check bench clean
 
 ## run: serve the embedded default model on http://127.0.0.1:8080 (OpenAI-compatible)
 run: build
@@ -28,7 +28,11 @@ plugins:
 	GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -buildmode=c-shared -o bin/plugins/regex.wasm ./serve/plugin/examples/regex
 
 ## test: every test: Go packages (with fuzz seed corpora), then the OpenAI SDK suite
-test: test-go test-npm
+## (which needs node, npm and curl: checked first, so a missing one is named at once)
+test: test-tools test-go test-npm
+
+test-tools:
+	@bash serve/npmtest/run.sh --check
 
 test-go: plugins
 	$(GO) test -count=1 -timeout 20m ./...

@@ -7,6 +7,21 @@
 # `node --test`, and always stops the servers.
 set -euo pipefail
 
+# The suite needs node, npm and curl beside Go; say at once which are
+# missing (bash builtins only, before anything else runs). --check stops
+# after this.
+missing=()
+for tool in node npm curl; do
+	command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "make test: the OpenAI SDK suite (serve/npmtest) needs node, npm and curl; not found: ${missing[*]}" >&2
+	exit 1
+fi
+if [ "${1:-}" = --check ]; then
+	exit 0
+fi
+
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 tmp=$(mktemp -d)
