@@ -36,6 +36,7 @@ test-tools:
 
 test-go: plugins
 	$(GO) test -count=1 -timeout 20m ./...
+	@$(GO) run ./internal/nvrtcgate
 
 test-npm:
 	bash serve/npmtest/run.sh

@@ -179,3 +179,22 @@ func (n *NVRTC) log(prog uintptr) string {
 	}
 	return strings.TrimRight(string(b), "\x00\n ")
 }
+
+// CompileGateNotice is the line `make test` prints when NVRTC cannot be
+// loaded here, which made the NVRTC compile gate (the kernel compile tests
+// of codegen and runtime/cuda) skip: go test shows skips only with -v.
+// It is "" when NVRTC loads.
+func CompileGateNotice() string {
+	_, err := LoadNVRTC()
+	return compileGateNotice(err)
+}
+
+// compileGateNotice is CompileGateNotice for LoadNVRTC's error.
+func compileGateNotice(err error) string {
+	if err == nil {
+		return ""
+	}
+	reason := strings.ReplaceAll(err.Error(), "\n", " ")
+	return "make test: the NVRTC compile gate was skipped (" + reason + "); " +
+		".ci/run installs Debian's libnvrtc11.2 (non-free) to run it, or set MEMRA_NVRTC_DIR to a folder with libnvrtc.so"
+}

@@ -71,3 +71,19 @@ func TestNVRTCConcurrentCompile(t *testing.T) {
 			n.major, n.minor, arch, len(srcs), ts.Round(time.Millisecond), tp.Round(time.Millisecond), len(srcs), n.Concurrent())
 	}
 }
+
+// Where NVRTC is missing, make test prints one line saying the compile
+// gate skipped and how .ci/run provides NVRTC; where it loads, nothing.
+func TestCompileGateNotice(t *testing.T) {
+	_, _, err := dlopen([]string{"libnvrtc-absent.so.0"}, []string{t.TempDir()})
+	require.ErrorIs(t, err, ErrNoLibrary)
+	n := compileGateNotice(err)
+	require.Contains(t, n, "make test: the NVRTC compile gate was skipped (")
+	require.Contains(t, n, "libnvrtc-absent.so.0")
+	require.Contains(t, n, ".ci/run installs Debian's libnvrtc11.2")
+	require.NotContains(t, n, "\n")
+	require.Empty(t, compileGateNotice(nil))
+	if _, err := LoadNVRTC(); err == nil {
+		require.Empty(t, CompileGateNotice())
+	}
+}
