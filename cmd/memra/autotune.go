@@ -8,7 +8,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -63,19 +62,6 @@ func init() {
 	f.Bool("confirm", true, "with a MODEL: keep the tuned arms of the decode products (gemv) only if whole decode steps "+
 		"(batch 1 for one-row arms, 16 for batch arms) are at least 1 % faster with them than with the arms before, logits within 0.1")
 	rootCmd.AddCommand(cmd)
-}
-
-// buildVersion is the memra version with the VCS revision when known.
-func buildVersion() string {
-	v := version
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += "+" + s.Value[:12]
-			}
-		}
-	}
-	return v
 }
 
 // autotuneCases returns the cases of a model file or of the shape presets.

@@ -130,7 +130,7 @@ func runCompile(cmd *cobra.Command, model string, o *compileOptions) error {
 		return err
 	}
 	arms := o.backend.Arms.WithDefaults()
-	man := manifest{Model: m.Path, ModelSHA256: sum, ModelArch: m.HParams.Arch, Target: o.target, Memra: version,
+	man := manifest{Model: m.Path, ModelSHA256: sum, ModelArch: m.HParams.Arch, Target: o.target, Memra: buildVersion(),
 		MaxSeqs: dec.MaxSeqs, Context: dec.Context, Cache: dec.Cache.String(),
 		Arms: map[string]string{"gemv": arms.GEMV.String(), "mma": arms.MMA.String(), "attn_decode": arms.Decode.String(),
 			"attn_prefill": arms.Prefill.String(), "attn_warp": arms.Prefill.String(), "block": arms.Block.String()}}

@@ -37,6 +37,7 @@ func TestCompileArtifacts(t *testing.T) {
 	require.Equal(t, "sm_90a", man.Target)
 	require.Equal(t, "llama", man.ModelArch)
 	require.Contains(t, man.Arms, "gemv")
+	require.Equal(t, buildVersion(), man.Memra, "memra_version carries the VCS revision when the build has one")
 	src, err := os.ReadFile(filepath.Join(dir, "kernels.cu"))
 	require.NoError(t, err)
 	for _, k := range man.Kernels {

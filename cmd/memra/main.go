@@ -17,14 +17,15 @@ import (
 	"github.com/spf13/viper"
 )
 
-// version is set by the linker (-X main.version=…) for releases.
+// version is set by the linker (-X main.version=…) for releases; memra
+// reports it with the build's VCS revision (buildVersion).
 var version = "dev"
 
 // rootCmd is the top command; each subcommand file adds itself in init.
 var rootCmd = &cobra.Command{
 	Use:           "memra",
 	Short:         "memra: an LLM inference engine built as a kernel compiler plus runtime",
-	Version:       version,
+	Version:       buildVersion(),
 	SilenceUsage:  true,
 	SilenceErrors: true,
 	PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
