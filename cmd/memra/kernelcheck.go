@@ -17,7 +17,9 @@ import (
 
 var errKernelCheck = errors.New("kernel-check failed")
 
-func init() {
+func init() { rootCmd.AddCommand(newKernelCheckCmd()) }
+
+func newKernelCheckCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kernel-check",
 		Short: "run every kernel family on the GPU against its CPU reference (or only compile them)",
@@ -33,9 +35,10 @@ func init() {
 	cmd.Flags().StringSlice("arch", nil, "NVRTC targets for --compile-only (default compute_90; e.g. sm_90a,sm_120a)")
 	cmd.Flags().Uint64("seed", 1, "random seed")
 	cmd.Flags().StringSlice("gemv-arms", nil, "extra GEMV arms of repacked weight types to check and time (e.g. t256_r8_u2_s1_l1_q16_w2)")
-	cmd.Flags().String("only", "", "check only the kernels whose family or dtype column contains this (e.g. gemv, or \"q8_0 cache\")")
+	cmd.Flags().String("only", "", "check only the kernels whose family or dtype column contains this (e.g. gemv, or \"q8_0 cache\"); "+
+		"with --compile-only, whose family or kernel name contains it")
 	cmd.Flags().Int("reps", 20, "timed samples per kernel (median reported); 0 checks without timing")
-	rootCmd.AddCommand(cmd)
+	return cmd
 }
 
 // kcRow is one line of the result table.
@@ -87,7 +90,7 @@ func runKernelCheck(cmd *cobra.Command, _ []string) error {
 	major, minor := nv.Version()
 	fmt.Fprintf(cmd.OutOrStdout(), "NVRTC %d.%d (%s)\n", major, minor, nv.Library())
 	if compileOnly {
-		return compileOnlyCheck(cmd, nv, shapes, types, archs)
+		return compileOnlyCheck(cmd, nv, shapes, types, archs, only)
 	}
 	if err := cuda.Available(); err != nil {
 		return fmt.Errorf("kernel-check needs a GPU: %w", err)
@@ -127,24 +130,47 @@ func runKernelCheck(cmd *cobra.Command, _ []string) error {
 	return printRows(cmd, rows, true)
 }
 
-func compileOnlyCheck(cmd *cobra.Command, nv *cuda.NVRTC, shapes []codegen.Shape, types []dtype.Type, archs []string) error {
+func compileOnlyCheck(cmd *cobra.Command, nv *cuda.NVRTC, shapes []codegen.Shape, types []dtype.Type, archs []string, only string) error {
 	if len(archs) == 0 {
 		archs = []string{"compute_90"}
 	}
+	kernels := make([][]*codegen.Kernel, len(shapes))
+	for i, s := range shapes {
+		var err error
+		if kernels[i], err = compileOnlyKernels(s, types, only); err != nil {
+			return err
+		}
+	}
 	var rows []kcRow
 	for _, arch := range archs {
-		for _, s := range shapes {
-			ks, err := codegen.DefaultKernels(s, types)
-			if err != nil {
-				return err
-			}
-			for _, k := range ks {
+		for i, s := range shapes {
+			for _, k := range kernels[i] {
 				_, err := nv.Compile(k.Source, k.Name+".cu", []string{cuda.ArchOption(arch)})
 				rows = append(rows, kcRow{family: k.Family, shape: s.Name, dtype: arch, kernel: k.Name, err: err, tol: 0})
 			}
 		}
 	}
 	return printRows(cmd, rows, false)
+}
+
+// compileOnlyKernels are the default kernels of shape s for the weight
+// types that --compile-only compiles: with only set, those whose family or
+// name contains it (the name spells the weight type: gemv_q8_0_…).
+func compileOnlyKernels(s codegen.Shape, types []dtype.Type, only string) ([]*codegen.Kernel, error) {
+	ks, err := codegen.DefaultKernels(s, types)
+	if err != nil || only == "" {
+		return ks, err
+	}
+	var keep []*codegen.Kernel
+	for _, k := range ks {
+		if strings.Contains(k.Family, only) || strings.Contains(k.Name, only) {
+			keep = append(keep, k)
+		}
+	}
+	if len(keep) == 0 {
+		return nil, fmt.Errorf("kernel-check: no kernel of shape %s matches --only %q", s.Name, only)
+	}
+	return keep, nil
 }
 
 func printRows(cmd *cobra.Command, rows []kcRow, timed bool) error {
