@@ -129,7 +129,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	prompt, text, e := renderChat(m, &req, plan)
+	prompt, text, e := s.renderChat(m, &req, plan)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -215,7 +215,7 @@ func checkContent(raw json.RawMessage, i int, nullOK bool) *apiError {
 // renderChat applies the model's template and tokenizes the result, parsing
 // control tokens and adding BOS only if the text does not start with it.
 // It returns the token ids and the rendered text.
-func renderChat(m *Model, req *chatRequest, plan agentPlan) ([]int32, string, *apiError) {
+func (s *Server) renderChat(m *Model, req *chatRequest, plan agentPlan) ([]int32, string, *apiError) {
 	if m.Template == nil {
 		return nil, "", badRequest("model", "model %q has no chat template; use /v1/completions", m.ID)
 	}
@@ -246,8 +246,7 @@ func renderChat(m *Model, req *chatRequest, plan agentPlan) ([]int32, string, *a
 	text, err := m.Template.Render(ctx.Bytes())
 	if err != nil {
 		if pluginFailed(err) {
-			return nil, "", &apiError{Status: http.StatusInternalServerError, Type: typeServer,
-				Message: "the chat template plugin failed: " + err.Error()}
+			return nil, "", s.pluginFailure("the chat template plugin failed", "", err, "model", m.ID)
 		}
 		return nil, "", badRequest("messages", "the chat template failed on these messages: %v", err)
 	}

@@ -62,7 +62,7 @@ func (s *Server) start(ctx context.Context, p *genParams, prompts [][]int32) (*g
 				for _, r := range reqs {
 					closeMask(r.Mask)
 				}
-				return nil, pluginMaskError(err)
+				return nil, s.pluginMaskError(err)
 			}
 			reqs = append(reqs, req)
 			g.prompts = append(g.prompts, len(prompt))

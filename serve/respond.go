@@ -119,9 +119,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p *genParams, 
 				// The constraint failed mid-generation (a grammar plugin
 				// trapped or timed out): the output is not what was asked.
 				cancel()
-				s.log.Error("grammar plugin failed", "model", p.model.ID, "id", h.id, "err", err)
-				ae := &apiError{Status: http.StatusInternalServerError, Type: typeServer, Param: "grammar",
-					Message: "the grammar plugin failed during generation, so the output was abandoned: " + err.Error()}
+				ae := s.pluginFailure("the grammar plugin failed during generation, so the output was abandoned",
+					"grammar", err, "model", p.model.ID, "response", h.id)
 				if sse != nil {
 					sse.fail(ae)
 				} else {

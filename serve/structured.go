@@ -199,12 +199,22 @@ func (s *Server) pluginGrammar(m *Model, raw json.RawMessage, p *genParams) *api
 // pluginMaskError maps a failure to start a grammar plugin's Matcher: the
 // request's fault (a malformed object, an unknown plugin, a source the
 // plugin refuses) is a 400, anything else (a trap, a timeout) a 500.
-func pluginMaskError(err error) *apiError {
+func (s *Server) pluginMaskError(err error) *apiError {
 	switch {
 	case errors.Is(err, plugin.ErrBadGrammarRequest), errors.Is(err, plugin.ErrUnknown),
 		errors.Is(err, plugin.ErrPluginError):
 		return badRequest("grammar", "grammar: %v", err)
 	}
-	return &apiError{Status: http.StatusInternalServerError, Type: typeServer, Param: "grammar",
-		Message: "grammar plugin failed: " + err.Error()}
+	return s.pluginFailure("grammar plugin failed", "grammar", err)
+}
+
+// pluginFailure is the 500 of a plugin that failed (trapped, timed out,
+// ran out of memory) while serving a request. The client gets the error's
+// text (the plugin's own message, never its stack trace) and a request
+// id; the log gets the id with the whole trace (plugin.Trace).
+func (s *Server) pluginFailure(what, param string, err error, attrs ...any) *apiError {
+	id := newID("req_")
+	s.log.Error(what, append([]any{"request_id", id, "err", err, "trace", plugin.Trace(err)}, attrs...)...)
+	return &apiError{Status: http.StatusInternalServerError, Type: typeServer, Param: param,
+		Message: fmt.Sprintf("%s: %v (request id %s; the server log has the details)", what, err, id)}
 }

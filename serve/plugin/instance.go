@@ -7,36 +7,57 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 )
 
-// stderrTail is how much of a guest's stderr is kept to explain a trap (a
-// Go guest prints its panic there).
-const stderrTail = 1024
+// stderrKeep is how much of a guest's stderr is kept, at its start and at
+// its end, to explain a trap: a Go guest prints its panic message there,
+// then its stack trace.
+const stderrKeep = 1024
 
-// tail keeps the last stderrTail bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	buf []byte
+// stderrLog keeps the first and the last stderrKeep bytes a guest wrote to
+// stderr since its current call began.
+type stderrLog struct {
+	mu         sync.Mutex
+	head, tail []byte
+	cut        bool // bytes between head and tail were dropped
 }
 
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > stderrTail {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-stderrTail:]...)
+func (l *stderrLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(p)
+	if room := stderrKeep - len(l.head); room > 0 {
+		k := min(room, len(p))
+		l.head, p = append(l.head, p[:k]...), p[k:]
 	}
-	return len(p), nil
+	l.tail = append(l.tail, p...)
+	if len(l.tail) > stderrKeep {
+		l.tail = append(l.tail[:0], l.tail[len(l.tail)-stderrKeep:]...)
+		l.cut = true
+	}
+	return n, nil
 }
 
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(string(t.buf))
+// reset forgets what was written, at the start of a call.
+func (l *stderrLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.head, l.tail, l.cut = l.head[:0], l.tail[:0], false
+}
+
+func (l *stderrLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := string(l.head)
+	if l.cut {
+		s += "\n[…]\n"
+	}
+	return strings.TrimSpace(s + string(l.tail))
 }
 
 // instance is one instantiated plugin. Calls must be serialised by the
@@ -47,17 +68,18 @@ type instance struct {
 	mod    api.Module
 	mem    api.Memory
 	fns    [numExports]api.Function
-	stderr *tail
+	stderr *stderrLog
 	stack  [2]uint64
 	dead   atomic.Bool // read without the owner's lock by Matchers sharing the instance
 }
 
 // instantiate starts a fresh instance of m and runs _initialize. Standard
-// output is discarded; standard error is kept (its tail) for trap messages.
+// output is discarded; standard error is kept (its start and its end) for
+// trap messages.
 func (m *module) instantiate(ctx context.Context) (*instance, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.host.lim.InitTimeout)
 	defer cancel()
-	in := &instance{m: m, stderr: &tail{}}
+	in := &instance{m: m, stderr: &stderrLog{}}
 	cfg := wazero.NewModuleConfig().
 		WithName("").
 		WithStartFunctions("_initialize").
@@ -103,6 +125,7 @@ func (in *instance) call(ctx context.Context, e export, args ...uint64) (uint64,
 	}
 	stack := in.stack[:]
 	copy(stack, args)
+	in.stderr.reset()
 	if err := f.CallWithStack(ctx, stack); err != nil {
 		in.kill()
 		return 0, in.classify(ctx, exports[e].name, err)
@@ -111,25 +134,94 @@ func (in *instance) call(ctx context.Context, e export, args ...uint64) (uint64,
 }
 
 // classify turns a failed call into ErrPluginTimeout, ErrPluginMemory or
-// ErrPluginTrap, with the guest's last stderr lines.
+// ErrPluginTrap. The error's text has the failure's first line and the
+// guest's message (a Go panic's); the whole failure with the guest's
+// stderr tail (its stack trace) is its Trace, for the server log.
 func (in *instance) classify(ctx context.Context, what string, err error) error {
 	m := in.m
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w: %s plugin %q: %s: %v (instance discarded)", ErrPluginTimeout, m.kind, m.name, what, ctx.Err())
 	}
-	msg := err.Error()
+	full, stderr := err.Error(), in.stderr.String()
+	msg, _, _ := strings.Cut(full, "\n") // wazero appends the wasm stack trace
 	var exit *sys.ExitError
 	if errors.As(err, &exit) {
 		msg = fmt.Sprintf("exited with code %d", exit.ExitCode())
 	}
-	if s := in.stderr.String(); s != "" {
-		msg += "; stderr: " + s
+	if g := guestMessage(stderr); g != "" {
+		msg += "; " + g
 	}
 	sentinel := ErrPluginTrap
-	if in.nearMemoryCap() || strings.Contains(msg, "out of memory") {
+	if in.nearMemoryCap() || strings.Contains(full, "out of memory") || strings.Contains(stderr, "out of memory") {
 		sentinel = ErrPluginMemory
 	}
-	return fmt.Errorf("%w: %s plugin %q: %s: %s (instance discarded)", sentinel, m.kind, m.name, what, msg)
+	trace := full
+	if stderr != "" {
+		trace += "\nstderr:\n" + stderr
+	}
+	return &CrashError{err: fmt.Errorf("%w: %s plugin %q: %s: %s (instance discarded)", sentinel, m.kind, m.name, what, msg),
+		trace: trace}
+}
+
+// CrashError is a plugin call that trapped or ran out of memory. Its text
+// says which plugin, what failed and the guest's own message, and is what
+// a client may see; Trace has the rest (the wasm stack, the guest's stderr
+// with its stack trace), for the server log only.
+type CrashError struct {
+	err   error
+	trace string
+}
+
+func (e *CrashError) Error() string { return e.err.Error() }
+func (e *CrashError) Unwrap() error { return e.err }
+
+// Trace returns the failure's whole text and the guest's last stderr.
+func (e *CrashError) Trace() string { return e.trace }
+
+// Trace returns the trace of the CrashError in err's chain ("" if none).
+func Trace(err error) string {
+	var ce *CrashError
+	if errors.As(err, &ce) {
+		return ce.trace
+	}
+	return ""
+}
+
+// maxGuestMessage bounds the guest message quoted in an error.
+const maxGuestMessage = 256
+
+// guestMessage is the guest's own message in its stderr: the paragraph
+// of a Go panic or fatal error ("panic: …"), else the first paragraph,
+// without the stack trace that follows it.
+func guestMessage(stderr string) string {
+	lines := strings.Split(stderr, "\n")
+	start := 0
+	for i, l := range lines {
+		if strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "fatal error: ") {
+			start = i
+			break
+		}
+	}
+	var para []string
+	for _, l := range lines[start:] {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "goroutine ") {
+			if len(para) > 0 {
+				break
+			}
+			continue
+		}
+		para = append(para, l)
+	}
+	msg := strings.Join(para, " ")
+	if len(msg) > maxGuestMessage {
+		cut := maxGuestMessage
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + "…"
+	}
+	return msg
 }
 
 // nearMemoryCap reports whether the memory is within 1/16 of the cap (Go

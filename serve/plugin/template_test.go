@@ -145,3 +145,24 @@ func TestGoGuestSandbox(t *testing.T) {
 	require.Equal(t, r1, r2)
 	require.Len(t, r1, 16)
 }
+
+// TestCrashTrace: a guest that panics fails with its panic message in the
+// error's text, and its stack trace only in the error's Trace (for the
+// server log), not in the text a client may see.
+func TestCrashTrace(t *testing.T) {
+	wasm := buildGuest(t, "./testdata/hostile")
+	h := newHost(t, Limits{RenderTimeout: 2 * time.Second, MemoryPages: 1024, MaxOutput: 1 << 20})
+	p, err := h.LoadTemplate(context.Background(), "hostile", wasm)
+	require.NoError(t, err)
+	_, err = p.Render(json.RawMessage(`{"mode":"panic"}`))
+	require.ErrorIs(t, err, ErrPluginTrap)
+	require.Contains(t, err.Error(), "panic: hostile panic")
+	require.NotContains(t, err.Error(), "goroutine")
+	require.NotContains(t, err.Error(), "\n")
+	require.Contains(t, Trace(err), "panic: hostile panic")
+	require.Contains(t, Trace(err), "goroutine 1 [running]")
+
+	// A guest that writes to stderr before it fails: still the panic line.
+	require.Equal(t, "panic: boom", guestMessage("log line\nanother\npanic: boom\n\ngoroutine 1 [running]:\nmain.f()"))
+	require.Equal(t, "something failed here", guestMessage("something failed\nhere\n\nmore"))
+}
