@@ -153,15 +153,6 @@ func runBenchServe(cmd *cobra.Command, o *benchServeOptions) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
-	// Zero would mean the package's default: a flag given as 0 is an error.
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"prefixes", o.prefixes}, {"prefix-tokens", o.prefixTokens}, {"turns", o.turns}, {"history-tokens", o.historyTokens}} {
-		if f.v < 1 {
-			return fmt.Errorf("bench serve: --%s %d: want ≥ 1", f.name, f.v)
-		}
-	}
 	if o.out != "" {
 		if err := os.MkdirAll(o.out, 0o755); err != nil {
 			return fmt.Errorf("bench serve: --out: %w", err)

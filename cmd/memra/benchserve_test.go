@@ -111,10 +111,10 @@ func TestBenchServeBadFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--url", "ftp://x"}, "scheme must be http or https"},
-		{[]string{"--turns", "0"}, "--turns 0: want ≥ 1"},
-		{[]string{"--prefixes", "0"}, "--prefixes 0: want ≥ 1"},
-		{[]string{"--prefix-tokens", "-4"}, "--prefix-tokens -4: want ≥ 1"},
-		{[]string{"--history-tokens", "0"}, "--history-tokens 0: want ≥ 1"},
+		{[]string{"--turns", "0"}, "--turns 0: must be at least 1"},
+		{[]string{"--prefixes", "0"}, "--prefixes 0: must be at least 1"},
+		{[]string{"--prefix-tokens", "-4"}, "--prefix-tokens -4: must be at least 1"},
+		{[]string{"--history-tokens", "0"}, "--history-tokens 0: must be at least 1"},
 		{[]string{"--scenario", "burst"}, `Scenario (--scenario) "burst"`},
 		{[]string{"--scenario", "shared-prefix", "--prompt-tokens", "1000"}, "PrefixTokens (--prefix-tokens) 1024 leaves -24 of PromptTokens (--prompt-tokens) 1000"},
 		{[]string{"--scenario", "chat", "--history-tokens", "500"}, "HistoryTokens (--history-tokens) 500 is too short"},

@@ -47,6 +47,7 @@ var (
 		"retry-after":      {positive: true},
 		"read-timeout":     {positive: true},
 		"idle-timeout":     {positive: true},
+		"context":          atLeast(0, "0: the model's"),
 	})
 	runLimits = withPP(map[string]flagLimit{
 		"max-tokens":    atLeast(0, "0: until end of text or a full context"),
@@ -54,6 +55,7 @@ var (
 		"repeat-last-n": atLeast(0, "0: all tokens"),
 		"seed":          atLeast(-1, "-1: a random seed"),
 		"threads":       anyThreads,
+		"context":       atLeast(0, "0: the model's"),
 	})
 	benchLimits = withPP(map[string]flagLimit{
 		"n-prompt":    atLeast(0, "0: skip pp"),
@@ -63,14 +65,18 @@ var (
 		"threads":     anyThreads,
 	})
 	benchServeLimits = map[string]flagLimit{
-		"concurrency":   atLeast(1, ""),
-		"requests":      atLeast(0, "0: no count limit"),
-		"prompt-tokens": atLeast(1, ""),
-		"max-tokens":    atLeast(1, ""),
-		"warmup":        atLeast(0, ""),
-		"duration":      {note: "0: no time limit"},
-		"timeout":       {positive: true},
-		"max-backoff":   {},
+		"concurrency":    atLeast(1, ""),
+		"requests":       atLeast(0, "0: no count limit"),
+		"prompt-tokens":  atLeast(0, "0: 512, or --prefix-tokens + 128 with --scenario shared-prefix"),
+		"prefixes":       atLeast(1, ""),
+		"prefix-tokens":  atLeast(1, ""),
+		"turns":          atLeast(1, ""),
+		"history-tokens": atLeast(1, ""),
+		"max-tokens":     atLeast(1, ""),
+		"warmup":         atLeast(0, ""),
+		"duration":       {note: "0: no time limit"},
+		"timeout":        {positive: true},
+		"max-backoff":    {},
 	}
 )
 
