@@ -220,6 +220,12 @@ func TestCompileGate(t *testing.T) {
 	r, err := codegen.RMSNormAdd(s.Hidden, s.Eps, false, codegen.BlockArm{Threads: 1024})
 	require.NoError(t, err)
 	ks = append(ks, r)
+	// the sampling kernel at real vocabularies, and a vocabulary smaller than one warp's round
+	for _, c := range []struct{ vocab, threads int }{{128256, 1024}, {151936, 512}, {32000, 256}, {20, 64}} {
+		k, err := codegen.Sample(c.vocab, codegen.BlockArm{Threads: c.threads})
+		require.NoError(t, err)
+		ks = append(ks, k)
+	}
 	compileAll(t, nv, "compute_90", ks)
 }
 
