@@ -113,6 +113,11 @@ type LowerOptions struct {
 	PrefillGEMV bool
 	// Argmax appends the greedy argmax of the logits.
 	Argmax bool
+	// Sample appends the sampling kernel (Sample) after the logits (and
+	// the argmax): it reads the host-written sampling inputs (ArgSample)
+	// and writes Program.SampleOut; a step whose records are inactive
+	// leaves it alone.
+	Sample bool
 	// NoFusePrologue keeps each RMSNorm and SwiGLU before decode products
 	// a launch of its own. By default one whose products all run arms with
 	// prologue kernels (PrologueFusable: int8 activations, or f16/bf16 with
@@ -324,7 +329,7 @@ func lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 	l.p = &Program{Model: g.Name, Arch: g.Arch, Class: opts.Class, MaxTokens: opts.MaxTokens, MaxSeqs: opts.MaxSeqs,
 		Context: opts.Context, PageSize: opts.PageSize, Cache: opts.Cache, Layers: g.Consts["layers"],
 		KVWidth: g.Consts["heads_kv"] * g.Consts["head_dim"], Vocab: g.Consts["vocab"], Logits: -1, Argmax: -1,
-		HiddenIn: -1, HiddenOut: -1}
+		SampleOut: -1, HiddenIn: -1, HiddenOut: -1}
 	for _, n := range g.Nodes {
 		if l.done[n.ID] {
 			continue
@@ -523,17 +528,33 @@ func (l *lowerer) output(n *ir.Node) error {
 		return fmt.Errorf("logits are not a contiguous buffer")
 	}
 	l.p.Logits = v.buf
-	if !l.o.Argmax {
-		return nil
+	if l.o.Argmax {
+		k, err := l.kernel(Argmax(v.width, l.blockArm("argmax", ArgmaxClass(v.width))))
+		if err != nil {
+			return err
+		}
+		b := l.buffer("argmax", ir.S, 1)
+		l.p.Buffers.Buffers[b].Int32 = true
+		l.launch(k, ir.S, []int{n.ID}, bufArg(v), bufArg(view{buf: b, width: 1, stride: 1}), rowsArg())
+		l.p.Argmax = b
 	}
-	k, err := l.kernel(Argmax(v.width, l.blockArm("argmax", ArgmaxClass(v.width))))
-	if err != nil {
-		return err
+	if l.o.Sample {
+		k, err := l.kernel(Sample(v.width, DefaultSampleArm))
+		if err != nil {
+			return err
+		}
+		work := l.buffer("sample_work", ir.S, v.width)
+		out := l.buffer("sample_out", ir.S, SampleOutWords)
+		l.p.Buffers.Buffers[out].Int32 = true
+		sample := func(in SampleInput) Arg { return Arg{Kind: ArgSample, Index: int(in)} }
+		l.launch(k, ir.S, []int{n.ID}, bufArg(v), bufArg(view{buf: work, width: v.width, stride: v.width}),
+			sample(SampleRecords), sample(SampleBias), sample(SamplePenalties), sample(SampleMasks),
+			bufArg(view{buf: out, width: SampleOutWords, stride: SampleOutWords}), rowsArg())
+		l.p.SampleOut = out
+		if l.p.Argmax >= 0 { // read after the step, like the sampling outputs
+			l.p.Buffers.Buffers[l.p.Argmax].Last = len(l.p.Launches) - 1
+		}
 	}
-	b := l.buffer("argmax", ir.S, 1)
-	l.p.Buffers.Buffers[b].Int32 = true
-	l.launch(k, ir.S, []int{n.ID}, bufArg(v), bufArg(view{buf: b, width: 1, stride: 1}), rowsArg())
-	l.p.Argmax = b
 	return nil
 }
 

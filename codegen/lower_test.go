@@ -104,13 +104,16 @@ func lowerCases() []lowerCase {
 	}
 	dec := LowerOptions{Class: Decode, MaxSeqs: 8, Context: 256, Cache: dtype.F16, Argmax: true}
 	pre := LowerOptions{Class: Prefill, MaxTokens: 128, MaxSeqs: 4, Context: 256, Cache: dtype.F16}
+	// the runtime's programs also sample on the device
+	decSample, preSample := dec, pre
+	decSample.Sample, preSample.Argmax, preSample.Sample = true, true, true
 	return []lowerCase{
 		{"stories260K_decode", storiesGraph, dec},
 		{"stories260K_prefill", storiesGraph, pre},
 		{"qwen3_decode", qwen3, dec},
 		{"qwen3_prefill", qwen3, pre},
-		{"qwen2_mixed_decode", qwen2Mixed, dec},
-		{"qwen2_mixed_prefill", qwen2Mixed, pre},
+		{"qwen2_mixed_decode", qwen2Mixed, decSample},
+		{"qwen2_mixed_prefill", qwen2Mixed, preSample},
 	}
 }
 
@@ -169,6 +172,8 @@ func TestLowerPlan(t *testing.T) {
 						require.Less(t, a.Index, len(p.Weights))
 					case ArgKCache, ArgVCache:
 						require.Less(t, a.Index, p.Layers)
+					case ArgSample:
+						require.Less(t, a.Index, int(NumSampleInputs))
 					}
 				}
 				g := k.Launch(p.Dims(&p.Launches[i], p.MaxTokens, p.MaxSeqs))

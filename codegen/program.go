@@ -96,6 +96,8 @@ const (
 	// [i·PageSize, (i+1)·PageSize) of a sequence is entry base + i, base
 	// its InKVBase (InTokBase for each of its tokens).
 	ArgPages
+	// ArgSample is the host-written sampling input Index (a SampleInput).
+	ArgSample
 )
 
 // Arg binds one kernel parameter.
@@ -247,6 +249,9 @@ type Program struct {
 	Weights   []WeightRef
 	Logits    int // buffer holding the [S][Vocab] logits
 	Argmax    int // buffer holding the [S] int32 argmax, or -1
+	// SampleOut is the buffer holding the [S][SampleOutWords] int32
+	// outputs of the sampling kernel (LowerOptions.Sample), or -1.
+	SampleOut int
 	// HiddenIn is the [T][E] buffer a pipeline stage after the first reads
 	// its hidden_in from (filled before the launches), or -1.
 	HiddenIn int
@@ -351,6 +356,9 @@ func (p *Program) String() string {
 	if p.Argmax >= 0 {
 		fmt.Fprintf(&b, ", argmax b%d", p.Argmax)
 	}
+	if p.SampleOut >= 0 {
+		fmt.Fprintf(&b, ", sample b%d", p.SampleOut)
+	}
 	b.WriteString("\n")
 	return b.String()
 }
@@ -378,6 +386,8 @@ func (a Arg) describe() string {
 		return "null"
 	case ArgPages:
 		return "pages"
+	case ArgSample:
+		return "sample." + SampleInput(a.Index).String()
 	}
 	return "?"
 }

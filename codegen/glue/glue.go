@@ -135,7 +135,8 @@ func program(f *jen.File, p *codegen.Program) error {
 // arg writes a codegen.Arg literal.
 func arg(a codegen.Arg) jen.Code {
 	kinds := map[codegen.ArgKind]string{codegen.ArgBuffer: "ArgBuffer", codegen.ArgWeight: "ArgWeight", codegen.ArgInput: "ArgInput",
-		codegen.ArgKCache: "ArgKCache", codegen.ArgVCache: "ArgVCache", codegen.ArgRows: "ArgRows", codegen.ArgConst: "ArgConst", codegen.ArgNull: "ArgNull", codegen.ArgPages: "ArgPages"}
+		codegen.ArgKCache: "ArgKCache", codegen.ArgVCache: "ArgVCache", codegen.ArgRows: "ArgRows", codegen.ArgConst: "ArgConst", codegen.ArgNull: "ArgNull", codegen.ArgPages: "ArgPages",
+		codegen.ArgSample: "ArgSample"}
 	d := jen.Dict{jen.Id("Kind"): jen.Qual(codegenPath, kinds[a.Kind])}
 	if a.Index != 0 {
 		d[jen.Id("Index")] = jen.Lit(a.Index)
