@@ -81,3 +81,87 @@ type GreedyStepper interface {
 	// until the next step.
 	StepGreedy(ctx context.Context, batch []SeqStep) ([]int32, error)
 }
+
+// SamplingStepper is an optional fast path of a Backend: it chooses the
+// next tokens where the logits are (on the GPU), following Sampler's
+// order of transforms, and moves token ids (and the logprobs asked for)
+// to the host instead of a vocabulary of floats per sequence. Its random
+// stream is its own: a seed gives the same tokens on the same device
+// whatever else the step holds, not the CPU sampler's tokens.
+type SamplingStepper interface {
+	// StepSample runs one forward pass like Step. For each entry of batch
+	// whose Logits is set it returns, in batch order, the token chosen
+	// under params[i] or, where params[i] is nil or the backend cannot
+	// take it (its data does not fit the device's buffers), the entry's
+	// logits as Step returns them (Sampled.Logits) for the caller to
+	// sample. Entries without Logits get the zero Sampled. The results
+	// stay valid until the next step.
+	StepSample(ctx context.Context, batch []SeqStep, params []*DeviceSampling) ([]Sampled, error)
+}
+
+// DeviceSampling is one entry's sampling as a SamplingStepper takes it:
+// the request's parameters, with what depends on the sequence's history
+// worked out on the host (Sampler.Device).
+type DeviceSampling struct {
+	// Params are the request's parameters: the device reads Temperature,
+	// TopK, TopP, MinP, RepeatPenalty, PresencePenalty and
+	// FrequencyPenalty (LogitBias comes as Bias, PenaltyLastN is applied
+	// in Penalties, Seed is Seed).
+	Params SamplingParams
+	// Bias is LogitBias: ids inside the vocabulary, increasing.
+	Bias []TokenBias
+	// Penalties are the tokens the penalties touch, ids increasing, with
+	// their counts among the generated tokens of the window (0: seen in
+	// the prompt only); empty when no penalty is set.
+	Penalties []TokenCount
+	// Masked: only the tokens Mask allows may be chosen (bit id%64 of word
+	// id/64, BitsetMask.AllowedBits; ids past it are not allowed).
+	Masked bool
+	Mask   []uint64
+	// Seed keys the sequence's random stream; Index is the number of
+	// tokens the sequence generated before this one (the stream's
+	// counter).
+	Seed, Index uint64
+	// Logprobs asks for the chosen token's logprob, TopLogprobs for that
+	// many alternatives (0–MaxTopLogprobs), both of the raw logits.
+	Logprobs    bool
+	TopLogprobs int
+}
+
+// TokenBias is one entry of a logit bias.
+type TokenBias struct {
+	Token int32
+	Bias  float32
+}
+
+// TokenCount is a token the penalties touch and how often it was
+// generated inside the window (0: seen in the prompt only).
+type TokenCount struct {
+	Token int32
+	Count int32
+}
+
+// Sampled is a SamplingStepper's result for one entry.
+type Sampled struct {
+	// Token is the chosen token, or SampledNone, SampledNaN or
+	// SampledNoFinite.
+	Token int32
+	// Logprob is the chosen token's logprob (DeviceSampling.Logprobs),
+	// Top the alternatives, most likely first, ties by id.
+	Logprob float32
+	Top     []TokenLogprob
+	// Logits, when set, are the entry's logits instead of a token: the
+	// caller samples it.
+	Logits []float32
+}
+
+// Token codes of an entry a SamplingStepper chose no token for.
+const (
+	// SampledNone: every token was ruled out (ErrNoCandidates) while
+	// some logit is finite.
+	SampledNone int32 = -1
+	// SampledNaN: the entry's logits hold a NaN.
+	SampledNaN int32 = -2
+	// SampledNoFinite: every token was ruled out and no logit is finite.
+	SampledNoFinite int32 = -3
+)

@@ -64,6 +64,7 @@ type BitsetMask interface {
 // the above, as OpenAI reports them.
 type Sampler struct {
 	p       SamplingParams
+	seed    uint64
 	rng     *rand.Rand
 	mask    Mask
 	history []int32 // prompt then output tokens
@@ -91,6 +92,7 @@ func NewSampler(p SamplingParams) *Sampler {
 	}
 	return &Sampler{
 		p:      p,
+		seed:   seed,
 		rng:    rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		counts: make(map[int32]int),
 	}

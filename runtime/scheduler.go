@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -21,6 +22,7 @@ type sequence struct {
 	out      chan Event
 	buffer   int // events the reader may fall behind before ErrSlowConsumer
 	sampler  *Sampler
+	dev      DeviceSampling // the sampler's device form, refilled each step
 	text     *textStream
 	stopWake func() bool
 
@@ -177,11 +179,21 @@ func (e *Engine) step(running []*sequence) []*sequence {
 	}
 	var logits [][]float32
 	var greedy []int32
+	var dev []Sampled // tokens chosen on the device, where an entry has no Logits
 	var err error
 	if gs, ok := e.b.(GreedyStepper); ok && allPlainGreedy(batch, members) {
 		greedy, err = gs.StepGreedy(e.stepCtx, batch)
 		if err == nil && len(greedy) != len(batch) {
 			err = fmt.Errorf("backend returned %d greedy tokens for %d sequences", len(greedy), len(batch))
+		}
+	} else if ss, ok := e.b.(SamplingStepper); ok {
+		dev, err = ss.StepSample(e.stepCtx, batch, e.deviceParams(batch, members))
+		if err == nil && len(dev) != len(batch) {
+			err = fmt.Errorf("backend returned %d sampled tokens for %d sequences", len(dev), len(batch))
+		}
+		logits = make([][]float32, len(dev))
+		for i := range dev {
+			logits[i] = dev[i].Logits // the entries left to the host's sampler
 		}
 	} else {
 		logits, err = e.b.Step(e.stepCtx, batch)
@@ -220,7 +232,13 @@ func (e *Engine) step(running []*sequence) []*sequence {
 			} else if greedy[i] < 0 || (e.info.VocabSize > 0 && int(greedy[i]) >= e.info.VocabSize) {
 				e.retire(s, Event{Err: fmt.Errorf("%w: greedy token %d for sequence %d", ErrBackend, greedy[i], s.id)})
 				finished = append(finished, s)
-			} else if e.accept(s, greedy[i], nil) {
+			} else if e.accept(s, greedy[i], nil, nil) {
+				finished = append(finished, s)
+			}
+			continue
+		}
+		if dev != nil && dev[i].Logits == nil {
+			if e.deviceSampled(s, &dev[i]) {
 				finished = append(finished, s)
 			}
 			continue
@@ -241,6 +259,38 @@ func (e *Engine) step(running []*sequence) []*sequence {
 		}
 	}
 	return remaining(running, finished)
+}
+
+// deviceParams returns the device sampling of each entry of batch that
+// wants a token, nil where the sequence's mask only the host can apply.
+func (e *Engine) deviceParams(batch []SeqStep, members []*sequence) []*DeviceSampling {
+	params := make([]*DeviceSampling, len(batch))
+	for i, s := range members {
+		if batch[i].Logits && e.info.VocabSize > 0 && s.sampler.Device(&s.dev, e.info.VocabSize) {
+			s.dev.Logprobs, s.dev.TopLogprobs = s.req.Logprobs || s.req.TopLogprobs > 0, s.req.TopLogprobs
+			params[i] = &s.dev
+		}
+	}
+	return params
+}
+
+// deviceSampled is sampled for the token d the backend chose on the device.
+func (e *Engine) deviceSampled(s *sequence, d *Sampled) bool {
+	var err error
+	switch tok := d.Token; {
+	case tok == SampledNaN:
+		err = fmt.Errorf("%w: the logits of sequence %d hold a NaN (model %s)", ErrBackend, s.id, e.info.Name)
+	case tok == SampledNoFinite && s.req.Mask == nil:
+		err = fmt.Errorf("sequence %d: %w", s.id, e.noFiniteLogit())
+	case tok == SampledNone || tok == SampledNoFinite:
+		err = fmt.Errorf("sequence %d: %w", s.id, ErrNoCandidates)
+	case tok < 0 || (e.info.VocabSize > 0 && int(tok) >= e.info.VocabSize):
+		err = fmt.Errorf("%w: sampled token %d for sequence %d", ErrBackend, tok, s.id)
+	default:
+		return e.accept(s, tok, nil, d)
+	}
+	e.retire(s, Event{Err: err})
+	return true
 }
 
 // sampled is a token sampleParallel drew (ok), or the error it met.
@@ -354,21 +404,26 @@ func (e *Engine) sample(s *sequence, logits []float32) bool {
 func (e *Engine) sampled(s *sequence, tok int32, err error, logits []float32) bool {
 	if err != nil {
 		if errors.Is(err, ErrNoCandidates) && s.req.Mask == nil && !anyFinite(logits) {
-			// Nothing constrained the choice, yet no logit is a number: the
-			// model computed NaN or −Inf everywhere (corrupt weights, say).
-			err = fmt.Errorf("%w: %s produced no finite logit (NaN or -Inf everywhere); its weights may be corrupt",
-				ErrBackend, e.info.Name)
+			err = e.noFiniteLogit()
 		}
 		e.retire(s, Event{Err: fmt.Errorf("sequence %d: %w", s.id, err)})
 		return true
 	}
-	return e.accept(s, tok, logits)
+	return e.accept(s, tok, logits, nil)
+}
+
+// noFiniteLogit is the error of a sequence whose choice nothing
+// constrained, yet no logit is a number: the model computed NaN or −Inf
+// everywhere (corrupt weights, say).
+func (e *Engine) noFiniteLogit() error {
+	return fmt.Errorf("%w: %s produced no finite logit (NaN or -Inf everywhere); its weights may be corrupt", ErrBackend, e.info.Name)
 }
 
 // accept records tok as s's next token, emits what it releases and reports
 // whether s finished (and was retired). logits, when not nil, are those tok
-// was sampled from (for logprobs); the greedy path has none.
-func (e *Engine) accept(s *sequence, tok int32, logits []float32) bool {
+// was sampled from (for logprobs); dev, when not nil, is the device's
+// choice with its logprobs; the greedy path has neither.
+func (e *Engine) accept(s *sequence, tok int32, logits []float32, dev *Sampled) bool {
 	s.sampler.Accept(tok)
 	s.generated++
 	e.mu.Lock()
@@ -383,8 +438,12 @@ func (e *Engine) accept(s *sequence, tok int32, logits []float32) bool {
 	if e.vocab != nil {
 		g.Bytes = e.vocab.TokenBytes(tok)
 	}
-	if logits != nil && (s.req.Logprobs || s.req.TopLogprobs > 0) {
-		g.Logprob, g.Top = Logprobs(logits, tok, s.req.TopLogprobs)
+	if (logits != nil || dev != nil) && (s.req.Logprobs || s.req.TopLogprobs > 0) {
+		if dev != nil {
+			g.Logprob, g.Top = dev.Logprob, slices.Clone(dev.Top) // the backend's, until the next step
+		} else {
+			g.Logprob, g.Top = Logprobs(logits, tok, s.req.TopLogprobs)
+		}
 		for i := range g.Top {
 			if e.vocab != nil {
 				g.Top[i].Bytes = e.vocab.TokenBytes(g.Top[i].Token)
