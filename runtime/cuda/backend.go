@@ -195,7 +195,8 @@ type progState struct {
 }
 
 // Backend runs a model on one GPU through the generated kernels. It
-// implements runtime.Backend and runtime.GreedyStepper.
+// implements runtime.Backend, runtime.GreedyStepper and
+// runtime.SamplingStepper.
 type Backend struct {
 	dev    *Device
 	info   runtime.ModelInfo
@@ -229,6 +230,16 @@ type Backend struct {
 	greedy []int32
 	closed bool
 
+	// sampling on the device (sample.go): the inputs' device buffers,
+	// their host side, the leading device records an earlier launch
+	// sequence may have left active, and StepSample's parameters and
+	// results
+	sampleIn [codegen.NumSampleInputs]DevicePtr
+	spack    samplePack
+	recLive  int
+	params   []*runtime.DeviceSampling
+	sampled  []runtime.Sampled
+
 	prof *profiler // set during ProfileDecode
 
 	bpf *blasPrefill // the cuBLASLt arm of the prefill products, or nil
@@ -239,8 +250,9 @@ type Backend struct {
 }
 
 var (
-	_ runtime.PagedBackend  = (*Backend)(nil)
-	_ runtime.GreedyStepper = (*Backend)(nil)
+	_ runtime.PagedBackend    = (*Backend)(nil)
+	_ runtime.GreedyStepper   = (*Backend)(nil)
+	_ runtime.SamplingStepper = (*Backend)(nil)
 )
 
 func (o *BackendOptions) fill(hp ir.HParams) (dtype.Type, error) {
@@ -306,7 +318,7 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 		return nil, nil, err
 	}
 	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, PageSize: opts.PageSize, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
-		PrefillGEMV: opts.PrefillGEMV, Argmax: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue, FuseFloat: opts.FuseFloat,
+		PrefillGEMV: opts.PrefillGEMV, Argmax: true, Sample: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue, FuseFloat: opts.FuseFloat,
 		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct > 0 || (opts.RopeInProduct == 0 && opts.MaxSeqs == 1),
 		FusedAttention: opts.FusedAttention, DecodeMinSplits: max(0, opts.DecodeMinSplits),
 		GEMVPrefetch: opts.GEMVPrefetch, DecodePreload: !opts.NoDecodePreload, DecodeKeysInFlight: opts.DecodeKeysInFlight,
@@ -429,6 +441,14 @@ func (b *Backend) load(m *load.Model, target string) error {
 	// context, and the padding rows' one-page table
 	b.pageCap = b.opts.MaxSeqs*perSeq + 1
 	need := wbytes + arena + int64(codegen.NumInputs)*int64(b.inCap)*4 + int64(b.pageCap)*4
+	var sampleBufs [codegen.NumSampleInputs]int // none in a stage before the last
+	if dec.SampleOut >= 0 {
+		sampleBufs = sampleBytes(b.opts.MaxSeqs, dec.Vocab)
+	}
+	for _, n := range sampleBufs {
+		need += int64(n)
+	}
+	b.spack = newSamplePack(dec.Vocab)
 	if plan != nil {
 		need += plan.bytes()
 	}
@@ -483,6 +503,14 @@ func (b *Backend) load(m *load.Model, target string) error {
 		}
 		if b.pageTab, err = b.alloc(c, 4*b.pageCap); err != nil {
 			return err
+		}
+		for i, n := range sampleBufs {
+			if n == 0 {
+				continue
+			}
+			if b.sampleIn[i], err = b.alloc(c, n); err != nil {
+				return err
+			}
 		}
 		b.kc, b.vc = make([]DevicePtr, dec.Layers), make([]DevicePtr, dec.Layers)
 		per := int(int64(pages+1) * rowBytes) // the pool's pages and the trash page
@@ -697,7 +725,7 @@ func (b *Backend) Close() error {
 
 // Step runs one forward pass; see runtime.Backend.
 func (b *Backend) Step(ctx context.Context, batch []runtime.SeqStep) ([][]float32, error) {
-	if err := b.step(ctx, batch, false); err != nil {
+	if err := b.step(ctx, batch, stepLogits); err != nil {
 		return nil, err
 	}
 	return b.result, nil
@@ -707,7 +735,7 @@ func (b *Backend) Step(ctx context.Context, batch []runtime.SeqStep) ([][]float3
 // argmax of its logits computed on the device (-1 for entries whose Logits
 // is not set); see runtime.GreedyStepper.
 func (b *Backend) StepGreedy(ctx context.Context, batch []runtime.SeqStep) ([]int32, error) {
-	if err := b.step(ctx, batch, true); err != nil {
+	if err := b.step(ctx, batch, stepGreedy); err != nil {
 		return nil, err
 	}
 	return b.greedy, nil

@@ -65,7 +65,7 @@ func (b *Backend) check(batch []runtime.SeqStep) error {
 }
 
 // step runs batch in as few launch sequences as its size allows.
-func (b *Backend) step(ctx context.Context, batch []runtime.SeqStep, greedy bool) error {
+func (b *Backend) step(ctx context.Context, batch []runtime.SeqStep, mode stepMode) error {
 	if err := b.check(batch); err != nil {
 		return err
 	}
@@ -73,7 +73,7 @@ func (b *Backend) step(ctx context.Context, batch []runtime.SeqStep, greedy bool
 	if len(b.logits) < len(batch)*V {
 		b.logits = make([]float32, b.opts.MaxSeqs*V)
 	}
-	b.result, b.greedy = b.result[:0], b.greedy[:0]
+	b.result, b.greedy, b.sampled = b.result[:0], b.greedy[:0], b.sampled[:0]
 	b.rowBase = 0
 	tables := make([][]int32, len(batch))
 	for i, e := range batch {
@@ -87,6 +87,7 @@ func (b *Backend) step(ctx context.Context, batch []runtime.SeqStep, greedy bool
 		}
 		b.result = append(b.result, nil)
 		b.greedy = append(b.greedy, -1)
+		b.sampled = append(b.sampled, runtime.Sampled{})
 	}
 	var cur []piece
 	curT := 0
@@ -97,7 +98,7 @@ func (b *Backend) step(ctx context.Context, batch []runtime.SeqStep, greedy bool
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		err := b.run(cur, greedy)
+		err := b.run(cur, mode)
 		b.rowBase += curT
 		cur, curT = cur[:0], 0
 		return err
@@ -141,8 +142,9 @@ func (b *Backend) bucket(s int) int {
 }
 
 // run executes one launch sequence over pieces and copies the wanted
-// logits (or argmaxes) to the host.
-func (b *Backend) run(pieces []piece, greedy bool) error {
+// logits (or argmaxes, or sampled tokens and the logits of the entries
+// left to the host) to the host.
+func (b *Backend) run(pieces []piece, mode stepMode) error {
 	cls := codegen.Decode
 	T := 0
 	for _, p := range pieces {
@@ -160,6 +162,9 @@ func (b *Backend) run(pieces []piece, greedy bool) error {
 		}
 	}
 	b.fillInputs(pieces, rowsT, rowsS)
+	if ps.p.SampleOut >= 0 {
+		b.pack(pieces, rowsS, mode)
+	}
 	V := b.info.VocabSize
 	return b.dev.Do(func(c *Ctx) error {
 		if err := c.CopyHtoDAsync(b.inputs, b.host, b.stream); err != nil {
@@ -167,6 +172,11 @@ func (b *Backend) run(pieces []piece, greedy bool) error {
 		}
 		if err := c.CopyHtoDAsync(b.pageTab, i32AsBytes(b.hostTab), b.stream); err != nil {
 			return err
+		}
+		if ps.p.SampleOut >= 0 {
+			if err := b.uploadSampling(c); err != nil {
+				return err
+			}
 		}
 		if b.stage != nil && ps.p.HiddenIn >= 0 {
 			dst := b.arena + DevicePtr(ps.p.Buffers.Buffers[ps.p.HiddenIn].Offset)
@@ -204,7 +214,16 @@ func (b *Backend) run(pieces []piece, greedy bool) error {
 			return b.stage.send(c, b.stream, src, b.rowBase, T)
 		}
 		logitsBuf := ps.p.Buffers.Buffers[ps.p.Logits]
-		if greedy {
+		sampled := mode == stepSample && ps.p.SampleOut >= 0
+		if sampled && b.recLive > 0 {
+			so := ps.p.Buffers.Buffers[ps.p.SampleOut]
+			out := make([]uint32, S*codegen.SampleOutWords)
+			if err := c.CopyDtoH(u32AsBytes(out), b.arena+DevicePtr(so.Offset)); err != nil {
+				return err
+			}
+			b.unpackSampled(pieces, out, V)
+		}
+		if mode == stepGreedy {
 			am := ps.p.Buffers.Buffers[ps.p.Argmax]
 			ids := make([]int32, S)
 			if err := c.CopyDtoH(i32AsBytes(ids), b.arena+DevicePtr(am.Offset)); err != nil {
@@ -221,7 +240,7 @@ func (b *Backend) run(pieces []piece, greedy bool) error {
 			return nil
 		}
 		for s, p := range pieces {
-			if !p.logits {
+			if !p.logits || (sampled && b.spack.active[s]) {
 				continue
 			}
 			row := b.logits[p.entry*V : (p.entry+1)*V : (p.entry+1)*V]
@@ -230,6 +249,7 @@ func (b *Backend) run(pieces []piece, greedy bool) error {
 				return err
 			}
 			b.result[p.entry] = row
+			b.sampled[p.entry].Logits = row
 		}
 		return nil
 	})
@@ -309,6 +329,8 @@ func (b *Backend) launch(c *Ctx, ps *progState, l *codegen.Launch, T, S int) err
 			args[i] = DevicePtr(0)
 		case codegen.ArgPages:
 			args[i] = b.pageTab
+		case codegen.ArgSample:
+			args[i] = b.sampleIn[a.Index]
 		default:
 			panic(fmt.Sprintf("BUG: launch argument kind %d", a.Kind))
 		}

@@ -45,7 +45,7 @@ func (b *Backend) ProfileDecode(ctx context.Context, batch []runtime.SeqStep, re
 	}
 	b.prof = &profiler{reps: reps}
 	defer func() { b.prof = nil }()
-	if err := b.step(ctx, batch, true); err != nil {
+	if err := b.step(ctx, batch, stepGreedy); err != nil {
 		return nil, err
 	}
 	return b.prof.times, nil

@@ -362,7 +362,7 @@ func (s *Stage) StepStage(ctx context.Context, slot int, batch []runtime.SeqStep
 		return nil, nil, err
 	}
 	defer func() { s.io.in = nil }()
-	if err := s.b.step(ctx, batch, false); err != nil {
+	if err := s.b.step(ctx, batch, stepLogits); err != nil {
 		return nil, nil, err
 	}
 	if s.io.next != nil {
@@ -381,7 +381,7 @@ func (s *Stage) StepStageGreedy(ctx context.Context, slot int, batch []runtime.S
 		return nil, err
 	}
 	defer func() { s.io.in = nil }()
-	if err := s.b.step(ctx, batch, true); err != nil {
+	if err := s.b.step(ctx, batch, stepGreedy); err != nil {
 		return nil, err
 	}
 	return s.b.greedy, nil
