@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|half|halfdef|from|fromdef|kv8|kv8def|b1|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|sample|half|halfdef|from|fromdef|kv8|kv8def|b1|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -426,6 +426,21 @@ if [ "$MODE" = nvrtc ]; then
 	step nvrtc-autotune env MEMRA_NVRTC_PARALLEL=1 "$BIN" autotune --shapes llama3-8b --types q4_k --families gemv --budget "${TUNE_BUDGET:-60s}" --parallel 16 --write-user=false
 	grep -h 'NVRTC' "$OUT/nvrtc-concurrent.log" >&2
 	tr '\r' '\n' <"$OUT/nvrtc-autotune.log" | grep -E 'tried' >&2
+fi
+
+# Sampling on the device (issue 31): the sampling kernel against the CPU sampler and its Go mirror
+# (distributions, seeded draws, greedy, logprobs, codes, a 128k vocabulary) and its time at 1, 16 and
+# 64 sequences (in the log), the backend's StepSample (greedy equals StepGreedy, seeded runs repeat,
+# logprobs), then stories260K sampled twice with one seed on the GPU: the same text both times.
+if [ "$MODE" = sample ]; then
+	step sample-cuda-tests sh -c 'cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run "TestGPUSampleKernel|TestGPUStepSample|TestSampleMirror|TestSamplePack"'
+	seeded() {
+		"$BIN" run --device cuda --temperature 0.8 --top-k 40 --top-p 0.95 --seed 7 --max-tokens 100 >"$OUT/sample-a.txt" 2>/dev/null &&
+			"$BIN" run --device cuda --temperature 0.8 --top-k 40 --top-p 0.95 --seed 7 --max-tokens 100 >"$OUT/sample-b.txt" 2>/dev/null &&
+			cmp "$OUT/sample-a.txt" "$OUT/sample-b.txt" && head -c 200 "$OUT/sample-a.txt"
+	}
+	step sample-seeded-run seeded
+	grep -h 'sequences:' "$OUT/sample-cuda-tests.log" >&2
 fi
 
 # Issue 6's decode goals in one call, with the shipped tunedb: llama2-7b q4_k_m at batch 1 and 16,
