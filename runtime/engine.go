@@ -97,6 +97,12 @@ type Stats struct {
 	// lack of memory (they resume by recomputing, from the prefix cache
 	// where it still holds their pages).
 	Preemptions int64
+	// DecodeSteps and PrefillSteps count steps without and with prompt
+	// tokens; BackendSeconds is the time of their backend calls and
+	// HostSeconds the rest of the loop's work around them (admission,
+	// pages, sampling on the host, text and events).
+	DecodeSteps, PrefillSteps   int64
+	BackendSeconds, HostSeconds float64
 }
 
 // vocabulary is what the engine needs of a tokenizer.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/memra-ai/memra/runtime/kv"
 )
@@ -140,6 +141,7 @@ func (e *Engine) dropCancelled(running []*sequence) []*sequence {
 // step builds one batch from running, runs it, samples and emits, and
 // returns the sequences that go on.
 func (e *Engine) step(running []*sequence) []*sequence {
+	start := time.Now()
 	running = e.growPages(running)
 	if len(running) == 0 {
 		return running
@@ -181,6 +183,7 @@ func (e *Engine) step(running []*sequence) []*sequence {
 	var greedy []int32
 	var dev []Sampled // tokens chosen on the device, where an entry has no Logits
 	var err error
+	t0 := time.Now()
 	if gs, ok := e.b.(GreedyStepper); ok && allPlainGreedy(batch, members) {
 		greedy, err = gs.StepGreedy(e.stepCtx, batch)
 		if err == nil && len(greedy) != len(batch) {
@@ -201,9 +204,21 @@ func (e *Engine) step(running []*sequence) []*sequence {
 			err = fmt.Errorf("backend returned %d logits for %d sequences", len(logits), len(batch))
 		}
 	}
+	t1 := time.Now()
+	defer func() {
+		e.mu.Lock()
+		e.stats.BackendSeconds += t1.Sub(t0).Seconds()
+		e.stats.HostSeconds += time.Since(t1).Seconds() + t0.Sub(start).Seconds()
+		e.mu.Unlock()
+	}()
 	e.mu.Lock()
 	e.stats.StepsRun++
 	e.stats.PromptTokens += prompt
+	if prompt > 0 {
+		e.stats.PrefillSteps++
+	} else {
+		e.stats.DecodeSteps++
+	}
 	e.mu.Unlock()
 	if err != nil {
 		if e.stepCtx.Err() != nil {

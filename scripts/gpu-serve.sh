@@ -11,6 +11,8 @@
 #                                # the shared-prefix scenario at 16 streams, each with and without
 #                                # the prefix cache
 #   scripts/gpu-serve.sh chat    # the chat scenario alone, with and without the prefix cache
+#   scripts/gpu-serve.sh speed   # the engine's tg128@512 at batch 1 and 64 against the server at 1 and
+#                                # 64 streams, temperature 1 and 0 (issue 31)
 #   scripts/gpu-serve.sh long    # qwen2.5-7b q4_k_m with a 32k context: a 30,000-token prompt
 #
 # Build here first: make gpu-build, and the older binary for comparison as .gpu/memra-old; carry
@@ -127,6 +129,29 @@ serve | chat)
 		cat "$OUT/$d/serve-bench.md" 2>/dev/null
 	done
 	;;
+speed)
+	# the engine and the server in one call: bench tg128@512 at batch 1 and 64, then one server
+	# (--max-running 64) loaded at 1 and 64 streams, temperature 1 (sampled on the device) and 0
+	step synth-llama2-7b synth "$L7" --preset llama2-7b --quant q4_k_m --weights blocks
+	step bench-engine "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64
+	speed_serve() {
+		serve_up 8199 --model "l7=$L7" --max-running 64 || return 1
+		local c t rc=0
+		for c in 1 64; do
+			for t in 1 0; do
+				"$BIN" bench serve --url http://127.0.0.1:8199 --endpoint completions --concurrency $c --prompt-tokens 512 \
+					--max-tokens 128 --temperature $t --duration "${SPEED_DURATION:-20s}" --out "$OUT/speed-c$c-t$t" || rc=1
+			done
+		done
+		curl -s http://127.0.0.1:8199/metrics | grep -E '^memra_(engine|kv_pages|preempt|prefix)' >"$OUT/metrics.txt"
+		serve_down
+		return $rc
+	}
+	step serve-speed speed_serve
+	grep -h -E '^\| 2.*tg' "$OUT/bench-engine.log"
+	for d in "$OUT"/speed-*; do echo "== $d"; grep -E '^\| [0-9]' "$d/serve-bench.md"; done
+	cat "$OUT/metrics.txt"
+	;;
 long)
 	Q7=$MODELS/qwen2.5-7b-q4_k_m.gguf
 	step synth-qwen2.5-7b synth "$Q7" --preset qwen2.5-7b --quant q4_k_m --weights blocks
@@ -142,7 +167,7 @@ long)
 	cat "$OUT/long30k/serve-bench.md" 2>/dev/null
 	;;
 *)
-	echo "usage: $0 pages|serve|chat|long" >&2
+	echo "usage: $0 pages|serve|chat|speed|long" >&2
 	exit 2
 	;;
 esac

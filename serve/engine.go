@@ -37,6 +37,11 @@ type Stats struct {
 	CachedTokens                             int64 // prompt tokens taken from the prefix cache
 	PromptTokens                             int64 // prompt tokens computed
 	Preemptions                              int64 // sequences that gave their KV pages back and resumed
+	// DecodeSteps and PrefillSteps count engine steps without and with
+	// prompt tokens; BackendSeconds and HostSeconds split their time
+	// between the device (or CPU backend) and the loop's own work.
+	DecodeSteps, PrefillSteps   int64
+	BackendSeconds, HostSeconds float64
 }
 
 // Engine is exactly what the server uses of a loaded model's engine

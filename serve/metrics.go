@@ -63,6 +63,11 @@ var (
 		"Prompt tokens the engine computed (prefill), preempted sequences' recomputation included.", []string{"model"}, nil)
 	descPreempt = prometheus.NewDesc("memra_preemptions_total",
 		"Running sequences that gave their KV pages back for lack of memory and resumed later.", []string{"model"}, nil)
+	descSteps = prometheus.NewDesc("memra_engine_steps_total",
+		"Engine steps: decode (no prompt tokens) or prefill (prompt chunks, with the decodes beside them).", []string{"model", "kind"}, nil)
+	descStepTime = prometheus.NewDesc("memra_engine_seconds_total",
+		"Time of the engine's steps: backend (the forward pass, device sampling included) or host (the loop's own work: admission, pages, host sampling, text, events).",
+		[]string{"model", "part"}, nil)
 )
 
 // engineCollector reads each engine's Stats at scrape time.
@@ -77,6 +82,8 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descCached
 	ch <- descComputed
 	ch <- descPreempt
+	ch <- descSteps
+	ch <- descStepTime
 }
 
 // Collect implements prometheus.Collector.
@@ -99,5 +106,9 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCached, prometheus.CounterValue, float64(st.CachedTokens), m.ID)
 		ch <- prometheus.MustNewConstMetric(descComputed, prometheus.CounterValue, float64(st.PromptTokens), m.ID)
 		ch <- prometheus.MustNewConstMetric(descPreempt, prometheus.CounterValue, float64(st.Preemptions), m.ID)
+		ch <- prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(st.DecodeSteps), m.ID, "decode")
+		ch <- prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(st.PrefillSteps), m.ID, "prefill")
+		ch <- prometheus.MustNewConstMetric(descStepTime, prometheus.CounterValue, st.BackendSeconds, m.ID, "backend")
+		ch <- prometheus.MustNewConstMetric(descStepTime, prometheus.CounterValue, st.HostSeconds, m.ID, "host")
 	}
 }

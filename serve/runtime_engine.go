@@ -18,5 +18,6 @@ func (r runtimeEngine) Stats() Stats {
 	st := r.Engine.Stats()
 	return Stats{Running: st.Running, Queued: st.Queued, KVTokensUsed: st.KVTokensUsed, KVTokensTotal: st.KVTokensTotal,
 		KVPagesUsed: st.KVPagesUsed, KVPagesCached: st.KVPagesCached, KVPagesTotal: st.KVPagesTotal,
-		CachedTokens: st.CachedTokens, PromptTokens: st.PromptTokens, Preemptions: st.Preemptions}
+		CachedTokens: st.CachedTokens, PromptTokens: st.PromptTokens, Preemptions: st.Preemptions,
+		DecodeSteps: st.DecodeSteps, PrefillSteps: st.PrefillSteps, BackendSeconds: st.BackendSeconds, HostSeconds: st.HostSeconds}
 }
