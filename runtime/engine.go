@@ -49,6 +49,9 @@ type EngineConfig struct {
 	// the reader falls that far behind, the request ends with ErrSlowConsumer
 	// instead of stalling every other request in the batch.
 	EventBuffer int
+	// Spec configures speculative decoding (off by default). An invalid
+	// Spec (SpecConfig.Check) turns it off.
+	Spec SpecConfig
 	// NoPrefixCache turns off the reuse of KV pages between requests: each
 	// prompt is computed whole and a request's pages are freed at its end.
 	// (Only a PagedBackend shares pages; over another backend the pages
@@ -103,6 +106,9 @@ type Stats struct {
 	// pages, sampling on the host, text and events).
 	DecodeSteps, PrefillSteps   int64
 	BackendSeconds, HostSeconds float64
+	// SpecSteps counts sequence-steps that fed drafts, SpecDrafted their
+	// drafted tokens and SpecAccepted those the target accepted.
+	SpecSteps, SpecDrafted, SpecAccepted int64
 }
 
 // vocabulary is what the engine needs of a tokenizer.
@@ -121,6 +127,7 @@ type Engine struct {
 	b     Backend
 	pool  *kv.Pool // the backend's (PagedBackend), or the engine's own accounting
 	share bool     // pages are the backend's: pass them and reuse them
+	spec  SpecConfig
 	info  ModelInfo
 	vocab vocabulary
 	tok   *tokenizer.Tokenizer
@@ -164,6 +171,10 @@ func newEngine(b Backend, v vocabulary, tok *tokenizer.Tokenizer, cfg EngineConf
 		// pages as accounting only: every running sequence at its whole context
 		ctx := cmp.Or(info.ContextLength, 4096)
 		e.pool, _ = kv.NewPool(e.cfg.MaxRunning*((ctx+ownPageSize-1)/ownPageSize), ownPageSize)
+	}
+	var err error
+	if e.spec, err = cfg.Spec.withDefaults(); err != nil {
+		e.spec = SpecConfig{Draft: cfg.Spec.Draft} // off; the draft model is still closed with the engine
 	}
 	e.stepCtx, e.stopSteps = context.WithCancel(context.Background())
 	e.stats.KVPagesTotal, e.stats.KVPageSize = e.pool.Pages(), e.pool.PageSize()
@@ -328,6 +339,9 @@ func (e *Engine) Close() error {
 		e.stopSteps()
 		<-e.done
 		e.closeError = e.b.Close()
+		if e.spec.Draft != nil {
+			e.closeError = errors.Join(e.closeError, e.spec.Draft.Close())
+		}
 	})
 	return e.closeError
 }

@@ -86,7 +86,8 @@ func (e *Engine) takePages(s *sequence, running int) admission {
 func (e *Engine) growPages(running []*sequence) []*sequence {
 	for i := 0; i < len(running); i++ {
 		s := running[i]
-		need := e.pool.PagesFor(min(len(s.all), s.cached+1)) - len(s.pages)
+		// its next token, and its drafts after it
+		need := e.pool.PagesFor(min(len(s.all), s.cached+1)+len(s.spec.drafts)) - len(s.pages)
 		for need > 0 {
 			more, err := e.pool.Alloc(need)
 			if err == nil {
@@ -99,6 +100,7 @@ func (e *Engine) growPages(running []*sequence) []*sequence {
 			// the youngest sequence gives its pages back: s itself when it is
 			// the youngest
 			v := running[len(running)-1]
+			v.spec.drafts = v.spec.drafts[:0]
 			e.preempt(v)
 			running = running[:len(running)-1]
 			if v == s {
@@ -151,6 +153,10 @@ func (e *Engine) dropPages(s *sequence) {
 		return
 	}
 	e.b.Free(s.id)
+	if e.spec.Draft != nil {
+		e.spec.Draft.Free(s.id)
+		s.spec.draftFed = 0
+	}
 	e.pool.Release(s.pages)
 	s.pages, s.published, s.admitted = nil, 0, false
 	for _, k := range s.keys {

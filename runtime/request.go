@@ -70,6 +70,9 @@ type Request struct {
 	// tenant: the API key's identity and the request's cache_salt). The
 	// empty scope is one scope like any other.
 	CacheScope string
+	// Speculative, when set, turns speculative decoding on or off for this
+	// request (nil: the engine's EngineConfig.Spec).
+	Speculative *bool
 }
 
 // Usage counts tokens as OpenAI's usage object does.

@@ -123,17 +123,7 @@ func (s *Sampler) Sample(logits []float32) (int32, error) {
 	if err != nil {
 		return 0, err
 	}
-	if len(cands) == 1 {
-		return cands[0].id, nil
-	}
-	r := s.rng.Float64()
-	for _, c := range cands {
-		r -= c.p
-		if r < 0 {
-			return c.id, nil
-		}
-	}
-	return cands[len(cands)-1].id, nil // rounding: r landed past the sum
+	return s.draw(cands), nil
 }
 
 // candidates applies steps 1–9 of the order documented on Sampler and

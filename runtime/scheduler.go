@@ -38,6 +38,8 @@ type sequence struct {
 	published int      // leading pages published to the prefix cache
 	hit       int      // prompt tokens the first admission took from the cache
 	started   bool     // admitted once (a preempted sequence is requeued)
+
+	spec specState // speculative decoding (Engine.spec)
 }
 
 // prefilled reports whether the whole prompt and every token generated
@@ -142,6 +144,7 @@ func (e *Engine) dropCancelled(running []*sequence) []*sequence {
 // returns the sequences that go on.
 func (e *Engine) step(running []*sequence) []*sequence {
 	start := time.Now()
+	e.draft(running)
 	running = e.growPages(running)
 	if len(running) == 0 {
 		return running
@@ -163,10 +166,22 @@ func (e *Engine) step(running []*sequence) []*sequence {
 		members = append(members, s)
 		budget -= n
 	}
-	// Decodes first: every prefilled sequence feeds its one new token.
+	// Decodes first: every prefilled sequence feeds its one new token, and
+	// a speculating one its drafts after it, an entry each.
+	groups := map[int]int{} // first entry of a speculating sequence → its entries
 	for _, s := range running {
 		if s.prefilled() {
+			first := len(batch)
 			add(s, 1)
+			for j := range s.spec.drafts {
+				batch = append(batch, SeqStep{Seq: draftSeq(s.id, j), Pos: s.cached + 1 + j, Tokens: s.spec.drafts[j : j+1],
+					Logits: true, Pages: s.pages})
+				members = append(members, s)
+				budget--
+			}
+			if len(s.spec.drafts) > 0 {
+				groups[first] = 1 + len(s.spec.drafts)
+			}
 		}
 	}
 	// Then prompt chunks, in admission order, within the budget.
@@ -234,7 +249,15 @@ func (e *Engine) step(running []*sequence) []*sequence {
 		pre = sampleParallel(batch, members, logits)
 	}
 	var finished []*sequence
-	for i, s := range members {
+	for i := 0; i < len(members); i++ {
+		s := members[i]
+		if n := groups[i]; n > 0 {
+			if e.verify(s, i, n, greedy, logits) {
+				finished = append(finished, s)
+			}
+			i += n - 1
+			continue
+		}
 		s.cached += len(batch[i].Tokens)
 		e.publish(s)
 		if !batch[i].Logits {
@@ -281,7 +304,9 @@ func (e *Engine) step(running []*sequence) []*sequence {
 func (e *Engine) deviceParams(batch []SeqStep, members []*sequence) []*DeviceSampling {
 	params := make([]*DeviceSampling, len(batch))
 	for i, s := range members {
-		if batch[i].Logits && e.info.VocabSize > 0 && s.sampler.Device(&s.dev, e.info.VocabSize) {
+		// a speculating sequence's entries come back as logits: the host
+		// accepts or rejects its drafts (Sampler.Speculate)
+		if batch[i].Logits && e.info.VocabSize > 0 && len(s.spec.drafts) == 0 && s.sampler.Device(&s.dev, e.info.VocabSize) {
 			s.dev.Logprobs, s.dev.TopLogprobs = s.req.Logprobs || s.req.TopLogprobs > 0, s.req.TopLogprobs
 			params[i] = &s.dev
 		}
@@ -331,7 +356,7 @@ const parallelSampleMin = 1024
 func sampleParallel(batch []SeqStep, members []*sequence, logits [][]float32) []sampled {
 	var idx []int
 	for i, s := range members {
-		if batch[i].Logits && len(logits[i]) >= parallelSampleMin && s.req.Mask == nil {
+		if batch[i].Logits && len(logits[i]) >= parallelSampleMin && s.req.Mask == nil && len(s.spec.drafts) == 0 {
 			idx = append(idx, i)
 		}
 	}

@@ -42,6 +42,9 @@ type Stats struct {
 	// between the device (or CPU backend) and the loop's own work.
 	DecodeSteps, PrefillSteps   int64
 	BackendSeconds, HostSeconds float64
+	// SpecSteps counts sequence-steps that verified drafts, SpecDrafted
+	// and SpecAccepted their drafted and accepted tokens.
+	SpecSteps, SpecDrafted, SpecAccepted int64
 }
 
 // Engine is exactly what the server uses of a loaded model's engine

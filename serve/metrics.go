@@ -68,6 +68,10 @@ var (
 	descStepTime = prometheus.NewDesc("memra_engine_seconds_total",
 		"Time of the engine's steps: backend (the forward pass, device sampling included) or host (the loop's own work: admission, pages, host sampling, text, events).",
 		[]string{"model", "part"}, nil)
+	descSpec = prometheus.NewDesc("memra_spec_tokens_total",
+		"Speculative decoding: tokens drafted and tokens the target accepted (acceptance rate: accepted ÷ drafted).", []string{"model", "kind"}, nil)
+	descSpecSteps = prometheus.NewDesc("memra_spec_steps_total",
+		"Sequence-steps that verified drafts (mean accepted tokens a step: accepted ÷ steps, plus the step's own token).", []string{"model"}, nil)
 )
 
 // engineCollector reads each engine's Stats at scrape time.
@@ -84,6 +88,8 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descPreempt
 	ch <- descSteps
 	ch <- descStepTime
+	ch <- descSpec
+	ch <- descSpecSteps
 }
 
 // Collect implements prometheus.Collector.
@@ -110,5 +116,8 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(st.PrefillSteps), m.ID, "prefill")
 		ch <- prometheus.MustNewConstMetric(descStepTime, prometheus.CounterValue, st.BackendSeconds, m.ID, "backend")
 		ch <- prometheus.MustNewConstMetric(descStepTime, prometheus.CounterValue, st.HostSeconds, m.ID, "host")
+		ch <- prometheus.MustNewConstMetric(descSpec, prometheus.CounterValue, float64(st.SpecDrafted), m.ID, "drafted")
+		ch <- prometheus.MustNewConstMetric(descSpec, prometheus.CounterValue, float64(st.SpecAccepted), m.ID, "accepted")
+		ch <- prometheus.MustNewConstMetric(descSpecSteps, prometheus.CounterValue, float64(st.SpecSteps), m.ID)
 	}
 }

@@ -22,6 +22,7 @@ var parameterSamples = map[string]struct{ chat, completions string }{
 	"min_p":                 {`"min_p":0.1`, `"min_p":0.1`},
 	"seed":                  {`"seed":7`, `"seed":7`},
 	"cache_salt":            {`"cache_salt":"s"`, `"cache_salt":"s"`},
+	"speculative":           {`"speculative":false`, `"speculative":false`},
 	"presence_penalty":      {`"presence_penalty":0.5`, `"presence_penalty":0.5`},
 	"frequency_penalty":     {`"frequency_penalty":0.5`, `"frequency_penalty":0.5`},
 	"repetition_penalty":    {`"repetition_penalty":1.1`, `"repetition_penalty":1.1`},

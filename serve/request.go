@@ -52,6 +52,9 @@ type commonFields struct {
 	// CacheSalt narrows the prefix-cache scope within the tenant (vLLM's
 	// field): only requests with the same key and salt share cached pages.
 	CacheSalt *string `json:"cache_salt"`
+	// Speculative turns the server's speculative decoding off (false) or
+	// on (true, where the server runs a drafter) for this request.
+	Speculative *bool `json:"speculative"`
 }
 
 type streamOptions struct {
@@ -69,6 +72,7 @@ type genParams struct {
 	includeUsage bool
 	ignoreEOS    bool
 	scope        string // the prefix-cache scope: tenant and cache_salt
+	speculative  *bool  // the request's speculative, or nil
 	logprobs     bool
 	topLogprobs  int
 	// newMask, when set, gives each choice its own constraint. A mask with
@@ -217,6 +221,7 @@ func (c *commonFields) validate(m *Model, maxTokens *int, p *genParams) *apiErro
 		p.includeUsage = c.StreamOptions.IncludeUsage != nil && *c.StreamOptions.IncludeUsage
 	}
 	p.ignoreEOS = c.IgnoreEOS != nil && *c.IgnoreEOS
+	p.speculative = c.Speculative
 	if c.CacheSalt != nil {
 		if *c.CacheSalt == "" || len(*c.CacheSalt) > maxCacheSalt {
 			return badRequest("cache_salt", "cache_salt must be a non-empty string of at most %d bytes", maxCacheSalt)
@@ -310,5 +315,6 @@ func (p *genParams) runtimeRequest(prompt []int32, i int) (runtime.Request, erro
 		Logprobs:    p.logprobs,
 		TopLogprobs: p.topLogprobs,
 		CacheScope:  p.scope,
+		Speculative: p.speculative,
 	}, nil
 }

@@ -19,5 +19,6 @@ func (r runtimeEngine) Stats() Stats {
 	return Stats{Running: st.Running, Queued: st.Queued, KVTokensUsed: st.KVTokensUsed, KVTokensTotal: st.KVTokensTotal,
 		KVPagesUsed: st.KVPagesUsed, KVPagesCached: st.KVPagesCached, KVPagesTotal: st.KVPagesTotal,
 		CachedTokens: st.CachedTokens, PromptTokens: st.PromptTokens, Preemptions: st.Preemptions,
-		DecodeSteps: st.DecodeSteps, PrefillSteps: st.PrefillSteps, BackendSeconds: st.BackendSeconds, HostSeconds: st.HostSeconds}
+		DecodeSteps: st.DecodeSteps, PrefillSteps: st.PrefillSteps, BackendSeconds: st.BackendSeconds, HostSeconds: st.HostSeconds,
+		SpecSteps: st.SpecSteps, SpecDrafted: st.SpecDrafted, SpecAccepted: st.SpecAccepted}
 }

@@ -34,7 +34,7 @@ var (
 // with the values it honours (TestFlagLimitsCoverFlags keeps the tables
 // complete).
 var (
-	serveLimits = withPP(map[string]flagLimit{
+	serveLimits = withSpec(withPP(map[string]flagLimit{
 		"port":             {min: 0, max: math.MaxUint16, note: "0: a free port"},
 		"max-running":      atLeast(1, ""),
 		"max-queue":        atLeast(0, "0: no queue, requests beyond --max-running get 429"),
@@ -48,15 +48,15 @@ var (
 		"read-timeout":     {positive: true},
 		"idle-timeout":     {positive: true},
 		"context":          atLeast(0, "0: the model's"),
-	})
-	runLimits = withPP(map[string]flagLimit{
+	}))
+	runLimits = withSpec(withPP(map[string]flagLimit{
 		"max-tokens":    atLeast(0, "0: until end of text or a full context"),
 		"top-k":         atLeast(0, "0: off"),
 		"repeat-last-n": atLeast(0, "0: all tokens"),
 		"seed":          atLeast(-1, "-1: a random seed"),
 		"threads":       anyThreads,
 		"context":       atLeast(0, "0: the model's"),
-	})
+	}))
 	benchLimits = withPP(map[string]flagLimit{
 		"n-prompt":    atLeast(0, "0: skip pp"),
 		"n-gen":       atLeast(0, "0: skip tg"),
@@ -79,6 +79,13 @@ var (
 		"max-backoff":    {},
 	}
 )
+
+func withSpec(m map[string]flagLimit) map[string]flagLimit {
+	for k, v := range specLimits {
+		m[k] = v
+	}
+	return m
+}
 
 func withPP(m map[string]flagLimit) map[string]flagLimit {
 	for k, v := range ppLimits {

@@ -44,6 +44,7 @@ type runOptions struct {
 	ignoreEOS bool
 	printIDs  bool
 	pp        ppOptions
+	spec      specOptions
 }
 
 func newRunCmd() *cobra.Command {
@@ -92,6 +93,7 @@ temperature (0 = greedy), top-k, top-p and min-p.`,
 	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating past end-of-text tokens")
 	f.BoolVar(&o.printIDs, "print-ids", false, "print the generated token ids on stderr (debugging)")
 	addPPFlags(cmd, &o.pp)
+	addSpecFlags(f, &o.spec)
 	return cmd
 }
 
@@ -240,11 +242,22 @@ func runGenerate(cmd *cobra.Command, modelArg string, o *runOptions) error {
 	}
 	o.pp.logf = func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
 	o.kv.kvCache = o.kvCache
-	b, err := newBackend(m, o.device, o.threads, 1, o.kv, o.pp)
+	// one sequence, and beside it the entries of its drafts when it speculates
+	rows := 1
+	if o.spec.on() {
+		rows += o.spec.maxDraft
+	}
+	b, err := newBackend(m, o.device, o.threads, rows, o.kv, o.pp)
 	if err != nil {
 		return err
 	}
-	eng := runtime.NewEngine(b, tok, runtime.EngineConfig{MaxRunning: 1, MaxQueue: 1})
+	spec, release, err := o.spec.config(m, o.device, o.threads, 1, o.kv)
+	if err != nil {
+		b.Close()
+		return err
+	}
+	defer release()
+	eng := runtime.NewEngine(b, tok, runtime.EngineConfig{MaxRunning: rows, MaxQueue: 1, Spec: spec})
 	defer eng.Close()
 
 	sp := o.sampling
@@ -291,6 +304,11 @@ func runGenerate(cmd *cobra.Command, modelArg string, o *runOptions) error {
 		fmt.Fprintln(stderr, "generated ids:", joinIDs(ids))
 	}
 	reportSpeed(stderr, last.Usage, start, firstToken, end, last.Finish)
+	if st := eng.Stats(); st.SpecSteps > 0 {
+		fmt.Fprintf(stderr, "speculative: %d steps drafted %d tokens, %d accepted (%.1f %%, %.2f tokens a step)\n",
+			st.SpecSteps, st.SpecDrafted, st.SpecAccepted, 100*float64(st.SpecAccepted)/float64(st.SpecDrafted),
+			1+float64(st.SpecAccepted)/float64(st.SpecSteps))
+	}
 	return nil
 }
 

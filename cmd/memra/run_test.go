@@ -76,3 +76,35 @@ func TestBenchDefaultModel(t *testing.T) {
 	require.Contains(t, out, "292.80 K") // stories260K's parameters, embeddings included
 	require.Regexp(t, `\| +\d+\.\d\d \| +\d+\.\d\d–\d+\.\d\d \|`, out)
 }
+
+// TestRunSpeculative: memra run with the n-gram drafter, and with the
+// embedded model as its own draft model, prints the same greedy story as
+// without; an unknown mode and a draft model without a vocabulary match
+// are refused.
+func TestRunSpeculative(t *testing.T) {
+	run := func(args ...string) (string, string) {
+		cmd := newRunCmd()
+		return execute(t, cmd, func(o, e *bytes.Buffer) { cmd.SetOut(o); cmd.SetErr(e) },
+			append([]string{"--temperature", "0", "--threads", "2", "-n", "80", "--ignore-eos"}, args...)...)
+	}
+	want, plain := run()
+	require.NotContains(t, plain, "speculative:")
+	accepted := regexp.MustCompile(`speculative: \d+ steps drafted \d+ tokens, ([1-9]\d*) accepted`)
+	got, errOut := run("--spec", "ngram", "--spec-max-draft", "4")
+	require.Equal(t, want, got)
+	require.Regexp(t, accepted, errOut)
+	got, errOut = run("--draft", "stories260K")
+	require.Equal(t, want, got)
+	require.Regexp(t, accepted, errOut)
+	cmd := newRunCmd()
+	cmd.SetArgs([]string{"--spec", "lookahead", "-n", "4"})
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	err := cmd.ExecuteContext(context.Background())
+	require.ErrorContains(t, err, "lookahead")
+	cmd = newRunCmd()
+	cmd.SetArgs([]string{"--spec", "ngram", "--spec-max-draft", "17", "-n", "4"})
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	require.ErrorContains(t, cmd.ExecuteContext(context.Background()), "--spec-max-draft 17")
+}

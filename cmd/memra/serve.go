@@ -43,6 +43,7 @@ type serveOptions struct {
 	kvCache        string
 	kv             gpuOptions
 	noPrefixCache  bool
+	spec           specOptions
 	threads        int
 	drainTimeout   time.Duration
 	maxBody        int64
@@ -95,6 +96,7 @@ See docs/SERVING.md and docs/FLAGS.md.`,
 	f.StringVar(&o.kvCache, "kv-cache", "", kvCacheHelp)
 	addKVFlags(f, &o.kv)
 	f.BoolVar(&o.noPrefixCache, "no-prefix-cache", false, "compute every prompt whole: no KV page is reused between requests")
+	addSpecFlags(f, &o.spec)
 	f.IntVarP(&o.threads, "threads", "t", 0, "CPU threads (0: all cores)")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "how long a drain waits for running requests before cancelling them")
 	f.Int64Var(&o.maxBody, "max-body", serve.DefaultMaxBody, "request body limit in bytes; larger bodies get 413")
@@ -269,10 +271,17 @@ func openServed(sp modelSpec, o *serveOptions) (serve.Model, func(), error) {
 			return serve.Model{}, nil, fmt.Errorf("chat template of %s: %w", sp.alias, err)
 		}
 	}
+	spec, release, err := o.spec.config(m, o.device, o.threads, o.maxRunning, o.kv)
+	if err != nil {
+		b.Close()
+		m.Close()
+		return serve.Model{}, nil, fmt.Errorf("model %s: %w", sp.alias, err)
+	}
 	eng := runtime.NewEngine(b, m.Tokenizer, runtime.EngineConfig{MaxRunning: o.maxRunning, MaxQueue: engineQueue(o.maxQueue),
-		MaxBatchTokens: o.maxBatchTokens, PrefillChunk: o.prefillChunk, NoPrefixCache: o.noPrefixCache})
+		MaxBatchTokens: o.maxBatchTokens, PrefillChunk: o.prefillChunk, NoPrefixCache: o.noPrefixCache, Spec: spec})
 	closeFn := func() {
 		eng.Close()
+		release()
 		m.Close()
 	}
 	return serve.Model{ID: sp.alias, Engine: serve.FromRuntime(eng), Template: tmpl}, closeFn, nil

@@ -311,6 +311,7 @@ func (b *Backend) plan(batch []runtime.SeqStep) error {
 		toks = b.e.i32[b.tokens.ID][:0]
 	}
 	fresh := 0
+	var stepPages map[int32]bool // pages this step writes, entry by entry
 	for s, e := range batch {
 		if len(e.Tokens) == 0 {
 			return fmt.Errorf("%w: sequence %d has no tokens", ErrBatch, e.Seq)
@@ -329,8 +330,17 @@ func (b *Backend) plan(batch []runtime.SeqStep) error {
 			if e.Pos < 0 || e.Pos > have {
 				return fmt.Errorf("%w: sequence %d starts at %d but %d positions are cached", ErrBatch, e.Seq, e.Pos, have)
 			}
-		} else if err := b.checkPages(e); err != nil {
-			return err
+		} else {
+			if err := b.checkPages(e, stepPages); err != nil {
+				return err
+			}
+			if stepPages == nil {
+				stepPages = map[int32]bool{}
+			}
+			size := b.pool.PageSize()
+			for p := e.Pos / size; p*size < end; p++ {
+				stepPages[e.Pages[p]] = true
+			}
 		}
 		if end > b.info.ContextLength {
 			return fmt.Errorf("%w: sequence %d reaches %d positions, context is %d", ErrContext, e.Seq, end, b.info.ContextLength)
@@ -365,8 +375,10 @@ func (b *Backend) plan(batch []runtime.SeqStep) error {
 }
 
 // checkPages checks a caller's page table: it covers the step, names pages
-// of the pool, and the pages before Pos were written.
-func (b *Backend) checkPages(e runtime.SeqStep) error {
+// of the pool, and the pages before Pos were written, by an earlier step or
+// an earlier entry of this one (in stepPages: a speculating sequence's
+// drafts read the keys of the entries before them).
+func (b *Backend) checkPages(e runtime.SeqStep, stepPages map[int32]bool) error {
 	size := b.pool.PageSize()
 	end := e.Pos + len(e.Tokens)
 	if e.Pos < 0 || len(e.Pages)*size < end {
@@ -376,7 +388,7 @@ func (b *Backend) checkPages(e runtime.SeqStep) error {
 		if id < 0 || int(id) >= b.pool.Pages() {
 			return fmt.Errorf("%w: sequence %d: page %d is not in the pool of %d", ErrBatch, e.Seq, id, b.pool.Pages())
 		}
-		if i*size < e.Pos && !b.e.kv.written(id) {
+		if i*size < e.Pos && !b.e.kv.written(id) && !stepPages[id] {
 			return fmt.Errorf("%w: sequence %d starts at %d, but its page %d (positions %d..) was never written", ErrBatch, e.Seq, e.Pos, id, i*size)
 		}
 	}
