@@ -95,16 +95,29 @@ type specState struct {
 
 // ngramDraft proposes up to k tokens: the tokens that followed the latest
 // earlier occurrence of the last n tokens of all, for the longest n from
-// ngramMax down to ngramMin that occurred before. nil when none did.
+// ngramMax down to ngramMin that occurred before. A continuation that
+// runs into the end of all goes on with the tokens it drafted, as a copy
+// that overlaps itself does: a text that repeats with a short period is
+// drafted k tokens ahead, not only up to its end. nil when nothing
+// occurred before.
 func ngramDraft(all []int32, k int) []int32 {
 	for n := min(ngramMax, len(all)-1); n >= ngramMin; n-- {
 		suffix := all[len(all)-n:]
 		// the latest match that leaves at least one token after it
 		for p := len(all) - n - 1; p >= 0; p-- {
-			if equalTokens(all[p:p+n], suffix) {
-				from := p + n
-				return append([]int32(nil), all[from:min(from+k, len(all))]...)
+			if !equalTokens(all[p:p+n], suffix) {
+				continue
 			}
+			from := p + n
+			drafts := make([]int32, 0, k)
+			for i := range k {
+				if j := from + i; j < len(all) {
+					drafts = append(drafts, all[j])
+				} else {
+					drafts = append(drafts, drafts[j-len(all)])
+				}
+			}
+			return drafts
 		}
 	}
 	return nil

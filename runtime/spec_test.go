@@ -12,10 +12,13 @@ func TestNgramDraft(t *testing.T) {
 	all := []int32{5, 6, 7, 8, 9, 1, 2, 6, 7}
 	// the last two tokens (6, 7) occurred at 1: what followed them
 	require.Equal(t, []int32{8, 9, 1}, ngramDraft(all, 3))
+	require.Equal(t, []int32{8, 9, 1, 2, 6, 7, 8}, ngramDraft(all, 7))
 	require.Equal(t, []int32{8}, ngramDraft(all, 1))
-	// the latest occurrence wins, and drafts stop at the end of what is known
+	// the latest occurrence wins, and a continuation that reaches the end
+	// goes on with what it drafted (4 1 2 4 1 2 …: the period of the text)
 	all = []int32{1, 2, 3, 1, 2, 4, 1, 2}
-	require.Equal(t, []int32{4, 1, 2}, ngramDraft(all, 5))
+	require.Equal(t, []int32{4, 1, 2, 4, 1}, ngramDraft(all, 5))
+	require.Equal(t, []int32{7, 7, 7, 7}, ngramDraft([]int32{5, 7, 7, 7}, 4), "a repeated token")
 	require.Nil(t, ngramDraft([]int32{1, 2, 3}, 4), "nothing repeats")
 	require.Nil(t, ngramDraft([]int32{1}, 4))
 }
