@@ -77,29 +77,44 @@ wait_ready() {
 # model as "qwen3" for the tool, structured-output and reasoning tests.
 "$tmp/memra" synth --preset qwen3-8b --layers 1 --dim 64 --ffn 128 --quant f32 --quiet -o "$tmp/qwen3.gguf" >/dev/null
 
-open_port=$(free_port)
-keyed_port=$(free_port)
-plugin_port=$(free_port)
-key="sk-npmtest-$RANDOM$RANDOM"
-start open "$open_port" stories260K --model "qwen3=$tmp/qwen3.gguf"
-start keyed "$keyed_port" --api-keys "$key"
-start plugins "$plugin_port" --template-plugin "stories260K=$tmp/testplugin.wasm" \
-	--grammar-plugin "test=$tmp/testplugin.wasm" --grammar-plugin "regex=$root/bin/plugins/regex.wasm"
-wait_ready open "$open_port"
-wait_ready keyed "$keyed_port"
-wait_ready plugins "$plugin_port"
-
+# The suite runs twice: against servers as they start by default, then with
+# speculative decoding on (--spec ngram), which must change nothing a client
+# can tell.
 status=0
-MEMRA_URL="http://127.0.0.1:$open_port/v1" \
-	MEMRA_KEYED_URL="http://127.0.0.1:$keyed_port/v1" \
-	MEMRA_PLUGIN_URL="http://127.0.0.1:$plugin_port/v1" \
-	MEMRA_KEY="$key" \
-	MEMRA_AGENT_MODEL=qwen3 \
-	node --test --test-concurrency=1 "$here"/*.test.mjs || status=$?
-if [ "$status" -ne 0 ]; then
-	for name in open plugins; do
-		echo "--- server log ($name) ---" >&2
-		tail -n 50 "$tmp/$name.log" >&2
+for pass in plain spec; do
+	extra=()
+	[ "$pass" = spec ] && extra=(--spec ngram)
+	open_port=$(free_port)
+	keyed_port=$(free_port)
+	plugin_port=$(free_port)
+	key="sk-npmtest-$RANDOM$RANDOM"
+	first=${#pids[@]}
+	start open "$open_port" stories260K --model "qwen3=$tmp/qwen3.gguf" "${extra[@]}"
+	start keyed "$keyed_port" --api-keys "$key" "${extra[@]}"
+	start plugins "$plugin_port" --template-plugin "stories260K=$tmp/testplugin.wasm" \
+		--grammar-plugin "test=$tmp/testplugin.wasm" --grammar-plugin "regex=$root/bin/plugins/regex.wasm" "${extra[@]}"
+	wait_ready open "$open_port"
+	wait_ready keyed "$keyed_port"
+	wait_ready plugins "$plugin_port"
+	echo "npm suite: servers started ${extra[*]:-with their defaults}" >&2
+	pass_status=0
+	MEMRA_URL="http://127.0.0.1:$open_port/v1" \
+		MEMRA_KEYED_URL="http://127.0.0.1:$keyed_port/v1" \
+		MEMRA_PLUGIN_URL="http://127.0.0.1:$plugin_port/v1" \
+		MEMRA_KEY="$key" \
+		MEMRA_AGENT_MODEL=qwen3 \
+		node --test --test-concurrency=1 "$here"/*.test.mjs || pass_status=$?
+	if [ "$pass_status" -ne 0 ]; then
+		status=$pass_status
+		for name in open plugins; do
+			echo "--- server log ($name, $pass) ---" >&2
+			tail -n 50 "$tmp/$name.log" >&2
+		done
+	fi
+	for p in "${pids[@]:$first}"; do
+		kill "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
 	done
-fi
+	pids=("${pids[@]:0:$first}")
+done
 exit "$status"
