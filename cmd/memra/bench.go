@@ -37,6 +37,7 @@ type benchOptions struct {
 	jsonPath          string
 	plotPath          string
 	pp                ppOptions
+	spec              specOptions
 }
 
 func newBenchCmd() *cobra.Command {
@@ -88,6 +89,7 @@ bytes read per step × steps/s) against the copy rate and pp as TFLOP/s
 	f.StringVar(&o.jsonPath, "json", "", "write the raw results to this JSON file")
 	f.StringVar(&o.plotPath, "plot", "", "draw decode tok/s against batch size to this SVG file")
 	addPPFlags(cmd, &o.pp)
+	addSpecFlags(f, &o.spec)
 	cmd.AddCommand(newBenchServeCmd())
 	return cmd
 }
@@ -190,6 +192,9 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 	ctxLen := max(o.prompt+o.gen, o.context)
 	if cl := m.HParams.ContextLength; cl > 0 {
 		ctxLen = min(ctxLen, cl)
+	}
+	if o.spec.on() {
+		return runBenchSpec(cmd, m, o, stderr)
 	}
 	b, err := benchBackend(m, o, max(ctxLen, 16), max(1, maxOf(batches)), stderr)
 	if err != nil {

@@ -57,13 +57,13 @@ var (
 		"threads":       anyThreads,
 		"context":       atLeast(0, "0: the model's"),
 	}))
-	benchLimits = withPP(map[string]flagLimit{
+	benchLimits = withSpec(withPP(map[string]flagLimit{
 		"n-prompt":    atLeast(0, "0: skip pp"),
 		"n-gen":       atLeast(0, "0: skip tg"),
 		"context":     atLeast(0, "0: prompt + generated tokens"),
 		"repetitions": atLeast(1, ""),
 		"threads":     anyThreads,
-	})
+	}))
 	benchServeLimits = map[string]flagLimit{
 		"concurrency":    atLeast(1, ""),
 		"requests":       atLeast(0, "0: no count limit"),

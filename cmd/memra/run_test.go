@@ -108,3 +108,14 @@ func TestRunSpeculative(t *testing.T) {
 	cmd.SetErr(&bytes.Buffer{})
 	require.ErrorContains(t, cmd.ExecuteContext(context.Background()), "--spec-max-draft 17")
 }
+
+// TestBenchSpec: bench --spec times plain and speculative decoding through
+// the engine and reports the drafts' acceptance.
+func TestBenchSpec(t *testing.T) {
+	cmd := newBenchCmd()
+	out, _ := execute(t, cmd, func(o, e *bytes.Buffer) { cmd.SetOut(o); cmd.SetErr(e) },
+		"--spec", "ngram", "-n", "60", "-r", "1", "--no-progress", "--threads", "2", "--device", "cpu")
+	require.Regexp(t, `\| off \| \d+ \| 60 \| [0-9.]+ \|`, out)
+	require.Regexp(t, `\| ngram \| \d+ \| 60 \| [0-9.]+ \| [0-9.–]+ \| [1-9]\d* \| [1-9]\d* \(`, out)
+	require.Regexp(t, `speculative decoding: [0-9.]+× plain decode`, out)
+}
