@@ -13,6 +13,9 @@
 #   scripts/gpu-serve.sh chat    # the chat scenario alone, with and without the prefix cache
 #   scripts/gpu-serve.sh speed   # the engine's tg128@512 at batch 1 and 64 against the server at 1 and
 #                                # 64 streams, temperature 1 and 0 (issue 31)
+#   scripts/gpu-serve.sh exact   # greedy from the prefix cache as cold, with speculation as without
+#   scripts/gpu-serve.sh spec    # exact, then speculative decoding's speed (memra run, bench --spec,
+#                                # the verify step's cost as bench -b 1,2,4,5,8)
 #   scripts/gpu-serve.sh long    # qwen2.5-7b q4_k_m with a 32k context: a 30,000-token prompt
 #
 # Build here first: make gpu-build, and the older binary for comparison as .gpu/memra-old; carry
@@ -152,6 +155,27 @@ speed)
 	for d in "$OUT"/speed-*; do echo "== $d"; grep -E '^\| [0-9]' "$d/serve-bench.md"; done
 	cat "$OUT/metrics.txt"
 	;;
+exact | spec)
+	# greedy output from the prefix cache as cold, and with n-gram speculation as without, on the
+	# GPU (runtime/cuda engine tests), then speculative decoding's speed on a copy-heavy prompt
+	cuda_tests() { (cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run 'TestGPUPrefixCacheExact|TestGPUSpecExact'); }
+	step engine-exact cuda_tests
+	[ "$MODE" = spec ] && {
+		P="Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. One day, she saw a big red ball under a tree. Please say the story again. Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. One day, she saw a big red ball under a tree. Once upon a time,"
+		step synth-llama2-7b synth "$L7" --preset llama2-7b --quant q4_k_m --weights blocks
+		for m in stories260K "$L7"; do
+			n=$(basename "$m" .gguf)
+			for sp in off ngram; do
+				"$BIN" run "$m" --device cuda --temperature 0 -n 256 --ignore-eos --prompt "$P" --spec $sp >"$OUT/$n-$sp.txt" 2>"$OUT/$n-$sp.err"
+			done
+			cmp -s "$OUT/$n-off.txt" "$OUT/$n-ngram.txt" && echo "$n: the same text off and on" || echo "$n: TEXT DIFFERS"
+			tail -n 2 "$OUT/$n-off.err" "$OUT/$n-ngram.err"
+		done
+		step bench-spec "$BIN" bench stories260K --device cuda --spec ngram -n 300 -r 5 --no-progress
+		step bench-verify "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,2,4,5,8
+		cat "$OUT/bench-spec.log"; grep -h -E '^\| 2' "$OUT/bench-verify.log"
+	}
+	;;
 long)
 	Q7=$MODELS/qwen2.5-7b-q4_k_m.gguf
 	step synth-qwen2.5-7b synth "$Q7" --preset qwen2.5-7b --quant q4_k_m --weights blocks
@@ -167,7 +191,7 @@ long)
 	cat "$OUT/long30k/serve-bench.md" 2>/dev/null
 	;;
 *)
-	echo "usage: $0 pages|serve|chat|speed|long" >&2
+	echo "usage: $0 pages|serve|chat|speed|exact|spec|long" >&2
 	exit 2
 	;;
 esac

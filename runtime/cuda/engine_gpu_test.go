@@ -1,0 +1,117 @@
+package cuda
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/memra-ai/memra/runtime"
+	"github.com/memra-ai/memra/runtime/load/builtin"
+	"github.com/memra-ai/memra/runtime/synth"
+)
+
+// engineOn runs backend b behind an engine of maxRunning sequences.
+func engineOn(t *testing.T, b *Backend, maxRunning int, spec runtime.SpecConfig) *runtime.Engine {
+	t.Helper()
+	e := runtime.NewEngine(b, nil, runtime.EngineConfig{MaxRunning: maxRunning, Spec: spec})
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+// greedy runs reqs together on e and returns each one's tokens and usage.
+func greedy(t *testing.T, e *runtime.Engine, reqs []runtime.Request) ([][]int32, []runtime.Usage) {
+	t.Helper()
+	chans := make([]<-chan runtime.Event, len(reqs))
+	for i, r := range reqs {
+		ch, err := e.Submit(context.Background(), r)
+		require.NoError(t, err)
+		chans[i] = ch
+	}
+	toks, usage := make([][]int32, len(reqs)), make([]runtime.Usage, len(reqs))
+	for i, ch := range chans {
+		for ev := range ch {
+			require.NoError(t, ev.Err)
+			for _, g := range ev.Tokens {
+				toks[i] = append(toks[i], g.Token)
+			}
+			usage[i] = ev.Usage
+		}
+	}
+	return toks, usage
+}
+
+// gpuEngineModels are the models the engine tests run: the embedded
+// stories260K (float weights) and a synthesized llama3-8b q4_k_m of two
+// layers (the default configuration's int8 and f16 products).
+func gpuEngineModels(t *testing.T) map[string]func() (*Backend, int) {
+	return map[string]func() (*Backend, int){
+		"stories260K": func() (*Backend, int) {
+			m, err := builtin.Open()
+			require.NoError(t, err)
+			t.Cleanup(func() { m.Close() })
+			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 16})
+			return b, b.Info().VocabSize
+		},
+		"llama3-8b-q4_k_m": func() (*Backend, int) {
+			m := synthModel(t, "llama3-8b", "q4_k_m", synth.WeightsFloat)
+			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 16})
+			return b, b.Info().VocabSize
+		},
+	}
+}
+
+// TestGPUPrefixCacheExact: on the GPU, a prompt served from the prefix
+// cache gives the greedy tokens it gave computed cold, alone and with
+// other requests beside it.
+func TestGPUPrefixCacheExact(t *testing.T) {
+	gpuOrSkip(t)
+	for name, open := range gpuEngineModels(t) {
+		t.Run(name, func(t *testing.T) {
+			b, vocab := open()
+			e := engineOn(t, b, 8, runtime.SpecConfig{})
+			ps := prompts(vocab, 4, 150, 21)
+			var reqs []runtime.Request
+			for _, p := range ps {
+				reqs = append(reqs, runtime.Request{Prompt: p, MaxTokens: 32, IgnoreEOS: true})
+			}
+			cold, cu := greedy(t, e, reqs[:1])
+			warm, wu := greedy(t, e, reqs[:1])
+			require.Zero(t, cu[0].CachedTokens)
+			require.Positive(t, wu[0].CachedTokens)
+			require.Equal(t, cold, warm, "alone: from the cache as cold")
+			together, _ := greedy(t, e, reqs)
+			require.Equal(t, cold[0], together[0], "beside three others, its prompt from the cache")
+		})
+	}
+}
+
+// TestGPUSpecExact: on the GPU, greedy output is the same with n-gram
+// speculative decoding as without, one request alone and eight together.
+func TestGPUSpecExact(t *testing.T) {
+	gpuOrSkip(t)
+	for name, open := range gpuEngineModels(t) {
+		t.Run(name, func(t *testing.T) {
+			b, vocab := open()
+			// one backend, two engines in turn would each own it: speculation
+			// is turned off per request instead
+			e := engineOn(t, b, 16, runtime.SpecConfig{Mode: "ngram", MaxDraft: 4, MaxBatch: 8})
+			var reqs, offReqs []runtime.Request
+			no := false
+			for _, p := range prompts(vocab, 8, 40, 22) {
+				p = append(append(p, p...), p[:8]...) // told twice, then begun again: drafts are found
+				reqs = append(reqs, runtime.Request{Prompt: p, MaxTokens: 48, IgnoreEOS: true})
+				r := reqs[len(reqs)-1]
+				r.Speculative = &no
+				offReqs = append(offReqs, r)
+			}
+			want, _ := greedy(t, e, offReqs[:1])
+			got, _ := greedy(t, e, reqs[:1])
+			require.Equal(t, want, got, "alone")
+			require.Positive(t, e.Stats().SpecDrafted)
+			wantAll, _ := greedy(t, e, offReqs)
+			gotAll, _ := greedy(t, e, reqs)
+			require.Equal(t, wantAll, gotAll, "eight together")
+		})
+	}
+}
