@@ -99,7 +99,7 @@ func TestGPUSpecExact(t *testing.T) {
 			var reqs, offReqs []runtime.Request
 			no := false
 			for _, p := range prompts(vocab, 8, 40, 22) {
-				p = append(append(p, p...), p[:8]...) // told twice, then begun again: drafts are found
+				p = append(append(p, p...), p[:min(8, len(p))]...) // told twice, then begun again: drafts are found
 				reqs = append(reqs, runtime.Request{Prompt: p, MaxTokens: 48, IgnoreEOS: true})
 				r := reqs[len(reqs)-1]
 				r.Speculative = &no
