@@ -485,7 +485,46 @@ func TestLowerHalfFrom(t *testing.T) {
 		require.Zero(t, ln.Large, p.Kernels[ln.Kernel].Name)
 	}
 	bad := o
-	bad.HalfFrom = 1
+	bad.HalfFrom = -1
 	_, err = Lower(g, bad)
 	require.ErrorIs(t, err, ErrLower)
+}
+
+// TestLowerBatchInvariant: with HalfFrom 1 every launch of a Q4_K/Q6_K
+// decode program runs the same kernel at every step width, one row
+// included, so a sequence's arithmetic does not depend on how many
+// sequences share its step; by default the widths run different kernels.
+func TestLowerBatchInvariant(t *testing.T) {
+	llama := smallQwen3
+	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
+	g := buildGraph(t, llama, synthTensors(llama, dtype.Q4_K, dtype.Q6_K))
+	// varying counts the launches whose kernel differs between widths
+	varying := func(o LowerOptions) int {
+		p, err := Lower(g, o)
+		require.NoError(t, err)
+		n := 0
+		for _, ln := range p.Launches {
+			k := ln.KernelFor(1)
+			for _, rows := range []int{2, 3, 4, 8} {
+				if ln.KernelFor(rows) != k {
+					n++
+					break
+				}
+			}
+		}
+		return n
+	}
+	o := LowerOptions{Class: Decode, MaxSeqs: 8, Context: 256, Cache: dtype.F16, NoQuantOut: QuantOutBatch}
+	require.Positive(t, varying(o), "by default one row runs its own kernels")
+	o.HalfFrom = 1
+	require.Zero(t, varying(o))
+	p, err := Lower(g, o)
+	require.NoError(t, err)
+	halves := 0
+	for _, ln := range p.Launches {
+		if strings.Contains(p.Kernels[ln.KernelFor(1)].Name, "_h16_") {
+			halves++
+		}
+	}
+	require.Equal(t, 5*llama.Layers+1, halves, "every product runs the f16 tensor-core kernel, one row too")
 }

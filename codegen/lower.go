@@ -103,7 +103,11 @@ type LowerOptions struct {
 	Arms Arms
 	// HalfFrom is the step rows from which products whose Arms.GEMVLarge
 	// is an f16 tensor-core arm (XQ 4) run it; 0 is HalfLargeRows. The
-	// int8 tensor-core arms run from GEMVLargeRows.
+	// int8 tensor-core arms run from GEMVLargeRows. 1 runs them at every
+	// step, so a sequence's products are the same kernels whatever the
+	// width of its step (the batch-invariant configuration): the f16
+	// kernel computes each row alone, its sums in an order that depends
+	// on neither the other rows nor their number.
 	HalfFrom int
 	// Pick, when set, chooses each tunable kernel's arm by its family and
 	// shape class (see ArmPicker); nil uses Arms everywhere.
@@ -307,8 +311,8 @@ func lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 	if opts.Class == Decode {
 		opts.MaxTokens = opts.MaxSeqs
 	}
-	if opts.HalfFrom < 0 || opts.HalfFrom == 1 {
-		return nil, fmt.Errorf("%w: f16 products from %d rows, want 2 or more (one row runs the one-row arm)", ErrLower, opts.HalfFrom)
+	if opts.HalfFrom < 0 {
+		return nil, fmt.Errorf("%w: f16 products from %d rows, want 1 or more", ErrLower, opts.HalfFrom)
 	}
 	if opts.MaxTokens < opts.MaxSeqs {
 		return nil, fmt.Errorf("%w: max tokens %d below max seqs %d", ErrLower, opts.MaxTokens, opts.MaxSeqs)

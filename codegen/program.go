@@ -136,12 +136,15 @@ func (l *Launch) largeFrom() int {
 
 // KernelFor returns the index of the kernel l launches for a step whose
 // Dims.Tokens is rows.
+//
+// A Large kernel from one row (LargeFrom 1: the batch-invariant
+// configuration, LowerOptions.HalfFrom 1) runs every step, one row too.
 func (l *Launch) KernelFor(rows int) int {
-	if l.One > 0 && rows == 1 {
-		return l.One - 1
-	}
 	if l.Large > 0 && rows >= l.largeFrom() {
 		return l.Large - 1
+	}
+	if l.One > 0 && rows == 1 {
+		return l.One - 1
 	}
 	return l.Kernel
 }

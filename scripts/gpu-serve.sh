@@ -160,6 +160,14 @@ exact | spec)
 	# GPU (runtime/cuda engine tests), then speculative decoding's speed on a copy-heavy prompt
 	cuda_tests() { (cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run 'TestGPUPrefixCacheExact|TestGPUSpecExact'); }
 	step engine-exact cuda_tests
+	# what batch invariance costs: the f16 products at every width against the default
+	step synth-llama2-7b synth "$L7" --preset llama2-7b --quant q4_k_m --weights blocks
+	for inv in default invariant; do
+		flag=()
+		[ $inv = invariant ] && flag=(--batch-invariant)
+		step "bench-$inv" "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,2,4,8,16 "${flag[@]}"
+	done
+	grep -H -E '^\| 2.*tg' "$OUT"/bench-default.log "$OUT"/bench-invariant.log
 	[ "$MODE" = spec ] && {
 		P="Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. One day, she saw a big red ball under a tree. Please say the story again. Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. One day, she saw a big red ball under a tree. Once upon a time,"
 		step synth-llama2-7b synth "$L7" --preset llama2-7b --quant q4_k_m --weights blocks

@@ -28,6 +28,7 @@ type benchOptions struct {
 	device            string
 	kvCache           string
 	kvMemory          float64
+	batchInvariant    bool
 	threads           int
 	noProgress        bool
 	batches           string
@@ -79,6 +80,7 @@ bytes read per step × steps/s) against the copy rate and pp as TFLOP/s
 	f.StringVar(&o.device, "device", "", deviceHelp)
 	f.StringVar(&o.kvCache, "kv-cache", "", kvCacheHelp)
 	f.Float64Var(&o.kvMemory, "kv-memory", 0, kvMemoryHelp)
+	f.BoolVar(&o.batchInvariant, "batch-invariant", false, batchInvariantHelp)
 	f.IntVarP(&o.threads, "threads", "t", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&o.noProgress, "no-progress", false, "hide the progress bar")
 	f.StringVarP(&o.batches, "batch", "b", "1", "decode batch sizes of the tg test, comma separated (e.g. 1,2,4,8)")
@@ -146,7 +148,7 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 		return nil, err
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
-	kv := gpuOptions{kvCache: o.kvCache, context: ctxLen, kvMemory: o.kvMemory}
+	kv := gpuOptions{kvCache: o.kvCache, context: ctxLen, kvMemory: o.kvMemory, batchInvariant: o.batchInvariant}
 	if o.pp.enabled() {
 		if o.roofline {
 			return nil, fmt.Errorf("bench: --roofline measures one GPU; not with --pp-stages")

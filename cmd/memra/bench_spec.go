@@ -130,7 +130,7 @@ func runBenchSpec(cmd interface {
 	if device == "" {
 		device = b.Info().Device
 	}
-	spec, release, err := o.spec.config(m, device, o.threads, rows, gpuOptions{kvCache: o.kvCache, kvMemory: o.kvMemory})
+	spec, release, err := o.spec.config(m, device, o.threads, rows, gpuOptions{kvCache: o.kvCache, kvMemory: o.kvMemory, batchInvariant: o.batchInvariant})
 	if err != nil {
 		b.Close()
 		return err

@@ -121,6 +121,8 @@ type gpuOptions struct {
 	// kvMemory is the KV page pool: GiB from 1 up, a fraction of the memory
 	// left after weights below 1, 0 for the default
 	kvMemory float64
+	// batchInvariant: the same products at every decode width (CUDA)
+	batchInvariant bool
 }
 
 const (
@@ -128,11 +130,14 @@ const (
 	kvMemoryHelp = "KV page pool: GiB (1 and up) or a fraction of the memory left after the weights (below 1); 0: every sequence at the whole context, at most what fits"
 )
 
-// addKVFlags registers --context and --kv-memory.
+// addKVFlags registers --context, --kv-memory and --batch-invariant.
 func addKVFlags(f *pflag.FlagSet, g *gpuOptions) {
 	f.IntVar(&g.context, "context", 0, contextHelp)
 	f.Float64Var(&g.kvMemory, "kv-memory", 0, kvMemoryHelp)
+	f.BoolVar(&g.batchInvariant, "batch-invariant", false, batchInvariantHelp)
 }
+
+const batchInvariantHelp = "CUDA: every decode step runs the same products whatever its width, so greedy output is the same alone, batched, speculating or from the prefix cache (Q4_K/Q6_K and float weights); costs one-row speed (the CPU backend is invariant always)"
 
 // check refuses values the backends cannot honour.
 func (g gpuOptions) check() error {
@@ -156,6 +161,7 @@ func (g gpuOptions) kvBytes() (bytes int64, fraction float64) {
 // cudaOptions are the CUDA backend's options from g.
 func (g gpuOptions) cudaOptions(o cuda.BackendOptions) cuda.BackendOptions {
 	o.Cache = g.kvCache
+	o.BatchInvariant = g.batchInvariant
 	if g.context > 0 {
 		o.Context = g.context
 	}

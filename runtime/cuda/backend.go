@@ -106,6 +106,12 @@ type BackendOptions struct {
 	// run (codegen.LowerOptions.HalfFrom; MEMRA_GEMV_LARGE_FROM); 0 is
 	// codegen.HalfLargeRows.
 	HalfFrom int
+	// BatchInvariant runs the f16 tensor-core products at every decode
+	// step, one row included (HalfFrom 1), so that a sequence's logits do
+	// not depend on how many sequences share its step: greedy output is
+	// then the same alone, batched, speculating or from the prefix cache,
+	// for products of the types the f16 kernel covers (codegen.HalfTypes).
+	BatchInvariant bool
 	// Multiprocessors is the card's count, set by NewBackend; Lower, with
 	// no card, takes DefaultMultiprocessors.
 	Multiprocessors int
@@ -324,6 +330,9 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 		GEMVPrefetch: opts.GEMVPrefetch, DecodePreload: !opts.NoDecodePreload, DecodeKeysInFlight: opts.DecodeKeysInFlight,
 		FlashPrefill:    opts.PrefillAttention == "flash" || (opts.PrefillAttention == "" && DefaultFlashPrefill),
 		Multiprocessors: cmp.Or(opts.Multiprocessors, DefaultMultiprocessors), HalfFrom: opts.HalfFrom}
+	if opts.BatchInvariant {
+		base.HalfFrom = 1
+	}
 	switch { // negative: neither rule
 	case opts.GEMVSplitRows > 0:
 		base.GEMVSplitRows, base.GEMVSplitK = opts.GEMVSplitRows, opts.GEMVSplitK

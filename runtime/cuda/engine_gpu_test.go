@@ -43,7 +43,9 @@ func greedy(t *testing.T, e *runtime.Engine, reqs []runtime.Request) ([][]int32,
 
 // gpuEngineModels are the models the engine tests run: the embedded
 // stories260K (float weights) and a synthesized llama3-8b q4_k_m of two
-// layers (the default configuration's int8 and f16 products).
+// layers, in the default configuration (int8 products for one row, f16
+// tensor-core ones from three) and batch-invariant (the f16 ones at every
+// width).
 func gpuEngineModels(t *testing.T) map[string]func() (*Backend, int) {
 	return map[string]func() (*Backend, int){
 		"stories260K": func() (*Backend, int) {
@@ -56,6 +58,11 @@ func gpuEngineModels(t *testing.T) map[string]func() (*Backend, int) {
 		"llama3-8b-q4_k_m": func() (*Backend, int) {
 			m := synthModel(t, "llama3-8b", "q4_k_m", synth.WeightsFloat)
 			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 16})
+			return b, b.Info().VocabSize
+		},
+		"llama3-8b-q4_k_m/batch-invariant": func() (*Backend, int) {
+			m := synthModel(t, "llama3-8b", "q4_k_m", synth.WeightsFloat)
+			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 16, BatchInvariant: true})
 			return b, b.Info().VocabSize
 		},
 	}
