@@ -514,10 +514,33 @@ func TestLowerBatchInvariant(t *testing.T) {
 		}
 		return n
 	}
-	o := LowerOptions{Class: Decode, MaxSeqs: 8, Context: 256, Cache: dtype.F16, NoQuantOut: QuantOutBatch}
+	o := LowerOptions{Class: Decode, MaxSeqs: 16, Context: 256, Cache: dtype.F16, NoQuantOut: QuantOutBatch}
 	require.Positive(t, varying(o), "by default one row runs its own kernels")
-	o.HalfFrom = 1
+	o.BatchInvariant = true
 	require.Zero(t, varying(o))
+	// a type the f16 kernel does not cover (Q8_0 V beside Q4_K Q and K):
+	// the batch kernel at every width, and no int8 tensor-core kernel
+	mixed := buildGraph(t, llama, synthTensors(llama, dtype.Q4_K, dtype.Q8_0))
+	def := o
+	def.BatchInvariant = false
+	pm, err := Lower(mixed, def)
+	require.NoError(t, err)
+	large := 0
+	for _, ln := range pm.Launches {
+		if ln.Large > 0 {
+			large++
+		}
+	}
+	require.Positive(t, large, "by default 16 rows run the int8 tensor-core kernel")
+	for _, gr := range []*ir.Graph{mixed} {
+		p, err := Lower(gr, o)
+		require.NoError(t, err)
+		for _, ln := range p.Launches {
+			for _, rows := range []int{2, 3, 8, 16} {
+				require.Equal(t, ln.KernelFor(1), ln.KernelFor(rows), p.Kernels[ln.Kernel].Name)
+			}
+		}
+	}
 	p, err := Lower(g, o)
 	require.NoError(t, err)
 	halves := 0

@@ -109,6 +109,12 @@ type LowerOptions struct {
 	// kernel computes each row alone, its sums in an order that depends
 	// on neither the other rows nor their number.
 	HalfFrom int
+	// BatchInvariant makes every decode step of a product run one kernel
+	// whatever its width, so a sequence's logits do not depend on how many
+	// sequences share its step: the f16 tensor-core product from one row
+	// where its type has one (HalfFrom 1), elsewhere the batch kernel at
+	// every width (no one-row kernel, no int8 tensor-core kernel).
+	BatchInvariant bool
 	// Pick, when set, chooses each tunable kernel's arm by its family and
 	// shape class (see ArmPicker); nil uses Arms everywhere.
 	Pick ArmPicker

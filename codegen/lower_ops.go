@@ -79,6 +79,9 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 		hasBatch := false
 		if arm.Layout == 1 {
 			batch, hasBatch = l.batchArm(arm, class, k)
+			if hasBatch && l.o.BatchInvariant {
+				arm = batch // one row runs the batch kernel too
+			}
 		}
 		var qo *preQuant
 		src := xqInput{launch: -1} // the XQuant launch of the product's rows, when it has one
@@ -153,6 +156,11 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 						if large, err = kernel(a); err != nil {
 							return err
 						}
+					}
+					if l.o.BatchInvariant && !half {
+						// the int8 tensor-core product from 16 rows would be a
+						// second class beside the batch kernel's
+						large = -1
 					}
 					if large >= 0 {
 						l.repacked[large] = true
@@ -403,6 +411,9 @@ func (l *lowerer) largeFrom(a GEMVArm) int {
 // the XHalf launches before them) run: LowerOptions.HalfFrom, else
 // HalfLargeRows.
 func (l *lowerer) halfFrom() int {
+	if l.o.BatchInvariant {
+		return 1
+	}
 	if l.o.HalfFrom > 0 {
 		return l.o.HalfFrom
 	}

@@ -43,7 +43,9 @@ func (e *Engine) takePages(s *sequence, running int) admission {
 	size := e.pool.PageSize()
 	var hit []int32
 	if s.keys != nil {
-		reuse := (len(s.all) - 1) / size
+		// at least the last two tokens are computed: a prompt's last chunk
+		// is never a lone token (promptChunk)
+		reuse := max(0, len(s.all)-2) / size
 		hit = e.pool.Lookup(s.keys, reuse)
 		if n := len(hit); n < min(reuse, len(s.keys)) {
 			if w := e.inflight[s.keys[n]]; w != nil && w != s {

@@ -190,9 +190,10 @@ func (e *Engine) step(running []*sequence) []*sequence {
 		if s.prefilled() || budget <= 0 {
 			continue
 		}
-		n := min(len(s.all)-s.cached, e.cfg.PrefillChunk, budget)
-		prompt += int64(n)
-		add(s, n)
+		if n := promptChunk(len(s.all)-s.cached, e.cfg.PrefillChunk, budget); n > 0 {
+			prompt += int64(n)
+			add(s, n)
+		}
 	}
 	var logits [][]float32
 	var greedy []int32
@@ -579,4 +580,20 @@ func anyFinite(x []float32) bool {
 		}
 	}
 	return false
+}
+
+// promptChunk is how many of a prompt's rem uncomputed tokens a step feeds,
+// within chunk and the step's budget, leaving two tokens or more for the
+// last chunk where it can (chunks of three or more). A backend runs a step
+// of one-token entries as a decode step and longer ones as a prefill (on
+// the GPU, different products), so a prompt's last token would otherwise
+// be computed by the one or the other depending on where its chunks fell,
+// and the same prompt could give other logits cold, from the prefix cache
+// or beside other requests.
+func promptChunk(rem, chunk, budget int) int {
+	n := min(rem, chunk, budget)
+	if rem-n == 1 && n > 2 {
+		n-- // leave two for the last chunk
+	}
+	return n
 }

@@ -135,3 +135,17 @@ func TestSpeculateDistribution(t *testing.T) {
 	require.False(t, ok)
 	require.Equal(t, best, tok)
 }
+
+func TestPromptChunk(t *testing.T) {
+	for _, c := range []struct{ rem, chunk, budget, want int }{
+		{1000, 512, 2048, 512},
+		{513, 512, 2048, 511}, // not 512 and a lone last token
+		{512, 512, 2048, 512},
+		{3, 2, 2048, 2}, // a chunk of two cannot leave two
+		{5, 512, 4, 3},
+		{1, 512, 2048, 1},
+		{7, 512, 0, 0},
+	} {
+		require.Equal(t, c.want, promptChunk(c.rem, c.chunk, c.budget), "%+v", c)
+	}
+}

@@ -330,9 +330,7 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 		GEMVPrefetch: opts.GEMVPrefetch, DecodePreload: !opts.NoDecodePreload, DecodeKeysInFlight: opts.DecodeKeysInFlight,
 		FlashPrefill:    opts.PrefillAttention == "flash" || (opts.PrefillAttention == "" && DefaultFlashPrefill),
 		Multiprocessors: cmp.Or(opts.Multiprocessors, DefaultMultiprocessors), HalfFrom: opts.HalfFrom}
-	if opts.BatchInvariant {
-		base.HalfFrom = 1
-	}
+	base.BatchInvariant = opts.BatchInvariant
 	switch { // negative: neither rule
 	case opts.GEMVSplitRows > 0:
 		base.GEMVSplitRows, base.GEMVSplitK = opts.GEMVSplitRows, opts.GEMVSplitK

@@ -119,6 +119,13 @@ type blas struct {
 	handle uintptr
 	ws     DevicePtr
 	plans  map[blasKey]*blasPlan
+	// pinM, when positive, makes every product of a shape run the
+	// algorithm cuBLASLt chooses for pinM rows, whatever its own rows: an
+	// algorithm computes each row in an order that does not depend on the
+	// others, so a row's result does not depend on how many rows share the
+	// product (the batch-invariant configuration). A size the algorithm
+	// refuses falls back to its own choice.
+	pinM int
 }
 
 // blasKey is a product's shape: y[m][n] (+)= x[m][k] · W[n][k]ᵀ.
@@ -132,6 +139,7 @@ type blasKey struct {
 type blasPlan struct {
 	desc, a, b, c uintptr
 	algo          [blasHeuristicBytes]byte
+	pinned        bool // algo is the pinM plan's, not chosen for this size
 }
 
 // newBLAS creates a handle; ws is BLASWorkspace bytes of device memory
@@ -191,16 +199,56 @@ func (b *blas) plan(key blasKey) (*blasPlan, error) {
 	if err := l.check("cublasLtMatmulPreferenceSetAttribute", call(l.prefSet, pref, blasPrefWorkspace, uintptr(unsafe.Pointer(&ws)), 8)); err != nil {
 		return nil, err
 	}
-	var found int32
-	if err := l.check("cublasLtMatmulAlgoGetHeuristic", call(l.heuristic, b.handle, p.desc, p.a, p.b, p.c, p.c, pref, 1,
-		uintptr(unsafe.Pointer(&p.algo[0])), uintptr(unsafe.Pointer(&found)))); err != nil {
-		return nil, err
+	if b.pinM > 0 && key.m != b.pinM {
+		ref := key
+		ref.m = b.pinM
+		rp, err := b.plan(ref)
+		if err != nil {
+			return nil, err
+		}
+		p.algo, p.pinned = rp.algo, true
+		b.plans[key] = p
+		return p, nil
 	}
-	if found < 1 {
-		return nil, fmt.Errorf("%w: no cublasLt algorithm for %d×%d×%d (f16 %v)", ErrBLAS, key.m, key.n, key.k, key.f16)
+	if err := b.heuristic(key, p, pref); err != nil {
+		return nil, err
 	}
 	b.plans[key] = p
 	return p, nil
+}
+
+// heuristic has cuBLASLt choose p's algorithm for key's size.
+func (b *blas) heuristic(key blasKey, p *blasPlan, pref uintptr) error {
+	l := b.l
+	var found int32
+	if err := l.check("cublasLtMatmulAlgoGetHeuristic", call(l.heuristic, b.handle, p.desc, p.a, p.b, p.c, p.c, pref, 1,
+		uintptr(unsafe.Pointer(&p.algo[0])), uintptr(unsafe.Pointer(&found)))); err != nil {
+		return err
+	}
+	if found < 1 {
+		return fmt.Errorf("%w: no cublasLt algorithm for %d×%d×%d (f16 %v)", ErrBLAS, key.m, key.n, key.k, key.f16)
+	}
+	return nil
+}
+
+// unpin gives p the algorithm cuBLASLt chooses for its own size (the
+// pinned one refused it).
+func (b *blas) unpin(key blasKey, p *blasPlan) error {
+	l := b.l
+	var pref uintptr
+	if err := l.check("cublasLtMatmulPreferenceCreate", call(l.prefCreate, uintptr(unsafe.Pointer(&pref)))); err != nil {
+		return err
+	}
+	defer call(l.prefDestroy, pref)
+	ws := uint64(BLASWorkspace)
+	if err := l.check("cublasLtMatmulPreferenceSetAttribute", call(l.prefSet, pref, blasPrefWorkspace, uintptr(unsafe.Pointer(&ws)), 8)); err != nil {
+		return err
+	}
+	if err := b.heuristic(key, p, pref); err != nil {
+		return err
+	}
+	p.pinned = false
+	return nil
 }
 
 // matmul queues y (+)= x · wᵀ on s: w [n][k] and x [m][k] bf16 (f16 with key.f16), y f32 [m][n].
@@ -214,8 +262,19 @@ func (b *blas) matmul(key blasKey, w, x, y DevicePtr, s Stream) error {
 		beta = 1
 	}
 	l := b.l
-	return l.check("cublasLtMatmul", call(l.matmul, b.handle, p.desc, uintptr(unsafe.Pointer(&alpha)), uintptr(w), p.a, uintptr(x), p.b,
-		uintptr(unsafe.Pointer(&beta)), uintptr(y), p.c, uintptr(y), p.c, uintptr(unsafe.Pointer(&p.algo[0])), uintptr(b.ws), BLASWorkspace, uintptr(s)))
+	run := func() error {
+		return l.check("cublasLtMatmul", call(l.matmul, b.handle, p.desc, uintptr(unsafe.Pointer(&alpha)), uintptr(w), p.a, uintptr(x), p.b,
+			uintptr(unsafe.Pointer(&beta)), uintptr(y), p.c, uintptr(y), p.c, uintptr(unsafe.Pointer(&p.algo[0])), uintptr(b.ws), BLASWorkspace, uintptr(s)))
+	}
+	err = run()
+	if err != nil && p.pinned {
+		// the pinned algorithm refused this size (checked before anything
+		// ran): this size's own algorithm, and a second class for it
+		if err = b.unpin(key, p); err == nil {
+			err = run()
+		}
+	}
+	return err
 }
 
 // close releases the plans and the handle (not the workspace).
