@@ -154,6 +154,8 @@ type Engine struct {
 	// to it; a queued request that needs such a page waits for it (loop
 	// goroutine only)
 	inflight map[kv.Key]*sequence
+
+	embeds embedQueue // embedding requests (embed_engine.go); guarded by mu
 }
 
 func newEngine(b Backend, v vocabulary, tok *tokenizer.Tokenizer, cfg EngineConfig) *Engine {

@@ -72,6 +72,7 @@ func (e *Engine) loop() {
 		}
 		running = e.admit(running)
 		running = e.dropCancelled(running)
+		e.embedStep(len(running)) // embedding requests (embed_engine.go)
 		if len(running) == 0 {
 			e.count(running)
 			select {
