@@ -51,6 +51,10 @@ type Options struct {
 	// half of it.
 	KVMemory   int64
 	KVFraction float64
+	// Embedding prepares the model for embeddings (runtime.Embedder): a
+	// second executor of the graph without its head (arch.BuildHidden)
+	// over the same weights and KV pool. A pipeline stage has none.
+	Embedding bool
 }
 
 // DefaultPageSize is the KV page of Options.PageSize 0: the GPU's
@@ -83,6 +87,9 @@ type Backend struct {
 	result [][]float32
 	closed bool
 	fault  error // the ErrWeightFault that put the backend out of service
+
+	emb    *Backend             // the headless executor of embeddings (embed.go), or nil
+	pooler runtime.HiddenPooler // the final norm embeddings apply on the host
 }
 
 var _ runtime.PagedBackend = (*Backend)(nil)
@@ -102,6 +109,24 @@ func newBackend(hp ir.HParams, src Source, first, last int, opts Options) (*Back
 	if err != nil {
 		return nil, err
 	}
+	b, err := newExecutor(hp, src, g, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.newPool(); err != nil {
+		return nil, err
+	}
+	if opts.Embedding && first == 0 && last == hp.Layers {
+		if err := b.prepareEmbedding(src); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// newExecutor runs the standard passes on g (verifying after each) and
+// prepares an executor of it over the tensors of src, without a KV pool.
+func newExecutor(hp ir.HParams, src Source, g *ir.Graph, opts Options) (*Backend, error) {
 	if err := ir.RunPasses(g, ir.Passes); err != nil {
 		return nil, err
 	}
@@ -130,9 +155,6 @@ func newBackend(hp ir.HParams, src Source, first, last int, opts Options) (*Back
 	b.info = runtime.ModelInfo{Name: hp.Name, Arch: hp.Arch, ContextLength: hp.ContextLength, Device: "cpu"}
 	if out := g.Output(); out != nil {
 		b.info.VocabSize = int(out.Shape[1])
-	}
-	if err := b.newPool(); err != nil {
-		return nil, err
 	}
 	return b, nil
 }
