@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -187,6 +186,10 @@ type BackendOptions struct {
 	// Logf receives the backend's start-up notices (the tunedb fallback);
 	// nil discards them.
 	Logf func(format string, args ...any)
+	// Embedding lowers and loads a third program, the model without its
+	// head (arch.BuildHidden), for embeddings (runtime.Embedder; embed.go).
+	// A pipeline stage has none.
+	Embedding bool
 }
 
 // graphBuckets are the decode batch sizes captured as CUDA graphs; a batch
@@ -253,6 +256,8 @@ type Backend struct {
 	// drop: decode launches of kernels whose names match are left out
 	// (MEMRA_DROP, a timing diagnostic: the outputs are wrong)
 	drop *regexp.Regexp
+
+	emb *embedState // the embedding program (embed.go), or nil
 }
 
 var (
@@ -323,6 +328,23 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 	if err := ir.RunPasses(g, ir.Passes); err != nil {
 		return nil, nil, err
 	}
+	base := lowerOptions(opts, cache)
+	d := base
+	d.Class = codegen.Decode
+	if decode, err = codegen.Lower(g, d); err != nil {
+		return nil, nil, err
+	}
+	p := base
+	p.Class, p.MaxTokens = codegen.Prefill, opts.PrefillTokens
+	if prefill, err = codegen.Lower(g, p); err != nil {
+		return nil, nil, err
+	}
+	return decode, prefill, nil
+}
+
+// lowerOptions are the lowering options of opts (filled) with a KV cache
+// of type cache, before the step class.
+func lowerOptions(opts BackendOptions, cache dtype.Type) codegen.LowerOptions {
 	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, PageSize: opts.PageSize, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
 		PrefillGEMV: opts.PrefillGEMV, Argmax: true, Sample: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue, FuseFloat: opts.FuseFloat,
 		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct > 0 || (opts.RopeInProduct == 0 && opts.MaxSeqs == 1),
@@ -344,17 +366,7 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 		base.Arms.Decode = codegen.DefaultDecodeLiveArm
 		base.Arms.Decode.Live = live
 	}
-	d := base
-	d.Class = codegen.Decode
-	if decode, err = codegen.Lower(g, d); err != nil {
-		return nil, nil, err
-	}
-	p := base
-	p.Class, p.MaxTokens = codegen.Prefill, opts.PrefillTokens
-	if prefill, err = codegen.Lower(g, p); err != nil {
-		return nil, nil, err
-	}
-	return decode, prefill, nil
+	return base
 }
 
 // NewBackend lowers m for decode and prefill with each kernel's arm from
@@ -403,6 +415,11 @@ func newBackend(m *load.Model, opts BackendOptions, first, last int) (*Backend, 
 	}
 	b.progs[codegen.Decode] = &progState{p: decode}
 	b.progs[codegen.Prefill] = &progState{p: prefill}
+	if opts.Embedding && first == 0 && last == m.HParams.Layers {
+		if b.emb, err = newEmbedState(m, opts); err != nil {
+			return nil, errors.Join(err, dev.Close())
+		}
+	}
 	b.info = runtime.ModelInfo{Name: m.HParams.Name, Arch: m.HParams.Arch, VocabSize: decode.Vocab, ContextLength: opts.Context,
 		MaxBatchTokens: opts.PrefillTokens, Device: fmt.Sprintf("cuda:%d", opts.Device)}
 	if err := b.load(m, info.Arch()); err != nil {
@@ -437,8 +454,11 @@ func (b *Backend) load(m *load.Model, target string) error {
 		return err
 	}
 	b.inCap = pre.MaxTokens
-	weights, wbytes := uniqueWeights(dec, pre)
+	weights, wbytes := uniqueWeights(b.programs()...)
 	arena := max(dec.Buffers.ArenaBytes, pre.Buffers.ArenaBytes)
+	if b.emb != nil {
+		arena = max(arena, b.emb.ps.p.Buffers.ArenaBytes)
+	}
 	cached := cacheLayers(dec) // a pipeline stage caches only its own layers
 	size := b.opts.PageSize
 	rowBytes := int64(size) * int64(codegen.CacheRowBytes(dec.Cache, dec.KVWidth)) // a page of one layer's keys
@@ -488,6 +508,9 @@ func (b *Backend) load(m *load.Model, target string) error {
 			if b.bpf, err = b.newBLASPrefill(c, plan, images); err != nil {
 				return fmt.Errorf("cuBLASLt prefill: %w", err)
 			}
+			if b.emb != nil {
+				b.emb.blas = sameProducts(pre, b.emb.ps.p, b.bpf.prods)
+			}
 		}
 		ptrs := map[string]DevicePtr{}
 		for _, w := range weights {
@@ -497,7 +520,7 @@ func (b *Backend) load(m *load.Model, target string) error {
 			}
 			ptrs[weightKey(w)] = p
 		}
-		for _, ps := range b.progs {
+		for _, ps := range b.states() {
 			for i := range ps.p.Weights {
 				ps.weights = append(ps.weights, ptrs[weightKey(&ps.p.Weights[i])])
 			}
@@ -627,7 +650,11 @@ func (b *Backend) compile(target string, extra []*codegen.Kernel) (map[string][]
 		return nil, err
 	}
 	images := map[string][]byte{}
-	ks := slices.Concat(b.progs[0].p.Kernels, b.progs[1].p.Kernels, extra)
+	var ks []*codegen.Kernel
+	for _, p := range b.programs() {
+		ks = append(ks, p.Kernels...)
+	}
+	ks = append(ks, extra...)
 	for _, k := range ks {
 		if _, ok := images[k.Name]; ok {
 			continue
@@ -663,7 +690,7 @@ func (b *Backend) function(c *Ctx, images map[string][]byte, k *codegen.Kernel, 
 // loadModules loads each image and resolves every program's functions.
 func (b *Backend) loadModules(c *Ctx, images map[string][]byte) error {
 	fns := map[string]Function{}
-	for _, ps := range b.progs {
+	for _, ps := range b.states() {
 		for _, k := range ps.p.Kernels {
 			_, seen := fns[k.Name]
 			f, err := b.function(c, images, k, fns)

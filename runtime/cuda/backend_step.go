@@ -335,11 +335,9 @@ func (b *Backend) launch(c *Ctx, ps *progState, l *codegen.Launch, T, S int) err
 			panic(fmt.Sprintf("BUG: launch argument kind %d", a.Kind))
 		}
 	}
-	if b.bpf != nil && ps == b.progs[codegen.Prefill] {
-		if bp := b.bpf.prods[ki]; bp != nil {
-			w, x, y := args[0].(DevicePtr), args[1].(DevicePtr), args[2].(DevicePtr)
-			return b.bpf.run(c, bp, w, x, y, d.Tokens, b.stream)
-		}
+	if bp := b.blasProduct(ps, ki); bp != nil {
+		w, x, y := args[0].(DevicePtr), args[1].(DevicePtr), args[2].(DevicePtr)
+		return b.bpf.run(c, bp, w, x, y, d.Tokens, b.stream)
 	}
 	cfg := LaunchConfig{Grid: g.Grid, Block: g.Block, Shared: g.Shared, Stream: b.stream, PDL: b.pdl}
 	if err := c.Launch(ps.fns[ki], cfg, args...); err != nil {

@@ -146,6 +146,20 @@ func (bpf *blasPrefill) run(c *Ctx, bp *blasProduct, w, x, y DevicePtr, m int, s
 	return nil
 }
 
+// blasProduct returns the cuBLASLt replacement of kernel ki of ps (the
+// prefill or the embedding program), or nil where it runs as generated.
+func (b *Backend) blasProduct(ps *progState, ki int) *blasProduct {
+	switch {
+	case b.bpf == nil:
+		return nil
+	case ps == b.progs[codegen.Prefill]:
+		return b.bpf.prods[ki]
+	case b.emb != nil && ps == b.emb.ps:
+		return b.emb.blas[ki]
+	}
+	return nil
+}
+
 // PrefillArm names how the prefill program's products run: "gemv" (the
 // exact configuration's float GEMV), "blas" (cuBLASLt) or "mma" (the
 // generated tensor-core product).
