@@ -26,6 +26,9 @@ func fromGGUF(path string, f *gguf.File) (*Model, error) {
 		return nil, err
 	}
 	m.HParams = hp
+	if m.Pooling, err = ggufPooling(path, hp.Arch, f); err != nil {
+		return nil, err
+	}
 	m.ChatTemplate, _ = f.String("tokenizer.chat_template")
 	m.FileType = ggufFileType(f, m)
 	if _, ok := f.String("tokenizer.ggml.model"); ok {

@@ -108,6 +108,12 @@ func (m *Model) fillHF(dir, cfgPath string, cfg *hfConfig, set *safetensors.Set)
 	}
 	m.HParams = hp
 	m.FileType = hfFileType(m, fp8)
+	if m.Pooling, err = hfPooling(dir); err != nil {
+		return err
+	}
+	if m.Pooling == "" && hp.Arch == "qwen3" && flatBackbone(set.Names()) {
+		m.Pooling = PoolLast
+	}
 	if err := m.hfTokenizer(dir); err != nil {
 		return err
 	}
@@ -290,10 +296,15 @@ func (m *Model) mapHFTensors(set *safetensors.Set, cfg *hfConfig) (fp8 bool, err
 			}
 		}
 	}
+	flat := flatBackbone(names)
 	_, hasEmbed, _ := set.Tensor("model.embed_tokens.weight")
 	tie := cfg.TieWordEmbeddings != nil && *cfg.TieWordEmbeddings
 	for _, hfName := range names {
-		name, ok := GGUFName(hfName)
+		lookup := hfName
+		if flat {
+			lookup = "model." + hfName // the Qwen3-Embedding layout: the backbone without its prefix
+		}
+		name, ok := GGUFName(lookup)
 		if !ok || scales[hfName] {
 			m.Skipped = append(m.Skipped, hfName)
 			continue

@@ -45,6 +45,13 @@ type Model struct {
 	Tokenizer    *tokenizer.Tokenizer
 	ChatTemplate string
 	FileType     string // "F16", "Q4_K_M", "BF16", … ("" when unknown)
+	// Pooling is how the model, when it is an embedding model, makes one
+	// vector of a sequence's final hidden states: PoolMean, PoolCLS or
+	// PoolLast; "" for a generative model. From GGUF's {arch}.pooling_type,
+	// a sentence-transformers Pooling module, or the Qwen3-Embedding
+	// layout (a qwen3 backbone stored without "model." and without a head:
+	// last-token pooling).
+	Pooling string
 
 	// GGUF is the parsed file of a GGUF model (nil for other formats), for
 	// callers that want its raw metadata.
