@@ -25,7 +25,10 @@ real model shape with random weights and that model family's real tokenizer and 
 Presets: ` + strings.Join(synth.Presets(), ", ") + `.
 --quant takes a standard mix (f32 f16 bf16 q8_0 q4_0 q6_k q5_k_m q4_k_m q5_k_s q4_k_s) or one
 type for every matrix (q4_k, q5_0, iq4_nl, …). Above 300M parameters quantised tensors are
-random valid blocks rather than quantised floats (--weights float|blocks to choose).`,
+random valid blocks rather than quantised floats (--weights float|blocks to choose).
+--embedding mean|cls|last writes an embedding variant: no output head, the pooling declared
+(GGUF pooling_type; with --format hf the Qwen3-Embedding layout with a sentence-transformers
+Pooling module), and for last pooling a tokenizer that ends every input with EOS.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
@@ -62,6 +65,7 @@ random valid blocks rather than quantised floats (--weights float|blocks to choo
 	f.IntVar(&o.FFN, "ffn", 0, "override the feed-forward size")
 	f.IntVar(&o.Context, "ctx", 0, "override the context length")
 	f.StringVar(&o.Weights, "weights", synth.WeightsAuto, "auto, float or blocks")
+	f.StringVar(&o.Pooling, "embedding", "", "write an embedding variant pooling by mean, cls or last (no output head, the pooling declared)")
 	f.StringVarP(&out, "output", "o", "", "output file (gguf) or folder (hf)")
 	f.StringVar(&format, "format", "gguf", "gguf or hf")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar")

@@ -58,64 +58,68 @@ func TestEmbedAgainstLogits(t *testing.T) {
 			require.NoError(t, err)
 			defer b.Close()
 			require.Equal(t, hp.Embedding, b.EmbedWidth())
-			W := headMatrix(t, hp, src)
-			prompt := []int32{5, 17, 42, 9, 128, 77, 3}
-			// the logits after each token, one token a step
-			var after [][]float64
-			for i, tok := range prompt {
-				res, err := b.Step(context.Background(), []runtime.SeqStep{{Seq: 900, Pos: i, Tokens: []int32{tok}, Logits: true}})
-				require.NoError(t, err)
-				row := make([]float64, len(res[0]))
-				for j, v := range res[0] {
-					row[j] = float64(v)
-				}
-				after = append(after, row)
-			}
-			b.Free(900)
-			for _, pool := range []runtime.Pooling{runtime.PoolMean, runtime.PoolLast, runtime.PoolCLS} {
-				got, err := b.Embed(context.Background(), []runtime.EmbedStep{{Seq: 1, Tokens: prompt}}, pool)
-				require.NoError(t, err)
-				b.Free(1)
-				v := got[0]
-				require.Len(t, v, hp.Embedding)
-				n := 0.0
-				for _, x := range v {
-					n += float64(x) * float64(x)
-				}
-				require.InDelta(t, 1, math.Sqrt(n), 1e-6, "%v: unit length", pool)
-				lo, hi := pool.Rows(len(prompt))
-				want := make([]float64, hp.VocabSize)
-				for _, row := range after[lo:hi] {
-					for j := range want {
-						want[j] += row[j] / float64(hi-lo)
-					}
-				}
-				proj := make([]float64, hp.VocabSize)
-				for j := range proj {
-					for i, x := range v {
-						proj[j] += W[j][i] * float64(x)
-					}
-				}
-				require.Greater(t, cosine64(want, proj), 1-1e-9, "%v: W·embedding points where the logits do", pool)
-			}
-			// a mutant: the mean of the logits is not the last token's
-			last, err := b.Embed(context.Background(), []runtime.EmbedStep{{Seq: 2, Tokens: prompt}}, runtime.PoolLast)
-			require.NoError(t, err)
-			mean := make([]float64, hp.VocabSize)
-			for _, row := range after {
-				for j := range mean {
-					mean[j] += row[j]
-				}
-			}
-			proj := make([]float64, hp.VocabSize)
-			for j := range proj {
-				for i, x := range last[0] {
-					proj[j] += W[j][i] * float64(x)
-				}
-			}
-			require.Less(t, cosine64(mean, proj), 0.999)
+			requireEmbedLogits(t, b, headMatrix(t, hp, src), []int32{5, 17, 42, 9, 128, 77, 3})
 		})
 	}
+}
+
+// requireEmbedLogits checks b's embeddings of prompt under every pooling
+// against the float64 reference of TestEmbedAgainstLogits; W is the
+// model's output projection, [vocab][E].
+func requireEmbedLogits(t *testing.T, b *Backend, W [][]float64, prompt []int32) {
+	t.Helper()
+	// the logits after each token, one token a step
+	var after [][]float64
+	for i, tok := range prompt {
+		res, err := b.Step(context.Background(), []runtime.SeqStep{{Seq: 900, Pos: i, Tokens: []int32{tok}, Logits: true}})
+		require.NoError(t, err)
+		row := make([]float64, len(res[0]))
+		for j, v := range res[0] {
+			row[j] = float64(v)
+		}
+		after = append(after, row)
+	}
+	b.Free(900)
+	project := func(v []float32) []float64 {
+		proj := make([]float64, len(W))
+		for j := range proj {
+			for i, x := range v {
+				proj[j] += W[j][i] * float64(x)
+			}
+		}
+		return proj
+	}
+	for _, pool := range []runtime.Pooling{runtime.PoolMean, runtime.PoolLast, runtime.PoolCLS} {
+		got, err := b.Embed(context.Background(), []runtime.EmbedStep{{Seq: 1, Tokens: prompt}}, pool)
+		require.NoError(t, err)
+		b.Free(1)
+		v := got[0]
+		require.Len(t, v, b.EmbedWidth())
+		n := 0.0
+		for _, x := range v {
+			n += float64(x) * float64(x)
+		}
+		require.InDelta(t, 1, math.Sqrt(n), 1e-6, "%v: unit length", pool)
+		lo, hi := pool.Rows(len(prompt))
+		want := make([]float64, len(W))
+		for _, row := range after[lo:hi] {
+			for j := range want {
+				want[j] += row[j] / float64(hi-lo)
+			}
+		}
+		require.Greater(t, cosine64(want, project(v)), 1-1e-9, "%v: W·embedding points where the logits do", pool)
+	}
+	// a mutant: the mean of the logits is not where the last token's state points
+	last, err := b.Embed(context.Background(), []runtime.EmbedStep{{Seq: 2, Tokens: prompt}}, runtime.PoolLast)
+	require.NoError(t, err)
+	b.Free(2)
+	mean := make([]float64, len(W))
+	for _, row := range after {
+		for j := range mean {
+			mean[j] += row[j]
+		}
+	}
+	require.Less(t, cosine64(mean, project(last[0])), 0.999)
 }
 
 // TestEmbedBatchIndependent: inputs embedded together equal each embedded

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/memra-ai/memra/ir/dtype"
 	"github.com/memra-ai/memra/runtime/format/safetensors"
@@ -96,11 +97,14 @@ func WriteHF(dir string, o Options) (*Plan, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("synth: %w", err)
 	}
-	v, err := vocabFor(pl.Preset.Vocab, pl.HParams.VocabSize)
+	v, err := pl.vocab()
 	if err != nil {
 		return nil, err
 	}
 	if err := writeJSON(filepath.Join(dir, "config.json"), pl.hfConfig(torch, v)); err != nil {
+		return nil, err
+	}
+	if err := pl.writeSentenceTransformers(dir); err != nil {
 		return nil, err
 	}
 	if err := pl.writeHFTokenizer(dir, v); err != nil {
@@ -161,6 +165,9 @@ func (pl *Plan) writeHFWeights(dir, st string, o Options) error {
 		name, ok := load.HFName(t.Name)
 		if !ok {
 			return fmt.Errorf("synth: no Hugging Face name for tensor %s", t.Name)
+		}
+		if pl.Pooling != "" {
+			name = strings.TrimPrefix(name, "model.") // the Qwen3-Embedding layout
 		}
 		size := int64(t.spec.elems()) * int64(safetensors.ElemSize(hfDType(st, t)))
 		if len(cur) > 0 && curBytes+size > hfShardBytes {
@@ -229,4 +236,32 @@ func writeJSON(path string, v any) error {
 		return fmt.Errorf("synth: %w", err)
 	}
 	return nil
+}
+
+// writeSentenceTransformers writes, for an embedding variant, the
+// sentence-transformers modules of the Qwen3-Embedding layout:
+// modules.json (Transformer, Pooling, Normalize), 1_Pooling/config.json
+// with the plan's pooling, and an empty 2_Normalize.
+func (pl *Plan) writeSentenceTransformers(dir string) error {
+	if pl.Pooling == "" {
+		return nil
+	}
+	mods := []map[string]any{
+		{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+		{"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+		{"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+	}
+	if err := writeJSON(filepath.Join(dir, "modules.json"), mods); err != nil {
+		return err
+	}
+	for _, d := range []string{"1_Pooling", "2_Normalize"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return fmt.Errorf("synth: %w", err)
+		}
+	}
+	cfg := map[string]any{"word_embedding_dimension": pl.HParams.Embedding,
+		"pooling_mode_cls_token": pl.Pooling == "cls", "pooling_mode_mean_tokens": pl.Pooling == "mean",
+		"pooling_mode_max_tokens": false, "pooling_mode_mean_sqrt_len_tokens": false,
+		"pooling_mode_weightedmean_tokens": false, "pooling_mode_lasttoken": pl.Pooling == "last", "include_prompt": true}
+	return writeJSON(filepath.Join(dir, "1_Pooling", "config.json"), cfg)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/memra-ai/memra/ir"
 	"github.com/memra-ai/memra/ir/dtype"
 	"github.com/memra-ai/memra/runtime/format/gguf"
+	"github.com/memra-ai/memra/runtime/tokenizer"
 )
 
 // ErrOptions reports options that do not describe a model.
@@ -39,6 +40,12 @@ type Options struct {
 	FFN     int
 	Context int
 	Weights string // WeightsAuto (default), WeightsFloat or WeightsBlocks
+	// Pooling, when set (mean, cls or last), writes an embedding variant:
+	// no output head, the pooling declared (GGUF {arch}.pooling_type; a
+	// checkpoint in the Qwen3-Embedding layout, the backbone without
+	// "model." and a sentence-transformers Pooling module), and for last
+	// pooling a tokenizer that ends every input with EOS.
+	Pooling string
 	// Progress, when set, is told the bytes of each tensor as it is written.
 	Progress func(done, total int64)
 }
@@ -52,7 +59,8 @@ type Plan struct {
 	Tensors  []PlannedTensor
 	Bytes    int64 // tensor bytes in all
 	Params   int64
-	Blocks   bool // quantised tensors are random blocks, not quantised floats
+	Blocks   bool   // quantised tensors are random blocks, not quantised floats
+	Pooling  string // an embedding variant's pooling (Options.Pooling), or ""
 }
 
 // PlannedTensor is one tensor with its chosen type.
@@ -85,7 +93,14 @@ func NewPlan(o Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	pl := &Plan{HParams: hp, Preset: p, Mix: m.name, FileType: m.fileType}
+	switch o.Pooling {
+	case "":
+	case "mean", "cls", "last":
+		hp.TiedEmbedding = true // no output head: token_embd stands in where a graph wants one
+	default:
+		return nil, fmt.Errorf("%w: pooling %q (mean, cls or last)", ErrOptions, o.Pooling)
+	}
+	pl := &Plan{HParams: hp, Preset: p, Mix: m.name, FileType: m.fileType, Pooling: o.Pooling}
 	for _, ts := range tensorsOf(hp) {
 		t := dtype.F32
 		if ts.kind == kindMatrix {
@@ -145,7 +160,10 @@ func (pl *Plan) metadata() ([]kv, error) {
 		kvs = append(kvs, kv{a + ".rope.scaling.type", "yarn"}, kv{a + ".rope.scaling.factor", rs.Factor},
 			kv{a + ".rope.scaling.original_context_length", uint32(rs.OriginalContext)})
 	}
-	v, err := vocabFor(pl.Preset.Vocab, hp.VocabSize)
+	if pl.Pooling != "" {
+		kvs = append(kvs, kv{a + ".pooling_type", ggufPoolingType[pl.Pooling]})
+	}
+	v, err := pl.vocab()
 	if err != nil {
 		return nil, err
 	}
@@ -158,6 +176,23 @@ func (pl *Plan) metadata() ([]kv, error) {
 		kvs = append(kvs, kv{"tokenizer.chat_template", string(t)})
 	}
 	return kvs, nil
+}
+
+// ggufPoolingType numbers the poolings as GGUF's {arch}.pooling_type does.
+var ggufPoolingType = map[string]uint32{"mean": 1, "cls": 2, "last": 3}
+
+// vocab is the plan's tokenizer description: its preset's, ending every
+// input with EOS for last-token pooling (the token whose state is the
+// embedding).
+func (pl *Plan) vocab() (*tokenizer.Vocab, error) {
+	v, err := vocabFor(pl.Preset.Vocab, pl.HParams.VocabSize)
+	if err != nil || pl.Pooling != "last" {
+		return v, err
+	}
+	c := *v
+	on := true
+	c.AddEOS = &on
+	return &c, nil
 }
 
 // tensorBytes produces the stored bytes of one planned tensor.

@@ -203,3 +203,32 @@ func logits(t *testing.T, m *load.Model, prompt []int32) []float32 {
 }
 
 func TestMain(m *testing.M) { os.Exit(m.Run()) }
+
+// TestEmbeddingPlan: an embedding variant has no output head and declares
+// its pooling; an unknown pooling is refused.
+func TestEmbeddingPlan(t *testing.T) {
+	pl, err := NewPlan(Options{Preset: "qwen3-8b", Layers: 1, Dim: 64, Quant: "f32", Pooling: "last"})
+	require.NoError(t, err)
+	require.True(t, pl.HParams.TiedEmbedding)
+	for _, ts := range pl.Tensors {
+		require.NotEqual(t, "output.weight", ts.Name)
+	}
+	kvs, err := pl.metadata()
+	require.NoError(t, err)
+	found := false
+	for _, x := range kvs {
+		if x.key == "qwen3.pooling_type" {
+			found = true
+			require.Equal(t, uint32(3), x.val)
+		}
+	}
+	require.True(t, found)
+	v, err := pl.vocab()
+	require.NoError(t, err)
+	require.True(t, *v.AddEOS)
+	plain, err := vocabFor(pl.Preset.Vocab, pl.HParams.VocabSize)
+	require.NoError(t, err)
+	require.True(t, plain.AddEOS == nil || !*plain.AddEOS, "the shared vocabulary is not changed")
+	_, err = NewPlan(Options{Preset: "qwen3-8b", Layers: 1, Dim: 64, Pooling: "max"})
+	require.ErrorIs(t, err, ErrOptions)
+}
