@@ -82,4 +82,9 @@ type Model struct {
 	Template Template // its chat template; nil disables /v1/chat/completions for it
 	Created  int64    // unix seconds reported by /v1/models; 0 = server start
 	OwnedBy  string   // reported by /v1/models; "" = "memra"
+	// Pooling, when set, makes the model serve /v1/embeddings and
+	// /api/embed (its Engine must be an EmbedEngine).
+	Pooling runtime.Pooling
+	// Meta is the model's entry of Config.Metadata (set by New), or nil.
+	Meta *ModelMeta
 }

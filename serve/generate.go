@@ -215,6 +215,9 @@ type usage struct {
 	CompletionTokens int          `json:"completion_tokens"`
 	TotalTokens      int          `json:"total_tokens"`
 	PromptDetails    promptDetail `json:"prompt_tokens_details"`
+	// Cost is the request's price from the model metadata's prices
+	// (Config.UsageCost), an exact decimal.
+	Cost *costValue `json:"cost,omitempty"`
 }
 
 // promptDetail is OpenAI's prompt_tokens_details: the prompt tokens read

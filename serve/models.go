@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/memra-ai/memra/runtime"
 	"github.com/memra-ai/memra/serve/grammar"
 )
 
@@ -68,14 +69,35 @@ func supportedParameters(m *Model) []string {
 	return out
 }
 
-// modelObject is one entry of /v1/models.
+// modelObject is one entry of /v1/models; the fields after
+// supported_parameters come from the model metadata file.
 type modelObject struct {
-	ID                  string   `json:"id"`
-	Object              string   `json:"object"`
-	Created             int64    `json:"created"`
-	OwnedBy             string   `json:"owned_by"`
-	ContextLength       int      `json:"context_length"`
-	SupportedParameters []string `json:"supported_parameters"`
+	ID                  string         `json:"id"`
+	Object              string         `json:"object"`
+	Created             int64          `json:"created"`
+	OwnedBy             string         `json:"owned_by"`
+	ContextLength       int            `json:"context_length"`
+	SupportedParameters []string       `json:"supported_parameters"`
+	Name                string         `json:"name,omitempty"`
+	Pooling             string         `json:"pooling,omitempty"`
+	EmbeddingDimensions int            `json:"embedding_dimensions,omitempty"`
+	InputModalities     []string       `json:"input_modalities,omitempty"`
+	OutputModalities    []string       `json:"output_modalities,omitempty"`
+	MaxOutputTokens     int            `json:"max_output_tokens,omitempty"`
+	Pricing             *pricingObject `json:"pricing,omitempty"`
+	Provider            *Provider      `json:"provider,omitempty"`
+}
+
+// pricingObject shows a model's prices per million tokens: each the
+// price per token of the metadata file shifted six decimal places, as
+// exact decimal strings.
+type pricingObject struct {
+	Currency   string `json:"currency"`
+	Unit       string `json:"unit"`
+	Input      string `json:"input,omitempty"`
+	Output     string `json:"output,omitempty"`
+	CacheRead  string `json:"cache_read,omitempty"`
+	CacheWrite string `json:"cache_write,omitempty"`
 }
 
 type modelList struct {
@@ -83,15 +105,43 @@ type modelList struct {
 	Data   []modelObject `json:"data"`
 }
 
-func (m *Model) object() modelObject {
-	return modelObject{ID: m.ID, Object: "model", Created: m.Created, OwnedBy: m.OwnedBy,
+func (s *Server) object(m *Model) modelObject {
+	o := modelObject{ID: m.ID, Object: "model", Created: m.Created, OwnedBy: m.OwnedBy,
 		ContextLength: m.Engine.Info().ContextLength, SupportedParameters: supportedParameters(m)}
+	if m.Pooling != runtime.PoolNone {
+		o.Pooling = m.Pooling.String()
+		if ee, ok := m.Engine.(EmbedEngine); ok {
+			o.EmbeddingDimensions = ee.EmbedWidth()
+		}
+	}
+	if s.cfg.Metadata != nil {
+		o.Provider = s.cfg.Metadata.Provider
+	}
+	md := m.Meta
+	if md == nil {
+		return o
+	}
+	o.Name, o.InputModalities, o.OutputModalities, o.MaxOutputTokens = md.DisplayName, md.InputModalities, md.OutputModalities, md.MaxOutputTokens
+	if md.ContextLength > 0 {
+		o.ContextLength = md.ContextLength
+	}
+	if p := md.Pricing; p != nil {
+		perM := func(d *decimal) string {
+			if d == nil {
+				return ""
+			}
+			return d.shift(6).String()
+		}
+		o.Pricing = &pricingObject{Currency: s.cfg.Metadata.Currency, Unit: "1M tokens",
+			Input: perM(p.Input), Output: perM(p.Output), CacheRead: perM(p.CacheRead), CacheWrite: perM(p.CacheWrite)}
+	}
+	return o
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 	list := modelList{Object: "list", Data: []modelObject{}}
 	for _, m := range s.models {
-		list.Data = append(list.Data, m.object())
+		list.Data = append(list.Data, s.object(m))
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -107,5 +157,5 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	writeJSON(w, http.StatusOK, m.object())
+	writeJSON(w, http.StatusOK, s.object(m))
 }

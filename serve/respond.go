@@ -160,6 +160,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p *genParams, 
 		completion[i], cached[i] = res[i].completion, res[i].cached
 	}
 	u := g.totals(p.n, completion, cached)
+	if s.cfg.UsageCost {
+		u.Cost = p.model.cost(u.PromptTokens, u.PromptDetails.CachedTokens, u.CompletionTokens)
+	}
 	s.metrics.promptTokens.WithLabelValues(p.model.ID).Add(float64(u.PromptTokens))
 	s.metrics.completionTokens.WithLabelValues(p.model.ID).Add(float64(u.CompletionTokens))
 	if sse == nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/memra-ai/memra/runtime"
 	"github.com/memra-ai/memra/serve/plugin"
 )
 
@@ -60,6 +61,12 @@ type Config struct {
 	// plugins serve requests' "grammar": {"plugin": NAME, "source": …}.
 	// The caller keeps ownership and closes the Set after the server stops.
 	Plugins *plugin.Set
+	// Metadata, when set, gives models prices, modalities, display names,
+	// limits and a provider (/v1/models renders them); New refuses
+	// entries for models it does not serve. UsageCost adds the cost of a
+	// request, from the same prices, to its usage.
+	Metadata  *Metadata
+	UsageCost bool
 }
 
 // Server is the HTTP API over one or more models.
@@ -140,6 +147,22 @@ func New(cfg Config) (*Server, error) {
 	if err := s.usePlugins(cfg.Plugins); err != nil {
 		return nil, err
 	}
+	if md := cfg.Metadata; md != nil {
+		if err := md.checkModels(s.models); err != nil {
+			return nil, err
+		}
+		for _, m := range s.models {
+			m.Meta = md.Models[m.ID]
+		}
+	}
+	for _, m := range s.models {
+		if m.Pooling == runtime.PoolNone {
+			continue
+		}
+		if ee, ok := m.Engine.(EmbedEngine); !ok || ee.EmbedWidth() == 0 {
+			return nil, fmt.Errorf("%w: model %q pools by %v but its engine serves no embeddings", ErrConfig, m.ID, m.Pooling)
+		}
+	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s.models)
 	s.cons = newConstraints()
@@ -201,6 +224,7 @@ func (s *Server) routes() http.Handler {
 	table := map[string]route{
 		"/v1/chat/completions": {methods: map[string]http.HandlerFunc{"POST": s.handleChat}, auth: true},
 		"/v1/completions":      {methods: map[string]http.HandlerFunc{"POST": s.handleCompletions}, auth: true},
+		"/v1/embeddings":       {methods: map[string]http.HandlerFunc{"POST": s.handleEmbeddings}, auth: true},
 		"/v1/models":           {methods: map[string]http.HandlerFunc{"GET": s.handleModels}, auth: true},
 		"/v1/models/{id}":      {methods: map[string]http.HandlerFunc{"GET": s.handleModel}, auth: true},
 		"/metrics":             {methods: map[string]http.HandlerFunc{"GET": metricsHandler.ServeHTTP}, auth: true},
