@@ -107,40 +107,56 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	var p genParams
+	c, e := s.prepareChat(m, &req)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	sh := &chatShape{family: c.plan.family, reasoning: c.plan.reasoning, startInside: c.startInside}
+	s.generate(w, r, &c.p, [][]int32{c.prompt}, sh)
+}
+
+// preparedChat is a chat request ready to generate: its parameters, its
+// tool and reasoning plan, and the rendered prompt's tokens.
+type preparedChat struct {
+	p           genParams
+	plan        agentPlan
+	prompt      []int32
+	startInside bool // the prompt opened a <think> block
+}
+
+// prepareChat validates req for m, installs its constraints and renders
+// its prompt: what /v1/chat/completions, /v1/responses and /api/chat share.
+func (s *Server) prepareChat(m *Model, req *chatRequest) (*preparedChat, *apiError) {
+	c := &preparedChat{}
+	p := &c.p
 	maxTok := req.MaxTokens
 	if req.MaxCompletionTokens != nil {
 		maxTok = req.MaxCompletionTokens
 	}
-	if e := req.validate(m, maxTok, &p); e != nil {
-		writeError(w, e)
-		return
+	if e := req.validate(m, maxTok, p); e != nil {
+		return nil, e
 	}
-	if e := req.validateChat(&p); e != nil {
-		writeError(w, e)
-		return
+	if e := req.validateChat(p); e != nil {
+		return nil, e
 	}
-	if e := s.structured(m, &req.commonFields, &p); e != nil {
-		writeError(w, e)
-		return
+	if e := s.structured(m, &req.commonFields, p); e != nil {
+		return nil, e
 	}
-	plan, e := s.planAgent(m, &req, &p)
+	plan, e := s.planAgent(m, req, p)
 	if e != nil {
-		writeError(w, e)
-		return
+		return nil, e
 	}
-	prompt, text, e := s.renderChat(m, &req, plan)
+	prompt, text, e := s.renderChat(m, req, plan)
 	if e != nil {
-		writeError(w, e)
-		return
+		return nil, e
 	}
 	if e := p.checkFits(len(prompt)); e != nil {
-		writeError(w, e)
-		return
+		return nil, e
 	}
-	sh := &chatShape{family: plan.family, reasoning: plan.reasoning}
-	sh.startInside = plan.reasoning && tools.PromptOpensThinking(text)
-	s.generate(w, r, &p, [][]int32{prompt}, sh)
+	c.plan, c.prompt = plan, prompt
+	c.startInside = plan.reasoning && tools.PromptOpensThinking(text)
+	return c, nil
 }
 
 // validateChat checks the chat-only fields.

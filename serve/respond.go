@@ -51,11 +51,11 @@ type shape interface {
 // generate runs every choice and writes the response, blocking or streamed.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, p *genParams, prompts [][]int32, sh shape) {
 	if e := s.modelFailed(p.model); e != nil {
-		writeError(w, e)
+		writeShaped(w, sh, e)
 		return
 	}
 	if !s.enter() {
-		writeError(w, errDraining(s.retryAfterSeconds()))
+		writeShaped(w, sh, errDraining(s.retryAfterSeconds()))
 		return
 	}
 	defer s.leave()
@@ -64,7 +64,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p *genParams, 
 	p.scope = tenantOf(r.Context()) + p.scope
 	g, e := s.start(ctx, p, prompts)
 	if e != nil {
-		writeError(w, e)
+		writeShaped(w, sh, e)
 		return
 	}
 	h := &respHeader{id: newID(sh.idPrefix()), created: unixNow(), model: p.model.ID, logprobs: p.logprobs}
@@ -73,9 +73,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p *genParams, 
 	for i := range timers {
 		timers[i] = tokenTimer{m: s.metrics, model: p.model.ID, start: time.Now()}
 	}
-	var sse *sseWriter
+	var sse eventStream
 	if p.stream {
-		sse = newSSE(w)
+		sse = startStream(w, sh)
 		for i := range res {
 			if c := sh.begin(h, i); c != nil {
 				sse.send(c)
@@ -94,7 +94,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p *genParams, 
 			if sse != nil {
 				sse.fail(ae)
 			} else {
-				writeError(w, ae)
+				writeShaped(w, sh, ae)
 			}
 			return
 		}
@@ -124,7 +124,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p *genParams, 
 				if sse != nil {
 					sse.fail(ae)
 				} else {
-					writeError(w, ae)
+					writeShaped(w, sh, ae)
 				}
 				return
 			}
@@ -137,7 +137,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p *genParams, 
 				}
 			}
 		}
-		if sse != nil && sse.err != nil {
+		if sse != nil && sse.failed() {
 			cancel() // the client is gone: free the sequences
 			return
 		}
@@ -150,7 +150,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, p *genParams, 
 			if sse != nil {
 				sse.fail(ae)
 			} else {
-				writeError(w, ae)
+				writeShaped(w, sh, ae)
 			}
 		}
 		return

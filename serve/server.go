@@ -225,6 +225,7 @@ func (s *Server) routes() http.Handler {
 		"/v1/chat/completions": {methods: map[string]http.HandlerFunc{"POST": s.handleChat}, auth: true},
 		"/v1/completions":      {methods: map[string]http.HandlerFunc{"POST": s.handleCompletions}, auth: true},
 		"/v1/embeddings":       {methods: map[string]http.HandlerFunc{"POST": s.handleEmbeddings}, auth: true},
+		"/v1/responses":        {methods: map[string]http.HandlerFunc{"POST": s.handleResponses}, auth: true},
 		"/v1/models":           {methods: map[string]http.HandlerFunc{"GET": s.handleModels}, auth: true},
 		"/v1/models/{id}":      {methods: map[string]http.HandlerFunc{"GET": s.handleModel}, auth: true},
 		"/metrics":             {methods: map[string]http.HandlerFunc{"GET": metricsHandler.ServeHTTP}, auth: true},

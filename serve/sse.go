@@ -3,6 +3,7 @@ package serve
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 )
 
 // sseWriter writes server-sent events, one JSON object per "data:" line.
@@ -60,3 +61,44 @@ func (s *sseWriter) done() { s.raw([]byte("[DONE]")) }
 
 // fail reports an error after the stream started, in OpenAI's error shape.
 func (s *sseWriter) fail(e *apiError) { s.send(e.body()) }
+
+func (s *sseWriter) failed() bool { return s.err != nil }
+
+// eventStream writes one streamed response: OpenAI's server-sent events
+// (sseWriter), the Responses API's named events, Ollama's NDJSON lines.
+type eventStream interface {
+	send(v any)       // one chunk
+	fail(e *apiError) // an error after the stream started
+	done()            // the end of a stream that succeeded
+	failed() bool     // a write failed: the client is gone
+}
+
+// streamShape is a shape whose streams are not OpenAI's chat SSE.
+type streamShape interface {
+	newStream(w http.ResponseWriter) eventStream
+}
+
+// errorShape is a shape whose error bodies are not OpenAI's.
+type errorShape interface {
+	errorBody(e *apiError) any
+}
+
+// startStream starts the stream of sh's response.
+func startStream(w http.ResponseWriter, sh shape) eventStream {
+	if ss, ok := sh.(streamShape); ok {
+		return ss.newStream(w)
+	}
+	return newSSE(w)
+}
+
+// writeShaped sends e as sh's error body (OpenAI's by default).
+func writeShaped(w http.ResponseWriter, sh shape, e *apiError) {
+	if es, ok := sh.(errorShape); ok {
+		if e.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+		}
+		writeJSON(w, e.Status, es.errorBody(e))
+		return
+	}
+	writeError(w, e)
+}
