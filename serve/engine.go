@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/memra-ai/memra/runtime"
 )
@@ -87,4 +88,17 @@ type Model struct {
 	Pooling runtime.Pooling
 	// Meta is the model's entry of Config.Metadata (set by New), or nil.
 	Meta *ModelMeta
+	// Facts describe the served file for Ollama's /api/tags and /api/show
+	// (zero fields: unknown).
+	Facts ModelFacts
+}
+
+// ModelFacts describe a served model's file.
+type ModelFacts struct {
+	Path         string    // the file or folder it was loaded from
+	Format       string    // "gguf" or "safetensors"
+	Parameters   int64     // parameter count
+	Quantization string    // "Q4_K_M", "F16", …
+	Size         int64     // bytes of its weights
+	Modified     time.Time // the file's modification time
 }

@@ -118,7 +118,8 @@ type fakeEngine struct {
 	cancelled atomic.Int64 // sequences ended by their context
 	finished  atomic.Int64 // sequences ended normally
 	panics    bool
-	failWith  atomic.Pointer[error] // when set, every sequence ends with this error
+	failWith  atomic.Pointer[error]           // when set, every sequence ends with this error
+	last      atomic.Pointer[runtime.Request] // the last request submitted
 }
 
 func newFakeEngine() *fakeEngine {
@@ -147,6 +148,7 @@ func (f *fakeEngine) Submit(ctx context.Context, req runtime.Request) (<-chan ru
 	if f.panics {
 		panic("fake engine: asked to panic")
 	}
+	f.last.Store(&req)
 	if len(req.Prompt)+req.MaxTokens > f.ctxLen {
 		return nil, runtime.ErrTooLong
 	}

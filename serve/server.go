@@ -67,6 +67,8 @@ type Config struct {
 	// request, from the same prices, to its usage.
 	Metadata  *Metadata
 	UsageCost bool
+	// Version is what /api/version reports (memra's build version).
+	Version string
 }
 
 // Server is the HTTP API over one or more models.
@@ -226,6 +228,13 @@ func (s *Server) routes() http.Handler {
 		"/v1/completions":      {methods: map[string]http.HandlerFunc{"POST": s.handleCompletions}, auth: true},
 		"/v1/embeddings":       {methods: map[string]http.HandlerFunc{"POST": s.handleEmbeddings}, auth: true},
 		"/v1/responses":        {methods: map[string]http.HandlerFunc{"POST": s.handleResponses}, auth: true},
+		"/api/chat":            {methods: map[string]http.HandlerFunc{"POST": s.handleOllamaChat}, auth: true},
+		"/api/generate":        {methods: map[string]http.HandlerFunc{"POST": s.handleOllamaGenerate}, auth: true},
+		"/api/tags":            {methods: map[string]http.HandlerFunc{"GET": s.handleOllamaTags}, auth: true},
+		"/api/show":            {methods: map[string]http.HandlerFunc{"POST": s.handleOllamaShow}, auth: true},
+		"/api/embed":           {methods: map[string]http.HandlerFunc{"POST": s.handleOllamaEmbed}, auth: true},
+		"/api/embeddings":      {methods: map[string]http.HandlerFunc{"POST": s.handleOllamaEmbeddings}, auth: true},
+		"/api/version":         {methods: map[string]http.HandlerFunc{"GET": s.handleOllamaVersion}, auth: true},
 		"/v1/models":           {methods: map[string]http.HandlerFunc{"GET": s.handleModels}, auth: true},
 		"/v1/models/{id}":      {methods: map[string]http.HandlerFunc{"GET": s.handleModel}, auth: true},
 		"/metrics":             {methods: map[string]http.HandlerFunc{"GET": metricsHandler.ServeHTTP}, auth: true},
