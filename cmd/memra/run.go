@@ -123,6 +123,9 @@ type gpuOptions struct {
 	kvMemory float64
 	// batchInvariant: the same products at every decode width (CUDA)
 	batchInvariant bool
+	// embedding prepares the backend for embeddings (serve, for a model
+	// with a pooling)
+	embedding bool
 }
 
 const (
@@ -166,6 +169,7 @@ func (g gpuOptions) cudaOptions(o cuda.BackendOptions) cuda.BackendOptions {
 		o.Context = g.context
 	}
 	o.KVMemory, o.KVFraction = g.kvBytes()
+	o.Embedding = g.embedding
 	return o
 }
 
@@ -199,6 +203,9 @@ func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, gpu gp
 		}
 	}
 	if len(pp) > 0 && pp[0].enabled() {
+		if gpu.embedding {
+			return nil, fmt.Errorf("embeddings (a model with a pooling) do not run on pipeline stages: serve it without --pp-stages")
+		}
 		if device != "cpu" && device != "cuda" {
 			return nil, fmt.Errorf("device %q: with --pp-stages use --device cuda and --pp-devices, or --device cpu", device)
 		}
@@ -213,7 +220,7 @@ func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, gpu gp
 			return nil, err
 		}
 		kb, frac := gpu.kvBytes()
-		return cpu.New(m, cpu.Options{Threads: threads, MaxSeqs: maxSeqs, Context: gpu.context, KVMemory: kb, KVFraction: frac})
+		return cpu.New(m, cpu.Options{Threads: threads, MaxSeqs: maxSeqs, Context: gpu.context, KVMemory: kb, KVFraction: frac, Embedding: gpu.embedding})
 	case device == "cuda" || strings.HasPrefix(device, "cuda:"):
 		ordinal := 0
 		if rest, ok := strings.CutPrefix(device, "cuda:"); ok {

@@ -54,6 +54,9 @@ type serveOptions struct {
 	templatePlugin []string
 	grammarPlugin  []string
 	pp             ppOptions
+	pooling        []string
+	modelMetadata  string
+	usageCost      bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -63,7 +66,10 @@ func newServeCmd() *cobra.Command {
 		Short: "Serve models over an OpenAI-compatible HTTP API",
 		Long: `Serve one or more models over an OpenAI-compatible HTTP API: /v1/chat/completions,
 /v1/completions and /v1/models (blocking or streamed as server-sent events), plus
-/health, /ready and /metrics.
+/health, /ready and /metrics; /v1/embeddings for models with a pooling (--pooling, or
+one the model declares), the stateless /v1/responses, and Ollama's /api/chat, /api/generate,
+/api/tags, /api/show, /api/embed and /api/version. --model-metadata adds prices, modalities
+and limits to /v1/models.
 
 Each MODEL (a GGUF file or Hugging Face folder) is served under its file name
 without extension; --model alias=path (repeatable) or MEMRA_MODELS="a=path,b=path"
@@ -110,6 +116,10 @@ See docs/SERVING.md and docs/FLAGS.md.`,
 		"MODEL=FILE.wasm: the chat template of served model MODEL is this WebAssembly plugin (repeatable)")
 	f.StringSliceVar(&o.grammarPlugin, "grammar-plugin", nil,
 		`NAME=FILE.wasm: a grammar plugin requests use as "grammar": {"plugin": NAME, "source": …} (repeatable)`)
+	f.StringSliceVar(&o.pooling, "pooling", nil,
+		"[MODEL=]mean|cls|last|none: serve embeddings from the model's final hidden states pooled this way (every model, or MODEL; repeatable); default: the pooling the model declares")
+	f.StringVar(&o.modelMetadata, "model-metadata", "", "JSON file of per-model prices, modalities, display names and limits and a provider block, shown by /v1/models")
+	f.BoolVar(&o.usageCost, "usage-cost", false, "add the request's cost, from the --model-metadata prices, to usage")
 	addPPFlags(cmd, &o.pp)
 	return cmd
 }
@@ -198,9 +208,26 @@ func runServe(cmd *cobra.Command, args []string, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	var aliases []string
+	for _, sp := range specs {
+		aliases = append(aliases, sp.alias)
+	}
+	poolings, err := parsePoolings(o.pooling, aliases)
+	if err != nil {
+		return err
+	}
+	var md *serve.Metadata
+	if o.modelMetadata != "" {
+		if md, err = serve.LoadMetadata(o.modelMetadata); err != nil {
+			return err
+		}
+	}
+	if o.usageCost && md == nil {
+		return fmt.Errorf("--usage-cost needs --model-metadata: the cost comes from its prices")
+	}
 	var models []serve.Model
 	for _, sp := range specs {
-		m, closeFn, err := openServed(sp, o)
+		m, closeFn, err := openServed(sp, o, poolings)
 		if err != nil {
 			return err
 		}
@@ -218,7 +245,7 @@ func runServe(cmd *cobra.Command, args []string, o *serveOptions) error {
 	}
 	srv, err := serve.New(serve.Config{Models: models, Host: o.host, APIKeys: keys, MaxBody: o.maxBody,
 		RetryAfter: o.retryAfter, ReadTimeout: o.readTimeout, IdleTimeout: o.idleTimeout, MaxConns: o.maxConns,
-		Logger: log, Plugins: plugins})
+		Logger: log, Plugins: plugins, Metadata: md, UsageCost: o.usageCost, Version: buildVersion()})
 	if err != nil {
 		return err
 	}
@@ -239,8 +266,9 @@ func runServe(cmd *cobra.Command, args []string, o *serveOptions) error {
 	return nil
 }
 
-// openServed loads one model with its backend, engine and chat template.
-func openServed(sp modelSpec, o *serveOptions) (serve.Model, func(), error) {
+// openServed loads one model with its backend, engine and chat template;
+// poolings are the --pooling choices by alias ("" for every model).
+func openServed(sp modelSpec, o *serveOptions, poolings map[string]runtime.Pooling) (serve.Model, func(), error) {
 	var m *load.Model
 	var err error
 	if sp.path == "" {
@@ -255,8 +283,15 @@ func openServed(sp modelSpec, o *serveOptions) (serve.Model, func(), error) {
 		m.Close()
 		return serve.Model{}, nil, fmt.Errorf("model %s (%s) has no tokenizer", sp.alias, m.Path)
 	}
-	o.kv.kvCache = o.kvCache
-	b, err := newBackend(m, o.device, o.threads, o.maxRunning, o.kv, o.pp)
+	pool, err := servedPooling(m, sp.alias, poolings)
+	if err != nil {
+		m.Close()
+		return serve.Model{}, nil, fmt.Errorf("model %s: %w", sp.alias, err)
+	}
+	facts := modelFacts(m)
+	gpu := o.kv
+	gpu.kvCache, gpu.embedding = o.kvCache, pool != runtime.PoolNone
+	b, err := newBackend(m, o.device, o.threads, o.maxRunning, gpu, o.pp)
 	if err == nil {
 		err = releaseHostWeights(m, b)
 	}
@@ -284,5 +319,5 @@ func openServed(sp modelSpec, o *serveOptions) (serve.Model, func(), error) {
 		release()
 		m.Close()
 	}
-	return serve.Model{ID: sp.alias, Engine: serve.FromRuntime(eng), Template: tmpl}, closeFn, nil
+	return serve.Model{ID: sp.alias, Engine: serve.FromRuntime(eng), Template: tmpl, Pooling: pool, Facts: facts}, closeFn, nil
 }
