@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the openai-npm test suite against a real `memra serve`: builds memra
 # and the WebAssembly plugins (`make plugins` plus the test-only
-# testdata/testplugin), synthesizes a small qwen3 model, starts an open
-# server (the embedded model, plus the qwen3 one as "qwen3"), a keyed one and
+# testdata/testplugin), synthesizes a small qwen3 model and its embedding
+# variant, starts an open server (the embedded model, plus the qwen3 one as
+# "qwen3" and the embedding one as "embed", with a model metadata file), a keyed one and
 # one with plugins on free loopback ports, waits for /ready, runs
 # `node --test`, and always stops the servers.
 set -euo pipefail
@@ -76,6 +77,23 @@ wait_ready() {
 # the Qwen3 chat template (tools and thinking), served beside the embedded
 # model as "qwen3" for the tool, structured-output and reasoning tests.
 "$tmp/memra" synth --preset qwen3-8b --layers 1 --dim 64 --ffn 128 --quant f32 --quiet -o "$tmp/qwen3.gguf" >/dev/null
+# Its embedding variant (no head, last-token pooling, inputs ending in EOS),
+# served as "embed" for the embeddings tests, and the metadata file whose
+# prices /v1/models shows.
+"$tmp/memra" synth --preset qwen3-8b --layers 1 --dim 64 --ffn 128 --quant f32 --embedding last --quiet -o "$tmp/embed.gguf" >/dev/null
+cat >"$tmp/metadata.json" <<'JSON'
+{
+  "provider": {"name": "memra npm test", "status_url": "https://status.example.com", "regions": ["local"]},
+  "models": {
+    "qwen3": {
+      "display_name": "Qwen3 (synthetic)",
+      "pricing": {"input": "0.0000001", "output": "0.0000004", "cache_read": "0.00000001", "cache_write": "0.000000125"},
+      "input_modalities": ["text"], "output_modalities": ["text"]
+    },
+    "embed": {"display_name": "Qwen3 embedding (synthetic)", "input_modalities": ["text"], "output_modalities": ["embedding"]}
+  }
+}
+JSON
 
 # The suite runs twice: against servers as they start by default, then with
 # speculative decoding on (--spec ngram), which must change nothing a client
@@ -89,7 +107,8 @@ for pass in plain spec; do
 	plugin_port=$(free_port)
 	key="sk-npmtest-$RANDOM$RANDOM"
 	first=${#pids[@]}
-	start open "$open_port" stories260K --model "qwen3=$tmp/qwen3.gguf" "${extra[@]}"
+	start open "$open_port" stories260K --model "qwen3=$tmp/qwen3.gguf" --model "embed=$tmp/embed.gguf" \
+		--model-metadata "$tmp/metadata.json" "${extra[@]}"
 	start keyed "$keyed_port" --api-keys "$key" "${extra[@]}"
 	start plugins "$plugin_port" --template-plugin "stories260K=$tmp/testplugin.wasm" \
 		--grammar-plugin "test=$tmp/testplugin.wasm" --grammar-plugin "regex=$root/bin/plugins/regex.wasm" "${extra[@]}"
@@ -103,6 +122,7 @@ for pass in plain spec; do
 		MEMRA_PLUGIN_URL="http://127.0.0.1:$plugin_port/v1" \
 		MEMRA_KEY="$key" \
 		MEMRA_AGENT_MODEL=qwen3 \
+		MEMRA_EMBED_MODEL=embed \
 		node --test --test-concurrency=1 "$here"/*.test.mjs || pass_status=$?
 	if [ "$pass_status" -ne 0 ]; then
 		status=$pass_status
