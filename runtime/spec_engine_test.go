@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/memra-ai/memra/runtime"
 	"github.com/memra-ai/memra/runtime/cpu"
+	"github.com/memra-ai/memra/runtime/load"
 	"github.com/memra-ai/memra/runtime/load/builtin"
+	"github.com/memra-ai/memra/runtime/synth"
 )
 
 // specEngine is the embedded stories260K model on the CPU backend with
@@ -178,4 +181,33 @@ func merge(a, b map[[2]int32]float64) map[[2]int32]bool {
 		out[k] = true
 	}
 	return out
+}
+
+// TestSpecSynthExact: on a small synthesized qwen2.5 model (a real
+// vocabulary of 151k tokens, random q8_0 weights), greedy output is the
+// same with n-gram speculation as without, alone and four together.
+func TestSpecSynthExact(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "qwen.gguf")
+	_, err := synth.WriteGGUF(path, synth.Options{Preset: "qwen2.5-0.5b", Quant: "q8_0", Layers: 1, Dim: 64, FFN: 128, Context: 512})
+	require.NoError(t, err)
+	m, err := load.Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	engine := func(spec runtime.SpecConfig, maxRunning int) *runtime.Engine {
+		b, err := cpu.New(m, cpu.Options{Threads: 2})
+		require.NoError(t, err)
+		e := runtime.NewEngine(b, m.Tokenizer, runtime.EngineConfig{MaxRunning: maxRunning, Spec: spec})
+		t.Cleanup(func() { e.Close() })
+		return e
+	}
+	off, on := engine(runtime.SpecConfig{}, 4), engine(runtime.SpecConfig{Mode: "ngram", MaxDraft: 4}, 20)
+	var reqs []runtime.Request
+	for i := range 4 {
+		text := fmt.Sprintf("The quick brown fox %d jumps over the lazy dog. ", i)
+		p := m.Tokenizer.Encode(text+text+"The quick brown", true, false)
+		reqs = append(reqs, runtime.Request{Prompt: p, MaxTokens: 40, IgnoreEOS: true})
+	}
+	require.Equal(t, runAll(t, off, reqs[:1]), runAll(t, on, reqs[:1]), "alone")
+	require.Equal(t, runAll(t, off, reqs), runAll(t, on, reqs), "four together")
+	require.Positive(t, on.Stats().SpecDrafted)
 }
