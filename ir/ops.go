@@ -67,6 +67,20 @@ var opTable = [...]opDef{
 		Shape: shapeSame, Type: typeF32,
 		Doc: "same shape: y = x / (1 + exp(-x)).",
 	},
+	{
+		Name: "scale", Group: GroupUnary,
+		Args:  []Operand{{"x", ArgF32, false}},
+		Attrs: []AttrSpec{{"factor", AttrFloat}},
+		Shape: shapeScale, Type: typeF32,
+		Doc: "same shape: y = x · float32(factor) (Gemma's embeddings times √dim, factor the float32 of that root).",
+	},
+	{
+		Name: "softcap", Group: GroupUnary,
+		Args:  []Operand{{"x", ArgF32, false}},
+		Attrs: []AttrSpec{{"cap", AttrFloat}},
+		Shape: shapeSoftcap, Type: typeF32,
+		Doc: "same shape: y = cap · tanh(x / cap), cap > 0 (Gemma 2's final logit soft-capping).",
+	},
 
 	// --- elementwise binary ---
 	{
@@ -86,6 +100,12 @@ var opTable = [...]opDef{
 		Args:  []Operand{{"gate", ArgF32, false}, {"up", ArgF32, false}},
 		Shape: shapeSameBinary, Type: typeF32,
 		Doc: "same shape: z = silu(gate) · up = gate / (1 + exp(-gate)) · up.",
+	},
+	{
+		Name: "geglu", Group: GroupBinary,
+		Args:  []Operand{{"gate", ArgF32, false}, {"up", ArgF32, false}},
+		Shape: shapeSameBinary, Type: typeF32,
+		Doc: "same shape: z = gelu_tanh(gate) · up, gelu_tanh(g) = g/2 · (1 + tanh(√(2/π) · (g + 0.044715·g³))) (Gemma's feed-forward).",
 	},
 	{
 		Name: "bias_add", Group: GroupBinary,
@@ -139,9 +159,12 @@ var opTable = [...]opDef{
 		Name: "attention", Group: GroupModel,
 		Args:  []Operand{{"q", ArgF32, false}, {"cache", ArgCache, false}},
 		Attrs: []AttrSpec{{"scale", AttrFloat}, {"causal", AttrBool}},
+		Opt:   []AttrSpec{{"softcap", AttrFloat}, {"window", AttrInt}},
 		Shape: shapeAttention, Type: typeF32,
 		Doc: "F32[T,H,D]: for head h of token t, with g = h / (H/Hkv) its KV head and j over the cached positions of seq(t) " +
-			"(j ≤ pos(t) when causal): s_j = scale · q[t,h]·K[j,g], w = softmax(s) (max-subtracted, sums in float64), out[t,h] = Σ_j w_j · V[j,g].",
+			"(j ≤ pos(t) when causal; with window W > 0 also j > pos(t) − W, causal only): s_j = scale · q[t,h]·K[j,g], " +
+			"then with softcap c > 0 s_j = c · tanh(s_j / c); w = softmax(s) (max-subtracted, sums in float64), out[t,h] = Σ_j w_j · V[j,g]. " +
+			"softcap and window are optional; absent (or 0) they change nothing.",
 	},
 	{
 		Name: "output", Group: GroupOutput, Effect: true,

@@ -26,12 +26,18 @@ const (
 	OpLastTokens
 	// OpSiLU (silu): same shape: y = x / (1 + exp(-x)).
 	OpSiLU
+	// OpScale (scale): same shape: y = x · float32(factor) (Gemma's embeddings times √dim, factor the float32 of that root).
+	OpScale
+	// OpSoftcap (softcap): same shape: y = cap · tanh(x / cap), cap > 0 (Gemma 2's final logit soft-capping).
+	OpSoftcap
 	// OpAdd (add): same shape: z = x + y (the residual add).
 	OpAdd
 	// OpMul (mul): same shape: z = x · y elementwise.
 	OpMul
 	// OpSwiGLU (swiglu): same shape: z = silu(gate) · up = gate / (1 + exp(-gate)) · up.
 	OpSwiGLU
+	// OpGeGLU (geglu): same shape: z = gelu_tanh(gate) · up, gelu_tanh(g) = g/2 · (1 + tanh(√(2/π) · (g + 0.044715·g³))) (Gemma's feed-forward).
+	OpGeGLU
 	// OpBiasAdd (bias_add): shape of x [T,N]: y[t,n] = x[t,n] + bias[n]; bias is a [N] weight of any float dtype.
 	OpBiasAdd
 	// OpRMSNorm (rms_norm): shape of x [...,D]: over the innermost axis, y[...,i] = x[...,i] / sqrt(mean(x[...,:]²) + eps) · weight[i], the mean of squares accumulated in float64; weight is [D] (D = E for the block norms, head_dim for per-head q/k norms).
@@ -42,7 +48,7 @@ const (
 	OpRope
 	// OpKVWrite (kv_write): handle []: stores k[t] and v[t] ([Hkv,D] each) at position pos(t) of layer's float32 KV cache of sequence seq(t), for every t; the result names that cache after the writes, for attention to read.
 	OpKVWrite
-	// OpAttention (attention): F32[T,H,D]: for head h of token t, with g = h / (H/Hkv) its KV head and j over the cached positions of seq(t) (j ≤ pos(t) when causal): s_j = scale · q[t,h]·K[j,g], w = softmax(s) (max-subtracted, sums in float64), out[t,h] = Σ_j w_j · V[j,g].
+	// OpAttention (attention): F32[T,H,D]: for head h of token t, with g = h / (H/Hkv) its KV head and j over the cached positions of seq(t) (j ≤ pos(t) when causal; with window W > 0 also j > pos(t) − W, causal only): s_j = scale · q[t,h]·K[j,g], then with softcap c > 0 s_j = c · tanh(s_j / c); w = softmax(s) (max-subtracted, sums in float64), out[t,h] = Σ_j w_j · V[j,g]. softcap and window are optional; absent (or 0) they change nothing.
 	OpAttention
 	// OpOutput (output): F32[S,V]: the step's result, the logits after the last token of each sequence; exactly one, the last node.
 	OpOutput
@@ -63,9 +69,12 @@ var opNames = [NumOps]string{
 	OpReshape:    "reshape",
 	OpLastTokens: "last_tokens",
 	OpSiLU:       "silu",
+	OpScale:      "scale",
+	OpSoftcap:    "softcap",
 	OpAdd:        "add",
 	OpMul:        "mul",
 	OpSwiGLU:     "swiglu",
+	OpGeGLU:      "geglu",
 	OpBiasAdd:    "bias_add",
 	OpRMSNorm:    "rms_norm",
 	OpMatmul:     "matmul",
@@ -94,9 +103,12 @@ var opByName = map[string]Op{
 	"reshape":     OpReshape,
 	"last_tokens": OpLastTokens,
 	"silu":        OpSiLU,
+	"scale":       OpScale,
+	"softcap":     OpSoftcap,
 	"add":         OpAdd,
 	"mul":         OpMul,
 	"swiglu":      OpSwiGLU,
+	"geglu":       OpGeGLU,
 	"bias_add":    OpBiasAdd,
 	"rms_norm":    OpRMSNorm,
 	"matmul":      OpMatmul,

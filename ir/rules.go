@@ -2,6 +2,7 @@ package ir
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/memra-ai/memra/ir/dtype"
 )
@@ -82,6 +83,11 @@ type opDef struct {
 	Shape  func(n *Node) (Shape, error)
 	Type   func(n *Node) (dtype.Type, error)
 	Doc    string // exact semantics
+
+	// Opt are optional attributes: a node may leave one out, and the op's
+	// Doc says what its absence means. The text form prints those present,
+	// after Attrs, so graphs that do not use them print as before.
+	Opt []AttrSpec
 }
 
 // Group returns the op's group.
@@ -92,6 +98,9 @@ func (o Op) Operands() []Operand { return o.def().Args }
 
 // AttrSpecs returns the op's declared attributes.
 func (o Op) AttrSpecs() []AttrSpec { return o.def().Attrs }
+
+// OptAttrSpecs returns the op's optional attributes.
+func (o Op) OptAttrSpecs() []AttrSpec { return o.def().Opt }
 
 // HasEffect reports whether the op does more than define its value.
 func (o Op) HasEffect() bool { return o.def().Effect }
@@ -158,29 +167,23 @@ func checkNode(n *Node) error {
 		if !ok {
 			return ruleErr(n, "missing attribute %s", s.Name)
 		}
-		okKind := false
-		switch s.Kind {
-		case AttrInt:
-			_, okKind = v.(int)
-		case AttrFloat:
-			_, okKind = v.(float64)
-		case AttrString:
-			_, okKind = v.(string)
-		case AttrBool:
-			_, okKind = v.(bool)
-		case AttrInts:
-			_, okKind = v.([]int)
-		case AttrDType:
-			_, okKind = v.(dtype.Type)
-		}
-		if !okKind {
+		if !s.Kind.holds(v) {
 			return ruleErr(n, "attribute %s has kind %T", s.Name, v)
 		}
 	}
-	if len(n.Attrs) != len(d.Attrs) {
+	present := len(d.Attrs)
+	for _, s := range d.Opt {
+		if v, ok := n.Attrs[s.Name]; ok {
+			present++
+			if !s.Kind.holds(v) {
+				return ruleErr(n, "attribute %s has kind %T", s.Name, v)
+			}
+		}
+	}
+	if len(n.Attrs) != present {
 		for k := range n.Attrs {
 			found := false
-			for _, s := range d.Attrs {
+			for _, s := range append(d.Attrs[:len(d.Attrs):len(d.Attrs)], d.Opt...) {
 				found = found || s.Name == k
 			}
 			if !found {
@@ -189,6 +192,26 @@ func checkNode(n *Node) error {
 		}
 	}
 	return nil
+}
+
+// holds reports whether v is a value of kind k.
+func (k AttrKind) holds(v any) bool {
+	ok := false
+	switch k {
+	case AttrInt:
+		_, ok = v.(int)
+	case AttrFloat:
+		_, ok = v.(float64)
+	case AttrString:
+		_, ok = v.(string)
+	case AttrBool:
+		_, ok = v.(bool)
+	case AttrInts:
+		_, ok = v.([]int)
+	case AttrDType:
+		_, ok = v.(dtype.Type)
+	}
+	return ok
 }
 
 // infer applies the op's type and shape rules.
@@ -433,7 +456,27 @@ func shapeAttention(n *Node) (Shape, error) {
 	if n.Float("scale") <= 0 {
 		return nil, ruleErr(n, "scale %g must be positive", n.Float("scale"))
 	}
+	if c := AttnSoftcap(n); !(c >= 0) || math.IsInf(c, 0) {
+		return nil, ruleErr(n, "softcap %g must be a finite number ≥ 0", c)
+	}
+	if w := AttnWindow(n); w < 0 || (w > 0 && !n.Bool("causal")) {
+		return nil, ruleErr(n, "window %d must be ≥ 0, and only causal attention has one", w)
+	}
 	return q.Shape, nil
+}
+
+func shapeScale(n *Node) (Shape, error) {
+	if f := n.Float("factor"); math.IsNaN(f) || math.IsInf(f, 0) {
+		return nil, ruleErr(n, "factor %g must be finite", f)
+	}
+	return n.Args[0].Shape, nil
+}
+
+func shapeSoftcap(n *Node) (Shape, error) {
+	if c := n.Float("cap"); !(c > 0) || math.IsInf(c, 0) {
+		return nil, ruleErr(n, "cap %g must be a finite positive number", c)
+	}
+	return n.Args[0].Shape, nil
 }
 
 func shapeOutput(n *Node) (Shape, error) {

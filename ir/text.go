@@ -55,6 +55,11 @@ func (n *Node) String() string {
 		for _, s := range n.Op.AttrSpecs() {
 			fmt.Fprintf(&b, " %s=%s", s.Name, formatAttr(n.Attrs[s.Name]))
 		}
+		for _, s := range n.Op.OptAttrSpecs() {
+			if v, ok := n.Attrs[s.Name]; ok {
+				fmt.Fprintf(&b, " %s=%s", s.Name, formatAttr(v))
+			}
+		}
 	}
 	fmt.Fprintf(&b, " : %v%v", n.Type, n.Shape)
 	if n.Kernel != 0 {

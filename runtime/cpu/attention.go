@@ -38,7 +38,8 @@ func attention(e *exec, n *ir.Node) error {
 	l := cn.Int("layer")
 	H, D := int(n.Shape[1]), int(n.Shape[2])
 	Hkv := int(cn.Args[0].Shape[1])
-	a := attnShape{l: l, H: H, D: D, G: H / Hkv, R: Hkv * D, scale: n.Float("scale"), causal: n.Bool("causal")}
+	a := attnShape{l: l, H: H, D: D, G: H / Hkv, R: Hkv * D, scale: n.Float("scale"), causal: n.Bool("causal"),
+		softcap: ir.AttnSoftcap(n), window: ir.AttnWindow(n)}
 	st := &e.step
 
 	// Work item i is KV head i%Hkv of the tokens [b·B, b·B+B), b = i/Hkv,
@@ -67,6 +68,8 @@ type attnShape struct {
 	l, H, D, G, R int
 	scale         float64
 	causal        bool
+	softcap       float64 // scores become softcap·tanh(s/softcap) when positive
+	window        int     // a token at p reads only keys j > p − window when positive
 }
 
 // attendRun computes the outputs of tokens [t0, t1) of one sequence (at
@@ -78,29 +81,37 @@ func (e *exec) attendRun(q, y []float32, t0, t1, g, w int, a attnShape) {
 	s := st.seqOf[t0]
 	pt := st.tables[s]
 	nq := (t1 - t0) * G
-	// Query i is head g·G + i%G of token t0 + i/G; it sees tspan[i/G]
-	// cached positions.
-	var tspan [attnBlockTokens]int
-	span := 0
+	// Query i is head g·G + i%G of token t0 + i/G; it sees the cached
+	// positions [tlo[i/G], tspan[i/G]): from 0, or within its window.
+	var tspan, tlo [attnBlockTokens]int
+	span, base := 0, math.MaxInt
 	for t := t0; t < t1; t++ {
 		tspan[t-t0] = st.length[s]
 		if a.causal {
 			tspan[t-t0] = int(st.pos[t]) + 1
 		}
+		if a.window > 0 {
+			tlo[t-t0] = max(0, tspan[t-t0]-a.window)
+		}
 		span = max(span, tspan[t-t0])
+		base = min(base, tlo[t-t0])
 	}
 	spanQ := func(i int) int { return tspan[i/G] }
+	loQ := func(i int) int { return tlo[i/G] }
+	// Scores of keys [base, span) are held; key j of query i at
+	// sc[i·wd + j − base].
+	wd := span - base
 
-	// Scratch: queries (nq·D), four K or V rows (4·D), scores (nq·span),
+	// Scratch: queries (nq·D), four K or V rows (4·D), scores (nq·wd),
 	// accumulators (nq·D), softmax sums (nq).
-	need := nq*D + 4*D + nq*span + nq*D + nq
+	need := nq*D + 4*D + nq*wd + nq*D + nq
 	if cap(e.scratch[w]) < need {
 		e.scratch[w] = make([]float64, need+need/2)
 	}
 	buf := e.scratch[w][:need]
 	qs, buf := buf[:nq*D], buf[nq*D:]
 	rows, buf := buf[:4*D], buf[4*D:]
-	sc, buf := buf[:nq*span], buf[nq*span:]
+	sc, buf := buf[:nq*wd], buf[nq*wd:]
 	acc, sums := buf[:nq*D], buf[nq*D:]
 	for i := range nq {
 		t, h := t0+i/G, g*G+i%G
@@ -113,7 +124,7 @@ func (e *exec) attendRun(q, y []float32, t0, t1, g, w int, a attnShape) {
 
 	// Scores: each cached K row converted once for all queries, four rows
 	// at a time (four independent sums, each in element order).
-	for j0 := 0; j0 < span; j0 += 4 {
+	for j0 := base; j0 < span; j0 += 4 {
 		clearUpper()
 		nj := min(4, span-j0)
 		for jj := range nj {
@@ -124,13 +135,13 @@ func (e *exec) attendRun(q, y []float32, t0, t1, g, w int, a attnShape) {
 		}
 		r0, r1, r2, r3 := rows[:D], rows[D:2*D], rows[2*D:3*D], rows[3*D:]
 		for i := range nq {
-			end := min(j0+4, spanQ(i))
-			if end <= j0 {
+			start, end := max(j0, loQ(i)), min(j0+4, spanQ(i))
+			if end <= start {
 				continue
 			}
 			qi := qs[i*D : (i+1)*D]
-			out := sc[i*span+j0 : i*span+end]
-			if len(out) == 4 {
+			out := sc[i*wd+start-base : i*wd+end-base]
+			if start == j0 && len(out) == 4 {
 				var d0, d1, d2, d3 float64
 				for k, qv := range qi {
 					d0 += qv * r0[k]
@@ -142,7 +153,7 @@ func (e *exec) attendRun(q, y []float32, t0, t1, g, w int, a attnShape) {
 				continue
 			}
 			for jj := range out {
-				r := rows[jj*D : (jj+1)*D]
+				r := rows[(start-j0+jj)*D : (start-j0+jj+1)*D]
 				dot := 0.0
 				for k, qv := range qi {
 					dot += qv * r[k]
@@ -151,10 +162,15 @@ func (e *exec) attendRun(q, y []float32, t0, t1, g, w int, a attnShape) {
 			}
 		}
 	}
-	// Softmax per query.
+	// Softmax per query, after the soft cap.
 	for i := range nq {
 		clearUpper()
-		p := sc[i*span : i*span+spanQ(i)]
+		p := sc[i*wd+loQ(i)-base : i*wd+spanQ(i)-base]
+		if a.softcap > 0 {
+			for j, v := range p {
+				p[j] = softcapF(v, a.softcap)
+			}
+		}
 		mx := math.Inf(-1)
 		for _, v := range p {
 			mx = max(mx, v)
@@ -169,7 +185,7 @@ func (e *exec) attendRun(q, y []float32, t0, t1, g, w int, a attnShape) {
 	// Weighted values: each cached V row once for all queries, four rows
 	// at a time; every accumulator still adds its terms in row order.
 	clear(acc)
-	for j0 := 0; j0 < span; j0 += 4 {
+	for j0 := base; j0 < span; j0 += 4 {
 		clearUpper()
 		nj := min(4, span-j0)
 		for jj := range nj {
@@ -180,12 +196,13 @@ func (e *exec) attendRun(q, y []float32, t0, t1, g, w int, a attnShape) {
 		}
 		r0, r1, r2, r3 := rows[:D], rows[D:2*D], rows[2*D:3*D], rows[3*D:]
 		for i := range nq {
-			if spanQ(i) <= j0 {
+			start, end := max(j0, loQ(i)), min(j0+4, spanQ(i))
+			if end <= start {
 				continue
 			}
 			ai := acc[i*D : (i+1)*D]
-			p := sc[i*span+j0 : i*span+min(j0+4, spanQ(i))]
-			if len(p) >= 4 {
+			p := sc[i*wd+start-base : i*wd+end-base]
+			if start == j0 && len(p) >= 4 {
 				p0, p1, p2, p3 := p[0], p[1], p[2], p[3]
 				for k, a := range ai {
 					a += p0 * r0[k]
@@ -197,7 +214,7 @@ func (e *exec) attendRun(q, y []float32, t0, t1, g, w int, a attnShape) {
 				continue
 			}
 			for jj, pj := range p {
-				r := rows[jj*D : (jj+1)*D]
+				r := rows[(start-j0+jj)*D : (start-j0+jj+1)*D]
 				for k, vv := range r {
 					ai[k] += pj * vv
 				}
