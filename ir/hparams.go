@@ -43,8 +43,9 @@ type RopeScaling struct {
 
 // HParams are the hyperparameters of a decoder-only transformer, the same
 // whether the model came from a GGUF file or a Hugging Face checkpoint.
-// Per-layer variation is not modelled: the families memra builds use one
-// value for every layer.
+// Per-layer variation is not modelled beyond Gemma's: a periodic pattern
+// of sliding-window and global layers (Sliding), the sliding ones with
+// their own RoPE base.
 type HParams struct {
 	Arch          string // "llama", "qwen2", "qwen3"
 	Name          string // general.name or the checkpoint's name
@@ -64,4 +65,34 @@ type HParams struct {
 	TiedEmbedding bool // output projection shares token_embd.weight
 	QKVBias       bool // qwen2: biases on q/k/v projections
 	QKNorm        bool // qwen3: per-head RMSNorm on q and k
+
+	// Gemma 2 and 3.
+
+	// AttnScale is the attention score scale (Gemma's
+	// query_pre_attn_scalar^-½); 0 is 1/√HeadDim.
+	AttnScale float32
+	// AttnSoftcap soft-caps the attention scores, s → c·tanh(s/c) (Gemma 2:
+	// 50); FinalSoftcap the logits (Gemma 2: 30). 0: none.
+	AttnSoftcap, FinalSoftcap float32
+	// SlidingWindow is the positions a sliding-window layer reads: the
+	// token's own and the SlidingWindow−1 before it (Gemma 2: 4096, Gemma
+	// 3: 1024); 0: no such layers.
+	SlidingWindow int
+	// SlidingPattern makes layer l global (every earlier position) when
+	// (l+1) % SlidingPattern == 0 and sliding otherwise: Gemma 2's 2 (every
+	// other layer, the first sliding), Gemma 3's 6 (five sliding, one
+	// global). 0 with a window: every layer slides.
+	SlidingPattern int
+	// RopeBaseLocal is the RoPE base of the sliding layers, which then take
+	// no RopeScaling (Gemma 3: 10000, against the global layers' 1e6 with
+	// linear scaling); 0: the sliding layers rotate as the others do.
+	RopeBaseLocal float32
+}
+
+// Sliding reports whether layer l reads only a sliding window of positions.
+func (hp HParams) Sliding(l int) bool {
+	if hp.SlidingWindow <= 0 {
+		return false
+	}
+	return hp.SlidingPattern <= 0 || (l+1)%hp.SlidingPattern != 0
 }

@@ -22,6 +22,7 @@ type decoder struct {
 	tokens, pos *ir.Node
 	freqs       *ir.Node // rope_freqs.weight, or nil
 	embd        *ir.Node // token_embd.weight
+	logitCap    float64  // > 0: finish soft-caps the logits (softcap)
 }
 
 // dims holds the derived dimensions of a model.
@@ -302,6 +303,9 @@ func (d *decoder) finish(x *ir.Node, last int) (*ir.Graph, error) {
 			out = d.weight("token_embd.weight", k.E, k.V) // tied, in a later stage
 		}
 		logits := d.g.Add(ir.OpMatmul, nil, x, out)
+		if d.logitCap > 0 {
+			logits = d.g.Add(ir.OpSoftcap, ir.Attrs{"cap": d.logitCap}, logits)
+		}
 		d.g.Add(ir.OpOutput, nil, logits)
 	}
 	if d.err != nil {
