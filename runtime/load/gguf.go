@@ -210,7 +210,7 @@ func (g *ggufMeta) hparams(m *Model) (ir.HParams, error) {
 	hp.TiedEmbedding = !hasOutput && len(m.Tensors) > 0
 	_, hp.QKVBias = m.Tensors["blk.0.attn_q.bias"]
 	_, hp.QKNorm = m.Tensors["blk.0.attn_q_norm.weight"]
-	return hp, nil
+	return hp, g.gemmaGGUF(&hp)
 }
 
 // ropeScaling reads <arch>.rope.scaling.* (and the legacy

@@ -35,6 +35,8 @@ type hfConfig struct {
 	RopeParameters        *hfRope  `json:"rope_parameters"` // transformers ≥ 5
 	VocabSize             int      `json:"vocab_size"`
 	TieWordEmbeddings     *bool    `json:"tie_word_embeddings"`
+
+	gemma *gemmaConfig // a Gemma checkpoint's own fields (hfGemmaConfig)
 }
 
 // hfRope is rope_scaling (or transformers 5's rope_parameters).
@@ -59,6 +61,8 @@ var hfArchs = map[string]string{
 	"llama": "llama", "LlamaForCausalLM": "llama",
 	"qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
 	"qwen3": "qwen3", "Qwen3ForCausalLM": "qwen3",
+	"gemma2": "gemma2", "Gemma2ForCausalLM": "gemma2",
+	"gemma3_text": "gemma3", "Gemma3ForCausalLM": "gemma3", "gemma3": "gemma3", "Gemma3ForConditionalGeneration": "gemma3",
 }
 
 // openHF opens a Hugging Face checkpoint folder.
@@ -74,6 +78,9 @@ func openHF(dir string) (*Model, error) {
 	var cfg hfConfig
 	if err := json.Unmarshal(raw, &cfg); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrMetadata, cfgPath, err)
+	}
+	if err := hfGemmaConfig(cfgPath, raw, &cfg); err != nil {
+		return nil, err
 	}
 	set, err := safetensors.OpenDir(dir)
 	if err != nil {
@@ -131,7 +138,7 @@ func hfHParams(path string, cfg *hfConfig, dir string) (ir.HParams, error) {
 		arch = hfArchs[cfg.Architectures[0]]
 	}
 	if arch == "" {
-		return hp, fmt.Errorf("%w: %s: model_type %q, architectures %v (want llama, qwen2 or qwen3)", ErrArch, path, cfg.ModelType, cfg.Architectures)
+		return hp, fmt.Errorf("%w: %s: model_type %q, architectures %v (want llama, qwen2, qwen3, gemma2 or gemma3)", ErrArch, path, cfg.ModelType, cfg.Architectures)
 	}
 	hp.Arch = arch
 	hp.Name = cfg.NameOrPath
@@ -205,7 +212,7 @@ func hfHParams(path string, cfg *hfConfig, dir string) (ir.HParams, error) {
 			return hp, fmt.Errorf("%w: %s: rope_scaling type %q (want llama3, linear or yarn)", ErrMetadata, path, typ)
 		}
 	}
-	return hp, nil
+	return hp, gemmaHF(path, cfg, &hp)
 }
 
 // hfLayerNames maps the part after "model.layers.N." to the GGUF name
@@ -297,28 +304,38 @@ func (m *Model) mapHFTensors(set *safetensors.Set, cfg *hfConfig) (fp8 bool, err
 		}
 	}
 	flat := flatBackbone(names)
-	_, hasEmbed, _ := set.Tensor("model.embed_tokens.weight")
+	lookup := func(n string) string {
+		if flat {
+			return "model." + n // the Qwen3-Embedding layout: the backbone without its prefix
+		}
+		return n
+	}
+	arch := hfArchOf(cfg)
+	hasEmbed := false
+	for _, n := range names {
+		g, _ := GGUFNameFor(arch, lookup(n))
+		hasEmbed = hasEmbed || g == "token_embd.weight"
+	}
 	tie := cfg.TieWordEmbeddings != nil && *cfg.TieWordEmbeddings
 	for _, hfName := range names {
-		lookup := hfName
-		if flat {
-			lookup = "model." + hfName // the Qwen3-Embedding layout: the backbone without its prefix
-		}
-		name, ok := GGUFName(lookup)
+		name, ok := GGUFNameFor(arch, lookup(hfName))
 		if !ok || scales[hfName] {
 			m.Skipped = append(m.Skipped, hfName)
 			continue
 		}
 		if name == "output.weight" {
-			if hasEmbed != nil && tie {
+			if hasEmbed && tie {
 				m.Skipped = append(m.Skipped, hfName) // tied: the embedding serves
 				continue
 			}
-			if hasEmbed == nil {
+			if !hasEmbed {
 				name = "token_embd.weight" // only lm_head stored: it serves both ends
 			}
 		}
 		t, err := hfTensor(set, hfName, name)
+		if err == nil && isGemma(arch) && strings.HasSuffix(name, "norm.weight") {
+			t, err = gemmaNorm(t) // stored as w, applied as 1 + w
+		}
 		if err != nil {
 			return false, err
 		}
