@@ -140,13 +140,22 @@ func patternOf(flags []bool, errf func(string, ...any) error) (int, error) {
 			break
 		}
 	}
-	hp := ir.HParams{SlidingWindow: 1, SlidingPattern: p}
-	for l, s := range flags {
-		if hp.Sliding(l) != s {
-			return 0, errf("layer %d: the sliding and global layers do not follow a pattern (memra needs a global layer every P)", l)
-		}
+	if !follows(flags, ir.HParams{SlidingWindow: 1, SlidingPattern: p}) {
+		return 0, errf("the sliding and global layers %v do not follow a pattern (memra needs a global layer every P)", flags)
 	}
 	return p, nil
+}
+
+// follows reports whether hp's pattern makes layer l sliding exactly
+// where flags[l] is true.
+func follows(flags []bool, hp ir.HParams) bool {
+	hp.SlidingWindow = 1
+	for l, s := range flags {
+		if hp.Sliding(l) != s {
+			return false
+		}
+	}
+	return true
 }
 
 // gemmaConfig is the part of a Gemma config.json memra reads beyond
@@ -311,10 +320,15 @@ func gemmaHF(path string, cfg *hfConfig, hp *ir.HParams) error {
 				return fmt.Errorf("%w: %s: layer_types[%d] is %q", ErrMetadata, path, i, t)
 			}
 		}
-		if hp.SlidingPattern, err = patternOf(flags, func(format string, args ...any) error {
-			return fmt.Errorf("%w: %s: layer_types: %s", ErrMetadata, path, fmt.Sprintf(format, args...))
-		}); err != nil {
-			return err
+		given := *hp
+		if !follows(flags, given) {
+			// the layer types rule; the pattern key (or the default) keeps
+			// its value where they agree (a short model may not show it)
+			if hp.SlidingPattern, err = patternOf(flags, func(format string, args ...any) error {
+				return fmt.Errorf("%w: %s: layer_types: %s", ErrMetadata, path, fmt.Sprintf(format, args...))
+			}); err != nil {
+				return err
+			}
 		}
 	}
 	if hp.Arch == "gemma3" {

@@ -16,7 +16,8 @@ import (
 // hfShardBytes bounds one safetensors shard of a written checkpoint.
 const hfShardBytes = 2 << 30
 
-var hfArchitectures = map[string]string{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+var hfArchitectures = map[string]string{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+	"gemma2": "Gemma2ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
 
 // hfConfig returns config.json for a plan.
 func (pl *Plan) hfConfig(torchDType string, v *tokenizer.Vocab) map[string]any {
@@ -62,6 +63,9 @@ func (pl *Plan) hfConfig(torchDType string, v *tokenizer.Vocab) map[string]any {
 	if rs := hp.RopeScaling; rs.Type == "yarn" {
 		c["rope_scaling"] = map[string]any{"type": "yarn", "factor": rs.Factor,
 			"original_max_position_embeddings": rs.OriginalContext}
+	}
+	if isGemma(hp.Arch) {
+		gemmaHFConfig(c, hp)
 	}
 	return c
 }
@@ -162,7 +166,7 @@ func (pl *Plan) writeHFWeights(dir, st string, o Options) error {
 		if t.spec.kind == kindFreqs {
 			continue // Llama 3.1 frequencies come from config.json's rope_scaling
 		}
-		name, ok := load.HFName(t.Name)
+		name, ok := load.HFNameFor(pl.HParams.Arch, t.Name)
 		if !ok {
 			return fmt.Errorf("synth: no Hugging Face name for tensor %s", t.Name)
 		}

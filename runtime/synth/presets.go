@@ -17,7 +17,7 @@ import (
 type Preset struct {
 	Name     string
 	HParams  ir.HParams
-	Vocab    string // embedded tokenizer: "llama-spm", "llama3" or "qwen2"
+	Vocab    string // embedded tokenizer: "llama-spm", "llama3", "qwen2", "gemma2" or "gemma3"
 	Template string // embedded chat template file, "" for none
 }
 
@@ -60,6 +60,26 @@ var presets = map[string]Preset{
 			Heads: 28, HeadsKV: 4, HeadDim: 128, RopeDim: 128, RopeBase: 1000000, RMSEps: 1e-6, VocabSize: 152064,
 			QKVBias: true, RopeStyle: ir.RopeHalf,
 			RopeScaling: ir.RopeScaling{Type: "yarn", Factor: 4, OriginalContext: 32768}},
+	},
+	// Gemma 2 9B: every other layer sliding over 4096 positions, soft caps
+	// 50 (scores) and 30 (logits), query_pre_attn_scalar 256.
+	"gemma2-9b": {
+		Name: "gemma2-9b", Vocab: "gemma2", Template: "gemma-2-2b-it.jinja",
+		HParams: ir.HParams{Arch: "gemma2", ContextLength: 8192, Embedding: 3584, Layers: 42, FFN: 14336,
+			Heads: 16, HeadsKV: 8, HeadDim: 256, RopeDim: 256, RopeBase: 10000, RMSEps: 1e-6, VocabSize: 256000,
+			TiedEmbedding: true, RopeStyle: ir.RopeHalf, AttnScale: 0.0625, AttnSoftcap: 50, FinalSoftcap: 30,
+			SlidingWindow: 4096, SlidingPattern: 2},
+	},
+	// Gemma 3 12B (text): five layers sliding over 1024 positions (RoPE base
+	// 10000) to one global (base 1e6, linear scaling 8), q/k norms, no caps.
+	// Its chat template is not in memra's assets: Gemma 2's stands in.
+	"gemma3-12b": {
+		Name: "gemma3-12b", Vocab: "gemma3", Template: "gemma-2-2b-it.jinja",
+		HParams: ir.HParams{Arch: "gemma3", ContextLength: 131072, Embedding: 3840, Layers: 48, FFN: 15360,
+			Heads: 16, HeadsKV: 8, HeadDim: 256, RopeDim: 256, RopeBase: 1e6, RMSEps: 1e-6, VocabSize: 262208,
+			TiedEmbedding: true, RopeStyle: ir.RopeHalf, QKNorm: true, AttnScale: 0.0625,
+			SlidingWindow: 1024, SlidingPattern: 6, RopeBaseLocal: 10000,
+			RopeScaling: ir.RopeScaling{Type: "linear", Factor: 8}},
 	},
 	"qwen3-8b": {
 		Name: "qwen3-8b", Vocab: "qwen2", Template: "qwen3-0.6b.jinja",
@@ -123,6 +143,12 @@ func (o *Options) shape(p Preset) (ir.HParams, error) {
 	}
 	if o.Context > 0 {
 		hp.ContextLength = o.Context
+	}
+	if o.Window > 0 {
+		if hp.SlidingWindow == 0 {
+			return hp, fmt.Errorf("%w: --sliding-window for %s, which has no sliding-window layers", ErrOptions, p.Name)
+		}
+		hp.SlidingWindow = o.Window
 	}
 	if hp.Layers < 1 || hp.Embedding < 1 || hp.FFN < 1 || hp.Heads < 1 || hp.HeadsKV < 1 {
 		return hp, fmt.Errorf("%w: degenerate shape %+v", ErrOptions, hp)

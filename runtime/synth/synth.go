@@ -39,6 +39,7 @@ type Options struct {
 	Dim     int
 	FFN     int
 	Context int
+	Window  int    // sliding-window layers' window (Gemma); 0 keeps the preset's
 	Weights string // WeightsAuto (default), WeightsFloat or WeightsBlocks
 	// Pooling, when set (mean, cls or last), writes an embedding variant:
 	// no output head, the pooling declared (GGUF {arch}.pooling_type; a
@@ -163,6 +164,9 @@ func (pl *Plan) metadata() ([]kv, error) {
 	if pl.Pooling != "" {
 		kvs = append(kvs, kv{a + ".pooling_type", ggufPoolingType[pl.Pooling]})
 	}
+	if isGemma(a) {
+		kvs = append(kvs, gemmaKVs(hp)...)
+	}
 	v, err := pl.vocab()
 	if err != nil {
 		return nil, err
@@ -212,6 +216,11 @@ func (pl *Plan) values(seed uint64, ts *tensorSpec) []float32 {
 	x := floats(seed, pl.HParams, ts)
 	if pl.HParams.Arch == "llama" && (ts.role == "attn_q" || ts.role == "attn_k") {
 		x = permuteRows(x, ts.ne[0], pl.HParams.HeadDim)
+	}
+	if isGemma(pl.HParams.Arch) && ts.kind == kindNorm {
+		for i := range x {
+			x[i]++ // Gemma's checkpoints store w and apply 1 + w; GGUF files store 1 + w
+		}
 	}
 	return x
 }

@@ -55,6 +55,10 @@ func vocabFor(name string, size int) (*tokenizer.Vocab, error) {
 			v, err = llama3Vocab()
 		case "qwen2":
 			v, err = qwenVocab()
+		case "gemma2":
+			v, err = gemmaVocab(256000)
+		case "gemma3":
+			v, err = gemmaVocab(262144)
 		default:
 			err = fmt.Errorf("%w: unknown vocabulary %q", ErrOptions, name)
 		}

@@ -65,8 +65,14 @@ func tensorsOf(hp ir.HParams) []tensorSpec {
 				tensorSpec{name: blk("attn_k_norm.weight"), role: "norm", layer: l, ne: []int{hp.HeadDim}, kind: kindNorm})
 		}
 		ts = append(ts, mat("attn_output", q, d))
+		if isGemma(hp.Arch) {
+			ts = append(ts, tensorSpec{name: blk("post_attention_norm.weight"), role: "norm", layer: l, ne: []int{d}, kind: kindNorm})
+		}
 		ts = append(ts, tensorSpec{name: blk("ffn_norm.weight"), role: "norm", layer: l, ne: []int{d}, kind: kindNorm})
 		ts = append(ts, mat("ffn_gate", d, hp.FFN), mat("ffn_up", d, hp.FFN), mat("ffn_down", hp.FFN, d))
+		if isGemma(hp.Arch) {
+			ts = append(ts, tensorSpec{name: blk("post_ffw_norm.weight"), role: "norm", layer: l, ne: []int{d}, kind: kindNorm})
+		}
 	}
 	ts = append(ts, tensorSpec{name: "output_norm.weight", role: "norm", layer: -1, ne: []int{d}, kind: kindNorm})
 	if !hp.TiedEmbedding {
@@ -104,9 +110,12 @@ func floats(seed uint64, hp ir.HParams, t *tensorSpec) []float32 {
 	case kindNorm, kindBias:
 		r := rand.New(rand.NewPCG(seedFor(seed, t.name, 0)))
 		for i := range out {
-			if t.kind == kindNorm {
+			switch {
+			case t.kind == kindNorm && isGemma(hp.Arch):
+				out[i] = float32(0.1 * r.NormFloat64()) // w of Gemma's 1 + w
+			case t.kind == kindNorm:
 				out[i] = float32(1 + 0.1*r.NormFloat64())
-			} else {
+			default:
 				out[i] = float32(0.1 * r.NormFloat64())
 			}
 		}
