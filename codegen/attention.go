@@ -20,6 +20,14 @@ type AttnShape struct {
 	Cache                   dtype.Type
 	Scale                   float32 // score scale; 0 means 1/sqrt(HeadDim)
 	PageSize                int     // cache rows a page, a power of two; 0 means DefaultPageSize
+	// Softcap, when positive, soft-caps the scaled scores: s → Softcap ·
+	// tanh(s / Softcap) (Gemma 2's attention).
+	Softcap float32
+	// Window, when positive, is a sliding window: a query at position p
+	// reads only the keys j > p − Window (Gemma's sliding layers). Decode
+	// attention's splits then cover only the window's keys, and prefill
+	// skips the keys before it.
+	Window int
 }
 
 // DefaultPageSize is the KV cache page of AttnShape and LowerOptions where
@@ -61,6 +69,8 @@ func (s AttnShape) scale() float32 {
 
 func (s AttnShape) validate() error {
 	switch {
+	case s.Window < 0 || !(s.Softcap >= 0) || math.IsInf(float64(s.Softcap), 0):
+		return fmt.Errorf("%w: attention window %d, soft-cap %g", ErrUnsupported, s.Window, s.Softcap)
 	case s.Heads <= 0 || s.HeadsKV <= 0 || s.Heads%s.HeadsKV != 0:
 		return fmt.Errorf("%w: heads %d/%d", ErrUnsupported, s.Heads, s.HeadsKV)
 	case s.HeadDim <= 0 || s.HeadDim%32 != 0 || s.HeadDim > 256:
@@ -75,7 +85,32 @@ func (s AttnShape) validate() error {
 }
 
 func (s AttnShape) tag() string {
-	return fmt.Sprintf("h%d_%d_d%d_%s_pg%d", s.Heads, s.HeadsKV, s.HeadDim, typeTag(s.Cache), s.page())
+	t := fmt.Sprintf("h%d_%d_d%d_%s_pg%d", s.Heads, s.HeadsKV, s.HeadDim, typeTag(s.Cache), s.page())
+	if s.Softcap > 0 {
+		t += "_cap" + identFloat(s.Softcap)
+	}
+	if s.Window > 0 {
+		t += fmt.Sprintf("_win%d", s.Window)
+	}
+	return t
+}
+
+// KeySpan is the most keys a query reads in a cache of capacity
+// positions: the capacity, or the window when shorter. Decode attention's
+// splits cover it (DecodeArm.Splits(s.KeySpan(capacity))).
+func (s AttnShape) KeySpan(capacity int) int {
+	if s.Window > 0 {
+		return min(capacity, s.Window)
+	}
+	return capacity
+}
+
+// capScore writes the soft cap of the score variable v (nothing without
+// one).
+func (s AttnShape) capScore(w *Writer, v string) {
+	if s.Softcap > 0 {
+		w.Linef("%s = SOFTCAP * tanhf(%s * (1.f / SOFTCAP)); // the soft cap", v, v)
+	}
 }
 
 func (s AttnShape) defines(w *Writer) {
@@ -88,6 +123,12 @@ func (s AttnShape) defines(w *Writer) {
 	cacheRowDefine(w, s.Cache)
 	w.Linef("#define PLOG %d // log2 of the cache rows a page", bits.TrailingZeros(uint(s.page())))
 	w.Line("#define PROW(pt, j) (((size_t)(pt)[(j) >> PLOG] << PLOG) | (size_t)((j) & ((1 << PLOG) - 1))) // the cache row of position j of page table pt")
+	if s.Softcap > 0 {
+		w.Linef("#define SOFTCAP %s // scores become SOFTCAP·tanh(s/SOFTCAP)", cfloatLit(s.Softcap))
+	}
+	if s.Window > 0 {
+		w.Linef("#define WINDOW %d // a query at p reads the keys after p - WINDOW", s.Window)
+	}
 }
 
 // DecodeArm is the tuning of split-KV decode attention.
@@ -421,14 +462,24 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 			if !arm.Preload {
 				w.Line("pdl_wait();")
 			}
-			w.Line("const int len = kv_len[seq];")
+			// end is the sequence's key count, len the keys the splits cover
+			// (the window's), first the first of them
+			end, first := "len", ""
+			if s.Window > 0 {
+				w.Line("const int kv_end = kv_len[seq]; // the sequence's keys")
+				w.Line("const int lo = max(0, kv_end - WINDOW); // the first key in the window")
+				w.Line("const int len = kv_end - lo; // the keys the splits cover")
+				end, first = "kv_end", "lo + "
+			} else {
+				w.Line("const int len = kv_len[seq];")
+			}
 			if arm.Live == 0 {
-				w.Line("const int j0 = split * CHUNK;")
-				w.Line("const int n = min(CHUNK, len - j0);")
+				w.Linef("const int j0 = %ssplit * CHUNK;", first)
+				w.Linef("const int n = min(CHUNK, %s - j0);", end)
 			} else {
 				arm.liveChunk(w, "gridDim.z")
-				w.Line("const int j0 = split * chunk;")
-				w.Line("const int n = min(chunk, len - j0);")
+				w.Linef("const int j0 = %ssplit * chunk;", first)
+				w.Linef("const int n = min(chunk, %s - j0);", end)
 			}
 			w.Comment("query head kvh * GROUP + g writes partial po0 + g * splits")
 			w.Line("const size_t po0 = (size_t)(seq * HQ + kvh * GROUP) * splits + split;")
@@ -499,7 +550,7 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 				w.If("jf < n", func() {
 					w.For("u", "0", "U", "1", -1, func() {
 						w.Line("const int j = min(jf + u * KPW + grp, n - 1);")
-						w.If("j0 + j == len - 1", func() {
+						w.If(fmt.Sprintf("j0 + j == %s - 1", end), func() {
 							w.Comment("past L1, which may hold the line as it was before the wait")
 							w.Line("const size_t r = PROW(pt, j0 + j) * CROW + e0;")
 							rowLoads("kp", "vp", "__ldcg(%s)")
@@ -557,6 +608,7 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 							}
 							w.Line("#pragma unroll")
 							w.Block("for (int o = LPK / 2; o > 0; o >>= 1)", func() { w.Line("a += __shfl_xor_sync(0xffffffffu, a, o);") })
+							s.capScore(w, "a")
 							w.Linef("sc[u][hh] = jb + u * KPW + grp < n ? a : %s;", cfloat(float32(math.Inf(-1))))
 						})
 					})
@@ -656,7 +708,7 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 		}})
 	})
 	return &Kernel{Family: "attn_decode", Name: pname, Source: psrc, Params: pparams, Launch: func(d Dims) Geometry {
-		return Geometry{Grid: dim3(s.HeadsKV, arm.Splits(d.KVLen), d.Seqs), Block: dim3(arm.Threads, 1, 1)}
+		return Geometry{Grid: dim3(s.HeadsKV, arm.Splits(s.KeySpan(d.KVLen)), d.Seqs), Block: dim3(arm.Threads, 1, 1)}
 	}}, nil
 }
 
@@ -692,7 +744,11 @@ func decodeCombine(s AttnShape, arm DecodeArm, xq bool) *Kernel {
 			w.Line("pdl_wait();")
 			w.Line("const size_t p0 = (size_t)(seq * HQ + h) * splits;")
 			if arm.Live != 0 {
-				w.Line("const int len = kv_len[seq];")
+				if s.Window > 0 {
+					w.Line("const int len = min(kv_len[seq], WINDOW); // the keys the splits cover")
+				} else {
+					w.Line("const int len = kv_len[seq];")
+				}
 				arm.liveChunk(w, "gridDim.y")
 			}
 			live := arm.liveSplits(w)

@@ -57,10 +57,14 @@ func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32
 	}
 	for seq := range seqs {
 		n0 := int(lens[seq])
-		chunk := chunkOf(n0)
+		lo := 0 // the first key in the window
+		if s.Window > 0 {
+			lo = max(0, n0-s.Window)
+		}
+		chunk := chunkOf(n0 - lo)
 		for kvh := range HKV {
 			for split := range splits {
-				j0 := split * chunk
+				j0 := lo + split*chunk
 				n := min(chunk, n0-j0)
 				p0 := (seq*HQ+kvh*G)*splits + split
 				if n <= 0 {
@@ -77,7 +81,7 @@ func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32
 				}
 				// cache element of lane gl's vector i, element t, of key j of the split
 				elem := func(j, gl, i, e int) int {
-					require.True(t, j >= 0 && j0+j < n0, "key %d outside the live keys", j0+j)
+					require.True(t, j >= 0 && j0+j < n0 && j0+j >= lo, "key %d outside the live keys of the window", j0+j)
 					row := PageRow(pages, int(base[seq]), j0+j, s.page())
 					return row*crow + kvh*HD + (i*tl.lpk+gl)*tl.vec + e
 				}
@@ -168,6 +172,11 @@ func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32
 											b[ln] = a[ln] + a[ln^o]
 										}
 										a = b
+									}
+									if c := s.Softcap; c > 0 {
+										for ln := range 32 {
+											a[ln] = c * float32(math.Tanh(float64(a[ln]*(1/c))))
+										}
 									}
 									for ln := range 32 {
 										if jb+u*KPW+ln/tl.lpk < n {
@@ -273,6 +282,9 @@ func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32
 	out = make([]float32, seqs*HQ*HD)
 	for seq := range seqs {
 		n0 := int(lens[seq])
+		if s.Window > 0 {
+			n0 = min(n0, s.Window) // the keys the splits cover
+		}
 		live := splits
 		if arm.Live != 0 {
 			chunk := chunkOf(n0)

@@ -143,15 +143,35 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 			w.Block("while (i0 < NW * 16 && sb[i0] >= 0)", func() {
 				w.Line("const int b = sb[i0];")
 				w.Line("int i1 = i0, maxpos = -1;")
+				if s.Window > 0 {
+					w.Line("int minpos = 0x7fffffff;")
+				}
 				w.Block("while (i1 < NW * 16 && sb[i1] == b)", func() {
 					w.Line("maxpos = max(maxpos, sp[i1]);")
+					if s.Window > 0 {
+						w.Line("minpos = min(minpos, sp[i1]);")
+					}
 					w.Line("++i1;")
 				})
 				w.Line("int wmax = -1; // the last key any row of this warp reads in this run")
+				if s.Window > 0 {
+					w.Line("int wmin = 0x7fffffff; // the first key any row of this warp reads in this run")
+				}
 				w.For("r", "warp * 16", "warp * 16 + 16", "1", -1, func() {
-					w.If("sb[r] == b", func() { w.Line("wmax = max(wmax, sp[r]);") })
+					w.If("sb[r] == b", func() {
+						w.Line("wmax = max(wmax, sp[r]);")
+						if s.Window > 0 {
+							w.Line("wmin = min(wmin, sp[r] - WINDOW + 1);")
+						}
+					})
 				})
-				w.Block("for (int c0 = 0; c0 <= maxpos; c0 += KB)", func() {
+				from := "0"
+				if s.Window > 0 {
+					w.Comment("the block of keys holding the run's first key in a window: earlier blocks are skipped")
+					w.Line("const int cfirst = max(0, minpos - WINDOW + 1) / KB * KB;")
+					from = "cfirst"
+				}
+				w.Block(fmt.Sprintf("for (int c0 = %s; c0 <= maxpos; c0 += KB)", from), func() {
 					w.Line("__syncthreads(); // the previous keys are read")
 					w.For("idx", "threadIdx.x", "KB * (HD / 8)", "NW * 32", 0, func() {
 						w.Line("const int r = idx / (HD / 8), seg = idx % (HD / 8);")
@@ -173,6 +193,9 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 					})
 					w.Line("__syncthreads();")
 					w.If("c0 > wmax", func() { w.Line("continue; // causal: none of these keys for this warp") })
+					if s.Window > 0 {
+						w.If("c0 + KB <= wmin", func() { w.Line("continue; // every key before the windows of this warp's rows") })
+					}
 					w.Comment("S = Q·Kᵀ over the staged keys: n tile j holds keys 8j .. 8j+7")
 					w.Line("float s[KB / 8][4];")
 					w.For("j", "0", "KB / 8", "1", -1, func() {
@@ -186,13 +209,24 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 							w.Line("mma_f16(s[2 * jp + 1], qf[ks], kf[2], kf[3]);")
 						})
 					})
+					if s.Softcap > 0 {
+						w.For("j", "0", "KB / 8", "1", -1, func() {
+							w.For("e", "0", "4", "1", -1, func() { s.capScore(w, "s[j][e]") })
+						})
+					}
 					w.Comment("mask: keys past the row's position or of another sequence")
+					past := func(pos string) string {
+						if s.Window > 0 {
+							return fmt.Sprintf("key > %s || key <= %s - WINDOW", pos, pos)
+						}
+						return "key > " + pos
+					}
 					w.Line("float xa = NEG_INF, xb = NEG_INF;")
 					w.For("j", "0", "KB / 8", "1", -1, func() {
 						w.For("e", "0", "2", "1", -1, func() {
 							w.Line("const int key = c0 + 8 * j + 2 * t + e;")
-							w.If("basea != b || key > posa", func() { w.Line("s[j][e] = NEG_INF;") })
-							w.If("baseb != b || key > posb", func() { w.Line("s[j][2 + e] = NEG_INF;") })
+							w.If("basea != b || "+past("posa"), func() { w.Line("s[j][e] = NEG_INF;") })
+							w.If("baseb != b || "+past("posb"), func() { w.Line("s[j][2 + e] = NEG_INF;") })
 							w.Line("xa = fmaxf(xa, s[j][e]);")
 							w.Line("xb = fmaxf(xb, s[j][2 + e]);")
 						})

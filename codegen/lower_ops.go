@@ -1184,7 +1184,8 @@ func (l *lowerer) attention(att *ir.Node) error {
 	cn := att.Args[1]
 	layer := cn.Int("layer")
 	H, D, Hkv := int(att.Shape[1]), int(att.Shape[2]), int(cn.Args[0].Shape[1])
-	s := AttnShape{Heads: H, HeadsKV: Hkv, HeadDim: D, QStride: q.stride, Cache: l.o.Cache, Scale: attnScale(att), PageSize: l.o.PageSize}
+	s := AttnShape{Heads: H, HeadsKV: Hkv, HeadDim: D, QStride: q.stride, Cache: l.o.Cache, Scale: attnScale(att), PageSize: l.o.PageSize,
+		Softcap: float32(ir.AttnSoftcap(att)), Window: ir.AttnWindow(att)}
 	rows := att.Shape[0]
 	ob := l.buffer("attn", rows, H*D)
 	out := view{buf: ob, width: H * D, stride: H * D}
@@ -1208,7 +1209,7 @@ func (l *lowerer) attention(att *ir.Node) error {
 		}
 		// the output projection reads XQ 2 rows: the combine writes them
 		xq := l.outputXQ(att, H*D)
-		splits := arm.Splits(l.o.Context)
+		splits := arm.Splits(s.KeySpan(l.o.Context)) // a sliding window's splits cover the window
 		po := l.buffer("attn_part_o", ir.S, H*splits*D)
 		pml := l.buffer("attn_part_ml", ir.S, H*splits*2)
 		pov, pmlv := view{buf: po, width: H * splits * D, stride: H * splits * D}, view{buf: pml, width: H * splits * 2, stride: H * splits * 2}

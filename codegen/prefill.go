@@ -103,7 +103,12 @@ func emitWarpQueryAttention(w *Writer, s AttnShape, st warpAttnStyle) {
 	w.Linef("float m = %s, l = 0.f;", cfloat(float32(math.Inf(-1))))
 	w.Line("float o[DPL];")
 	w.For("i", "0", "DPL", "1", -1, func() { w.Line("o[i] = 0.f;") })
-	w.For("j0", "0", "nkeys", "32", 0, func() {
+	from := "0"
+	if s.Window > 0 {
+		w.Line("const int jlo = max(0, nkeys - WINDOW); // the first key in the window: each group's lane 0 holds a key")
+		from = "jlo"
+	}
+	w.For("j0", from, "nkeys", "32", 0, func() {
 		if st.comments {
 			w.Comment("each lane scores one key of this group of 32")
 		}
@@ -122,6 +127,7 @@ func emitWarpQueryAttention(w *Writer, s AttnShape, st warpAttnStyle) {
 			} else {
 				w.For("d", "0", "HD", "1", 8, func() { w.Linef("a += qs[warp][d] * %s;", cacheLoad(s.Cache, "kr[d]")) })
 			}
+			s.capScore(w, "a")
 			w.Line("sc = a;")
 		})
 		w.Line("const float mn = fmaxf(m, warp_max(sc));")

@@ -174,28 +174,37 @@ func RefArgmax(vocab int, logits []float32) []int32 {
 }
 
 // RefAttention is softmax(q·kᵀ·scale)·v for each query (token t reads its
-// q row at q[t·QStride + h·HeadDim]) over keys 0 .. n[t]-1 of its sequence,
-// key j at cache row PageRow(pages, base[t], j, PageSize), cache values
-// given as float32 ([rows][HeadsKV][HeadDim]). It returns out
-// [t][Heads·HeadDim].
+// q row at q[t·QStride + h·HeadDim]) over keys 0 .. n[t]-1 of its sequence
+// (with a Window, the last Window of them), key j at cache row
+// PageRow(pages, base[t], j, PageSize), cache values given as float32
+// ([rows][HeadsKV][HeadDim]); with a Softcap the scaled scores are capped
+// first. It returns out [t][Heads·HeadDim].
 func RefAttention(s AttnShape, q []float32, base, n, pages []int32, kc, vc []float32) []float32 {
 	D, G, kvw, P := s.HeadDim, s.Heads/s.HeadsKV, s.HeadsKV*s.HeadDim, s.page()
 	scale := float64(s.scale())
 	out := make([]float32, len(base)*s.Heads*D)
 	for t := range base {
+		lo := 0
+		if s.Window > 0 {
+			lo = max(0, int(n[t])-s.Window)
+		}
 		for h := 0; h < s.Heads; h++ {
 			qh := q[t*s.QStride+h*D : t*s.QStride+(h+1)*D]
 			off := h / G * D
-			sc := make([]float64, n[t])
+			sc := make([]float64, int(n[t])-lo)
 			mx := math.Inf(-1)
-			for j := range sc {
+			for i := range sc {
+				j := lo + i
 				row := kc[PageRow(pages, int(base[t]), j, P)*kvw+off:]
 				var a float64
 				for d := 0; d < D; d++ {
 					a += float64(qh[d]) * float64(row[d])
 				}
-				sc[j] = a * scale
-				mx = math.Max(mx, sc[j])
+				sc[i] = a * scale
+				if c := float64(s.Softcap); c > 0 {
+					sc[i] = c * math.Tanh(sc[i]/c)
+				}
+				mx = math.Max(mx, sc[i])
 			}
 			var sum float64
 			for j := range sc {
@@ -204,8 +213,8 @@ func RefAttention(s AttnShape, q []float32, base, n, pages []int32, kc, vc []flo
 			}
 			for d := 0; d < D; d++ {
 				var o float64
-				for j, p := range sc {
-					o += p * float64(vc[PageRow(pages, int(base[t]), j, P)*kvw+off+d])
+				for i, p := range sc {
+					o += p * float64(vc[PageRow(pages, int(base[t]), lo+i, P)*kvw+off+d])
 				}
 				out[t*s.Heads*D+h*D+d] = float32(o / sum)
 			}
