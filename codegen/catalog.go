@@ -15,6 +15,10 @@ type Shape struct {
 	Heads, HeadsKV, HeadDim int
 	RopeHalf                bool
 	Eps                     float32
+	// Window is the sliding-window layers' window (Gemma); 0: none. Attn
+	// is the global layers' shape; GemmaKernels and kernel-check's Gemma
+	// cases take the window.
+	Window int
 }
 
 // Shapes are the preset shapes of kernel-check and the compile gate.
@@ -23,6 +27,7 @@ var Shapes = []Shape{
 	{Name: "qwen2.5-7b", Hidden: 3584, FFN: 18944, Vocab: 152064, Heads: 28, HeadsKV: 4, HeadDim: 128, RopeHalf: true, Eps: 1e-6},
 	{Name: "qwen3-8b", Hidden: 4096, FFN: 12288, Vocab: 151936, Heads: 32, HeadsKV: 8, HeadDim: 128, RopeHalf: true, Eps: 1e-6},
 	{Name: "tiny", Hidden: 256, FFN: 512, Vocab: 1000, Heads: 4, HeadsKV: 2, HeadDim: 64, Eps: 1e-5},
+	{Name: "gemma3-12b", Hidden: 3840, FFN: 15360, Vocab: 262208, Heads: 16, HeadsKV: 8, HeadDim: 256, RopeHalf: true, Eps: 1e-6, Window: 1024},
 }
 
 // ShapeByName returns the preset shape called name.
@@ -177,6 +182,13 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 				}
 			}
 		}
+	}
+	if s.Window > 0 {
+		gk, err := GemmaKernels(s)
+		if err != nil {
+			return nil, err
+		}
+		ks = append(ks, gk...)
 	}
 	return ks, nil
 }

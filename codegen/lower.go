@@ -387,7 +387,16 @@ func (l *lowerer) node(n *ir.Node) error {
 		if n.Role == "prologue" {
 			return l.normGroup(n)
 		}
+		if l.postNormAdd(n) != nil {
+			return l.postNorm(n)
+		}
 		return l.headNorm(n)
+	case ir.OpScale:
+		return l.scaleOp(n)
+	case ir.OpSoftcap:
+		return l.softcapOp(n)
+	case ir.OpGeGLU:
+		return l.geglu(n)
 	case ir.OpMatmul:
 		return l.matmul(n)
 	case ir.OpKVWrite:
