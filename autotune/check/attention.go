@@ -112,7 +112,7 @@ func decodeCase(shape string, as codegen.AttnShape, lens []int32, xq, fused bool
 				if err != nil {
 					return nil, err
 				}
-				splits := codegen.DecodeArmOf(arm).Splits(max(maxLen, c.capacity))
+				splits := codegen.DecodeArmOf(arm).Splits(as.KeySpan(max(maxLen, c.capacity)))
 				po := fbuf(make([]float32, seqs*as.Heads*splits*as.HeadDim))
 				pml := fbuf(make([]float32, seqs*as.Heads*splits*2))
 				lb, out := ibuf(lens), fbuf(make([]float32, seqs*as.Heads*as.HeadDim))

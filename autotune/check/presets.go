@@ -37,6 +37,9 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 	}
 	cs = append(cs, longContextCases(s, seed)...)
 	cs = append(cs, cacheQ8Cases(s, tokens, seed)...)
+	if s.Window > 0 {
+		cs = append(cs, gemmaCases(s, tokens, seed)...)
+	}
 	qkv := (s.Heads + 2*s.HeadsKV) * s.HeadDim
 	for _, t := range types {
 		if rowOK(t, s.Hidden) {
