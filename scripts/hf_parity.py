@@ -13,8 +13,18 @@ units of the step's RMS logit difference).
 Needs torch and transformers (the GPU machine has both). Usage:
 
   scripts/hf_parity.py --memra ./memra --device cuda --steps 64 DIR [DIR ...]
+
+Gemma 2 and 3 (Gemma2ForCausalLM, Gemma3ForCausalLM) run with transformers'
+eager attention (--attn-impl auto), the one that applies their score
+soft-capping and sliding window; a window shorter than the prompt and the
+steps makes the comparison cover it, e.g.
+
+  bin/memra synth --preset gemma2-9b --quant bf16 --layers 2 --sliding-window 32 --format hf -o /tmp/hf-gemma2
+  bin/memra synth --preset gemma3-12b --quant bf16 --layers 6 --sliding-window 32 --format hf -o /tmp/hf-gemma3
+  scripts/hf_parity.py --memra bin/memra --device cuda --steps 64 --exact /tmp/hf-gemma2 /tmp/hf-gemma3
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -36,15 +46,29 @@ def memra_logits(memra, model_dir, device, steps, prompt_ids, out, extra):
     return prompt, gen, logits
 
 
-def hf_logits(model_dir, ids, dtype):
+def attn_impl(model_dir, choice):
+    """The attention implementation transformers runs: --attn-impl, or for
+    auto eager for Gemma (its soft-capping and sliding window) and the
+    library's default for the others (None)."""
+    if choice != "auto":
+        return choice
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    model_type = cfg.get("model_type", "") or cfg.get("text_config", {}).get("model_type", "")
+    return "eager" if model_type.startswith("gemma") else None
+
+
+def hf_logits(model_dir, ids, dtype, impl=None):
+    kw = {"attn_implementation": impl} if impl else {}
     try:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **kw)
     except TypeError:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=dtype, **kw)
     model = model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
     with torch.no_grad():
         x = torch.tensor([ids], device=model.device)
-        out = model(x).logits[0].float().cpu().numpy()
+        # one teacher-forced pass: no cache (Gemma's hybrid sliding-window cache included)
+        out = model(x, use_cache=False).logits[0].float().cpu().numpy()
     return out
 
 
@@ -57,6 +81,8 @@ def main():
     ap.add_argument("--prompt-ids", default="1 450 4996 17354 1701 29916 432 17204 975 278 17366 11203")
     ap.add_argument("--min-cos", type=float, default=0.999)
     ap.add_argument("--dtype", default="float32", help="transformers compute dtype")
+    ap.add_argument("--attn-impl", default="auto",
+                    help="transformers attn_implementation (eager, sdpa, …); auto: eager for Gemma, the default otherwise")
     ap.add_argument("--exact", action="store_true",
                     help="memra with a float32 KV cache and float32 prefill (its exact configuration)")
     ap.add_argument("--tie-tol", type=float, default=0.0,
@@ -74,7 +100,7 @@ def main():
             prompt, gen, ml = memra_logits(args.memra, d, args.device, args.steps, prompt_ids, tmp,
                                            ["--exact"] if args.exact else [])
         seq = prompt + gen[:-1]
-        hl = hf_logits(d, seq, dtype)
+        hl = hf_logits(d, seq, dtype, attn_impl(d, args.attn_impl))
         n = len(prompt)
         cos, same, gap, sigma, flips_ok = [], 0, 0.0, 0.0, True
         for i in range(len(gen)):
