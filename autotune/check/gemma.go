@@ -85,15 +85,17 @@ func blockSpace(family string) *codegen.Space {
 	return &sp
 }
 
-// rowCase is a case of a row-parallel kernel over tokens rows: inputs
-// ins, the output buffers the kernel writes (Outs, compared to want in
-// order), the kernel's arguments.
-func rowCase(c *Case, tokens int, make func(r *rand.Rand) (args []Arg, outs []*Buf, want func() [][]float32)) *Case {
+// rowCase is a case of a row-parallel kernel over tokens rows: build
+// draws the inputs and returns the kernel's arguments, the buffers it
+// writes (Outs) and their references, in order. Every arm's launch gets
+// the same inputs afresh (the post-norm adds in place).
+func rowCase(c *Case, tokens int, build func(r *rand.Rand) (args []Arg, outs []*Buf, want func() [][]float32)) *Case {
 	c.setup = func(r *rand.Rand) (*inputs, error) {
 		var args []Arg
 		var outs []*Buf
 		var want func() [][]float32
-		fresh := func() { args, outs, want = make(rand.New(rand.NewPCG(c.seed, 1))) }
+		seed := r.Uint64()
+		fresh := func() { args, outs, want = build(rand.New(rand.NewPCG(seed, 1))) }
 		fresh()
 		ref := lazy(func() ([][]float32, error) { return want(), nil })
 		return &inputs{
