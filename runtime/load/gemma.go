@@ -60,19 +60,26 @@ func (g *ggufMeta) gemmaGGUF(hp *ir.HParams) error {
 	if !isGemma(hp.Arch) {
 		return nil
 	}
+	// Gemma 2 files converted before these keys existed take llama.cpp's
+	// defaults for them, Gemma 2's values
+	attnCap, finalCap, window := 0.0, 0.0, -1 // Gemma 3's window is required, as llama.cpp requires it
+	if hp.Arch == "gemma2" {
+		attnCap, finalCap, window = 50, 30, 4096
+	}
 	var err error
 	for _, f := range []struct {
 		dst    *float32
 		suffix string
-	}{{&hp.AttnSoftcap, "attn_logit_softcapping"}, {&hp.FinalSoftcap, "final_logit_softcapping"}} {
-		if *f.dst, err = g.float(f.suffix, 0, false); err != nil {
+		def    float64
+	}{{&hp.AttnSoftcap, "attn_logit_softcapping", attnCap}, {&hp.FinalSoftcap, "final_logit_softcapping", finalCap}} {
+		if *f.dst, err = g.float(f.suffix, f.def, false); err != nil {
 			return err
 		}
 		if !positive(*f.dst) && *f.dst != 0 {
 			return g.errf(g.arch+"."+f.suffix, "%g is not a finite number ≥ 0", *f.dst)
 		}
 	}
-	if hp.SlidingWindow, err = g.uint("attention.sliding_window", 0); err != nil {
+	if hp.SlidingWindow, err = g.uint("attention.sliding_window", window); err != nil {
 		return err
 	}
 	if hp.SlidingPattern, err = g.slidingPattern(hp.Layers); err != nil {

@@ -201,6 +201,9 @@ func TestGGUFGemma(t *testing.T) {
 			}
 		}
 		p.setKV("general.architecture", arch)
+		if arch == "gemma3" {
+			p.setKV("gemma3.attention.sliding_window", uint32(1024))
+		}
 		for k, v := range kvs {
 			p.setKV(k, v)
 		}
@@ -219,6 +222,12 @@ func TestGGUFGemma(t *testing.T) {
 	require.Zero(t, hp.AttnScale, "1/√head_dim: the graph's default")
 	require.Equal(t, ir.RopeHalf, hp.RopeStyle)
 
+	// a Gemma 2 file converted before the keys existed: llama.cpp's defaults
+	m, err = open(t, "gemma2", nil)
+	require.NoError(t, err)
+	hp = m.HParams
+	require.Equal(t, [3]float64{50, 30, 4096}, [3]float64{float64(hp.AttnSoftcap), float64(hp.FinalSoftcap), float64(hp.SlidingWindow)})
+
 	m, err = open(t, "gemma3", map[string]any{"gemma3.attention.sliding_window": uint32(1024), "gemma3.rope.scaling.type": "linear",
 		"gemma3.rope.scaling.factor": float32(8), "gemma3.attention.scale": float32(0.125)})
 	require.NoError(t, err)
@@ -229,8 +238,24 @@ func TestGGUFGemma(t *testing.T) {
 	require.Zero(t, hp.AttnSoftcap)
 	require.Equal(t, ir.RopeScaling{Type: "linear", Factor: 8}, hp.RopeScaling)
 
+	// Gemma 3's window is required
+	{
+		p := readParts(t, storiesPath)
+		for i := range p.KVs {
+			if rest, ok := strings.CutPrefix(p.KVs[i].Key, "llama."); ok {
+				p.KVs[i].Key = "gemma3." + rest
+			}
+		}
+		p.setKV("general.architecture", "gemma3")
+		_, err := Open(writeFile(t, "nowindow.gguf", p.encode(t)))
+		require.ErrorIs(t, err, ErrMetadata)
+		require.ErrorContains(t, err, "gemma3.attention.sliding_window")
+	}
+
 	// the 27B rule: 1/√(dim/heads) without a key, as llama.cpp takes it
-	f, err := gguf.Parse(readParts(t, storiesPath).encode(t))
+	parts := readParts(t, storiesPath)
+	parts.setKV("gemma3.attention.sliding_window", uint32(1024))
+	f, err := gguf.Parse(parts.encode(t))
 	require.NoError(t, err)
 	for _, c := range []struct {
 		arch   string
@@ -252,6 +277,7 @@ func TestGGUFGemma(t *testing.T) {
 	require.Equal(t, 4, m.HParams.SlidingPattern)
 	require.Equal(t, float32(5000), m.HParams.RopeBaseLocal)
 	for _, kvs := range []map[string]any{
+		{"gemma3.attention.sliding_window": "wide"},
 		{"gemma3.attention.sliding_window_pattern": []bool{true, false, true, true, false}},
 		{"gemma3.attention.sliding_window_pattern": []bool{true, false}},
 		{"gemma3.attention.scale": float32(-1)},
