@@ -126,15 +126,15 @@ func isGemma(arch string) bool { return arch == "gemma2" || arch == "gemma3" }
 func gemmaKVs(hp ir.HParams) []kv {
 	a := hp.Arch
 	var kvs []kv
-	if hp.AttnSoftcap > 0 {
+	// Gemma 2's absent keys mean 50, 30 and 4096 to a reader (llama.cpp's
+	// defaults), so its are always written
+	if hp.AttnSoftcap > 0 || a == "gemma2" {
 		kvs = append(kvs, kv{a + ".attn_logit_softcapping", hp.AttnSoftcap})
 	}
-	if hp.FinalSoftcap > 0 {
+	if hp.FinalSoftcap > 0 || a == "gemma2" {
 		kvs = append(kvs, kv{a + ".final_logit_softcapping", hp.FinalSoftcap})
 	}
-	if hp.SlidingWindow > 0 {
-		kvs = append(kvs, kv{a + ".attention.sliding_window", uint32(hp.SlidingWindow)})
-	}
+	kvs = append(kvs, kv{a + ".attention.sliding_window", uint32(hp.SlidingWindow)})
 	if p := map[string]int{"gemma2": 2, "gemma3": 6}[a]; hp.SlidingPattern != p {
 		kvs = append(kvs, kv{a + ".attention.sliding_window_pattern", uint32(hp.SlidingPattern)})
 	}
