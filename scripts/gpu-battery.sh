@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|sample|half|halfdef|from|fromdef|kv8|kv8def|b1|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|sample|half|halfdef|from|fromdef|kv8|kv8def|b1|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu|gemma]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -657,6 +657,35 @@ fi
 
 echo
 echo "memra GPU battery ($(head -2 "$OUT/gpu.txt" | tail -1)), logs in $OUT"
+# Gemma 2 and 3 (about 8 minutes on an H100): kernel-check of the Gemma kernels at gemma3-12b (the
+# sliding window of 1024 with and without the soft cap, checks only), CPU↔GPU parity on synthesized
+# gemma2-9b (2 layers: one sliding, one global) and gemma3-12b (6 layers: five sliding, one
+# global) with a window of 32 (the 144 positions of a sequence cross it), in the exact and the
+# default configuration, and transformers' Gemma2ForCausalLM/Gemma3ForCausalLM on the same
+# weights (real width, bf16; hf_parity.py takes eager attention for them).
+if [ "$MODE" = gemma ]; then
+	step gemma-kernel-check "$BIN" kernel-check --shapes gemma3-12b --types q4_k,q8_0 --reps 0
+	for g in gemma2-9b:2 gemma3-12b:6; do
+		p=${g%:*} l=${g#*:}
+		for q in q4_k_m bf16; do
+			f="$MODELS/$p-$q-w32.gguf"
+			synth "$f" --preset "$p" --quant "$q" --layers "$l" --dim 512 --sliding-window 32 --weights float || continue
+			step "gemma-parity-exact-$p-$q" "$BIN" gpu-parity "$f" --steps 128 --prompts 2 --cache f32 --prefill-gemv
+			step "gemma-parity-default-$p-$q" "$BIN" gpu-parity "$f" --steps 128 --prompts 2 --tie-tol 0.02 --tie-sigma 3
+		done
+	done
+	gemma_hf() {
+		local dirs=()
+		for g in gemma2-9b:2 gemma3-12b:6; do
+			local p=${g%:*} l=${g#*:} d="$MODELS/hf-${g%:*}-bf16-w32"
+			synth "$d" --preset "$p" --quant bf16 --layers "$l" --sliding-window 32 --format hf || return 1
+			dirs+=("$d")
+		done
+		python3 scripts/hf_parity.py --memra "$BIN" --device cuda --steps 64 --prompt-ids "2 651 4320 8426 25341 36271 1163 573 27894 5929" "$@" "${dirs[@]}"
+	}
+	step gemma-hf-exact gemma_hf --exact
+	step gemma-hf-default gemma_hf --tie-tol 0.02 --tie-sigma 3
+fi
 printf '%s\n' "${rows[@]}"
 [ -e "$OUT/gpu-bench.log" ] && grep -E '^\| 2' "$OUT/gpu-bench.log"
 # The pipelined tensor-core batch arms (GEMVArm.Stages: cp.async rings in shared memory) against
