@@ -47,7 +47,7 @@ type RopeScaling struct {
 // of sliding-window and global layers (Sliding), the sliding ones with
 // their own RoPE base.
 type HParams struct {
-	Arch          string // "llama", "qwen2", "qwen3"
+	Arch          string // "llama", "qwen2", "qwen3", "qwen3moe", "mixtral", "gemma2", "gemma3"
 	Name          string // general.name or the checkpoint's name
 	ContextLength int    // maximum positions the model was trained for
 	Embedding     int    // hidden size (n_embd)
@@ -87,6 +87,17 @@ type HParams struct {
 	// no RopeScaling (Gemma 3: 10000, against the global layers' 1e6 with
 	// linear scaling); 0: the sliding layers rotate as the others do.
 	RopeBaseLocal float32
+
+	// Mixture of experts (qwen3moe, mixtral): every layer's feed-forward is
+	// Experts SwiGLU experts of ExpertFFN inner size, of which a router
+	// (blk.N.ffn_gate_inp) chooses ExpertsUsed per token; ExpertNorm
+	// renormalises the chosen experts' softmax weights to sum to 1
+	// (Qwen3-MoE's norm_topk_prob; Mixtral's top-k then softmax is the same).
+	// Experts 0 is a dense model.
+	Experts     int
+	ExpertsUsed int
+	ExpertFFN   int
+	ExpertNorm  bool
 }
 
 // Sliding reports whether layer l reads only a sliding window of positions.

@@ -54,6 +54,14 @@ const (
 	OpOutput
 	// OpHiddenOut (hidden_out): F32[T,E]: the result of a pipeline stage that is not the last: y = x, the residual stream after the stage's last layer for every token of the step, the next stage's hidden_in; a graph has exactly one output-group node, the last.
 	OpHiddenOut
+	// OpTopK (topk): I32[T,k]: for x [T,N] and 0 < k ≤ N, y[t,:] are the indices of the k largest x[t,:] in descending order of value, equal values in ascending order of index, a NaN counting as −∞ (a router's choice of experts).
+	OpTopK
+	// OpMoEWeights (moe_weights): F32[T,k]: the router weights of the chosen experts, for logits [T,N] and ids [T,k]: p = softmax(logits[t,:]) over all N (max-subtracted, sums in float64), w[t,j] = p[ids[t,j]]; with norm, w[t,j] = p[ids[t,j]] / Σ_i p[ids[t,i]], which is a softmax over the chosen experts' logits alone (top-k then softmax, Mixtral's order, is this with norm).
+	OpMoEWeights
+	// OpMoEMatmul (moe_matmul): F32[T,k,N]: the chosen experts' products, y[t,j,n] = Σ_c x_j[c] · W[ids[t,j],n,c]; W is an [E,N,K] weight (GGUF ne [K,N,E]: E experts of N rows of K) of any dtype read row by row as stored, and only the chosen experts' rows are read; x_j = x[t,:] for x [T,K] (every expert reads the token's row) or x[t,j,:] for x [T,k,K]; an id outside [0,E) is an error at run time.
+	OpMoEMatmul
+	// OpMoESum (moe_sum): F32[T,N]: y[t,n] = Σ_j w[t,j] · x[t,j,n], j from 0 to k−1 in order, for x [T,k,N] and w [T,k]: the experts' outputs weighted by the router.
+	OpMoESum
 
 	// NumOps is the number of ops, OpInvalid included.
 	NumOps
@@ -83,6 +91,10 @@ var opNames = [NumOps]string{
 	OpAttention:  "attention",
 	OpOutput:     "output",
 	OpHiddenOut:  "hidden_out",
+	OpTopK:       "topk",
+	OpMoEWeights: "moe_weights",
+	OpMoEMatmul:  "moe_matmul",
+	OpMoESum:     "moe_sum",
 }
 
 // String returns the op's text-form spelling.
@@ -117,6 +129,10 @@ var opByName = map[string]Op{
 	"attention":   OpAttention,
 	"output":      OpOutput,
 	"hidden_out":  OpHiddenOut,
+	"topk":        OpTopK,
+	"moe_weights": OpMoEWeights,
+	"moe_matmul":  OpMoEMatmul,
+	"moe_sum":     OpMoESum,
 }
 
 // LookupOp returns the op spelled name in the text form.

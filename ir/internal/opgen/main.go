@@ -127,7 +127,7 @@ func constString(e ast.Expr) (string, error) {
 }
 
 // acronyms are spelled in capitals in Go names.
-var acronyms = map[string]string{"rms": "RMS", "kv": "KV", "silu": "SiLU", "swiglu": "SwiGLU", "geglu": "GeGLU"}
+var acronyms = map[string]string{"rms": "RMS", "kv": "KV", "silu": "SiLU", "swiglu": "SwiGLU", "geglu": "GeGLU", "moe": "MoE", "topk": "TopK"}
 
 // goName turns "rms_norm" into "RMSNorm".
 func goName(name string) string {
