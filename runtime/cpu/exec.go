@@ -43,6 +43,10 @@ func init() {
 		ir.OpOutput:     output,
 		ir.OpHiddenIn:   leaf, // set by the stage's step (stage.go)
 		ir.OpHiddenOut:  output,
+		ir.OpTopK:       topK,
+		ir.OpMoEWeights: moeWeights,
+		ir.OpMoEMatmul:  moeMatmul,
+		ir.OpMoESum:     moeSum,
 	}
 }
 
