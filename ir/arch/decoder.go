@@ -246,6 +246,10 @@ func (d *decoder) yarnAttrs(a ir.Attrs) (ir.Attrs, float64, error) {
 type layerOpts struct {
 	qkvBias bool // qwen2: biases on q, k and v
 	qkNorm  bool // qwen3: per-head RMSNorm of q and k before RoPE
+	// ffn, when set, is the feed-forward of layer l from its normalised
+	// input h (moeFFN); nil is the dense SwiGLU of ffn_gate, ffn_up and
+	// ffn_down.
+	ffn func(d *decoder, h *ir.Node, l int) *ir.Node
 }
 
 // block appends decoder layer l to the residual stream x.
@@ -281,6 +285,9 @@ func (d *decoder) block(x *ir.Node, l int, o layerOpts) *ir.Node {
 	o2 := d.linear(d.reshape(att, k.H*k.D), blk(l, "attn_output"), k.H*k.D, k.E, false)
 	x = d.g.Add(ir.OpAdd, nil, x, o2)
 	h = d.norm(x, blk(l, "ffn_norm.weight"))
+	if o.ffn != nil {
+		return d.g.Add(ir.OpAdd, nil, x, o.ffn(d, h, l))
+	}
 	gate := d.linear(h, blk(l, "ffn_gate"), k.E, k.F, false)
 	up := d.linear(h, blk(l, "ffn_up"), k.E, k.F, false)
 	f := d.linear(d.g.Add(ir.OpSwiGLU, nil, gate, up), blk(l, "ffn_down"), k.F, k.E, false)
