@@ -201,6 +201,9 @@ func (g *ggufMeta) hparams(m *Model) (ir.HParams, error) {
 		return hp, err
 	}
 	yarnContext(&hp)
+	if err := g.moe(&hp); err != nil {
+		return hp, err
+	}
 
 	hp.VocabSize, err = g.vocabSize(m)
 	if err != nil {

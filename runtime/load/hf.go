@@ -37,6 +37,14 @@ type hfConfig struct {
 	TieWordEmbeddings     *bool    `json:"tie_word_embeddings"`
 
 	gemma *gemmaConfig // a Gemma checkpoint's own fields (hfGemmaConfig)
+	// mixture of experts (moe.go)
+	NumExperts          int   `json:"num_experts"`       // qwen3_moe
+	NumLocalExperts     int   `json:"num_local_experts"` // mixtral
+	NumExpertsPerTok    int   `json:"num_experts_per_tok"`
+	MoEIntermediateSize int   `json:"moe_intermediate_size"` // qwen3_moe (mixtral: intermediate_size)
+	NormTopKProb        bool  `json:"norm_topk_prob"`
+	DecoderSparseStep   int   `json:"decoder_sparse_step"`
+	MLPOnlyLayers       []int `json:"mlp_only_layers"`
 }
 
 // hfRope is rope_scaling (or transformers 5's rope_parameters).
@@ -63,6 +71,8 @@ var hfArchs = map[string]string{
 	"qwen3": "qwen3", "Qwen3ForCausalLM": "qwen3",
 	"gemma2": "gemma2", "Gemma2ForCausalLM": "gemma2",
 	"gemma3_text": "gemma3", "Gemma3ForCausalLM": "gemma3", "gemma3": "gemma3", "Gemma3ForConditionalGeneration": "gemma3",
+	"qwen3_moe": "qwen3moe", "Qwen3MoeForCausalLM": "qwen3moe",
+	"mixtral": "mixtral", "MixtralForCausalLM": "mixtral",
 }
 
 // openHF opens a Hugging Face checkpoint folder.
@@ -99,7 +109,7 @@ func (m *Model) fillHF(dir, cfgPath string, cfg *hfConfig, set *safetensors.Set)
 	if err != nil {
 		return err
 	}
-	fp8, err := m.mapHFTensors(set, cfg)
+	fp8, err := m.mapHFTensors(set, cfg, hp)
 	if err != nil {
 		return err
 	}
@@ -138,7 +148,7 @@ func hfHParams(path string, cfg *hfConfig, dir string) (ir.HParams, error) {
 		arch = hfArchs[cfg.Architectures[0]]
 	}
 	if arch == "" {
-		return hp, fmt.Errorf("%w: %s: model_type %q, architectures %v (want llama, qwen2, qwen3, gemma2 or gemma3)", ErrArch, path, cfg.ModelType, cfg.Architectures)
+		return hp, fmt.Errorf("%w: %s: model_type %q, architectures %v (want llama, qwen2, qwen3, qwen3_moe, mixtral, gemma2 or gemma3)", ErrArch, path, cfg.ModelType, cfg.Architectures)
 	}
 	hp.Arch = arch
 	hp.Name = cfg.NameOrPath
@@ -212,7 +222,10 @@ func hfHParams(path string, cfg *hfConfig, dir string) (ir.HParams, error) {
 			return hp, fmt.Errorf("%w: %s: rope_scaling type %q (want llama3, linear or yarn)", ErrMetadata, path, typ)
 		}
 	}
-	return hp, gemmaHF(path, cfg, &hp)
+	if err := gemmaHF(path, cfg, &hp); err != nil {
+		return hp, err
+	}
+	return hp, hfMoE(path, cfg, &hp)
 }
 
 // hfLayerNames maps the part after "model.layers.N." to the GGUF name
@@ -292,7 +305,11 @@ func HFName(gguf string) (string, bool) {
 
 // mapHFTensors adds the checkpoint's tensors under GGUF names. It reports
 // whether FP8 weights were found (and are presented as BF16).
-func (m *Model) mapHFTensors(set *safetensors.Set, cfg *hfConfig) (fp8 bool, err error) {
+func (m *Model) mapHFTensors(set *safetensors.Set, cfg *hfConfig, hp ir.HParams) (fp8 bool, err error) {
+	experts, err := m.mapHFExperts(set, hp.Arch, hp.Experts)
+	if err != nil {
+		return false, err
+	}
 	names := set.Names()
 	scales := map[string]bool{}
 	for _, n := range names {
@@ -318,6 +335,9 @@ func (m *Model) mapHFTensors(set *safetensors.Set, cfg *hfConfig) (fp8 bool, err
 	}
 	tie := cfg.TieWordEmbeddings != nil && *cfg.TieWordEmbeddings
 	for _, hfName := range names {
+		if experts[hfName] {
+			continue
+		}
 		name, ok := GGUFNameFor(arch, lookup(hfName))
 		if !ok || scales[hfName] {
 			m.Skipped = append(m.Skipped, hfName)
