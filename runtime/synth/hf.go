@@ -9,7 +9,6 @@ import (
 
 	"github.com/memra-ai/memra/ir/dtype"
 	"github.com/memra-ai/memra/runtime/format/safetensors"
-	"github.com/memra-ai/memra/runtime/load"
 	"github.com/memra-ai/memra/runtime/tokenizer"
 )
 
@@ -17,7 +16,8 @@ import (
 const hfShardBytes = 2 << 30
 
 var hfArchitectures = map[string]string{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-	"gemma2": "Gemma2ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
+	"gemma2": "Gemma2ForCausalLM", "gemma3": "Gemma3ForCausalLM",
+	"qwen3moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM"}
 
 // hfConfig returns config.json for a plan.
 func (pl *Plan) hfConfig(torchDType string, v *tokenizer.Vocab) map[string]any {
@@ -49,6 +49,7 @@ func (pl *Plan) hfConfig(torchDType string, v *tokenizer.Vocab) map[string]any {
 	if hp.Arch == "qwen3" {
 		c["attention_bias"] = false
 	}
+	hfMoEConfig(hp, c)
 	if v.BOS >= 0 {
 		c["bos_token_id"] = v.BOS
 	}
@@ -155,8 +156,9 @@ func (pl *Plan) writeHFTokenizer(dir string, v *tokenizer.Vocab) error {
 // writeHFWeights writes the tensors in shards of at most hfShardBytes.
 func (pl *Plan) writeHFWeights(dir, st string, o Options) error {
 	type entry struct {
-		t    *PlannedTensor
-		name string
+		t           *PlannedTensor
+		name        string
+		part, parts int // an expert's part of a 3-D tensor (parts 1: the whole tensor)
 	}
 	var shards [][]entry
 	var cur []entry
@@ -166,25 +168,29 @@ func (pl *Plan) writeHFWeights(dir, st string, o Options) error {
 		if t.spec.kind == kindFreqs {
 			continue // Llama 3.1 frequencies come from config.json's rope_scaling
 		}
-		name, ok := load.HFNameFor(pl.HParams.Arch, t.Name)
+		names, ok := hfNames(pl.HParams, t.Name)
 		if !ok {
 			return fmt.Errorf("synth: no Hugging Face name for tensor %s", t.Name)
 		}
-		if pl.Pooling != "" {
-			name = strings.TrimPrefix(name, "model.") // the Qwen3-Embedding layout
+		for p, name := range names {
+			if pl.Pooling != "" {
+				name = strings.TrimPrefix(name, "model.") // the Qwen3-Embedding layout
+			}
+			size := int64(t.spec.elems()/len(names)) * int64(safetensors.ElemSize(hfDType(st, t)))
+			if len(cur) > 0 && curBytes+size > hfShardBytes {
+				shards = append(shards, cur)
+				cur, curBytes = nil, 0
+			}
+			cur = append(cur, entry{t, name, p, len(names)})
+			curBytes += size
+			total += size
 		}
-		size := int64(t.spec.elems()) * int64(safetensors.ElemSize(hfDType(st, t)))
-		if len(cur) > 0 && curBytes+size > hfShardBytes {
-			shards = append(shards, cur)
-			cur, curBytes = nil, 0
-		}
-		cur = append(cur, entry{t, name})
-		curBytes += size
-		total += size
 	}
 	shards = append(shards, cur)
 	weightMap := map[string]string{}
 	var done int64
+	var all []float32 // the values of the last tensor, for its experts' parts
+	var of *PlannedTensor
 	for i, sh := range shards {
 		file := "model.safetensors"
 		if len(shards) > 1 {
@@ -192,15 +198,23 @@ func (pl *Plan) writeHFWeights(dir, st string, o Options) error {
 		}
 		tensors := make([]safetensors.Tensor, 0, len(sh))
 		for _, e := range sh {
-			x := floats(o.Seed, pl.HParams, &e.t.spec)
+			if of != e.t {
+				all, of = floats(o.Seed, pl.HParams, &e.t.spec), e.t
+			}
+			n := len(all) / e.parts
+			x := all[e.part*n : (e.part+1)*n]
 			dt := hfDType(st, e.t)
 			typ := map[string]dtype.Type{"F32": dtype.F32, "F16": dtype.F16, "BF16": dtype.BF16}[dt]
 			b, err := encode(typ, e.t.spec.ne[0], x)
 			if err != nil {
 				return fmt.Errorf("synth: tensor %s: %w", e.name, err)
 			}
-			shape := make([]int, len(e.t.Shape))
-			for j, d := range e.t.Shape {
+			ne := e.t.Shape
+			if e.parts > 1 {
+				ne = ne[:len(ne)-1] // an expert of the 3-D tensor
+			}
+			shape := make([]int, len(ne))
+			for j, d := range ne {
 				shape[len(shape)-1-j] = d
 			}
 			tensors = append(tensors, safetensors.Tensor{Name: e.name, DType: dt, Shape: shape, Data: b})

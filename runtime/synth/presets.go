@@ -138,6 +138,7 @@ func (o *Options) shape(p Preset) (ir.HParams, error) {
 		hp.Heads, hp.HeadsKV, hp.FFN, hp.Embedding = heads, kv, ffn, o.Dim
 		hp.RopeDim = hp.HeadDim
 	}
+	moeShape(p, o, &hp)
 	if o.FFN > 0 {
 		hp.FFN = o.FFN
 	}

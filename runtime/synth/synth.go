@@ -105,7 +105,7 @@ func NewPlan(o Options) (*Plan, error) {
 	for _, ts := range tensorsOf(hp) {
 		t := dtype.F32
 		if ts.kind == kindMatrix {
-			t = m.typeFor(ts.role, ts.layer, hp.Layers, ts.ne[0], hp.TiedEmbedding)
+			t = moeType(m, hp, &ts, m.typeFor(ts.role, ts.layer, hp.Layers, ts.ne[0], hp.TiedEmbedding))
 		}
 		n := ts.elems()
 		rb, err := t.RowBytes(ts.ne[0])
@@ -135,7 +135,7 @@ func NewPlan(o Options) (*Plan, error) {
 // metadata returns the GGUF key/values of a planned model.
 func (pl *Plan) metadata() ([]kv, error) {
 	hp := pl.HParams
-	a := hp.Arch
+	a := ggufArch(hp.Arch)
 	kvs := []kv{
 		{"general.architecture", a},
 		{"general.name", fmt.Sprintf("synth %s %s", hp.Name, pl.Mix)},
@@ -157,6 +157,7 @@ func (pl *Plan) metadata() ([]kv, error) {
 	if a == "llama" {
 		kvs = append(kvs, kv{a + ".vocab_size", uint32(hp.VocabSize)})
 	}
+	kvs = append(kvs, moeKVs(hp, a)...)
 	if rs := hp.RopeScaling; rs.Type == "yarn" {
 		kvs = append(kvs, kv{a + ".rope.scaling.type", "yarn"}, kv{a + ".rope.scaling.factor", rs.Factor},
 			kv{a + ".rope.scaling.original_context_length", uint32(rs.OriginalContext)})
@@ -214,7 +215,7 @@ func (pl *Plan) tensorBytes(seed uint64, t *PlannedTensor) ([]byte, error) {
 // architecture stores them (llama Q/K rows in interleaved-pair order).
 func (pl *Plan) values(seed uint64, ts *tensorSpec) []float32 {
 	x := floats(seed, pl.HParams, ts)
-	if pl.HParams.Arch == "llama" && (ts.role == "attn_q" || ts.role == "attn_k") {
+	if ggufArch(pl.HParams.Arch) == "llama" && (ts.role == "attn_q" || ts.role == "attn_k") {
 		x = permuteRows(x, ts.ne[0], pl.HParams.HeadDim)
 	}
 	if isGemma(pl.HParams.Arch) && ts.kind == kindNorm {

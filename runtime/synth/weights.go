@@ -69,7 +69,7 @@ func tensorsOf(hp ir.HParams) []tensorSpec {
 			ts = append(ts, tensorSpec{name: blk("post_attention_norm.weight"), role: "norm", layer: l, ne: []int{d}, kind: kindNorm})
 		}
 		ts = append(ts, tensorSpec{name: blk("ffn_norm.weight"), role: "norm", layer: l, ne: []int{d}, kind: kindNorm})
-		ts = append(ts, mat("ffn_gate", d, hp.FFN), mat("ffn_up", d, hp.FFN), mat("ffn_down", hp.FFN, d))
+		ts = append(ts, ffnTensors(hp, l)...)
 		if isGemma(hp.Arch) {
 			ts = append(ts, tensorSpec{name: blk("post_ffw_norm.weight"), role: "norm", layer: l, ne: []int{d}, kind: kindNorm})
 		}
