@@ -28,15 +28,14 @@ func (e *exec) outI32(n *ir.Node) []int32 {
 // above reports whether a ranks before b in topk's order: the larger value
 // first (a NaN counting as −∞), equal values by the lower index.
 func above(a float32, ia int, b float32, ib int) bool {
-	an, bn := a != a, b != b
-	switch {
-	case an && bn:
-		return ia < ib
-	case an:
-		return false
-	case bn:
-		return true
-	case a != b:
+	ninf := float32(math.Inf(-1))
+	if a != a {
+		a = ninf
+	}
+	if b != b {
+		b = ninf
+	}
+	if a != b {
 		return a > b
 	}
 	return ia < ib

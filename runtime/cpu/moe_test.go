@@ -48,7 +48,7 @@ func TestTopK(t *testing.T) {
 		rows [][]float32
 	}{
 		{8, 2, [][]float32{{1, 5, 5, 2, -1, 5, 0, 3}, {nan, 0, -inf, nan, 1, 1, 0, -inf}, {0, 0, 0, 0, 0, 0, 0, 0}}},
-		{4, 4, [][]float32{{nan, 2, inf, 2}}},
+		{4, 4, [][]float32{{nan, 2, inf, 2}, {-inf, nan, 0, -inf}}},
 		{128, 8, nil},
 		{60, 1, nil},
 	} {
