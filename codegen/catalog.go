@@ -19,6 +19,11 @@ type Shape struct {
 	// is the global layers' shape; GemmaKernels and kernel-check's Gemma
 	// cases take the window.
 	Window int
+	// Experts, ExpertsUsed and ExpertFFN describe a mixture-of-experts
+	// feed-forward (Experts 0: dense); ExpertNorm renormalises the
+	// router's weights over the chosen experts.
+	Experts, ExpertsUsed, ExpertFFN int
+	ExpertNorm                      bool
 }
 
 // Shapes are the preset shapes of kernel-check and the compile gate.
@@ -28,6 +33,13 @@ var Shapes = []Shape{
 	{Name: "qwen3-8b", Hidden: 4096, FFN: 12288, Vocab: 151936, Heads: 32, HeadsKV: 8, HeadDim: 128, RopeHalf: true, Eps: 1e-6},
 	{Name: "tiny", Hidden: 256, FFN: 512, Vocab: 1000, Heads: 4, HeadsKV: 2, HeadDim: 64, Eps: 1e-5},
 	{Name: "gemma3-12b", Hidden: 3840, FFN: 15360, Vocab: 262208, Heads: 16, HeadsKV: 8, HeadDim: 256, RopeHalf: true, Eps: 1e-6, Window: 1024},
+	// mixtures of experts (FFN: the experts')
+	{Name: "qwen3-30b-a3b", Hidden: 2048, FFN: 768, Vocab: 151936, Heads: 32, HeadsKV: 4, HeadDim: 128, RopeHalf: true, Eps: 1e-6,
+		Experts: 128, ExpertsUsed: 8, ExpertFFN: 768, ExpertNorm: true},
+	{Name: "mixtral-8x7b", Hidden: 4096, FFN: 14336, Vocab: 32000, Heads: 32, HeadsKV: 8, HeadDim: 128, Eps: 1e-5,
+		Experts: 8, ExpertsUsed: 2, ExpertFFN: 14336, ExpertNorm: true},
+	{Name: "tiny-moe", Hidden: 256, FFN: 256, Vocab: 1000, Heads: 4, HeadsKV: 2, HeadDim: 64, Eps: 1e-5,
+		Experts: 8, ExpertsUsed: 2, ExpertFFN: 256, ExpertNorm: true},
 }
 
 // ShapeByName returns the preset shape called name.
@@ -189,6 +201,13 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 			return nil, err
 		}
 		ks = append(ks, gk...)
+	}
+	if s.Experts > 0 {
+		moe, err := MoEKernels(s, types)
+		if err != nil {
+			return nil, err
+		}
+		ks = append(ks, moe...)
 	}
 	return ks, nil
 }

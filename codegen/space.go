@@ -209,6 +209,9 @@ func Spaces() []Space {
 		mmaSpace(),
 		armSpace("gemm_small", GemmSmallKnobs, DefaultGemmSmallArm.Point(), GemmSmallArmOf),
 		armSpace("attn_decode_live", DecodeLiveKnobs, DefaultDecodeLiveArm.Point(), DecodeArmOf),
+		armSpace("moe_route", BlockKnobs, DefaultMoERouteArm.Point(), BlockArmOf),
+		armSpace("moe_gemv", MoEKnobs, DefaultMoEArm.Point(), MoEArmOf),
+		block("moe_sum"),
 	}
 }
 

@@ -32,6 +32,9 @@ func TestSpacesMatchTypedArms(t *testing.T) {
 	}, DecodeArm.Validate) {
 		typed["attn_decode_live"] = append(typed["attn_decode_live"], a.String())
 	}
+	for _, a := range MoEArms() {
+		typed["moe_gemv"] = append(typed["moe_gemv"], a.String())
+	}
 	for _, s := range Spaces() {
 		t.Run(s.Family, func(t *testing.T) {
 			want, ok := typed[s.Family]

@@ -1,0 +1,519 @@
+package codegen
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// Mixture-of-experts kernels. A router's logits (a GEMV) go to MoERoute,
+// one block that chooses each token's experts, weighs them and groups the
+// step's (token, choice) slots by expert, so no step needs the host to
+// see the choice. MoEGEMV multiplies only the chosen experts' rows: at one
+// row a block per (row set, choice) finds its expert in the ids; at more
+// rows a block per (row set, expert) reads that expert's slots from the
+// groups and each weight row once for up to BatchRows of them, so every
+// chosen expert's weights are read once a step (prefill runs the same
+// grouped product, on CUDA cores). MoESum adds the experts' outputs,
+// weighted, into the residual stream.
+//
+// The slot of choice j of token t is t·Used + j. The groups buffer holds
+// the offsets of each expert's slots (Experts+1 ints, the last the slot
+// count) and then the slots, grouped by expert; within a group their order
+// is unspecified (atomics place them), which changes no result: every slot
+// is computed on its own.
+
+// MoEShape is a mixture-of-experts product: Experts experts of N rows of
+// K elements of type Type, Used chosen a token. With SwiGLU the product is
+// a gate and up pair (the up rows of type Up) and writes silu(gate)·up.
+// PerSlot: x holds a row per slot (the down product's input), else a row
+// per token.
+type MoEShape struct {
+	Type, Up            dtype.Type
+	SwiGLU              bool
+	N, K, Experts, Used int
+	PerSlot             bool
+}
+
+func (s MoEShape) check() error {
+	if err := checkRow(s.Type, s.K); err != nil {
+		return err
+	}
+	if s.SwiGLU {
+		if err := checkRow(s.Up, s.K); err != nil {
+			return err
+		}
+	}
+	if s.N <= 0 || s.Experts <= 0 || s.Used <= 0 || s.Used > s.Experts {
+		return fmt.Errorf("%w: moe product of %d rows, %d of %d experts", ErrUnsupported, s.N, s.Used, s.Experts)
+	}
+	return nil
+}
+
+// MoEClass is the class of a MoEGEMV, e.g. "q4_k_n768_k2048_e128_u8_swiglu"
+// (gate and up of one type; "q4_k+q6_k_…" when they differ) or
+// "q6_k_n2048_k768_e128_u8_slot" (a row of x a slot).
+func MoEClass(s MoEShape) string {
+	t := typeTag(s.Type)
+	if s.SwiGLU && s.Up != s.Type {
+		t += "+" + typeTag(s.Up)
+	}
+	c := fmt.Sprintf("%s_n%d_k%d_e%d_u%d", t, s.N, s.K, s.Experts, s.Used)
+	if s.SwiGLU {
+		c += "_swiglu"
+	}
+	if s.PerSlot {
+		c += "_slot"
+	}
+	return c
+}
+
+// MoERouteClass is the class of MoERoute, e.g. "e128_u8_norm".
+func MoERouteClass(experts, used int, norm bool) string {
+	c := fmt.Sprintf("e%d_u%d", experts, used)
+	if norm {
+		c += "_norm"
+	}
+	return c
+}
+
+// MoESumClass is the class of MoESum, e.g. "n2048_u8_res".
+func MoESumClass(n, used int, residual bool) string {
+	c := fmt.Sprintf("n%d_u%d", n, used)
+	if residual {
+		c += "_res"
+	}
+	return c
+}
+
+// MoEArm is the tuning of MoEGEMV: a warp a weight row, RowsPerBlock rows a
+// block; a grouped block (One 0) reads each weight unit once for up to
+// BatchRows of its expert's slots; a one-row block (One 1, BatchRows 1)
+// serves one slot of a one-token step.
+type MoEArm struct {
+	RowsPerBlock, BatchRows, One int
+}
+
+// DefaultMoEArm is the grouped arm: eight rows a block, eight slots a
+// weight read. DefaultMoEOneArm is the one-row arm of decode steps of one
+// sequence.
+var (
+	DefaultMoEArm    = MoEArm{RowsPerBlock: 8, BatchRows: 8}
+	DefaultMoEOneArm = MoEArm{RowsPerBlock: 8, BatchRows: 1, One: 1}
+)
+
+// MoEKnobs is the search space of MoEArm.
+var MoEKnobs = []Knob{
+	{"rows_per_block", []int{1, 2, 4, 8, 16}},
+	{"batch_rows", []int{1, 2, 4, 8, 16}},
+	{"one", []int{0, 1}},
+}
+
+// Validate reports whether a is well formed.
+func (a MoEArm) Validate() error {
+	if a.RowsPerBlock < 1 || a.RowsPerBlock > 32 || a.BatchRows < 1 || a.BatchRows > 16 || a.One < 0 || a.One > 1 || (a.One == 1 && a.BatchRows != 1) {
+		return fmt.Errorf("%w: moe arm %+v", ErrUnsupported, a)
+	}
+	return nil
+}
+
+// String is the arm's short name used in kernel names and tables.
+func (a MoEArm) String() string {
+	s := fmt.Sprintf("r%d_b%d", a.RowsPerBlock, a.BatchRows)
+	if a.One == 1 {
+		s += "_one"
+	}
+	return s
+}
+
+// Point returns a as a Point.
+func (a MoEArm) Point() Point {
+	return Point{"rows_per_block": a.RowsPerBlock, "batch_rows": a.BatchRows, "one": a.One}
+}
+
+// MoEArmOf returns the MoEArm p describes (missing knobs are zero).
+func MoEArmOf(p Point) MoEArm {
+	return MoEArm{RowsPerBlock: p["rows_per_block"], BatchRows: p["batch_rows"], One: p["one"]}
+}
+
+// MoERouteMaxExperts bounds the experts MoERoute takes: a lane holds
+// Experts/32 logits in registers.
+const MoERouteMaxExperts = 512
+
+// MoERoute returns the router kernel: for each of m tokens (a warp a token)
+// the Used largest logits of its Experts (a NaN as −∞; equal logits by the
+// lower expert), their weights (a softmax over all the logits, renormalised
+// over the chosen with norm), and then the slots grouped by expert:
+//
+//	moe_route(const float* logits, int* ids, float* wts, int* groups, int m)
+//
+// logits [m][Experts], ids and wts [m][Used], groups [Experts+1+m·Used].
+// One block (grid 1): the grouping needs every token's choice.
+func MoERoute(experts, used int, norm bool, arm BlockArm) (*Kernel, error) {
+	if err := arm.Validate(); err != nil {
+		return nil, err
+	}
+	if experts <= 0 || experts > MoERouteMaxExperts || used <= 0 || used > experts {
+		return nil, fmt.Errorf("%w: moe route of %d of %d experts", ErrUnsupported, used, experts)
+	}
+	name := fmt.Sprintf("moe_route_%s_%s", MoERouteClass(experts, used, norm), arm)
+	params := []Param{{"const float* __restrict__", "logits"}, {"int* __restrict__", "ids"}, {"float* __restrict__", "wts"},
+		{"int* __restrict__", "groups"}, {"int", "m"}}
+	nv := ceilDiv(experts, 32)
+	src := source(fmt.Sprintf("moe_route: %d of %d experts, norm %v, %v", used, experts, norm, arm), []string{"types", "warp", "pdl"}, func(w *Writer) {
+		w.Linef("#define E %d // experts", experts)
+		w.Linef("#define USED %d // experts a token", used)
+		w.Linef("#define NV %d // logits a lane", nv)
+		w.Linef("#define WARPS %d", arm.Threads/32)
+		w.Blank()
+		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
+			w.Line("__shared__ int cnt[E];")
+			w.For("e", "threadIdx.x", "E", fmt.Sprint(arm.Threads), 0, func() { w.Line("cnt[e] = 0;") })
+			w.Line("const int lane = threadIdx.x & 31;")
+			w.Line("pdl_wait();")
+			w.For("t", "threadIdx.x >> 5", "m", "WARPS", 0, func() { moeRouteToken(w, norm) })
+			w.Comment("the step's choices are written: count each expert's slots, then place them")
+			w.Line("__syncthreads();")
+			w.For("s", "threadIdx.x", "m * USED", fmt.Sprint(arm.Threads), 0, func() { w.Line("atomicAdd(&cnt[ids[s]], 1);") })
+			w.Line("__syncthreads();")
+			moeRouteScan(w, experts)
+			w.Line("__syncthreads();")
+			w.For("s", "threadIdx.x", "m * USED", fmt.Sprint(arm.Threads), 0, func() {
+				w.Line("groups[E + 1 + atomicAdd(&cnt[ids[s]], 1)] = s;")
+			})
+			w.Line("pdl_launch();")
+		}})
+	})
+	return &Kernel{Family: "moe_route", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
+		return Geometry{Grid: dim3(1, 1, 1), Block: dim3(arm.Threads, 1, 1)}
+	}}, nil
+}
+
+// moeRouteToken writes a warp's choice for token t: NV logits a lane, USED
+// rounds of a warp-wide argmax (larger value, then lower expert) over
+// those not yet taken, then the weights.
+func moeRouteToken(w *Writer, norm bool) {
+	w.Line("const float* row = logits + (size_t)t * E;")
+	w.Line("float v[NV];")
+	w.For("i", "0", "NV", "1", -1, func() {
+		w.Line("const int e = lane + 32 * i;")
+		w.Line("const float x = e < E ? row[e] : -__int_as_float(0x7f800000);")
+		w.Line("v[i] = x != x ? -__int_as_float(0x7f800000) : x; // a NaN counts as -inf")
+	})
+	w.Line("unsigned taken = 0u;")
+	w.Line("float top[USED];")
+	w.Line("int sel[USED];")
+	w.For("j", "0", "USED", "1", -1, func() {
+		w.Line("float bv = -__int_as_float(0x7f800000);")
+		w.Line("int bi = 0x7fffffff;")
+		w.For("i", "0", "NV", "1", -1, func() {
+			w.Line("const int e = lane + 32 * i;")
+			w.If("!((taken >> i) & 1u) && e < E && (v[i] > bv || (v[i] == bv && e < bi))", func() {
+				w.Line("bv = v[i];")
+				w.Line("bi = e;")
+			})
+		})
+		w.Line("#pragma unroll")
+		w.Block("for (int o = 16; o > 0; o >>= 1)", func() {
+			w.Line("const float ov = __shfl_xor_sync(0xffffffffu, bv, o);")
+			w.Line("const int oi = __shfl_xor_sync(0xffffffffu, bi, o);")
+			w.If("ov > bv || (ov == bv && oi < bi)", func() {
+				w.Line("bv = ov;")
+				w.Line("bi = oi;")
+			})
+		})
+		w.If("(bi & 31) == lane", func() { w.Line("taken |= 1u << (bi >> 5);") })
+		w.Line("top[j] = bv;")
+		w.Line("sel[j] = bi;")
+	})
+	w.Comment("the largest logit is the first chosen")
+	w.Line("const float mx = top[0];")
+	if norm {
+		w.Comment("renormalised over the chosen: a softmax over their logits")
+		w.Line("float den = 0.f;")
+		w.For("j", "0", "USED", "1", -1, func() { w.Line("den += expf(top[j] - mx);") })
+	} else {
+		w.Line("float den = 0.f;")
+		w.For("i", "0", "NV", "1", -1, func() {
+			w.If("lane + 32 * i < E", func() { w.Line("den += expf(v[i] - mx);") })
+		})
+		w.Line("den = warp_sum(den);")
+	}
+	w.If("lane == 0", func() {
+		w.For("j", "0", "USED", "1", -1, func() {
+			w.Line("ids[t * USED + j] = sel[j];")
+			w.Line("wts[t * USED + j] = expf(top[j] - mx) / den;")
+		})
+	})
+}
+
+// moeRouteScan turns cnt into the exclusive offsets of the experts' slots,
+// written to groups[0..E] (groups[E] the slot count) and kept in cnt for
+// the placement: the first warp, each lane a run of consecutive experts.
+func moeRouteScan(w *Writer, experts int) {
+	per := ceilDiv(experts, 32)
+	w.If("threadIdx.x < 32", func() {
+		w.Linef("const int e0 = lane * %d;", per)
+		w.Line("int run = 0;")
+		w.For("i", "0", fmt.Sprint(per), "1", -1, func() {
+			w.If("e0 + i < E", func() { w.Line("run += cnt[e0 + i];") })
+		})
+		w.Line("int inc = run; // inclusive scan of the runs over the lanes")
+		w.Line("#pragma unroll")
+		w.Block("for (int o = 1; o < 32; o <<= 1)", func() {
+			w.Line("const int n = __shfl_up_sync(0xffffffffu, inc, o);")
+			w.If("lane >= o", func() { w.Line("inc += n;") })
+		})
+		w.Line("int at = inc - run;")
+		w.For("i", "0", fmt.Sprint(per), "1", -1, func() {
+			w.If("e0 + i < E", func() {
+				w.Line("const int c = cnt[e0 + i];")
+				w.Line("groups[e0 + i] = at;")
+				w.Line("cnt[e0 + i] = at;")
+				w.Line("at += c;")
+			})
+		})
+		w.If("lane == 31", func() { w.Line("groups[E] = inc;") })
+	})
+}
+
+// MoEGEMV returns the chosen experts' product of shape s:
+//
+//	moe_gemv(const u8* W, [const u8* Wu,] const float* x, const int* ids, const int* groups, float* y, int m)
+//
+// W (and Wu) hold Experts·N rows of K (expert e's rows from e·N), x [m][K]
+// (a row a token) or [m·Used][K] (PerSlot), y [m·Used][N]: y[s][r] = W[e(s)·N
+// + r]·x_s, or with SwiGLU silu(W·x_s)·(Wu·x_s). Weights in the file's
+// layout, dequantised in registers, a warp a row. A grouped arm's grid is
+// (⌈N/RowsPerBlock⌉, Experts): each block reads its expert's slots from
+// groups (MoERoute) and returns at once when it has none. A one-row arm's
+// (One) is (⌈N/RowsPerBlock⌉, Used): block y serves slot y of a one-token
+// step and reads its expert from ids.
+func MoEGEMV(s MoEShape, arm MoEArm) (*Kernel, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if err := arm.Validate(); err != nil {
+		return nil, err
+	}
+	rowBytes, _ := s.Type.RowBytes(s.K)
+	name := fmt.Sprintf("moe_gemv_%s_%s", MoEClass(s), arm)
+	name = strings.ReplaceAll(name, "+", "_")
+	params := []Param{{"const u8* __restrict__", "W"}}
+	helpers := []string{dqHelper(s.Type), "warp", "pdl"}
+	if s.SwiGLU {
+		params = append(params, Param{"const u8* __restrict__", "Wu"})
+		helpers = append(helpers, dqHelper(s.Up))
+	}
+	params = append(params, Param{"const float* __restrict__", "x"}, Param{"const int* __restrict__", "ids"},
+		Param{"const int* __restrict__", "groups"}, Param{"float* __restrict__", "y"}, Param{"int", "m"})
+	threads := 32 * arm.RowsPerBlock
+	title := fmt.Sprintf("moe_gemv: %v weights, %d of %d experts of N %d, K %d, swiglu %v, a row a slot %v, %v", s.Type, s.Used, s.Experts, s.N, s.K, s.SwiGLU, s.PerSlot, arm)
+	src := source(title, helpers, func(w *Writer) {
+		w.Linef("#define N %d // rows an expert", s.N)
+		w.Linef("#define K %d", s.K)
+		w.Linef("#define E %d // experts", s.Experts)
+		w.Linef("#define USED %d // experts a token", s.Used)
+		w.Linef("#define ROW_BYTES %d", rowBytes)
+		if s.SwiGLU {
+			ub, _ := s.Up.RowBytes(s.K)
+			w.Linef("#define UP_BYTES %d", ub)
+		}
+		w.Linef("#define RPB %d // rows a block, a warp a row", arm.RowsPerBlock)
+		w.Linef("#define BR %d // slots a weight read", arm.BatchRows)
+		if s.PerSlot {
+			w.Line("#define XROW(s) (s) // x has a row a slot")
+		} else {
+			w.Line("#define XROW(s) ((s) / USED) // x has a row a token")
+		}
+		w.Blank()
+		w.Emit(Func{Name: name, Global: true, LaunchBounds: threads, Params: params, Body: func(w *Writer) {
+			w.Line("const int lane = threadIdx.x & 31;")
+			w.Line("const int r = blockIdx.x * RPB + (threadIdx.x >> 5);")
+			w.Line("pdl_wait();")
+			if arm.One == 1 {
+				w.Comment("slot blockIdx.y of a one-token step")
+				w.Line("const int e = ids[blockIdx.y];")
+				w.Line("const int beg = 0, end = r < N ? 1 : 0;")
+			} else {
+				w.Line("const int e = blockIdx.y;")
+				w.Line("const int beg = groups[e], end = r < N ? groups[e + 1] : beg;")
+			}
+			w.Line("const u8* wr = W + ((size_t)e * N + r) * ROW_BYTES;")
+			if s.SwiGLU {
+				w.Line("const u8* ur = Wu + ((size_t)e * N + r) * UP_BYTES;")
+			}
+			w.For("c", "beg", "end", "BR", 0, func() { moeGEMVChunk(w, s, arm) })
+			w.Line("pdl_launch();")
+		}})
+	})
+	rowSets := ceilDiv(s.N, arm.RowsPerBlock)
+	return &Kernel{Family: "moe_gemv", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
+		if arm.One == 1 {
+			return Geometry{Grid: dim3(rowSets, s.Used, 1), Block: dim3(threads, 1, 1)}
+		}
+		return Geometry{Grid: dim3(rowSets, s.Experts, 1), Block: dim3(threads, 1, 1)}
+	}}, nil
+}
+
+// moeGEMVChunk writes the products of a warp's row with slots c…c+BR−1 of
+// its group (fewer at its end): each weight unit dequantised once for all.
+func moeGEMVChunk(w *Writer, s MoEShape, arm MoEArm) {
+	w.Line("const int nb = min(BR, end - c);")
+	w.Line("int sl[BR];")
+	w.For("i", "0", "BR", "1", -1, func() {
+		if arm.One == 1 {
+			w.Line("sl[i] = blockIdx.y;")
+		} else {
+			w.Line("sl[i] = i < nb ? groups[E + 1 + c + i] : 0;")
+		}
+	})
+	w.Line("float acc[BR];")
+	if s.SwiGLU {
+		w.Line("float accu[BR];")
+	}
+	w.For("i", "0", "BR", "1", -1, func() {
+		w.Line("acc[i] = 0.f;")
+		if s.SwiGLU {
+			w.Line("accu[i] = 0.f;")
+		}
+	})
+	w.For("u", "lane", "K / 32", "32", 0, func() {
+		w.Line("float v[32];")
+		w.Linef("%s(wr, u, v);", dqFunc(s.Type))
+		if s.SwiGLU {
+			w.Line("float vu[32];")
+			w.Linef("%s(ur, u, vu);", dqFunc(s.Up))
+		}
+		w.For("i", "0", "BR", "1", -1, func() {
+			w.If("i < nb", func() {
+				w.Line("const float4* xu = (const float4*)(x + (size_t)XROW(sl[i]) * K + 32 * u);")
+				w.For("q", "0", "8", "1", -1, func() {
+					w.Line("const float4 a = xu[q];")
+					w.Line("acc[i] += v[4 * q] * a.x + v[4 * q + 1] * a.y + v[4 * q + 2] * a.z + v[4 * q + 3] * a.w;")
+					if s.SwiGLU {
+						w.Line("accu[i] += vu[4 * q] * a.x + vu[4 * q + 1] * a.y + vu[4 * q + 2] * a.z + vu[4 * q + 3] * a.w;")
+					}
+				})
+			})
+		})
+	})
+	w.For("i", "0", "BR", "1", -1, func() {
+		w.If("i < nb", func() {
+			w.Line("float g = warp_sum(acc[i]);")
+			if s.SwiGLU {
+				w.Line("const float up = warp_sum(accu[i]);")
+				w.Line("g = g / (1.f + expf(-g)) * up;")
+			}
+			w.If("lane == 0", func() { w.Line("y[(size_t)sl[i] * N + r] = g;") })
+		})
+	})
+}
+
+// MoESum returns the weighted sum of the experts' outputs:
+//
+//	moe_sum(const float* d, const float* wts, float* y, int m)
+//
+// y[t] (+)= Σ_j wts[t][j]·d[t·Used+j], j in order, for d [m·Used][n] and
+// wts [m][Used] (MoERoute's); with residual the sum is added to y (the
+// residual stream). grid (m).
+func MoESum(n, used int, residual bool, arm BlockArm) (*Kernel, error) {
+	if err := arm.Validate(); err != nil {
+		return nil, err
+	}
+	if n <= 0 || n%4 != 0 || used <= 0 {
+		return nil, fmt.Errorf("%w: moe sum of %d of rows of %d", ErrUnsupported, used, n)
+	}
+	name := fmt.Sprintf("moe_sum_%s_%s", MoESumClass(n, used, residual), arm)
+	params := []Param{{"const float* __restrict__", "d"}, {"const float* __restrict__", "wts"}, {"float* __restrict__", "y"}, {"int", "m"}}
+	src := source(fmt.Sprintf("moe_sum: %d experts' rows of %d, residual %v, %v", used, n, residual, arm), []string{"types", "pdl"}, func(w *Writer) {
+		w.Linef("#define N %d", n)
+		w.Linef("#define USED %d // experts a token", used)
+		w.Blank()
+		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
+			w.Line("pdl_wait();")
+			w.Line("const int t = blockIdx.x;")
+			w.Comment("rows of N (a multiple of 4) floats are 16-byte aligned: the buffers are")
+			w.Line("const float4* dr = (const float4*)(d + (size_t)t * USED * N);")
+			w.Line("float4* yr = (float4*)(y + (size_t)t * N);")
+			w.Line("float wj[USED];")
+			w.For("j", "0", "USED", "1", -1, func() { w.Line("wj[j] = wts[t * USED + j];") })
+			w.For("i", "threadIdx.x", "N / 4", fmt.Sprint(arm.Threads), 0, func() {
+				if residual {
+					w.Line("float4 a = yr[i];")
+					w.Line("float4 s = make_float4(0.f, 0.f, 0.f, 0.f);")
+				} else {
+					w.Line("float4 s = make_float4(0.f, 0.f, 0.f, 0.f);")
+				}
+				w.For("j", "0", "USED", "1", -1, func() {
+					w.Line("const float4 v = dr[j * (N / 4) + i];")
+					w.Line("s.x += wj[j] * v.x; s.y += wj[j] * v.y; s.z += wj[j] * v.z; s.w += wj[j] * v.w;")
+				})
+				if residual {
+					w.Line("yr[i] = make_float4(a.x + s.x, a.y + s.y, a.z + s.z, a.w + s.w);")
+				} else {
+					w.Line("yr[i] = s;")
+				}
+			})
+			w.Line("pdl_launch();")
+		}})
+	})
+	return &Kernel{Family: "moe_sum", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
+		return Geometry{Grid: dim3(d.Tokens, 1, 1), Block: dim3(arm.Threads, 1, 1)}
+	}}, nil
+}
+
+// DefaultMoERouteArm is MoERoute's block: 16 warps, a token each at a time.
+var DefaultMoERouteArm = BlockArm{Threads: 512}
+
+// MoEShapes are the products of a mixture-of-experts layer of shape s with
+// expert weights of type t: the gate/up pair (SwiGLU, a row of x a token)
+// and the down product (a row of x a slot).
+func MoEShapes(s Shape, t dtype.Type) (gateUp, down MoEShape) {
+	gateUp = MoEShape{Type: t, Up: t, SwiGLU: true, N: s.ExpertFFN, K: s.Hidden, Experts: s.Experts, Used: s.ExpertsUsed}
+	down = MoEShape{Type: t, N: s.Hidden, K: s.ExpertFFN, Experts: s.Experts, Used: s.ExpertsUsed, PerSlot: true}
+	return gateUp, down
+}
+
+// MoEKernels are the kernels lowering runs for the mixture-of-experts
+// feed-forward of shape s (Experts > 0): the router's float32 GEMV, the
+// routing, and for each weight type of types whose rows s allows the
+// experts' products in their grouped and one-row arms, and the weighted sum.
+func MoEKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
+	var ks []*Kernel
+	add := func(k *Kernel, err error) error {
+		if err == nil {
+			ks = append(ks, k)
+		}
+		return err
+	}
+	if err := add(GEMV(dtype.F32, s.Experts, s.Hidden, false, DefaultGEMVArm)); err != nil {
+		return nil, err
+	}
+	if err := add(MoERoute(s.Experts, s.ExpertsUsed, s.ExpertNorm, DefaultMoERouteArm)); err != nil {
+		return nil, err
+	}
+	if err := add(MoESum(s.Hidden, s.ExpertsUsed, true, DefaultBlockArm)); err != nil {
+		return nil, err
+	}
+	for _, t := range types {
+		gu, dn := MoEShapes(s, t)
+		for _, p := range []MoEShape{gu, dn} {
+			if p.check() != nil {
+				continue
+			}
+			for _, a := range []MoEArm{DefaultMoEArm, DefaultMoEOneArm} {
+				if err := add(MoEGEMV(p, a)); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return ks, nil
+}
+
+// MoEArms lists every valid MoEArm of the search space.
+func MoEArms() []MoEArm {
+	return enumerate(MoEKnobs, func(v map[string]int) MoEArm { return MoEArmOf(v) }, MoEArm.Validate)
+}

@@ -1,0 +1,61 @@
+package codegen_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// TestCompileGateMoE compiles the mixture-of-experts kernels to compute_90
+// PTX: at the tiny, Qwen3-30B-A3B and Mixtral-8x7B shapes for every weight
+// type the rows allow, a gate/up pair of two types (Q4_K_M's Q4_K beside a
+// Q6_K), ragged row sets and small arms, and the sum without residual.
+func TestCompileGateMoE(t *testing.T) {
+	nv := nvrtcOrSkip(t)
+	var ks []*codegen.Kernel
+	for _, name := range []string{"tiny-moe", "qwen3-30b-a3b", "mixtral-8x7b"} {
+		s, err := codegen.ShapeByName(name)
+		require.NoError(t, err)
+		m, err := codegen.MoEKernels(s, codegen.WeightTypes)
+		require.NoError(t, err, name)
+		require.Greater(t, len(m), 3, name)
+		ks = append(ks, m...)
+	}
+	mixed := codegen.MoEShape{Type: dtype.Q4_K, Up: dtype.Q6_K, SwiGLU: true, N: 100, K: 512, Experts: 6, Used: 3}
+	for _, a := range []codegen.MoEArm{{RowsPerBlock: 3, BatchRows: 5}, {RowsPerBlock: 1, BatchRows: 16}, {RowsPerBlock: 16, BatchRows: 1, One: 1}} {
+		k, err := codegen.MoEGEMV(mixed, a)
+		require.NoError(t, err)
+		ks = append(ks, k)
+	}
+	for _, c := range []struct{ e, used int }{{1, 1}, {60, 4}, {256, 8}, {512, 16}} {
+		k, err := codegen.MoERoute(c.e, c.used, c.used%8 == 0, codegen.BlockArm{Threads: 96})
+		require.NoError(t, err)
+		ks = append(ks, k)
+	}
+	k, err := codegen.MoESum(100, 3, false, codegen.BlockArm{Threads: 64})
+	require.NoError(t, err)
+	ks = append(ks, k)
+	compileAll(t, nv, "compute_90", ks)
+}
+
+// TestCompileMoEProgramKernels compiles every kernel of the lowered
+// mixture-of-experts test programs (qwen3moe Q4_K with Q6_K downs, mixtral
+// Q8_0; decode at one and eight sequences, prefill, the exact prefill) to
+// compute_90 PTX.
+func TestCompileMoEProgramKernels(t *testing.T) {
+	nv := nvrtcOrSkip(t)
+	seen := map[string]bool{}
+	var ks []*codegen.Kernel
+	for _, p := range codegen.MoEProgramsForTest(t) {
+		for _, k := range p.Kernels {
+			if !seen[k.Name] {
+				seen[k.Name] = true
+				ks = append(ks, k)
+			}
+		}
+	}
+	compileAll(t, nv, "compute_90", ks)
+}
