@@ -254,6 +254,8 @@ type lowerer struct {
 	// halfF16 (XQ 4, the launch takes XHalf at those steps) or halfInt8
 	// (every other arm). All readers of one launch must agree.
 	halfRows map[int]halfUse
+	// moeRoutes are the topk nodes lowered (lower_moe.go), by node ID.
+	moeRoutes map[int]moeRoute
 }
 
 // halfUse is how an XQuant launch's readers run large steps (halfRows).
@@ -390,6 +392,9 @@ func (l *lowerer) node(n *ir.Node) error {
 		if l.postNormAdd(n) != nil {
 			return l.postNorm(n)
 		}
+		if len(n.Shape) == 2 {
+			return l.rowNorm(n)
+		}
 		return l.headNorm(n)
 	case ir.OpScale:
 		return l.scaleOp(n)
@@ -398,7 +403,12 @@ func (l *lowerer) node(n *ir.Node) error {
 	case ir.OpGeGLU:
 		return l.geglu(n)
 	case ir.OpMatmul:
+		if l.routerProduct(n) {
+			return l.router(n)
+		}
 		return l.matmul(n)
+	case ir.OpTopK, ir.OpMoEWeights, ir.OpMoEMatmul, ir.OpMoESum:
+		return l.moeNode(n)
 	case ir.OpKVWrite:
 		return l.ropeKV(n)
 	case ir.OpAttention:

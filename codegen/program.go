@@ -171,6 +171,18 @@ type WeightPart struct {
 	Name    string // GGUF tensor name ("" for zeros)
 	Rows    int    // rows (matrix) or elements (vector)
 	PadRows int    // rows or elements on the device (≥ Rows)
+	// Experts, when positive, says the tensor is 3-D: Experts matrices of
+	// Rows/Experts rows one after another (a mixture of experts' ne
+	// [cols, rows/experts, experts]).
+	Experts int
+}
+
+// NE is the GGUF shape (ne order) of a matrix part of rows of cols.
+func (p WeightPart) NE(cols int) []int {
+	if p.Experts > 0 {
+		return []int{cols, p.Rows / p.Experts, p.Experts}
+	}
+	return []int{cols, p.Rows}
 }
 
 // WeightRef is one device weight a Program reads.

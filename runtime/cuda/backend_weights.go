@@ -91,7 +91,7 @@ func (b *Backend) upload(c *Ctx, m *load.Model, w *codegen.WeightRef) (DevicePtr
 		}
 		off := 0
 		for _, part := range w.Parts {
-			data, err := tensor(m, part.Name, w.Type, []int{w.Cols, part.Rows})
+			data, err := tensor(m, part.Name, w.Type, part.NE(w.Cols))
 			if err != nil {
 				return 0, err
 			}
@@ -151,7 +151,7 @@ func (b *Backend) uploadRepacked(c *Ctx, m *load.Model, w *codegen.WeightRef, p 
 		if part.PadRows != part.Rows {
 			return fmt.Errorf("%w: %s: repacked part %s cannot be padded (%d → %d rows)", ErrWeight, w.Name, part.Name, part.Rows, part.PadRows)
 		}
-		data, err := tensor(m, part.Name, w.Type, []int{w.Cols, part.Rows})
+		data, err := tensor(m, part.Name, w.Type, part.NE(w.Cols))
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,318 @@
+package codegen
+
+import (
+	"fmt"
+
+	"github.com/memra-ai/memra/ir"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// Lowering of the mixture-of-experts feed-forward (arch's moeFFN):
+//
+//	h = rms_norm(x)                       RMSNormAdd, a launch of its own
+//	logits = matmul(h, router)            the float32 GEMV (routers are F32)
+//	ids = topk(logits); w = moe_weights   MoERoute: ids, weights, groups
+//	a = swiglu(moe_matmul(h, gate), moe_matmul(h, up))   MoEGEMV, gate/up pair
+//	d = moe_matmul(a, down)               MoEGEMV, a row of x a slot
+//	x += moe_sum(d, w)                    MoESum into the residual stream
+//
+// Decode programs of two or more sequences run the grouped MoEGEMV arm and
+// the one-row arm at one-row steps (Launch.One); a one-sequence program
+// runs the one-row arm alone; prefill the grouped arm.
+
+// moeRoute is what lowering keeps of a topk it lowered: the groups buffer
+// the products read.
+type moeRoute struct {
+	groups view
+}
+
+// moeNode lowers the mixture-of-experts ops.
+func (l *lowerer) moeNode(n *ir.Node) error {
+	switch n.Op {
+	case ir.OpTopK:
+		return l.moeRoute(n)
+	case ir.OpMoEMatmul:
+		return l.moeMatmul(n)
+	case ir.OpMoESum:
+		return l.moeSum(n)
+	}
+	return fmt.Errorf("%v without the topk before it", n.Op)
+}
+
+// routerProduct reports whether matmul n is a router: every user a topk or
+// moe_weights of its logits.
+func (l *lowerer) routerProduct(n *ir.Node) bool {
+	if len(l.users[n.ID]) == 0 || n.Kernel != 0 {
+		return false
+	}
+	for _, u := range l.users[n.ID] {
+		if u.Op != ir.OpTopK && u.Op != ir.OpMoEWeights {
+			return false
+		}
+	}
+	return true
+}
+
+// router lowers a router's product as the float32 GEMV on the file's
+// layout in every step class, so the experts it chooses are those of the
+// CPU reference's logits up to float32 rounding (a bf16 prefill product
+// would move near ties).
+func (l *lowerer) router(n *ir.Node) error {
+	x, err := l.valueOf(n.Args[0])
+	if err != nil {
+		return err
+	}
+	p, err := l.part(n)
+	if err != nil {
+		return err
+	}
+	if !x.contiguous() || x.width != p.k {
+		return fmt.Errorf("router %s reads %d of rows of %d, want contiguous rows of %d", p.name, x.width, x.stride, p.k)
+	}
+	w, err := l.matrix([]matPart{p}, p.k)
+	if err != nil {
+		return err
+	}
+	k, err := l.kernel(GEMV(p.t, p.n, p.k, false, DefaultGEMVArm))
+	if err != nil {
+		return err
+	}
+	y := view{buf: l.buffer("router", n.Shape[0], p.n), width: p.n, stride: p.n}
+	l.launch(k, n.Shape[0], []int{n.ID}, wArg(w), bufArg(x), bufArg(y), rowsArg())
+	l.val[n.ID] = y
+	return nil
+}
+
+// rowNorm lowers an rms_norm of [T,E] rows outside a product group (the
+// norm before a mixture of experts, whose readers are not all products).
+func (l *lowerer) rowNorm(n *ir.Node) error {
+	x, err := l.valueOf(n.Args[0])
+	if err != nil {
+		return err
+	}
+	if !x.contiguous() {
+		return fmt.Errorf("rms_norm of a strided value")
+	}
+	eps := float32(n.Float("eps"))
+	k, err := l.kernel(RMSNormAdd(x.width, eps, false, l.blockArm("rmsnorm", RMSNormClass(x.width, false))))
+	if err != nil {
+		return err
+	}
+	y := view{buf: l.buffer("norm", n.Shape[0], x.width), width: x.width, stride: x.width}
+	l.launch(k, n.Shape[0], []int{n.ID}, bufArg(x), nullArg(), wArg(l.vectorOf(n.Args[1])), bufArg(y), rowsArg())
+	l.val[n.ID] = y
+	return nil
+}
+
+// moeRoute lowers a topk and the moe_weights of its logits into one
+// MoERoute launch writing the ids, the weights and the groups.
+func (l *lowerer) moeRoute(n *ir.Node) error {
+	logits, err := l.valueOf(n.Args[0])
+	if err != nil {
+		return err
+	}
+	if !logits.contiguous() {
+		return fmt.Errorf("topk of a strided value")
+	}
+	experts, used := int(n.Args[0].Shape[1]), n.Int("k")
+	var wn *ir.Node
+	for _, u := range l.users[n.ID] {
+		if u.Op == ir.OpMoEWeights {
+			if wn != nil || u.Args[0] != n.Args[0] {
+				return fmt.Errorf("moe_weights %%%d weighs another router's choice or a second time", u.ID)
+			}
+			wn = u
+		}
+	}
+	if wn == nil {
+		return fmt.Errorf("topk without moe_weights is not lowered")
+	}
+	arm := DefaultMoERouteArm
+	if p, ok := l.picked("moe_route", MoERouteClass(experts, used, wn.Bool("norm"))); ok {
+		arm = BlockArmOf(p)
+	}
+	k, err := l.kernel(MoERoute(experts, used, wn.Bool("norm"), arm))
+	if err != nil {
+		return err
+	}
+	rows := n.Shape[0]
+	ids := view{buf: l.buffer("moe_ids", rows, used), width: used, stride: used}
+	wts := view{buf: l.buffer("moe_wts", rows, used), width: used, stride: used}
+	// experts+1 offsets and rows·used slots fit rows of experts+1+used
+	gw := experts + 1 + used
+	groups := view{buf: l.buffer("moe_groups", rows, gw), width: gw, stride: gw}
+	l.p.Buffers.Buffers[ids.buf].Int32 = true
+	l.p.Buffers.Buffers[groups.buf].Int32 = true
+	l.launch(k, rows, []int{n.ID, wn.ID}, bufArg(logits), bufArg(ids), bufArg(wts), bufArg(groups), rowsArg())
+	l.val[n.ID], l.val[wn.ID] = ids, wts
+	l.done[wn.ID] = true
+	if l.moeRoutes == nil {
+		l.moeRoutes = map[int]moeRoute{}
+	}
+	l.moeRoutes[n.ID] = moeRoute{groups: groups}
+	return nil
+}
+
+// expertWeight registers the 3-D expert tensor w ([E,N,K]) as a device
+// matrix of E·N rows in the file's layout.
+func (l *lowerer) expertWeight(w *ir.Node) (t dtype.Type, n, k, idx int) {
+	ne := w.Ints("ne")
+	t, k, n = w.DType("type"), ne[0], ne[1]
+	name := w.Str("name")
+	idx = l.weight(fmt.Sprintf("experts:%s", name), WeightRef{Name: name, Kind: WeightMatrix, Type: t,
+		Parts: []WeightPart{{Name: name, Rows: n * ne[2], PadRows: n * ne[2], Experts: ne[2]}}, Cols: k, PadCols: k})
+	return t, n, k, idx
+}
+
+// moeMatmul lowers a moe_matmul: with the moe_matmul beside it into the
+// SwiGLU it feeds as one gate/up MoEGEMV, else alone.
+func (l *lowerer) moeMatmul(n *ir.Node) error {
+	route, ok := l.moeRoutes[n.Args[2].ID]
+	if !ok {
+		return fmt.Errorf("moe_matmul of ids no topk lowered wrote")
+	}
+	x, err := l.valueOf(n.Args[0])
+	if err != nil {
+		return err
+	}
+	used := int(n.Shape[1])
+	perSlot := len(n.Args[0].Shape) == 3
+	t, N, K, w := l.expertWeight(n.Args[1])
+	if want := K; (perSlot && x.width != used*K) || (!perSlot && x.width != want) || !x.contiguous() {
+		return fmt.Errorf("moe_matmul reads %d of rows of %d", x.width, x.stride)
+	}
+	s := MoEShape{Type: t, N: N, K: K, Experts: int(n.Args[1].Shape[0]), Used: used, PerSlot: perSlot}
+	args := []Arg{wArg(w)}
+	nodes := []int{n.ID}
+	out := n
+	if sw, up := l.moeSwiGLU(n); sw != nil {
+		tu, _, _, wu := l.expertWeight(up.Args[1])
+		s.SwiGLU, s.Up = true, tu
+		args = append(args, wArg(wu))
+		nodes = append(nodes, up.ID, sw.ID)
+		out = sw
+		l.done[up.ID], l.done[sw.ID] = true, true
+	}
+	rows := n.Shape[0]
+	y := view{buf: l.buffer("moe_"+shortName(n.Args[1].Str("name")), rows, used*N), width: used * N, stride: used * N}
+	args = append(args, bufArg(x), bufArg(l.val[n.Args[2].ID]), bufArg(route.groups), bufArg(y), rowsArg())
+	kern, one, err := l.moeKernels(s)
+	if err != nil {
+		return err
+	}
+	l.launch(kern, rows, nodes, args...)
+	if one >= 0 {
+		l.p.Launches[len(l.p.Launches)-1].One = one + 1
+	}
+	l.val[out.ID] = y
+	if out != n {
+		l.val[n.ID] = y // not readable alone; only the SwiGLU's value is used
+	}
+	return nil
+}
+
+// moeSwiGLU returns the SwiGLU that gate/up moe_matmul n feeds with its
+// partner (the other operand: the same x and ids, a weight of the same
+// shape), when each is read by that SwiGLU alone.
+func (l *lowerer) moeSwiGLU(n *ir.Node) (sw, partner *ir.Node) {
+	if len(l.users[n.ID]) != 1 || l.users[n.ID][0].Op != ir.OpSwiGLU {
+		return nil, nil
+	}
+	sw = l.users[n.ID][0]
+	gate, up := sw.Args[0], sw.Args[1]
+	if gate != n || up.Op != ir.OpMoEMatmul || len(l.users[up.ID]) != 1 || up.Args[0] != n.Args[0] || up.Args[2] != n.Args[2] ||
+		!up.Args[1].Shape.Equal(n.Args[1].Shape) {
+		return nil, nil
+	}
+	return sw, up
+}
+
+// moeKernels returns the kernel of MoEGEMV s a launch runs and the one-row
+// kernel it runs at one-row steps (-1 for none): decode programs of two or
+// more sequences run both, one-sequence programs the one-row arm alone,
+// prefill the grouped arm. A tunedb pick for (moe_gemv, MoEClass) replaces
+// the grouped arm.
+func (l *lowerer) moeKernels(s MoEShape) (kern, one int, err error) {
+	arm := DefaultMoEArm
+	if p, ok := l.picked("moe_gemv", MoEClass(s)); ok && MoEArmOf(p).One == 0 {
+		arm = MoEArmOf(p)
+	}
+	if l.o.Class == Decode && l.o.MaxSeqs == 1 {
+		kern, err = l.kernel(MoEGEMV(s, DefaultMoEOneArm))
+		return kern, -1, err
+	}
+	if kern, err = l.kernel(MoEGEMV(s, arm)); err != nil || l.o.Class != Decode {
+		return kern, -1, err
+	}
+	one, err = l.kernel(MoEGEMV(s, DefaultMoEOneArm))
+	return kern, one, err
+}
+
+// moeSum lowers a moe_sum: into the residual stream when an add of the
+// stream is its only reader (the add is done with it), else into a buffer.
+func (l *lowerer) moeSum(n *ir.Node) error {
+	d, err := l.valueOf(n.Args[0])
+	if err != nil {
+		return err
+	}
+	w, err := l.valueOf(n.Args[1])
+	if err != nil {
+		return err
+	}
+	used, N := int(n.Args[0].Shape[1]), int(n.Shape[1])
+	if !d.contiguous() || d.width != used*N || !w.contiguous() {
+		return fmt.Errorf("moe_sum of strided values")
+	}
+	rows := n.Shape[0]
+	nodes := []int{n.ID}
+	var y view
+	add := l.moeResidual(n)
+	if add != nil {
+		other := add.Args[0]
+		if other == n {
+			other = add.Args[1]
+		}
+		if y, err = l.valueOf(other); err != nil {
+			return err
+		}
+		nodes = append(nodes, add.ID)
+	} else {
+		y = view{buf: l.buffer("moe_out", rows, N), width: N, stride: N}
+	}
+	k, err := l.kernel(MoESum(N, used, add != nil, l.blockArm("moe_sum", MoESumClass(N, used, add != nil))))
+	if err != nil {
+		return err
+	}
+	l.launch(k, rows, nodes, bufArg(d), bufArg(w), bufArg(y), rowsArg())
+	l.val[n.ID] = y
+	if add != nil {
+		l.val[add.ID] = y
+		l.done[add.ID] = true
+	}
+	return nil
+}
+
+// moeResidual returns the add of the residual stream that is moe_sum n's
+// only reader, when the sum can be added into the stream's buffer in
+// place: a contiguous row of the sum's width that nothing reads after the
+// add.
+func (l *lowerer) moeResidual(n *ir.Node) *ir.Node {
+	if len(l.users[n.ID]) != 1 || l.users[n.ID][0].Op != ir.OpAdd {
+		return nil
+	}
+	add := l.users[n.ID][0]
+	other := add.Args[0]
+	if other == n {
+		other = add.Args[1]
+	}
+	y, ok := l.val[other.ID]
+	if !ok || !y.contiguous() || y.width != int(n.Shape[1]) {
+		return nil
+	}
+	for _, u := range l.users[other.ID] {
+		if u.ID > add.ID {
+			return nil
+		}
+	}
+	return add
+}

@@ -1,0 +1,193 @@
+package codegen
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/memra-ai/memra/ir"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+var (
+	smallQwen3MoE = ir.HParams{Arch: "qwen3moe", Name: "qwen3moe-small", ContextLength: 256, Embedding: 256, Layers: 2, FFN: 512,
+		Heads: 4, HeadsKV: 2, HeadDim: 64, RopeBase: 1e6, RopeStyle: ir.RopeHalf, RMSEps: 1e-6, VocabSize: 1000, QKNorm: true,
+		Experts: 16, ExpertsUsed: 4, ExpertFFN: 256, ExpertNorm: true}
+	smallMixtral = ir.HParams{Arch: "mixtral", Name: "mixtral-small", ContextLength: 256, Embedding: 256, Layers: 2, FFN: 512,
+		Heads: 4, HeadsKV: 2, HeadDim: 64, RopeBase: 1e6, RMSEps: 1e-5, VocabSize: 1000,
+		Experts: 8, ExpertsUsed: 2, ExpertFFN: 512, ExpertNorm: true}
+)
+
+// synthMoETensors lists the tensors of a mixture-of-experts model of hp:
+// synthTensors' with a router (F32) and expert tensors (gate and up of mt,
+// down of dt) in place of the dense feed-forward.
+func synthMoETensors(hp ir.HParams, mt, dt dtype.Type) tensorList {
+	m := synthTensors(hp, mt, mt)
+	for l := 0; l < hp.Layers; l++ {
+		b := func(s string) string { return fmt.Sprintf("blk.%d.%s", l, s) }
+		for _, s := range []string{"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"} {
+			delete(m, b(s))
+		}
+		add := func(name string, t dtype.Type, ne ...int) {
+			m[name] = struct {
+				t  dtype.Type
+				ne []int
+			}{t, ne}
+		}
+		E, F, X := hp.Embedding, hp.ExpertFFN, hp.Experts
+		add(b("ffn_gate_inp.weight"), dtype.F32, E, X)
+		add(b("ffn_gate_exps.weight"), mt, E, F, X)
+		add(b("ffn_up_exps.weight"), mt, E, F, X)
+		add(b("ffn_down_exps.weight"), dt, F, E, X)
+	}
+	return m
+}
+
+func moeLowerCases() []lowerCase {
+	qwen := func(t *testing.T) *ir.Graph {
+		return buildGraph(t, smallQwen3MoE, synthMoETensors(smallQwen3MoE, dtype.Q4_K, dtype.Q6_K))
+	}
+	mixtral := func(t *testing.T) *ir.Graph {
+		return buildGraph(t, smallMixtral, synthMoETensors(smallMixtral, dtype.Q8_0, dtype.Q8_0))
+	}
+	dec := LowerOptions{Class: Decode, MaxSeqs: 8, Context: 256, Cache: dtype.F16, Argmax: true}
+	one := LowerOptions{Class: Decode, MaxSeqs: 1, Context: 256, Cache: dtype.F16, Argmax: true, RopeInProduct: true}
+	pre := LowerOptions{Class: Prefill, MaxTokens: 128, MaxSeqs: 4, Context: 256, Cache: dtype.F16}
+	exact := pre
+	exact.PrefillGEMV = true
+	return []lowerCase{
+		{"qwen3moe_decode", qwen, dec},
+		{"qwen3moe_decode1", qwen, one},
+		{"qwen3moe_prefill", qwen, pre},
+		{"mixtral_decode", mixtral, dec},
+		{"mixtral_prefill_exact", mixtral, exact},
+	}
+}
+
+// MoEProgramsForTest lowers the mixture-of-experts test cases (exported
+// for the external NVRTC compile test).
+func MoEProgramsForTest(t *testing.T) map[string]*Program {
+	out := map[string]*Program{}
+	for _, c := range moeLowerCases() {
+		p, err := Lower(c.g(t), c.opts)
+		require.NoError(t, err, c.name)
+		out[c.name] = p
+	}
+	return out
+}
+
+// TestLowerMoEGolden pins the dumps of the qwen3moe programs.
+func TestLowerMoEGolden(t *testing.T) {
+	for _, c := range moeLowerCases() {
+		if !strings.HasPrefix(c.name, "qwen3moe") {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			p, err := Lower(c.g(t), c.opts)
+			require.NoError(t, err)
+			path := filepath.Join("testdata", "program_"+c.name+".txt")
+			if *update {
+				require.NoError(t, os.WriteFile(path, []byte(p.String()), 0o644))
+			}
+			want, err := os.ReadFile(path)
+			require.NoError(t, err, "run go test ./codegen -run TestLowerMoEGolden -update")
+			require.Equal(t, string(want), p.String())
+		})
+	}
+}
+
+// TestLowerMoE checks the mixture-of-experts programs: a route, a gate/up
+// and a down product and a sum a layer, the ids, weights and groups they
+// bind, the one-row kernels where one-row steps run, the sum into the
+// residual stream, and the plan.
+func TestLowerMoE(t *testing.T) {
+	for _, c := range moeLowerCases() {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := Lower(c.g(t), c.opts)
+			require.NoError(t, err)
+			require.NoError(t, p.Buffers.Check())
+			layers := p.Layers
+			require.Equal(t, layers, launchesOf(p, "moe_route"))
+			require.Equal(t, 2*layers, launchesOf(p, "moe_gemv"))
+			require.Equal(t, layers, launchesOf(p, "moe_sum"))
+			var routes []Launch
+			for i, l := range p.Launches {
+				k := p.Kernels[l.Kernel]
+				require.Len(t, l.Args, len(k.Params), "L%d %s", i, k.Name)
+				for _, a := range l.Args {
+					if a.Kind == ArgBuffer {
+						b := p.Buffers.Buffers[a.Index]
+						require.True(t, b.First <= i && i <= b.Last, "L%d uses b%d outside its live range", i, a.Index)
+					}
+				}
+				switch k.Family {
+				case "moe_route":
+					routes = append(routes, l)
+					require.True(t, p.Buffers.Buffers[l.Args[1].Index].Int32, "ids")
+					require.True(t, p.Buffers.Buffers[l.Args[3].Index].Int32, "groups")
+				case "moe_gemv":
+					r := routes[len(routes)-1]
+					ids, groups := l.Args[len(l.Args)-4], l.Args[len(l.Args)-3]
+					require.Equal(t, r.Args[1], ids, "L%d reads its route's ids", i)
+					require.Equal(t, r.Args[3], groups, "L%d reads its route's groups", i)
+					oneSeq := c.opts.Class == Decode && c.opts.MaxSeqs == 1
+					require.Equal(t, oneSeq, strings.HasSuffix(k.Name, "_one"), k.Name)
+					if c.opts.Class == Decode && c.opts.MaxSeqs > 1 {
+						require.Positive(t, l.One, "L%d has no one-row kernel", i)
+						require.True(t, strings.HasSuffix(p.Kernels[l.One-1].Name, "_one"))
+					} else {
+						require.Zero(t, l.One)
+					}
+				case "moe_sum":
+					require.Contains(t, k.Name, "_res_", "the sum adds into the residual stream")
+				case "gemv", "mma":
+					if k.Family == "gemv" && strings.Contains(k.Name, "_f32_n") {
+						require.Equal(t, "router", p.Buffers.Buffers[l.Args[2].Index].Name)
+					}
+				}
+			}
+			// the router is a float32 GEMV in every class
+			routers := 0
+			for _, l := range p.Launches {
+				if k := p.Kernels[l.Kernel]; k.Family == "gemv" && strings.HasPrefix(k.Name, "gemv_f32_n") {
+					routers++
+				}
+			}
+			require.Equal(t, layers, routers)
+			for _, w := range p.Weights {
+				if strings.Contains(w.Name, "_exps") {
+					require.Len(t, w.Parts, 1)
+					require.Positive(t, w.Parts[0].Experts, w.Name)
+					require.Equal(t, 0, w.Layout, "expert weights stay in the file's layout")
+				}
+			}
+		})
+	}
+}
+
+// A graph the MoE lowering does not cover is refused with the node named.
+func TestLowerMoEErrors(t *testing.T) {
+	g := buildGraph(t, smallMixtral, synthMoETensors(smallMixtral, dtype.Q8_0, dtype.Q8_0))
+	for _, n := range g.Nodes {
+		if n.Op == ir.OpMoEWeights {
+			n.Args[0] = n.Args[1].Args[0].Args[0] // weigh the norm, not the router's logits
+			n.Args[0] = g.Nodes[n.ID-2]
+		}
+	}
+	// the weights of another node than the choice's logits: not lowered
+	for _, n := range g.Nodes {
+		if n.Op == ir.OpTopK {
+			for _, u := range g.Users()[n.ID] {
+				if u.Op == ir.OpMoEWeights {
+					u.Args[0] = n
+				}
+			}
+		}
+	}
+	_, err := Lower(g, LowerOptions{Class: Decode, MaxSeqs: 2, Context: 64, Cache: dtype.F16})
+	require.ErrorIs(t, err, ErrLower)
+}
