@@ -169,25 +169,23 @@ func TestLowerMoE(t *testing.T) {
 	}
 }
 
-// A graph the MoE lowering does not cover is refused with the node named.
+// A graph the MoE lowering does not cover is refused with the node named:
+// here layer 0's choice is weighed by layer 1's moe_weights, so its topk has
+// no weights of its own.
 func TestLowerMoEErrors(t *testing.T) {
 	g := buildGraph(t, smallMixtral, synthMoETensors(smallMixtral, dtype.Q8_0, dtype.Q8_0))
+	var topks, weights []*ir.Node
 	for _, n := range g.Nodes {
-		if n.Op == ir.OpMoEWeights {
-			n.Args[0] = n.Args[1].Args[0].Args[0] // weigh the norm, not the router's logits
-			n.Args[0] = g.Nodes[n.ID-2]
+		switch n.Op {
+		case ir.OpTopK:
+			topks = append(topks, n)
+		case ir.OpMoEWeights:
+			weights = append(weights, n)
 		}
 	}
-	// the weights of another node than the choice's logits: not lowered
-	for _, n := range g.Nodes {
-		if n.Op == ir.OpTopK {
-			for _, u := range g.Users()[n.ID] {
-				if u.Op == ir.OpMoEWeights {
-					u.Args[0] = n
-				}
-			}
-		}
-	}
+	require.Len(t, topks, 2)
+	weights[0].Args[1] = topks[1]
 	_, err := Lower(g, LowerOptions{Class: Decode, MaxSeqs: 2, Context: 64, Cache: dtype.F16})
 	require.ErrorIs(t, err, ErrLower)
+	require.ErrorContains(t, err, "topk without moe_weights")
 }
