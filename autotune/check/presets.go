@@ -93,7 +93,7 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 			}
 		}
 	}
-	return cs
+	return append(cs, MoECases(s, types, seed)...)
 }
 
 // withQuantArms gives a GEMV case of a repacked weight type the extra arms
@@ -226,6 +226,7 @@ func TuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 		products = append(products, product{"down", t, s.Hidden, s.FFN, true, true})
 	}
 	products = append(products, product{"output", w.Output, s.Vocab, s.Hidden, false, false})
+	cs = append(cs, moeTuneCases(s, w, z, seed)...)
 	seen := map[string]bool{}
 	for _, p := range products {
 		if !rowOK(p.t, p.k) {

@@ -1,0 +1,292 @@
+package check
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// MoECases are the mixture-of-experts cases of shape s (none for a dense
+// shape): the routing at one token, a decode batch and a prefill chunk;
+// for each weight type the gate/up pair (SwiGLU) and the down product at
+// one token (with the one-row arm too), a decode batch of 12 and, for the
+// gate/up pair, a prefill chunk of 64; the weighted sum into the residual.
+func MoECases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case {
+	if s.Experts == 0 {
+		return nil
+	}
+	cs := []*Case{
+		MoERoute(s.Name, s.Experts, s.ExpertsUsed, s.ExpertNorm, 1, seed),
+		MoERoute(s.Name, s.Experts, s.ExpertsUsed, s.ExpertNorm, 12, seed),
+		MoERoute(s.Name, s.Experts, s.ExpertsUsed, s.ExpertNorm, 300, seed),
+		MoESum(s.Name, s.Hidden, s.ExpertsUsed, 12, seed),
+	}
+	for _, t := range types {
+		gu, dn := codegen.MoEShapes(s, t)
+		for _, c := range []struct {
+			use    string
+			p      codegen.MoEShape
+			tokens []int
+		}{{"gate_up", gu, []int{1, 12, 64}}, {"down", dn, []int{1, 12}}} {
+			if !rowOK(t, c.p.K) {
+				continue
+			}
+			for _, m := range c.tokens {
+				cs = append(cs, MoEProduct(s.Name, c.use, c.p, m, seed))
+			}
+		}
+	}
+	return cs
+}
+
+// MoERoute is the router kernel over m tokens of random logits (the first
+// token's two largest equal): the ids must be the reference's exactly
+// and the groups group the slots by expert (else the error is +Inf); the
+// error is the weights'.
+func MoERoute(shape string, experts, used int, norm bool, m int, seed uint64) *Case {
+	c := &Case{Family: "moe_route", Label: fmt.Sprintf("moe_route×%d", m), Shape: shape, DType: "f32",
+		Class: codegen.MoERouteClass(experts, used, norm), Tol: 1e-5, seed: seed}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		return one(codegen.MoERoute(experts, used, norm, codegen.BlockArmOf(arm)))
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		logits := randn(r, m*experts)
+		if experts > 2 {
+			logits[1], logits[2] = 10, 10 // a tie: the lower expert first
+		}
+		ids, wts := codegen.RefMoERoute(experts, used, norm, logits)
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				ib, wb := ibuf(make([]int32, m*used)), fbuf(make([]float32, m*used))
+				gb := ibuf(make([]int32, experts+1+m*used))
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
+					Args: [][]Arg{{b(fbuf(logits)), b(ib), b(wb), b(gb), s(m)}}, Outs: []*Buf{ib, wb, gb}}, nil
+			},
+			compare: func(outs [][]byte) (float64, error) {
+				got := bytesI32(outs[0])
+				if !slices.Equal(got, ids) {
+					return math.Inf(1), nil
+				}
+				if codegen.CheckMoEGroups(experts, got, bytesI32(outs[2])) != nil {
+					return math.Inf(1), nil
+				}
+				return codegen.RelErr(bytesF32(outs[1]), wts), nil
+			},
+		}, nil
+	}
+	return c
+}
+
+// moeRouting returns the ids of m tokens routed by random logits, and the
+// groups MoERoute would write for them (the slots of each expert in
+// order; the kernels do not depend on the order).
+func moeRouting(r *rand.Rand, experts, used, m int) (ids, groups []int32) {
+	ids, _ = codegen.RefMoERoute(experts, used, true, randn(r, m*experts))
+	groups = make([]int32, experts+1, experts+1+len(ids))
+	for _, e := range ids {
+		groups[e+1]++
+	}
+	for e := 1; e <= experts; e++ {
+		groups[e] += groups[e-1]
+	}
+	for e := 0; e < experts; e++ {
+		for sl, x := range ids {
+			if int(x) == e {
+				groups = append(groups, int32(sl))
+			}
+		}
+	}
+	return ids, groups
+}
+
+// MoEProduct is the chosen experts' product of shape p for m tokens
+// (routed by random logits), as lowering runs it: the grouped arm, and at
+// one token the one-row arm as well. The reference dequantises only the
+// chosen experts' rows, in parallel over row ranges.
+func MoEProduct(shape, use string, p codegen.MoEShape, m int, seed uint64) *Case {
+	dt := strings.ToLower(p.Type.String())
+	c := &Case{Family: "moe_gemv", Label: "moe_gemv/" + use, Shape: shape, DType: dt, Class: codegen.MoEClass(p), Use: use, Tol: 1e-4,
+		seed: seed, K: p.K, N: p.N}
+	if m > 1 {
+		c.Label += fmt.Sprintf("×%d", m)
+	} else {
+		c.ExtraArms = []codegen.Point{codegen.DefaultMoEOneArm.Point()}
+	}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		if a := codegen.MoEArmOf(arm); a.One == 1 && m != 1 {
+			return nil, fmt.Errorf("%w: a one-row arm at %d tokens", ErrCase, m)
+		}
+		return one(codegen.MoEGEMV(p, codegen.MoEArmOf(arm)))
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		W, err := randWeights(p.Type, p.Experts*p.N, p.K, r.Uint64())
+		if err != nil {
+			return nil, err
+		}
+		var Wu []byte
+		if p.SwiGLU {
+			if Wu, err = randWeights(p.Up, p.Experts*p.N, p.K, r.Uint64()); err != nil {
+				return nil, err
+			}
+		}
+		ids, groups := moeRouting(r, p.Experts, p.Used, m)
+		rows := m
+		if p.PerSlot {
+			rows = m * p.Used
+		}
+		x := randn(r, rows*p.K)
+		ref := lazy(func() ([]float32, error) { return refMoEGEMV(p, W, Wu, x, ids) })
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				y := fbuf(make([]float32, m*p.Used*p.N))
+				args := []Arg{b(&Buf{Data: W})}
+				if p.SwiGLU {
+					args = append(args, b(&Buf{Data: Wu}))
+				}
+				args = append(args, b(fbuf(x)), b(ibuf(ids)), b(ibuf(groups)), b(y), s(m))
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m}, Args: [][]Arg{args}, Outs: []*Buf{y}}, nil
+			},
+			compare: relErrTo(ref),
+		}, nil
+	}
+	return c
+}
+
+// refMoEGEMV is codegen.RefMoEGEMV split over ranges of each expert's rows
+// on all cores.
+func refMoEGEMV(p codegen.MoEShape, W, Wu []byte, x []float32, ids []int32) ([]float32, error) {
+	rb, err := p.Type.RowBytes(p.K)
+	if err != nil {
+		return nil, err
+	}
+	ub := 0
+	if p.SwiGLU {
+		if ub, err = p.Up.RowBytes(p.K); err != nil {
+			return nil, err
+		}
+	}
+	workers := max(1, min(runtime.GOMAXPROCS(0), p.N/32))
+	per := (p.N + workers - 1) / workers
+	y := make([]float32, len(ids)*p.N)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		r0, r1 := w*per, min(p.N, (w+1)*per)
+		if r0 >= r1 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// rows [r0, r1) of every expert, as the matrices of a narrower product
+			sub := p
+			sub.N = r1 - r0
+			var ws, us []byte
+			for e := 0; e < p.Experts; e++ {
+				ws = append(ws, W[(e*p.N+r0)*rb:(e*p.N+r1)*rb]...)
+				if p.SwiGLU {
+					us = append(us, Wu[(e*p.N+r0)*ub:(e*p.N+r1)*ub]...)
+				}
+			}
+			ys, err := codegen.RefMoEGEMV(sub, ws, us, x, ids)
+			if err != nil {
+				errs[w] = err
+				return
+			}
+			for sl := range ids {
+				copy(y[sl*p.N+r0:sl*p.N+r1], ys[sl*sub.N:(sl+1)*sub.N])
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return y, nil
+}
+
+// MoESum is the weighted sum of m tokens' experts' rows of n added into a
+// residual stream.
+func MoESum(shape string, n, used, m int, seed uint64) *Case {
+	c := &Case{Family: "moe_sum", Label: fmt.Sprintf("moe_sum×%d", m), Shape: shape, DType: "f32", Class: codegen.MoESumClass(n, used, true),
+		Tol: 1e-5, seed: seed}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		return one(codegen.MoESum(n, used, true, codegen.BlockArmOf(arm)))
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		d, y0 := randn(r, m*used*n), randn(r, m*n)
+		_, wts := codegen.RefMoERoute(used+1, used, true, randn(r, m*(used+1)))
+		ref := lazy(func() ([]float32, error) { return codegen.RefMoESum(n, used, d, wts, y0), nil })
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				y := fbuf(y0)
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
+					Args: [][]Arg{{b(fbuf(d)), b(fbuf(wts)), b(y), s(m)}}, Outs: []*Buf{y}}, nil
+			},
+			compare: relErrTo(ref),
+		}, nil
+	}
+	return c
+}
+
+func bytesI32(b []byte) []int32 {
+	v := make([]int32, len(b)/4)
+	for i := range v {
+		v[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v
+}
+
+// moeTuneCases are the mixture-of-experts cases a model of shape s with
+// weights w needs tuned (none for a dense shape): the routing and the sum
+// at the decode batch, the gate/up pair (w.FFNUp) and the downs (w.Downs,
+// else w.FFNDown) in their grouped arm at the batch arms' batch.
+func moeTuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
+	if s.Experts == 0 {
+		return nil
+	}
+	bt := z.BatchTokens
+	if bt <= 0 {
+		bt = BatchTuneTokens
+	}
+	cs := []*Case{MoERoute(s.Name, s.Experts, s.ExpertsUsed, s.ExpertNorm, z.DecodeTokens, seed),
+		MoESum(s.Name, s.Hidden, s.ExpertsUsed, z.DecodeTokens, seed)}
+	gu, _ := codegen.MoEShapes(s, w.FFNUp)
+	if rowOK(gu.Type, gu.K) {
+		cs = append(cs, MoEProduct(s.Name, "gate_up", gu, bt, seed))
+	}
+	downs := w.Downs
+	if len(downs) == 0 {
+		downs = []dtype.Type{w.FFNDown}
+	}
+	seen := map[dtype.Type]bool{}
+	for _, t := range downs {
+		if _, dn := codegen.MoEShapes(s, t); !seen[t] && rowOK(t, dn.K) {
+			seen[t] = true
+			cs = append(cs, MoEProduct(s.Name, "down", dn, bt, seed))
+		}
+	}
+	return cs
+}
