@@ -43,7 +43,7 @@ func init() {
 		RunE: runAutotune,
 	}
 	f := cmd.Flags()
-	f.StringSlice("shapes", []string{"llama3-8b"}, "shape presets when no MODEL is given: llama3-8b, qwen2.5-7b, qwen3-8b, tiny")
+	f.StringSlice("shapes", []string{"llama3-8b"}, "shape presets when no MODEL is given: llama3-8b, qwen2.5-7b, qwen3-8b, tiny, qwen3-30b-a3b, mixtral-8x7b, tiny-moe")
 	f.StringSlice("types", []string{"q4_k"}, "weight types for --shapes presets")
 	f.StringSlice("families", nil, "families to tune (default all): "+strings.Join(codegen.SpaceFamilies(), ", "))
 	f.Duration("budget", 10*time.Minute, "time for the whole sweep; each task gets an equal share of what is left")
@@ -139,7 +139,8 @@ const int8ProductNote = "the decode products of repacked weights (int8 activatio
 func modelShape(m *load.Model) (codegen.Shape, check.Weights, error) {
 	hp := m.HParams
 	s := codegen.Shape{Name: hp.Name, Hidden: hp.Embedding, FFN: hp.FFN, Vocab: hp.VocabSize, Heads: hp.Heads, HeadsKV: hp.HeadsKV,
-		HeadDim: hp.HeadDim, RopeHalf: hp.RopeStyle == ir.RopeHalf, Eps: hp.RMSEps}
+		HeadDim: hp.HeadDim, RopeHalf: hp.RopeStyle == ir.RopeHalf, Eps: hp.RMSEps,
+		Experts: hp.Experts, ExpertsUsed: hp.ExpertsUsed, ExpertFFN: hp.ExpertFFN, ExpertNorm: hp.ExpertNorm}
 	if s.Name == "" {
 		s.Name = hp.Arch
 	}
@@ -159,8 +160,8 @@ func modelShape(m *load.Model) (codegen.Shape, check.Weights, error) {
 	}{
 		{&w.Attn, []string{"blk.0.attn_q.weight", "blk.0.attn_qkv.weight"}},
 		{&w.AttnOut, []string{"blk.0.attn_output.weight"}},
-		{&w.FFNUp, []string{"blk.0.ffn_up.weight", "blk.0.ffn_gate.weight"}},
-		{&w.FFNDown, []string{"blk.0.ffn_down.weight"}},
+		{&w.FFNUp, []string{"blk.0.ffn_up.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up_exps.weight"}},
+		{&w.FFNDown, []string{"blk.0.ffn_down.weight", "blk.0.ffn_down_exps.weight"}},
 		{&w.Embed, []string{"token_embd.weight"}},
 		{&w.Output, []string{"output.weight", "token_embd.weight"}},
 	} {
@@ -183,9 +184,11 @@ func modelShape(m *load.Model) (codegen.Shape, check.Weights, error) {
 				w.QKV = append(w.QKV, p)
 			}
 		}
-		if d, ok := m.Tensors[name("ffn_down")]; ok && !seenDown[d.Type] {
-			seenDown[d.Type] = true
-			w.Downs = append(w.Downs, d.Type)
+		for _, down := range []string{"ffn_down", "ffn_down_exps"} {
+			if d, ok := m.Tensors[name(down)]; ok && !seenDown[d.Type] {
+				seenDown[d.Type] = true
+				w.Downs = append(w.Downs, d.Type)
+			}
 		}
 	}
 	return s, w, nil

@@ -29,7 +29,7 @@ func newKernelCheckCmd() *cobra.Command {
 			"compiles every kernel through NVRTC for each --arch (no GPU needed). Exits non-zero on any failure.",
 		RunE: runKernelCheck,
 	}
-	cmd.Flags().StringSlice("shapes", []string{"llama3-8b"}, "shapes: llama3-8b, qwen2.5-7b, qwen3-8b, tiny, gemma3-12b (with the Gemma kernels and their sliding-window attention)")
+	cmd.Flags().StringSlice("shapes", []string{"llama3-8b"}, "shapes: llama3-8b, qwen2.5-7b, qwen3-8b, tiny, gemma3-12b (with the Gemma kernels and their sliding-window attention), qwen3-30b-a3b, mixtral-8x7b, tiny-moe")
 	cmd.Flags().StringSlice("types", []string{"q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "f16", "bf16"}, "weight types")
 	cmd.Flags().Bool("compile-only", false, "only compile the kernels with NVRTC")
 	cmd.Flags().StringSlice("arch", nil, "NVRTC targets for --compile-only (default compute_90; e.g. sm_90a,sm_120a)")

@@ -57,7 +57,7 @@ Pooling module), and for last pooling a tokenizer that ends every input with EOS
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Preset, "preset", "", "model shape: "+strings.Join(synth.Presets(), ", "))
-	f.StringVar(&o.Arch, "arch", "", "architecture (llama, qwen2, qwen3, gemma2, gemma3); checked against the preset")
+	f.StringVar(&o.Arch, "arch", "", "architecture (llama, qwen2, qwen3, qwen3moe, mixtral, gemma2, gemma3); checked against the preset")
 	f.StringVar(&o.Quant, "quant", "f16", "quantisation mix or type")
 	f.Uint64Var(&o.Seed, "seed", 1, "random seed (same seed, same weights)")
 	f.IntVar(&o.Layers, "layers", 0, "override the number of layers")
