@@ -81,6 +81,9 @@ func writeInspect(out io.Writer, m *load.Model) error {
 	row("tied embedding", hp.TiedEmbedding)
 	row("qkv bias", hp.QKVBias)
 	row("qk norm", hp.QKNorm)
+	if hp.Experts > 0 {
+		row("experts", fmt.Sprintf("%d, %d a token, feed forward %d, weights renormalised %v", hp.Experts, hp.ExpertsUsed, hp.ExpertFFN, hp.ExpertNorm))
+	}
 	row("tokenizer", tokenizerLine(m))
 	if m.ChatTemplate != "" {
 		row("chat template", fmt.Sprintf("present (%d bytes)", len(m.ChatTemplate)))

@@ -41,3 +41,17 @@ func TestAutotuneMoE(t *testing.T) {
 	require.Contains(t, out.String(), "moe_gemv/q8_0_n256_k256_e8_u2_slot")
 	require.Contains(t, out.String(), "moe_sum/n256_u2_res")
 }
+
+func TestInspectMoE(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	_, err := synth.WriteGGUF(path, synth.Options{Preset: "mixtral-8x7b", Quant: "q8_0", Layers: 1, Dim: 256, FFN: 256})
+	require.NoError(t, err)
+	m, err := load.Open(path)
+	require.NoError(t, err)
+	defer m.Close()
+	var out bytes.Buffer
+	require.NoError(t, writeInspect(&out, m))
+	require.Regexp(t, `architecture: +mixtral`, out.String())
+	require.Regexp(t, `experts: +8, 2 a token, feed forward 256, weights renormalised true`, out.String())
+	require.Regexp(t, `blk\.0\.ffn_down_exps\.weight +Q8_0 +\[256 256 8\]`, out.String())
+}
