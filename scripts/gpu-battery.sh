@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|sample|half|halfdef|from|fromdef|kv8|kv8def|b1|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu|gemma]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|sample|half|halfdef|from|fromdef|kv8|kv8def|b1|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu|gemma|moe]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -708,6 +708,50 @@ if [ "$MODE" = xq3p ]; then
 	echo "xq3p: fastest arm $pa" >&2
 	step "xq3p-parity-p16-$pa" env MEMRA_GEMV_LARGE="$pa" "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts 16 --tie-tol 0.02 --tie-sigma "$(sigma 16)"
 	step "xq3p-best-b1-b16-$pa" switch_bench 1,16 MEMRA_GEMV_LARGE="$pa"
+fi
+# Mixture of experts (qwen3moe, mixtral): kernel-check of the MoE kernels at the Qwen3-30B-A3B and
+# Mixtral-8x7B shapes (routing with exact ids, the grouped and one-row expert products, the sum),
+# their sm_90a/sm_120a compile gate, CPU parity of 2-layer models of width 512 at 1, 2 and 16
+# sequences (16: the grouped products with many slots an expert) in the exact and the default
+# configurations, transformers parity on 2-layer BF16 checkpoints of real width, and batch 1 and
+# 16 of the whole Qwen3-30B-A3B q4_k_m. MOE_PARTS picks parts: check parity hf bench (all four by
+# default; one device call holds about two of them).
+if [ "$MODE" = moe ]; then
+	parts=${MOE_PARTS:-"check parity hf bench"}
+	case " $parts " in *" check "*)
+		step moe-kernel-check "$BIN" kernel-check --shapes qwen3-30b-a3b,mixtral-8x7b --types q4_k,q6_k,q8_0,bf16 --only moe --reps 10
+		step moe-compile-sm90a-sm120a "$BIN" kernel-check --compile-only --arch sm_90a,sm_120a --shapes qwen3-30b-a3b,mixtral-8x7b --only moe
+		;;
+	esac
+	case " $parts " in *" parity "*)
+		for p in qwen3-30b-a3b mixtral-8x7b; do
+			for q in q4_k_m q8_0 bf16; do
+				for n in 1 2 16; do
+					step "moe-parity-exact-$p-$q-p$n" "$BIN" gpu-parity --preset "$p" --quant "$q" --layers 2 --dim 512 --steps 64 --prompts $n --cache f32 --prefill-gemv
+					step "moe-parity-default-$p-$q-p$n" "$BIN" gpu-parity --preset "$p" --quant "$q" --layers 2 --dim 512 --steps 64 --prompts $n --tie-tol 0.02 --tie-sigma "$(sigma $n)"
+				done
+			done
+		done
+		;;
+	esac
+	case " $parts " in *" hf "*)
+		moe_hf() {
+			local dirs=()
+			for p in qwen3-30b-a3b mixtral-8x7b; do
+				synth "$MODELS/hf-$p-bf16" --preset "$p" --quant bf16 --layers 2 --format hf || return 1
+				dirs+=("$MODELS/hf-$p-bf16")
+			done
+			python3 scripts/hf_parity.py --memra "$BIN" --device cuda --steps 64 "$@" "${dirs[@]}"
+		}
+		step moe-hf-parity-exact moe_hf --exact
+		step moe-hf-parity-default moe_hf --tie-tol 0.02 --tie-sigma 3
+		;;
+	esac
+	case " $parts " in *" bench "*)
+		step moe-bench-qwen3-30b-a3b model_bench qwen3-30b-a3b q4_k_m 3 1,16 MEMRA_NOTHING=0
+		;;
+	esac
+	grep -H -E '^\| 2.*tg|^roofline' "$OUT"/moe-bench-*.log 2>/dev/null
 fi
 [ "$MODE" = half ] && grep -H -E '^\| 2.*tg128|^roofline' "$OUT"/half-*.log
 [ "$MODE" = xq3 ] && grep -H -E '^\| 2.*tg128' "$OUT"/xq3-b16-*.log

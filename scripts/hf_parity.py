@@ -22,6 +22,25 @@ steps makes the comparison cover it, e.g.
   bin/memra synth --preset gemma2-9b --quant bf16 --layers 2 --sliding-window 32 --format hf -o /tmp/hf-gemma2
   bin/memra synth --preset gemma3-12b --quant bf16 --layers 6 --sliding-window 32 --format hf -o /tmp/hf-gemma3
   scripts/hf_parity.py --memra bin/memra --device cuda --steps 64 --exact /tmp/hf-gemma2 /tmp/hf-gemma3
+
+Mixture-of-experts checkpoints (Qwen3MoeForCausalLM, MixtralForCausalLM;
+transformers >= 4.51 for Qwen3-MoE) load the same way. For them transformers
+also returns every layer's router logits (output_router_logits), and the
+table gives the smallest gap between a token's last chosen expert and the
+best one left out, over all layers and tokens ("router gap"): where that gap
+is within float rounding, memra and transformers may choose different
+experts for that token, and the logits after it differ by more than the
+products' rounding. With random weights the gap is rarely below 1e-4.
+The synthesized MoE checkpoints and the commands, on the GPU machine:
+
+  memra synth --preset qwen3-30b-a3b --quant bf16 --layers 2 --format hf -o /tmp/hf-qwen3moe
+  memra synth --preset mixtral-8x7b --quant bf16 --layers 2 --format hf -o /tmp/hf-mixtral
+  scripts/hf_parity.py --memra .gpu/memra --device cuda --steps 64 --exact /tmp/hf-qwen3moe /tmp/hf-mixtral
+  scripts/hf_parity.py --memra .gpu/memra --device cuda --steps 64 --tie-tol 0.02 --tie-sigma 3 /tmp/hf-qwen3moe /tmp/hf-mixtral
+  scripts/hf_parity.py --memra .gpu/memra --device cpu --steps 8 --exact /tmp/hf-qwen3moe-small
+
+(the last with a small model: memra synth ... --layers 2 --dim 512 --format hf; memra's CPU
+reference against transformers, no GPU needed but slow).
 """
 import argparse
 import json
@@ -58,18 +77,44 @@ def attn_impl(model_dir, choice):
     return "eager" if model_type.startswith("gemma") else None
 
 
+def is_moe(config):
+    """Whether a transformers config is a mixture of experts (Qwen3-MoE, Mixtral)."""
+    return getattr(config, "num_experts_per_tok", None) is not None
+
+
+def router_gap(router_logits, k):
+    """The smallest gap, over layers and tokens, between the k-th largest
+    router logit (the last expert chosen) and the (k+1)-th (the best left
+    out): how close the choice of experts came to flipping."""
+    gap = float("inf")
+    for layer in router_logits:
+        r = layer.float().reshape(-1, layer.shape[-1])
+        if r.shape[-1] <= k:
+            continue
+        top = torch.topk(r, k + 1, dim=-1).values
+        gap = min(gap, float((top[:, k - 1] - top[:, k]).min()))
+    return gap
+
+
 def hf_logits(model_dir, ids, dtype, impl=None):
+    """transformers' logits of ids, and for a mixture of experts the router gap."""
     kw = {"attn_implementation": impl} if impl else {}
     try:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **kw)
     except TypeError:
         model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=dtype, **kw)
     model = model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+    gap = float("nan")
     with torch.no_grad():
         x = torch.tensor([ids], device=model.device)
         # one teacher-forced pass: no cache (Gemma's hybrid sliding-window cache included)
-        out = model(x, use_cache=False).logits[0].float().cpu().numpy()
-    return out
+        if is_moe(model.config):
+            res = model(x, use_cache=False, output_router_logits=True)
+            gap = router_gap(res.router_logits, model.config.num_experts_per_tok)
+        else:
+            res = model(x, use_cache=False)
+        out = res.logits[0].float().cpu().numpy()
+    return out, gap
 
 
 def main():
@@ -100,7 +145,7 @@ def main():
             prompt, gen, ml = memra_logits(args.memra, d, args.device, args.steps, prompt_ids, tmp,
                                            ["--exact"] if args.exact else [])
         seq = prompt + gen[:-1]
-        hl = hf_logits(d, seq, dtype, attn_impl(d, args.attn_impl))
+        hl, rgap = hf_logits(d, seq, dtype, attn_impl(d, args.attn_impl))
         n = len(prompt)
         cos, same, gap, sigma, flips_ok = [], 0, 0.0, 0.0, True
         for i in range(len(gen)):
@@ -119,10 +164,10 @@ def main():
                 flips_ok &= g <= args.tie_tol or g <= args.tie_sigma * rms
         ok = min(cos) >= args.min_cos and flips_ok
         ok_all &= ok
-        rows.append((os.path.basename(d.rstrip("/")), len(gen), same, gap, sigma, min(cos), "pass" if ok else "FAIL"))
-    print(f"{'model':<28} {'steps':>5} {'same':>5} {'worst gap':>9} {'gap/rms':>7} {'min cos':>9}  result")
+        rows.append((os.path.basename(d.rstrip("/")), len(gen), same, gap, sigma, min(cos), rgap, "pass" if ok else "FAIL"))
+    print(f"{'model':<28} {'steps':>5} {'same':>5} {'worst gap':>9} {'gap/rms':>7} {'min cos':>9} {'router gap':>10}  result")
     for r in rows:
-        print(f"{r[0]:<28} {r[1]:>5} {r[2]:>5} {r[3]:>9.4f} {r[4]:>7.2f} {r[5]:>9.6f}  {r[6]}")
+        print(f"{r[0]:<28} {r[1]:>5} {r[2]:>5} {r[3]:>9.4f} {r[4]:>7.2f} {r[5]:>9.6f} {r[6]:>10.3g}  {r[7]}")
     sys.exit(0 if ok_all else 1)
 
 
