@@ -135,7 +135,11 @@ func TestMoERouteMirror(t *testing.T) {
 		for _, norm := range []bool{true, false} {
 			logits := randF32(r, c.m*c.experts)
 			if c.experts > 4 {
-				logits[3], logits[1] = logits[2], nan // a tie and a NaN in the first token
+				// ties among the chosen (in one lane's neighbours, and across lanes), a NaN, a −∞
+				logits[2], logits[3], logits[1] = 10, 10, nan
+				if c.experts > 40 {
+					logits[8], logits[40] = 9, 9
+				}
 				logits[c.experts] = float32(math.Inf(-1))
 			}
 			ids, wts, groups := mirrorMoERoute(c.experts, c.used, norm, logits)
