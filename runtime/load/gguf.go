@@ -42,7 +42,7 @@ func fromGGUF(path string, f *gguf.File) (*Model, error) {
 		}
 	}
 	if len(m.Tensors) > 0 { // a vocabulary-only file has metadata to tokenize with, nothing to run
-		k := ggufKeys(hp.Arch)
+		k := ggufKeys(g.arch) // the file's keys (a Mixtral file's are llama.*)
 		if err := checkHParams(path, hp, k); err != nil {
 			return nil, err
 		}

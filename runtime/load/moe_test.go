@@ -181,3 +181,14 @@ func TestGGUFMoE(t *testing.T) {
 		})
 	}
 }
+
+// A Mixtral file's errors name its keys, which are llama's.
+func TestGGUFMoEKeysInErrors(t *testing.T) {
+	p := readParts(t, storiesPath)
+	p.setKV("llama.expert_count", uint32(8))
+	p.setKV("llama.expert_used_count", uint32(2))
+	p.setKV("llama.block_count", uint32(9))
+	_, err := Open(writeFile(t, "moe.gguf", p.encode(t)))
+	require.ErrorIs(t, err, ErrMismatch)
+	require.ErrorContains(t, err, "llama.block_count = 9")
+}
