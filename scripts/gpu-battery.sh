@@ -711,11 +711,11 @@ if [ "$MODE" = xq3p ]; then
 fi
 # Mixture of experts (qwen3moe, mixtral): kernel-check of the MoE kernels at the Qwen3-30B-A3B and
 # Mixtral-8x7B shapes (routing with exact ids, the grouped and one-row expert products, the sum),
-# their sm_90a/sm_120a compile gate, CPU parity of 2-layer models of width 512 at 1, 2 and 16
-# sequences (16: the grouped products with many slots an expert) in the exact and the default
-# configurations, transformers parity on 2-layer BF16 checkpoints of real width, and batch 1 and
-# 16 of the whole Qwen3-30B-A3B q4_k_m. MOE_PARTS picks parts: check parity hf bench (all four by
-# default; one device call holds about two of them).
+# their sm_90a/sm_120a compile gate, CPU parity of 2-layer models of width 512 at 1 and 16
+# sequences (MOE_PROMPTS; 1: the one-row kernels, 16: the grouped products with many slots an
+# expert) in the exact and the default configurations, transformers parity on 2-layer BF16
+# checkpoints of real width, and batch 1 and 16 of the whole Qwen3-30B-A3B q4_k_m. MOE_PARTS picks
+# parts: check parity hf bench (all four by default; one device call holds about two of them).
 if [ "$MODE" = moe ]; then
 	parts=${MOE_PARTS:-"check parity hf bench"}
 	case " $parts " in *" check "*)
@@ -726,7 +726,7 @@ if [ "$MODE" = moe ]; then
 	case " $parts " in *" parity "*)
 		for p in qwen3-30b-a3b mixtral-8x7b; do
 			for q in q4_k_m q8_0 bf16; do
-				for n in 1 2 16; do
+				for n in ${MOE_PROMPTS:-1 16}; do
 					step "moe-parity-exact-$p-$q-p$n" "$BIN" gpu-parity --preset "$p" --quant "$q" --layers 2 --dim 512 --steps 64 --prompts $n --cache f32 --prefill-gemv
 					step "moe-parity-default-$p-$q-p$n" "$BIN" gpu-parity --preset "$p" --quant "$q" --layers 2 --dim 512 --steps 64 --prompts $n --tie-tol 0.02 --tie-sigma "$(sigma $n)"
 				done
