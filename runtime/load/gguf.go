@@ -9,16 +9,22 @@ import (
 	"github.com/memra-ai/memra/runtime/tokenizer"
 )
 
-// fromGGUF builds a Model from a parsed GGUF file.
-func fromGGUF(path string, f *gguf.File) (*Model, error) {
+// fromGGUF builds a Model from a parsed GGUF file and, for a split model,
+// its later shards (whose tensors join the first file's).
+func fromGGUF(path string, f *gguf.File, shards ...*gguf.File) (*Model, error) {
 	m := &Model{Path: path, Format: FormatGGUF, GGUF: f, Tensors: map[string]*Tensor{}}
-	for i := range f.Tensors {
-		ti := &f.Tensors[i]
-		shape := make([]int, len(ti.Dims))
-		for j, d := range ti.Dims {
-			shape[j] = int(d) // the parser bounds every dimension product by the file size
+	for _, sf := range append([]*gguf.File{f}, shards...) {
+		for i := range sf.Tensors {
+			ti := &sf.Tensors[i]
+			if _, dup := m.Tensors[ti.Name]; dup {
+				return nil, fmt.Errorf("%w: %s: tensor %s is in two shards", ErrTensor, path, ti.Name)
+			}
+			shape := make([]int, len(ti.Dims))
+			for j, d := range ti.Dims {
+				shape[j] = int(d) // the parser bounds every dimension product by the file size
+			}
+			m.addTensor(&Tensor{Name: ti.Name, Type: ti.Type, Shape: shape, load: func() ([]byte, error) { return sf.TensorData(ti) }})
 		}
-		m.addTensor(&Tensor{Name: ti.Name, Type: ti.Type, Shape: shape, load: func() ([]byte, error) { return f.TensorData(ti) }})
 	}
 	g := ggufMeta{f: f, path: path}
 	hp, err := g.hparams(m)

@@ -138,9 +138,10 @@ func (m *Model) addTensor(t *Tensor) {
 	m.order = append(m.order, t.Name)
 }
 
-// Open opens the model at path: a GGUF file, a Hugging Face checkpoint
-// folder (config.json and *.safetensors), or a .safetensors file or
-// config.json inside such a folder.
+// Open opens the model at path: a GGUF file (any shard of a split GGUF
+// model opens all of them), a Hugging Face checkpoint folder (config.json
+// and *.safetensors), or a .safetensors file or config.json inside such a
+// folder.
 func Open(path string) (*Model, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -150,17 +151,7 @@ func Open(path string) (*Model, error) {
 		return openHF(path)
 	}
 	if isGGUF(path) {
-		f, err := gguf.Open(path)
-		if err != nil {
-			return nil, err
-		}
-		m, err := fromGGUF(path, f)
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		m.closers = append(m.closers, f)
-		return m, nil
+		return openGGUF(path)
 	}
 	base := filepath.Base(path)
 	if strings.HasSuffix(base, ".safetensors") || base == "config.json" || base == "model.safetensors.index.json" {
