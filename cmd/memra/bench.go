@@ -183,7 +183,7 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 	if err != nil {
 		return err
 	}
-	m, err := openModel(modelArg)
+	m, err := openModel(cmd, modelArg)
 	if err != nil {
 		return err
 	}

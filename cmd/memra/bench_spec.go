@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/spf13/cobra"
 	"io"
 	"slices"
 	"time"
@@ -113,10 +114,7 @@ func benchSpec(ctx context.Context, w io.Writer, m *load.Model, b runtime.Backen
 
 // runBenchSpec is bench with --spec or --draft: one backend (and the draft
 // model's) sized for a sequence and its drafts, then benchSpec.
-func runBenchSpec(cmd interface {
-	Context() context.Context
-	OutOrStdout() io.Writer
-}, m *load.Model, o *benchOptions, stderr io.Writer) error {
+func runBenchSpec(cmd *cobra.Command, m *load.Model, o *benchOptions, stderr io.Writer) error {
 	rows := 1 + o.spec.maxDraft
 	ctxLen := len(specPrompt(m, 64)) + o.gen
 	if cl := m.HParams.ContextLength; cl > 0 {
@@ -130,7 +128,7 @@ func runBenchSpec(cmd interface {
 	if device == "" {
 		device = b.Info().Device
 	}
-	spec, release, err := o.spec.config(m, device, o.threads, rows, gpuOptions{kvCache: o.kvCache, kvMemory: o.kvMemory, batchInvariant: o.batchInvariant})
+	spec, release, err := o.spec.config(cmd, m, device, o.threads, rows, gpuOptions{kvCache: o.kvCache, kvMemory: o.kvMemory, batchInvariant: o.batchInvariant})
 	if err != nil {
 		b.Close()
 		return err

@@ -82,7 +82,7 @@ func runCompile(cmd *cobra.Command, model string, o *compileOptions) error {
 	if o.out == "" && !o.dump {
 		return fmt.Errorf("%w: give -o DIR or --dump", errCompileArgs)
 	}
-	m, err := openModel(model)
+	m, err := openModel(cmd, model)
 	if err != nil {
 		return err
 	}

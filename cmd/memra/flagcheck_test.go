@@ -115,7 +115,7 @@ func TestFlagLimitsFromEnvironment(t *testing.T) {
 // at once (it used to queue 64).
 func TestServeMaxQueueZero(t *testing.T) {
 	o := &serveOptions{maxRunning: 1, maxQueue: 0, device: "cpu", threads: 2}
-	m, closeFn, err := openServed(modelSpec{alias: "stories260K"}, o, nil)
+	m, closeFn, err := openServed(rootCmd, modelSpec{alias: "stories260K"}, o, nil)
 	require.NoError(t, err)
 	defer closeFn()
 	cfg := m.Engine.(interface{ Config() runtime.EngineConfig }).Config()

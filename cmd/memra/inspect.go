@@ -20,18 +20,12 @@ func newInspectCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "inspect MODEL",
 		Short: "print a model's format, hyperparameters, tokenizer and tensors",
-		Long: "inspect opens MODEL (a GGUF file, a Hugging Face checkpoint folder, or " + builtin.Name +
+		Long: "inspect opens MODEL (a GGUF file, a Hugging Face checkpoint folder, an hf: spec, or " + builtin.Name +
 			") and prints its format, architecture, hyperparameters, tokenizer, whether it has a chat " +
 			"template, and a table of its tensors with their types, shapes (ne order) and sizes.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var m *load.Model
-			var err error
-			if args[0] == builtin.Name {
-				m, err = builtin.Open()
-			} else {
-				m, err = load.Open(args[0])
-			}
+			m, err := openModel(cmd, args[0])
 			if err != nil {
 				return err
 			}

@@ -36,7 +36,7 @@ func newLogitsCmd() *cobra.Command {
 			if len(args) == 1 {
 				arg = args[0]
 			}
-			m, err := openModel(arg)
+			m, err := openModel(cmd, arg)
 			if err != nil {
 				return err
 			}

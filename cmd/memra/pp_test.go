@@ -13,7 +13,7 @@ import (
 // (balanced split and an explicit one) and wants the greedy tokens of the
 // single backend; a bad split is refused.
 func TestPPBackendCPU(t *testing.T) {
-	m, err := openModel("")
+	m, err := openModel(rootCmd, "")
 	require.NoError(t, err)
 	defer m.Close()
 	run := func(b runtime.Backend) []int32 {
@@ -53,7 +53,7 @@ func TestPPBackendCPU(t *testing.T) {
 // TestKVCacheFlagOnCPU: the CPU backend keeps its KV cache in f32; asking
 // it for another type is a clear error, f32 is accepted.
 func TestKVCacheFlagOnCPU(t *testing.T) {
-	m, err := openModel("")
+	m, err := openModel(rootCmd, "")
 	require.NoError(t, err)
 	defer m.Close()
 	_, err = newBackend(m, "cpu", 1, 1, gpuOptions{kvCache: "f16"})

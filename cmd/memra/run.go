@@ -53,9 +53,10 @@ func newRunCmd() *cobra.Command {
 		Use:   "run [MODEL]",
 		Short: "Run one generation and stream it to stdout",
 		Long: `Run one generation through the engine and stream the text to stdout; prompt and
-generation speed go to stderr. MODEL is a GGUF file or a Hugging Face checkpoint
-folder; without it the embedded default model (` + builtin.Name + `) runs. Without
---prompt the generation starts from the BOS token alone.
+generation speed go to stderr. Without MODEL the embedded default model
+(` + builtin.Name + `) runs. Without --prompt the generation starts from the BOS token alone.
+
+` + modelHelp + `
 
 Sampling follows the engine's fixed order: logit bias, repetition penalty, then
 temperature (0 = greedy), top-k, top-p and min-p.`,
@@ -95,15 +96,6 @@ temperature (0 = greedy), top-k, top-p and min-p.`,
 	addPPFlags(cmd, &o.pp)
 	addSpecFlags(f, &o.spec)
 	return cmd
-}
-
-// openModel opens a model argument; "" or the built-in name is the
-// embedded default model.
-func openModel(arg string) (*load.Model, error) {
-	if arg == "" || arg == builtin.Name {
-		return builtin.Open()
-	}
-	return load.Open(arg)
 }
 
 // deviceHelp is the help text of every --device flag.
@@ -240,7 +232,7 @@ func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, gpu gp
 
 func runGenerate(cmd *cobra.Command, modelArg string, o *runOptions) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	m, err := openModel(modelArg)
+	m, err := openModel(cmd, modelArg)
 	if err != nil {
 		return err
 	}
@@ -264,7 +256,7 @@ func runGenerate(cmd *cobra.Command, modelArg string, o *runOptions) error {
 	if err != nil {
 		return err
 	}
-	spec, release, err := o.spec.config(m, o.device, o.threads, 1, o.kv)
+	spec, release, err := o.spec.config(cmd, m, o.device, o.threads, 1, o.kv)
 	if err != nil {
 		b.Close()
 		return err

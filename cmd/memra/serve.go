@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memra-ai/memra/runtime"
+	"github.com/memra-ai/memra/runtime/hub"
 	"github.com/memra-ai/memra/runtime/load"
 	"github.com/memra-ai/memra/runtime/load/builtin"
 	"github.com/memra-ai/memra/serve"
@@ -71,9 +72,10 @@ one the model declares), the stateless /v1/responses, and Ollama's /api/chat, /a
 /api/tags, /api/show, /api/embed and /api/version. --model-metadata adds prices, modalities
 and limits to /v1/models.
 
-Each MODEL (a GGUF file or Hugging Face folder) is served under its file name
-without extension; --model alias=path (repeatable) or MEMRA_MODELS="a=path,b=path"
+Each MODEL is served under its file name without extension (an hf: spec under its
+repository's name); --model alias=path (repeatable) or MEMRA_MODELS="a=path,b=path"
 picks the alias. Without any model the embedded default (` + builtin.Name + `) is served.
+` + modelHelp + `
 
 The server refuses to listen on a non-loopback --host without API keys
 (--api-keys-file or MEMRA_API_KEYS). --template-plugin and --grammar-plugin load
@@ -153,10 +155,14 @@ func modelSpecs(args, flags []string) ([]modelSpec, error) {
 	return specs, nil
 }
 
-// aliasOf names a model by its file or folder name without extension.
+// aliasOf names a model by its file or folder name without extension,
+// an hf: spec by its repository's name.
 func aliasOf(path string) string {
 	if path == builtin.Name {
 		return path
+	}
+	if sp, err := hub.ParseSpec(path); err == nil {
+		return sp.Repo[strings.LastIndex(sp.Repo, "/")+1:]
 	}
 	base := filepath.Base(strings.TrimRight(path, "/"))
 	return strings.TrimSuffix(base, filepath.Ext(base))
@@ -227,7 +233,7 @@ func runServe(cmd *cobra.Command, args []string, o *serveOptions) error {
 	}
 	var models []serve.Model
 	for _, sp := range specs {
-		m, closeFn, err := openServed(sp, o, poolings)
+		m, closeFn, err := openServed(cmd, sp, o, poolings)
 		if err != nil {
 			return err
 		}
@@ -268,13 +274,13 @@ func runServe(cmd *cobra.Command, args []string, o *serveOptions) error {
 
 // openServed loads one model with its backend, engine and chat template;
 // poolings are the --pooling choices by alias ("" for every model).
-func openServed(sp modelSpec, o *serveOptions, poolings map[string]runtime.Pooling) (serve.Model, func(), error) {
+func openServed(cmd *cobra.Command, sp modelSpec, o *serveOptions, poolings map[string]runtime.Pooling) (serve.Model, func(), error) {
 	var m *load.Model
 	var err error
 	if sp.path == "" {
 		m, err = builtin.Open()
 	} else {
-		m, err = openModel(sp.path)
+		m, err = openModel(cmd, sp.path)
 	}
 	if err != nil {
 		return serve.Model{}, nil, fmt.Errorf("model %s: %w", sp.alias, err)
@@ -306,7 +312,7 @@ func openServed(sp modelSpec, o *serveOptions, poolings map[string]runtime.Pooli
 			return serve.Model{}, nil, fmt.Errorf("chat template of %s: %w", sp.alias, err)
 		}
 	}
-	spec, release, err := o.spec.config(m, o.device, o.threads, o.maxRunning, o.kv)
+	spec, release, err := o.spec.config(cmd, m, o.device, o.threads, o.maxRunning, o.kv)
 	if err != nil {
 		b.Close()
 		m.Close()

@@ -50,7 +50,7 @@ func TestServeEmbeddingModels(t *testing.T) {
 		{"stories260K", "", map[string]runtime.Pooling{"": runtime.PoolCLS}, runtime.PoolCLS},
 		{"stories260K", "", nil, runtime.PoolNone},
 	} {
-		m, closeFn, err := openServed(modelSpec{alias: c.alias, path: c.path}, o, c.poolings)
+		m, closeFn, err := openServed(rootCmd, modelSpec{alias: c.alias, path: c.path}, o, c.poolings)
 		require.NoError(t, err, c.alias)
 		require.Equal(t, c.want, m.Pooling, c.alias)
 		ee := m.Engine.(serve.EmbedEngine)

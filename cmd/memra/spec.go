@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"github.com/spf13/cobra"
 
 	"github.com/spf13/pflag"
 
@@ -40,7 +41,7 @@ func (o specOptions) on() bool { return (o.mode != "" && o.mode != "off") || o.d
 // is opened, checked to share target's vocabulary token for token, and
 // given a backend on device; release closes the draft model's file once
 // the engine (which owns the draft backend) is closed.
-func (o specOptions) config(target *load.Model, device string, threads, maxSeqs int, kv gpuOptions) (cfg runtime.SpecConfig, release func(), err error) {
+func (o specOptions) config(cmd *cobra.Command, target *load.Model, device string, threads, maxSeqs int, kv gpuOptions) (cfg runtime.SpecConfig, release func(), err error) {
 	release = func() {}
 	cfg = runtime.SpecConfig{Mode: o.mode, MaxDraft: o.maxDraft, MaxBatch: o.maxBatch}
 	if o.draft == "" {
@@ -53,7 +54,7 @@ func (o specOptions) config(target *load.Model, device string, threads, maxSeqs 
 		return cfg, release, fmt.Errorf("--draft %s drafts with a model: not with --spec %s", o.draft, o.mode)
 	}
 	cfg.Mode = "draft"
-	dm, err := openModel(o.draft)
+	dm, err := openModel(cmd, o.draft)
 	if err != nil {
 		return cfg, release, fmt.Errorf("--draft: %w", err)
 	}

@@ -48,7 +48,7 @@ func newTokenizeCmd() *cobra.Command {
 			default:
 				return fmt.Errorf("missing TEXT (or --file)")
 			}
-			m, err := openModel(args[0])
+			m, err := openModel(cmd, args[0])
 			if err != nil {
 				return err
 			}
