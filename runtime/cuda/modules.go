@@ -1,0 +1,88 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/memra-ai/memra/codegen"
+)
+
+// compile compiles every distinct kernel of both programs, and the extra
+// kernels (the cuBLASLt arm's helpers), through the disk cache, one module
+// per kernel (each kernel's source is self-contained, with its own helpers
+// and constants).
+func (b *Backend) compile(target string, extra []*codegen.Kernel) (map[string][]byte, error) {
+	nv, err := LoadNVRTC()
+	if err != nil {
+		return nil, err
+	}
+	cache, err := NewCache(b.opts.CacheDir, nv)
+	if err != nil {
+		return nil, err
+	}
+	images := map[string][]byte{}
+	var ks []*codegen.Kernel
+	for _, p := range b.programs() {
+		ks = append(ks, p.Kernels...)
+	}
+	ks = append(ks, extra...)
+	for _, k := range ks {
+		if _, ok := images[k.Name]; ok {
+			continue
+		}
+		img, _, err := cache.Compile(k.Source, k.Name+".cu", target, b.compileOptions(k.Name))
+		if err != nil {
+			return nil, fmt.Errorf("kernel %s: %w", k.Name, err)
+		}
+		images[k.Name] = img
+	}
+	return images, nil
+}
+
+// function loads k's module from images (once per name, through fns) and
+// resolves its entry point; the backend owns the module.
+func (b *Backend) function(c *Ctx, images map[string][]byte, k *codegen.Kernel, fns map[string]Function) (Function, error) {
+	if f, ok := fns[k.Name]; ok {
+		return f, nil
+	}
+	mod, err := c.LoadModule(images[k.Name])
+	if err != nil {
+		return 0, fmt.Errorf("kernel %s: %w", k.Name, err)
+	}
+	b.modules = append(b.modules, mod)
+	f, err := c.Function(mod, k.Name)
+	if err != nil {
+		return 0, err
+	}
+	fns[k.Name] = f
+	return f, nil
+}
+
+// loadModules loads each image and resolves every program's functions.
+func (b *Backend) loadModules(c *Ctx, images map[string][]byte) error {
+	fns := map[string]Function{}
+	for _, ps := range b.states() {
+		for _, k := range ps.p.Kernels {
+			_, seen := fns[k.Name]
+			f, err := b.function(c, images, k, fns)
+			if err != nil {
+				return err
+			}
+			if !seen {
+				// the most shared memory any launch asks for: some kernels size it by rows
+				g := k.Launch(codegen.Dims{Tokens: 1, Seqs: 1, KVLen: ps.p.Context})
+				for _, t := range []int{b.opts.MaxSeqs, b.opts.PrefillTokens} {
+					if gt := k.Launch(codegen.Dims{Tokens: t, Seqs: min(t, b.opts.MaxSeqs), KVLen: ps.p.Context}); gt.Shared > g.Shared {
+						g = gt
+					}
+				}
+				if g.SharedOverDefault() {
+					if err := c.SetMaxDynamicShared(f, int(g.Shared)); err != nil {
+						return fmt.Errorf("kernel %s: %d bytes of shared memory: %w", k.Name, g.Shared, err)
+					}
+				}
+			}
+			ps.fns = append(ps.fns, f)
+		}
+	}
+	return nil
+}
