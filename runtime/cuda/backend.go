@@ -173,6 +173,12 @@ type BackendOptions struct {
 	// fields: the family defaults).
 	Arms     codegen.Arms
 	CacheDir string // NVRTC cubin cache (default DefaultCacheDir)
+	// Artifact, when set, supplies every kernel's image from a compiled
+	// artifact (memra compile): NVRTC is never loaded, the arms are the
+	// tunedb picks and the multiprocessor count the artifact recorded, and
+	// a card, driver or kernel that does not fit it is refused
+	// (ErrArtifact). Pipeline stages cannot use one.
+	Artifact *Artifact
 	// Untuned lowers every kernel with its family's default arm: no tunedb
 	// lookup, Arms ignored.
 	Untuned bool
@@ -395,7 +401,11 @@ func newBackend(m *load.Model, opts BackendOptions, first, last int) (*Backend, 
 	}
 	info := dev.Info()
 	opts.Multiprocessors = info.SMs
-	if !opts.Untuned && opts.Pick == nil {
+	if a := opts.Artifact; a != nil {
+		if err := useArtifact(a, &opts, info, first, last, m.HParams.Layers); err != nil {
+			return nil, errors.Join(err, dev.Close())
+		}
+	} else if !opts.Untuned && opts.Pick == nil {
 		opts.Pick = tunedPicker(opts.Tunedb, DeviceKey(info), opts.Logf)
 	}
 	decode, prefill, err := lowerStage(m, opts, first, last)

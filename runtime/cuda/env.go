@@ -211,11 +211,35 @@ func envOptions(o *BackendOptions) error {
 // compileOptions are the NVRTC options of a kernel of the model: EarlyPDL
 // defines MEMRA_PDL_EARLY (see the pdl helper in codegen), in the kernels
 // EarlyPDLKernels matches when it is set.
-func (b *Backend) compileOptions(kernel string) []string {
-	if b.opts.EarlyPDL && (b.opts.EarlyPDLKernels == nil || b.opts.EarlyPDLKernels.MatchString(kernel)) {
+func (b *Backend) compileOptions(kernel string) []string { return kernelOptions(b.opts, kernel) }
+
+// kernelOptions are the NVRTC options of a kernel under o (compileOptions).
+func kernelOptions(o BackendOptions, kernel string) []string {
+	if o.EarlyPDL && (o.EarlyPDLKernels == nil || o.EarlyPDLKernels.MatchString(kernel)) {
 		return []string{"-DMEMRA_PDL_EARLY"}
 	}
 	return nil
+}
+
+// LoweringEnv lists the environment variables envOptions reads: the
+// switches that change what a model lowers to, recorded in a compiled
+// artifact's manifest.
+var LoweringEnv = []string{
+	"MEMRA_ATTN_FUSED", "MEMRA_ATTN_PREFILL", "MEMRA_DECODE_LIVE", "MEMRA_DECODE_PRELOAD", "MEMRA_DECODE_SPLITS",
+	"MEMRA_DECODE_U", "MEMRA_FUSE", "MEMRA_GEMV_BATCH", "MEMRA_GEMV_LARGE", "MEMRA_GEMV_LARGE_FROM",
+	"MEMRA_GEMV_PREFETCH", "MEMRA_GEMV_QUANT", "MEMRA_GEMV_SPLIT", "MEMRA_KV_CACHE", "MEMRA_MMA", "MEMRA_PDL",
+	"MEMRA_PREFILL", "MEMRA_QUANT_OUT", "MEMRA_ROPE_IN_PRODUCT", "MEMRA_SMALL_BATCH",
+}
+
+// LoweringEnvSet returns the LoweringEnv variables that are set, with their values.
+func LoweringEnvSet() map[string]string {
+	out := map[string]string{}
+	for _, k := range LoweringEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // gemvQuantArm parses MEMRA_GEMV_QUANT, the untuned GEMV of repacked weight

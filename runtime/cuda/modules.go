@@ -9,8 +9,11 @@ import (
 // compile compiles every distinct kernel of both programs, and the extra
 // kernels (the cuBLASLt arm's helpers), through the disk cache, one module
 // per kernel (each kernel's source is self-contained, with its own helpers
-// and constants).
+// and constants); with an artifact it takes their images from it instead.
 func (b *Backend) compile(target string, extra []*codegen.Kernel) (map[string][]byte, error) {
+	if a := b.opts.Artifact; a != nil {
+		return a.images(slices.Concat(b.progs[0].p.Kernels, b.progs[1].p.Kernels, extra), b.compileOptions, b.dev.Info())
+	}
 	nv, err := LoadNVRTC()
 	if err != nil {
 		return nil, err
@@ -84,5 +87,29 @@ func (b *Backend) loadModules(c *Ctx, images map[string][]byte) error {
 			ps.fns = append(ps.fns, f)
 		}
 	}
+	return nil
+}
+
+// useArtifact sets opts up for an artifact on the card info describes:
+// the card and driver must fit it, and the lowering takes its picks and
+// multiprocessor count. Only a whole model (layers [0, layers)) can use one.
+func useArtifact(a *Artifact, opts *BackendOptions, info DeviceInfo, first, last, layers int) error {
+	if first != 0 || last != layers {
+		return fmt.Errorf("%w: pipeline stage of layers [%d, %d): a compiled artifact holds the whole model's kernels only", ErrArtifact, first, last)
+	}
+	if err := a.CheckDevice(info); err != nil {
+		return err
+	}
+	logf := opts.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	if t, _ := a.Target(info); t == a.Manifest.PTX {
+		logf("the artifact in %s has no cubin for %s: the driver compiles its PTX (%s) at load", a.Dir, info.Arch(), t)
+	}
+	if key := DeviceKey(info).String(); a.Manifest.Card != "" && a.Manifest.Card != key {
+		logf("the artifact in %s was tuned for %s, not this %s: its arms run as compiled", a.Dir, a.Manifest.Card, key)
+	}
+	opts.Untuned, opts.Pick, opts.Multiprocessors = false, a.Picker(), a.Manifest.Multiprocessors
 	return nil
 }

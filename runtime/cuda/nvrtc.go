@@ -32,9 +32,15 @@ var (
 )
 
 // LoadNVRTC loads the newest NVRTC it finds (libnvrtc.so.13, .12, .11.2,
-// unversioned), once per process. MEMRA_NVRTC_DIR adds a folder to search.
+// unversioned), once per process. MEMRA_NVRTC_DIR adds a folder to search;
+// MEMRA_NO_NVRTC=1 finds none (a process serving a compiled artifact can
+// prove it compiles nothing).
 func LoadNVRTC() (*NVRTC, error) {
 	nvOnce.Do(func() {
+		if os.Getenv("MEMRA_NO_NVRTC") == "1" {
+			nvErr = fmt.Errorf("%w: NVRTC is turned off (MEMRA_NO_NVRTC=1)", ErrNoLibrary)
+			return
+		}
 		h, name, err := dlopen(nvrtcNames, libDirs())
 		if err != nil {
 			nvErr = err
