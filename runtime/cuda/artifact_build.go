@@ -19,8 +19,9 @@ import (
 
 // ArtifactKernels lowers m as NewBackend would with opts (the environment
 // switches applied) and returns both programs, every kernel a backend of
-// that configuration may load (the programs' and the cuBLASLt prefill
-// arm's helpers, each once, in first-use order) and the NVRTC options of
+// that configuration may load (the programs', the embedding program's
+// with opts.Embedding, and the cuBLASLt prefill arm's helpers, each once,
+// in first-use order) and the NVRTC options of
 // each kernel.
 func ArtifactKernels(m *load.Model, opts BackendOptions) (dec, pre *codegen.Program, ks []*codegen.Kernel, options func(string) []string, err error) {
 	if err := envOptions(&opts); err != nil {
@@ -35,8 +36,16 @@ func ArtifactKernels(m *load.Model, opts BackendOptions) (dec, pre *codegen.Prog
 	}
 	helpers := plan.kernels()
 	slices.SortFunc(helpers, func(a, b *codegen.Kernel) int { return strings.Compare(a.Name, b.Name) })
+	var emb []*codegen.Kernel
+	if opts.Embedding { // the embedding program (embed.go): mostly the prefill program's kernels
+		p, _, err := lowerHidden(m, opts)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		emb = p.Kernels
+	}
 	seen := map[string]bool{}
-	for _, k := range slices.Concat(dec.Kernels, pre.Kernels, helpers) {
+	for _, k := range slices.Concat(dec.Kernels, pre.Kernels, emb, helpers) {
 		if !seen[k.Name] {
 			seen[k.Name] = true
 			ks = append(ks, k)

@@ -11,8 +11,13 @@ import (
 // per kernel (each kernel's source is self-contained, with its own helpers
 // and constants); with an artifact it takes their images from it instead.
 func (b *Backend) compile(target string, extra []*codegen.Kernel) (map[string][]byte, error) {
+	var ks []*codegen.Kernel
+	for _, p := range b.programs() {
+		ks = append(ks, p.Kernels...)
+	}
+	ks = append(ks, extra...)
 	if a := b.opts.Artifact; a != nil {
-		return a.images(slices.Concat(b.progs[0].p.Kernels, b.progs[1].p.Kernels, extra), b.compileOptions, b.dev.Info())
+		return a.images(ks, b.compileOptions, b.dev.Info())
 	}
 	nv, err := LoadNVRTC()
 	if err != nil {
@@ -23,11 +28,6 @@ func (b *Backend) compile(target string, extra []*codegen.Kernel) (map[string][]
 		return nil, err
 	}
 	images := map[string][]byte{}
-	var ks []*codegen.Kernel
-	for _, p := range b.programs() {
-		ks = append(ks, p.Kernels...)
-	}
-	ks = append(ks, extra...)
 	for _, k := range ks {
 		if _, ok := images[k.Name]; ok {
 			continue
