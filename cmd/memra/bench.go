@@ -39,6 +39,8 @@ type benchOptions struct {
 	plotPath          string
 	pp                ppOptions
 	spec              specOptions
+	compiled          string
+	artifact          *cuda.Artifact
 }
 
 func newBenchCmd() *cobra.Command {
@@ -90,6 +92,7 @@ bytes read per step × steps/s) against the copy rate and pp as TFLOP/s
 	f.BoolVar(&o.perfRows, "perf-rows", false, "print a docs/PERFORMANCE.md row per test")
 	f.StringVar(&o.jsonPath, "json", "", "write the raw results to this JSON file")
 	f.StringVar(&o.plotPath, "plot", "", "draw decode tok/s against batch size to this SVG file")
+	addCompiledFlag(f, &o.compiled)
 	addPPFlags(cmd, &o.pp)
 	addSpecFlags(f, &o.spec)
 	cmd.AddCommand(newBenchServeCmd())
@@ -149,6 +152,19 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
 	kv := gpuOptions{kvCache: o.kvCache, context: ctxLen, kvMemory: o.kvMemory, batchInvariant: o.batchInvariant}
+	if a := o.artifact; a != nil {
+		switch {
+		case ord < 0 || o.pp.enabled() || o.roofline || o.untuned:
+			return nil, fmt.Errorf("bench: --compiled runs one CUDA device with the artifact's arms: not with --device cpu, --pp-stages, --roofline or --untuned")
+		case maxSeqs > a.Manifest.MaxSeqs:
+			return nil, fmt.Errorf("bench: -b %d: the artifact in %s was compiled for %d sequences", maxSeqs, a.Dir, a.Manifest.MaxSeqs)
+		case o.batchInvariant:
+			return nil, fmt.Errorf("bench: --batch-invariant lowers other kernels than the artifact in %s holds", a.Dir)
+		case o.prompt > a.Manifest.PrefillTokens:
+			return nil, fmt.Errorf("bench: -p %d: the artifact in %s was compiled for %d prefill tokens", o.prompt, a.Dir, a.Manifest.PrefillTokens)
+		}
+		kv.artifact = a
+	}
 	if o.pp.enabled() {
 		if o.roofline {
 			return nil, fmt.Errorf("bench: --roofline measures one GPU; not with --pp-stages")
@@ -182,6 +198,16 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 	batches, err := parseBatches(o.batches)
 	if err != nil {
 		return err
+	}
+	if o.compiled != "" {
+		a, path, err := openCompiled(cmd, o.compiled, modelArg)
+		if err != nil {
+			return err
+		}
+		if fl := cmd.Flags().Lookup("kv-cache"); fl != nil && fl.Changed && !strings.EqualFold(o.kvCache, a.Manifest.Cache) {
+			return fmt.Errorf("--kv-cache %s: the artifact in %s was compiled for %s", o.kvCache, a.Dir, a.Manifest.Cache)
+		}
+		o.artifact, modelArg = a, path
 	}
 	m, err := openModel(cmd, modelArg)
 	if err != nil {

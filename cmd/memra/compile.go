@@ -1,26 +1,25 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
+	"time"
 
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/memra-ai/memra/codegen"
 	"github.com/memra-ai/memra/codegen/glue"
 	"github.com/memra-ai/memra/ir"
 	"github.com/memra-ai/memra/ir/arch"
+	"github.com/memra-ai/memra/runtime"
 	"github.com/memra-ai/memra/runtime/cuda"
-	"github.com/memra-ai/memra/runtime/load"
+	"github.com/memra-ai/memra/runtime/hub"
 	"github.com/memra-ai/memra/runtime/load/builtin"
+	"github.com/memra-ai/memra/tunedb"
 )
 
 var errCompileArgs = errors.New("compile: bad arguments")
@@ -28,9 +27,11 @@ var errCompileArgs = errors.New("compile: bad arguments")
 // compileOptions are the flags of memra compile.
 type compileOptions struct {
 	out     string
-	emitGo  bool
 	dump    bool
-	target  string
+	arch    []string
+	card    string
+	sms     int
+	emitGo  bool
 	pkg     string
 	backend cuda.BackendOptions
 }
@@ -39,50 +40,88 @@ func init() {
 	o := &compileOptions{}
 	cmd := &cobra.Command{
 		Use:   "compile MODEL",
-		Short: "Lower a model to CUDA C, a launch plan, Go glue and a manifest",
-		Long: `Lower MODEL's graph for the decode and the prefill step classes and write, into -o DIR:
-kernels.cu (every generated kernel), plan.txt (both programs: kernels, inputs, buffer plan,
-weights, launches), glue.go with --emit-go (typed Go launch code made with jennifer) and
-manifest.json (model sha256, target arch, arms per family, NVRTC version when the library
-loads, memra version). --dump prints the IR, the plans and the generated source to stdout.
-The CUDA backend's environment switches (MEMRA_QUANT_OUT, MEMRA_GEMV_*, …; docs/FLAGS.md)
-apply, so the programs are those the backend would run.`,
+		Short: "Compile a model's kernels ahead of time into a deployable artifact",
+		Long: `Lower MODEL's graph for the decode and the prefill step classes and write, into -o DIR,
+an artifact that memra serve, run and bench load with --compiled DIR using the CUDA driver
+alone (no NVRTC): kernels/ARCH/*.cubin (one cubin per kernel for each --arch sm_XY target),
+kernels/compute_XY/*.ptx (PTX the driver compiles for any later card), kernels.cu (the CUDA C),
+plan.txt (both programs: kernels, inputs, buffer plan, weights, launches) and manifest.json
+(the model's files and SHA-256, the targets, the NVRTC version, the configuration, the tunedb
+picks the lowering used, every kernel's source hash and every image's). --dump prints the IR,
+the plans and the generated source to stdout. --emit-go also writes glue.go: the typed Go
+launch code of both programs (jennifer), the ahead-of-time form of the launch plan.
+
+The arms are the tunedb's for --card (default: this machine's GPU; "none" for the families'
+defaults), with --sms multiprocessors. The CUDA backend's environment switches (MEMRA_GEMV_*,
+…; docs/FLAGS.md) apply and are recorded. Cubins of sm_90a and later need NVRTC 12 or later;
+--arch compute_90 alone writes PTX only.
+
+` + modelHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runCompile(cmd, args[0], o) },
 	}
 	f := cmd.Flags()
 	f.StringVarP(&o.out, "out", "o", "", "artifact folder (created)")
-	f.BoolVar(&o.emitGo, "emit-go", false, "also write glue.go")
 	f.BoolVar(&o.dump, "dump", false, "print the IR, the plans and the generated source to stdout")
-	f.StringVar(&o.target, "arch", "sm_90a", "NVRTC target recorded in the manifest (sm_90a, sm_120a, …)")
+	f.StringSliceVar(&o.arch, "arch", nil, "targets: sm_XY[a] cubins (sm_90a,sm_120a), compute_XY the PTX (default: this machine's GPU, else sm_90a; PTX for the lowest)")
+	f.StringVar(&o.card, "card", "", `tunedb card whose arms to use (nvidia-h200.sm90.132sm.140gib; default: this machine's GPU; "none": the defaults)`)
+	f.IntVar(&o.sms, "sms", 0, "multiprocessors the lowering sizes split products for (0: the card's, else 132)")
+	f.BoolVar(&o.emitGo, "emit-go", false, "also write glue.go, the programs' typed Go launch code")
 	f.StringVar(&o.pkg, "package", "modelglue", "Go package name of glue.go")
-	f.IntVar(&o.backend.MaxSeqs, "max-seqs", 8, "sequences per decode step")
-	f.IntVar(&o.backend.Context, "context", 0, "KV positions per sequence (0: the model's, at most 4096)")
+	f.IntVar(&o.backend.MaxSeqs, "max-seqs", 8, "sequences per decode step (serve's --max-running)")
+	f.IntVar(&o.backend.Context, "context", 0, "KV positions per sequence (0: the model's)")
 	f.IntVar(&o.backend.PrefillTokens, "prefill-tokens", 512, "tokens per prefill step")
 	f.StringVar(&o.backend.Cache, "cache", "f16", "KV cache type: f16, bf16, f32, q8_0")
 	rootCmd.AddCommand(cmd)
 }
 
-// manifest is manifest.json.
-type manifest struct {
-	Model       string            `json:"model"`
-	ModelSHA256 string            `json:"model_sha256"`
-	ModelArch   string            `json:"model_arch"`
-	Target      string            `json:"target_arch"`
-	Arms        map[string]string `json:"arms"`
-	NVRTC       string            `json:"nvrtc,omitempty"`
-	Memra       string            `json:"memra_version"`
-	MaxSeqs     int               `json:"max_seqs"`
-	Context     int               `json:"context"`
-	Cache       string            `json:"kv_cache"`
-	Kernels     []string          `json:"kernels"`
+// compileCard resolves --card, --sms and the default --arch: the flags,
+// else this machine's GPU, else no card, 132 multiprocessors and sm_90a.
+func compileCard(o *compileOptions) (key *tunedb.DeviceKey, sms int, arch string, err error) {
+	arch, sms = "sm_90a", cuda.DefaultMultiprocessors
+	switch o.card {
+	case "none":
+	case "":
+		if cuda.Available() == nil {
+			dev, err := cuda.Open(0)
+			if err != nil {
+				return nil, 0, "", err
+			}
+			info := dev.Info()
+			_ = dev.Close()
+			k := cuda.DeviceKey(info)
+			key, sms, arch = &k, info.SMs, info.Arch()
+		}
+	default:
+		k, err := tunedb.ParseKey(o.card)
+		if err != nil {
+			return nil, 0, "", fmt.Errorf("--card: %w", err)
+		}
+		key, sms = &k, k.SMs
+		arch = fmt.Sprintf("sm_%d%d", k.SMMajor, k.SMMinor)
+		if k.SMMajor >= 9 {
+			arch += "a"
+		}
+	}
+	if o.sms > 0 {
+		sms = o.sms
+	}
+	return key, sms, arch, nil
 }
 
 func runCompile(cmd *cobra.Command, model string, o *compileOptions) error {
 	if o.out == "" && !o.dump {
 		return fmt.Errorf("%w: give -o DIR or --dump", errCompileArgs)
 	}
-	m, err := openModel(cmd, model)
+	path, spec := model, ""
+	if hub.IsSpec(model) {
+		var err error
+		if path, err = modelPath(cmd, model); err != nil {
+			return err
+		}
+		spec = model
+	}
+	m, err := openModel(cmd, path)
 	if err != nil {
 		return err
 	}
@@ -94,11 +133,34 @@ func runCompile(cmd *cobra.Command, model string, o *compileOptions) error {
 	if err := ir.RunPasses(g, ir.Passes); err != nil {
 		return err
 	}
-	dec, pre, err := cuda.Lower(m, o.backend)
+	key, sms, defArch, err := compileCard(o)
 	if err != nil {
 		return err
 	}
-	kernels := uniqueKernels(dec, pre)
+	opts := o.backend
+	opts.Multiprocessors = sms
+	card := ""
+	var pick codegen.ArmPicker
+	if key != nil {
+		card = key.String()
+		db, err := tunedb.Default()
+		if err != nil {
+			if db, err = tunedb.OpenFS(tunedb.ShippedFS(), ""); err != nil {
+				return err
+			}
+		}
+		pick = cuda.TunedPicker(db, *key)
+	}
+	rec, picks := cuda.RecordPicks(pick)
+	opts.Pick = rec
+	// a model that declares a pooling is served with its embedding program
+	if pool, err := servedPooling(m, "", nil); err == nil && pool != runtime.PoolNone {
+		opts.Embedding = true
+	}
+	dec, pre, kernels, kopts, err := cuda.ArtifactKernels(m, opts)
+	if err != nil {
+		return err
+	}
 	var src strings.Builder
 	for i, k := range kernels {
 		if i > 0 {
@@ -108,104 +170,71 @@ func runCompile(cmd *cobra.Command, model string, o *compileOptions) error {
 	}
 	plan := dec.String() + "\n" + pre.String()
 	if o.dump {
-		out := cmd.OutOrStdout()
-		fmt.Fprintf(out, "%s\n%s\n%s", g.String(), plan, src.String())
+		fmt.Fprintf(cmd.OutOrStdout(), "%s\n%s\n%s", g.String(), plan, src.String())
 	}
 	if o.out == "" {
 		return nil
 	}
+	targets := o.arch
+	if len(targets) == 0 {
+		targets = []string{defArch}
+	}
+	cubins, ptx, err := cuda.SplitTargets(targets)
+	if err != nil {
+		return fmt.Errorf("--arch: %w", err)
+	}
+	nv, err := cuda.LoadNVRTC()
+	if err != nil {
+		return fmt.Errorf("compile: the kernels need NVRTC: %w", err)
+	}
+	cache, err := cuda.NewCache("", nv)
+	if err != nil {
+		return err
+	}
+	stderr := cmd.ErrOrStderr()
+	bar := progressbar.NewOptions(len(kernels)*(len(cubins)+1), progressbar.OptionSetWriter(stderr),
+		progressbar.OptionSetDescription("compiling"), progressbar.OptionShowCount(), progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+	images, err := cuda.CompileImages(cache, kernels, kopts, cubins, ptx, func(done, total int) { _ = bar.Set(done) })
+	_ = bar.Finish()
+	if err != nil {
+		return err
+	}
+	files, sum, err := modelFiles(path, true)
+	if err != nil {
+		return err
+	}
+	major, minor := nv.Version()
+	arms := o.backend.Arms.WithDefaults()
+	man := cuda.Manifest{Model: m.Path, ModelSpec: spec, ModelSHA256: sum, ModelFiles: files, ModelArch: m.HParams.Arch,
+		NVRTC: fmt.Sprintf("%d.%d", major, minor), Memra: buildVersion(),
+		MaxSeqs: dec.MaxSeqs, Context: dec.Context, PrefillTokens: pre.MaxTokens, Cache: dec.Cache.String(), Multiprocessors: sms,
+		Card: card, Picks: picks(), Env: cuda.LoweringEnvSet(), PlanSHA256: sha256Hex([]byte(plan)),
+		Arms: map[string]string{"gemv": arms.GEMV.String(), "mma": arms.MMA.String(), "attn_decode": arms.Decode.String(),
+			"attn_prefill": arms.Prefill.String(), "attn_warp": arms.Prefill.String(), "block": arms.Block.String()}}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
-	files := map[string][]byte{"kernels.cu": []byte(src.String()), "plan.txt": []byte(plan)}
+	out := map[string][]byte{"kernels.cu": []byte(src.String()), "plan.txt": []byte(plan)}
 	if o.emitGo {
 		code, err := glue.Generate(o.pkg, dec, pre)
 		if err != nil {
 			return err
 		}
-		files["glue.go"] = code
+		out["glue.go"] = code
 	}
-	sum, err := modelSHA256(model, m)
-	if err != nil {
-		return err
-	}
-	arms := o.backend.Arms.WithDefaults()
-	man := manifest{Model: m.Path, ModelSHA256: sum, ModelArch: m.HParams.Arch, Target: o.target, Memra: buildVersion(),
-		MaxSeqs: dec.MaxSeqs, Context: dec.Context, Cache: dec.Cache.String(),
-		Arms: map[string]string{"gemv": arms.GEMV.String(), "mma": arms.MMA.String(), "attn_decode": arms.Decode.String(),
-			"attn_prefill": arms.Prefill.String(), "attn_warp": arms.Prefill.String(), "block": arms.Block.String()}}
-	for _, k := range kernels {
-		man.Kernels = append(man.Kernels, k.Name)
-	}
-	if nv, err := cuda.LoadNVRTC(); err == nil {
-		major, minor := nv.Version()
-		man.NVRTC = fmt.Sprintf("%d.%d", major, minor)
-	}
-	js, err := json.MarshalIndent(man, "", "  ")
-	if err != nil {
-		return err
-	}
-	files["manifest.json"] = append(js, '\n')
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if err := os.WriteFile(filepath.Join(o.out, n), files[n], 0o644); err != nil {
+	for name, data := range out {
+		if err := os.WriteFile(filepath.Join(o.out, name), data, 0o644); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s to %s (%d kernels, %d + %d launches)\n", strings.Join(names, ", "), o.out, len(kernels), len(dec.Launches), len(pre.Launches))
+	if err := cuda.WriteArtifact(o.out, &man, kernels, kopts, cubins, ptx, images); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote %s: %d kernels for %s (PTX %s), %d + %d launches, NVRTC %s, card %s\n", o.out, len(kernels),
+		orDash(strings.Join(cubins, ", ")), ptx, len(dec.Launches), len(pre.Launches), man.NVRTC, orDash(card))
 	return nil
 }
 
-// uniqueKernels returns the programs' kernels, each once, in first-use order.
-func uniqueKernels(progs ...*codegen.Program) []*codegen.Kernel {
-	seen := map[string]bool{}
-	var out []*codegen.Kernel
-	for _, p := range progs {
-		for _, k := range p.Kernels {
-			if !seen[k.Name] {
-				seen[k.Name] = true
-				out = append(out, k)
-			}
-		}
-	}
-	return out
-}
-
-// modelSHA256 hashes the model: the embedded file, a GGUF file, or every
-// regular file of a checkpoint folder in name order.
-func modelSHA256(arg string, m *load.Model) (string, error) {
-	h := sha256.New()
-	if arg == builtin.Name {
-		h.Write(builtin.Bytes())
-		return hex.EncodeToString(h.Sum(nil)), nil
-	}
-	paths := []string{arg}
-	if st, err := os.Stat(arg); err == nil && st.IsDir() {
-		entries, err := os.ReadDir(arg)
-		if err != nil {
-			return "", err
-		}
-		paths = paths[:0]
-		for _, e := range entries {
-			if e.Type().IsRegular() {
-				paths = append(paths, filepath.Join(arg, e.Name()))
-			}
-		}
-	}
-	for _, p := range paths {
-		f, err := os.Open(p)
-		if err != nil {
-			return "", fmt.Errorf("hash %s: %w", m.Path, err)
-		}
-		_, err = io.Copy(h, f)
-		f.Close()
-		if err != nil {
-			return "", fmt.Errorf("hash %s: %w", p, err)
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
+// modelIsBuiltin reports whether a model argument is the embedded model.
+func modelIsBuiltin(arg string) bool { return arg == "" || arg == builtin.Name }

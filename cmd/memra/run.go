@@ -45,6 +45,7 @@ type runOptions struct {
 	printIDs  bool
 	pp        ppOptions
 	spec      specOptions
+	compiled  string
 }
 
 func newRunCmd() *cobra.Command {
@@ -93,6 +94,7 @@ temperature (0 = greedy), top-k, top-p and min-p.`,
 	f.StringArrayVar(&o.stop, "stop", nil, "stop string (repeatable)")
 	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating past end-of-text tokens")
 	f.BoolVar(&o.printIDs, "print-ids", false, "print the generated token ids on stderr (debugging)")
+	addCompiledFlag(f, &o.compiled)
 	addPPFlags(cmd, &o.pp)
 	addSpecFlags(f, &o.spec)
 	return cmd
@@ -118,6 +120,8 @@ type gpuOptions struct {
 	// embedding prepares the backend for embeddings (serve, for a model
 	// with a pooling)
 	embedding bool
+	// artifact, when set, supplies the CUDA backend's kernels (--compiled)
+	artifact *cuda.Artifact
 }
 
 const (
@@ -162,7 +166,7 @@ func (g gpuOptions) cudaOptions(o cuda.BackendOptions) cuda.BackendOptions {
 	}
 	o.KVMemory, o.KVFraction = g.kvBytes()
 	o.Embedding = g.embedding
-	return o
+	return g.artifactOptions(o)
 }
 
 // checkCPU rejects GPU-only choices for the CPU backend.
@@ -190,13 +194,19 @@ func newBackend(m *load.Model, device string, threads, maxSeqs int, gpu gpuOptio
 func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, gpu gpuOptions, pp ...ppOptions) (runtime.Backend, error) {
 	if device == "" || device == "auto" {
 		device = "cpu"
-		if cuda.Available() == nil {
+		if cuda.Available() == nil || gpu.artifact != nil {
 			device = "cuda"
 		}
+	}
+	if gpu.artifact != nil && device != "cuda" && !strings.HasPrefix(device, "cuda:") {
+		return nil, fmt.Errorf("device %q: a compiled artifact (--compiled) runs on a CUDA device", device)
 	}
 	if len(pp) > 0 && pp[0].enabled() {
 		if gpu.embedding {
 			return nil, fmt.Errorf("embeddings (a model with a pooling) do not run on pipeline stages: serve it without --pp-stages")
+		}
+		if gpu.artifact != nil {
+			return nil, fmt.Errorf("--pp-stages: a compiled artifact (--compiled) holds the whole model's kernels, not a pipeline's stages")
 		}
 		if device != "cpu" && device != "cuda" {
 			return nil, fmt.Errorf("device %q: with --pp-stages use --device cuda and --pp-devices, or --device cpu", device)
@@ -232,6 +242,17 @@ func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, gpu gp
 
 func runGenerate(cmd *cobra.Command, modelArg string, o *runOptions) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	o.kv.kvCache = o.kvCache
+	if o.compiled != "" {
+		a, path, err := openCompiled(cmd, o.compiled, modelArg)
+		if err != nil {
+			return err
+		}
+		if err := o.kv.useArtifact(cmd, a, "", 0); err != nil {
+			return err
+		}
+		modelArg = path
+	}
 	m, err := openModel(cmd, modelArg)
 	if err != nil {
 		return err
@@ -246,11 +267,13 @@ func runGenerate(cmd *cobra.Command, modelArg string, o *runOptions) error {
 		return err
 	}
 	o.pp.logf = func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
-	o.kv.kvCache = o.kvCache
 	// one sequence, and beside it the entries of its drafts when it speculates
 	rows := 1
 	if o.spec.on() {
 		rows += o.spec.maxDraft
+	}
+	if a := o.kv.artifact; a != nil && rows > a.Manifest.MaxSeqs {
+		return fmt.Errorf("--spec-max-draft %d: a sequence and its drafts take %d rows, the artifact in %s was compiled for %d (memra compile --max-seqs)", o.spec.maxDraft, rows, a.Dir, a.Manifest.MaxSeqs)
 	}
 	b, err := newBackend(m, o.device, o.threads, rows, o.kv, o.pp)
 	if err != nil {

@@ -58,6 +58,7 @@ type serveOptions struct {
 	pooling        []string
 	modelMetadata  string
 	usageCost      bool
+	compiled       string
 }
 
 func newServeCmd() *cobra.Command {
@@ -122,6 +123,7 @@ See docs/SERVING.md and docs/FLAGS.md.`,
 		"[MODEL=]mean|cls|last|none: serve embeddings from the model's final hidden states pooled this way (every model, or MODEL; repeatable); default: the pooling the model declares")
 	f.StringVar(&o.modelMetadata, "model-metadata", "", "JSON file of per-model prices, modalities, display names and limits and a provider block, shown by /v1/models")
 	f.BoolVar(&o.usageCost, "usage-cost", false, "add the request's cost, from the --model-metadata prices, to usage")
+	addCompiledFlag(f, &o.compiled)
 	addPPFlags(cmd, &o.pp)
 	return cmd
 }
@@ -231,6 +233,11 @@ func runServe(cmd *cobra.Command, args []string, o *serveOptions) error {
 	if o.usageCost && md == nil {
 		return fmt.Errorf("--usage-cost needs --model-metadata: the cost comes from its prices")
 	}
+	if o.compiled != "" {
+		if specs, err = compiledSpec(cmd, specs, o); err != nil {
+			return err
+		}
+	}
 	var models []serve.Model
 	for _, sp := range specs {
 		m, closeFn, err := openServed(cmd, sp, o, poolings)
@@ -326,4 +333,34 @@ func openServed(cmd *cobra.Command, sp modelSpec, o *serveOptions, poolings map[
 		m.Close()
 	}
 	return serve.Model{ID: sp.alias, Engine: serve.FromRuntime(eng), Template: tmpl, Pooling: pool, Facts: facts}, closeFn, nil
+}
+
+// compiledSpec sets serve up for --compiled: one model (the one named, or
+// the artifact's own), checked against the artifact, and --max-running
+// the artifact's sequences unless given (and then equal to them).
+func compiledSpec(cmd *cobra.Command, specs []modelSpec, o *serveOptions) ([]modelSpec, error) {
+	if len(specs) != 1 {
+		return nil, fmt.Errorf("--compiled %s: serves one model, not %d", o.compiled, len(specs))
+	}
+	sp := specs[0]
+	a, path, err := openCompiled(cmd, o.compiled, sp.path)
+	if err != nil {
+		return nil, err
+	}
+	if sp.path == "" { // no model named: the artifact's, under its name
+		name := a.Manifest.ModelSpec
+		if name == "" {
+			name = a.Manifest.Model
+		}
+		sp.alias = aliasOf(name)
+	}
+	sp.path = path
+	if fl := cmd.Flags().Lookup("max-running"); fl == nil || !fl.Changed {
+		o.maxRunning = a.Manifest.MaxSeqs
+	}
+	o.kv.kvCache = o.kvCache
+	if err := o.kv.useArtifact(cmd, a, "max-running", o.maxRunning); err != nil {
+		return nil, err
+	}
+	return []modelSpec{sp}, nil
 }

@@ -62,7 +62,8 @@ func (o specOptions) config(cmd *cobra.Command, target *load.Model, device strin
 		dm.Close()
 		return cfg, release, fmt.Errorf("--draft %s: %w", o.draft, err)
 	}
-	kv.context = 0 // the draft model's own context
+	kv.context = 0    // the draft model's own context
+	kv.artifact = nil // a --compiled artifact holds the target's kernels: the draft model compiles its own
 	b, err := newBackend(dm, device, threads, maxSeqs, kv)
 	if err != nil {
 		dm.Close()
