@@ -17,6 +17,11 @@
 #   scripts/gpu-serve.sh spec    # exact, then speculative decoding's speed (memra run, bench --spec,
 #                                # the verify step's cost as bench -b 1,2,4,5,8)
 #   scripts/gpu-serve.sh long    # qwen2.5-7b q4_k_m with a 32k context: a 30,000-token prompt
+#   scripts/gpu-serve.sh compiled # issue 35: memra compile --arch sm_90a,sm_120a of stories260K and a
+#                                # 4-layer llama2-7b-shaped q4_k_m, then serve, run and bench --compiled
+#                                # with NVRTC turned off and unfindable: the same greedy text as the
+#                                # NVRTC path, no libnvrtc mapped in the server, /ready 200, and the
+#                                # refusals of a card, a driver and a model that do not fit
 #
 # Build here first: make gpu-build, and the older binary for comparison as .gpu/memra-old; carry
 # the .gz files (the script unpacks them). Logs go to $OUT (default /tmp/memra-serve); a short
@@ -198,8 +203,92 @@ long)
 	step serve-30k long30k
 	cat "$OUT/long30k/serve-bench.md" 2>/dev/null
 	;;
+compiled)
+	# the same greedy completion from the NVRTC path and from the artifact, NVRTC off and unfindable
+	S4=$MODELS/llama2-7b-4l-q4_k_m.gguf
+	step synth-llama2-7b-4l synth "$S4" --preset llama2-7b --quant q4_k_m --layers 4 --weights blocks
+	nonvrtc() { # run a command with NVRTC turned off and out of every search path
+		env MEMRA_NO_NVRTC=1 MEMRA_NVRTC_DIR=/nonexistent LD_LIBRARY_PATH= "$@"
+	}
+	greedy() { # greedy PORT: the text of a greedy completion
+		curl -s http://127.0.0.1:"$1"/v1/completions -H 'Content-Type: application/json' \
+			-d '{"prompt": "Once upon a time", "max_tokens": 64, "temperature": 0}' |
+			sed -E 's/.*"text":"(([^"\\]|\\.)*)".*/\1/'
+	}
+	for m in stories260K "$S4"; do
+		name=$(basename "$m" .gguf)
+		art=$OUT/art-$name
+		rm -rf "$art"
+		step "compile-$name" "$BIN" compile "$m" -o "$art" --arch sm_90a,sm_120a --max-seqs 8
+		# memra run decodes one sequence: its NVRTC path lowers for --max-seqs 1
+		rm -rf "$art-1"
+		step "compile-$name-1" "$BIN" compile "$m" -o "$art-1" --arch sm_90a,sm_120a --max-seqs 1
+		check_art() { # every kernel has an ELF cubin per target and PTX with its entry
+			local k n=0
+			for k in $(sed -n 's/^ *"kernel": "\(.*\)",$/\1/p' "$art/manifest.json"); do
+				head -c 4 "$art/kernels/sm_90a/$k.cubin" | grep -q ELF || return 1
+				head -c 4 "$art/kernels/sm_120a/$k.cubin" | grep -q ELF || return 1
+				grep -q "\.entry $k(" "$art/kernels/compute_90/$k.ptx" || return 1
+				n=$((n + 1))
+			done
+			echo "$n kernels"
+			[ $n -gt 0 ]
+		}
+		step "artifact-$name" check_art
+		jit_vs_compiled() {
+			serve_up 8197 --model "m=$m" --max-running 8 || return 1
+			greedy 8197 >"$OUT/greedy-$name-nvrtc.txt"
+			serve_down
+			nonvrtc "$BIN" serve --device cuda --port 8198 --compiled "$art" >"$OUT/serve-compiled-$name.log" 2>&1 &
+			SERVE_PID=$!
+			local i
+			for i in $(seq 1 240); do
+				(exec 3<>/dev/tcp/127.0.0.1/8198) 2>/dev/null && break
+				kill -0 $SERVE_PID 2>/dev/null || return 1
+				sleep 0.5
+			done
+			curl -sf http://127.0.0.1:8198/ready || { serve_down; return 1; }
+			greedy 8198 >"$OUT/greedy-$name-compiled.txt"
+			if grep -q nvrtc /proc/$SERVE_PID/maps; then
+				echo "libnvrtc is mapped in the server"
+				serve_down
+				return 1
+			fi
+			serve_down
+			echo "nvrtc:    $(cat "$OUT/greedy-$name-nvrtc.txt")"
+			echo "compiled: $(cat "$OUT/greedy-$name-compiled.txt")"
+			[ -s "$OUT/greedy-$name-nvrtc.txt" ] && cmp "$OUT/greedy-$name-nvrtc.txt" "$OUT/greedy-$name-compiled.txt"
+		}
+		step "serve-$name" jit_vs_compiled
+		run_both() {
+			"$BIN" run "$m" --device cuda -p "Once upon a time" -n 48 --temperature 0 >"$OUT/run-$name-nvrtc.txt" 2>/dev/null &&
+				nonvrtc "$BIN" run --compiled "$art-1" -p "Once upon a time" -n 48 --temperature 0 >"$OUT/run-$name-compiled.txt" &&
+				cmp "$OUT/run-$name-nvrtc.txt" "$OUT/run-$name-compiled.txt"
+		}
+		step "run-$name" run_both
+		step "bench-$name" nonvrtc "$BIN" bench --compiled "$art" --no-progress -p 64 -n 16 -r 1 -b 1,8
+	done
+	# refusals: a card without a cubin or a PTX it can take, a driver older than the images, another model
+	art=$OUT/art-stories260K
+	step compile-sm120a-only "$BIN" compile stories260K -o "$OUT/art-120" --arch sm_120a,compute_120
+	refused() { # refused PATTERN CMD…: CMD fails and says PATTERN
+		local pattern=$1
+		shift
+		! "$@" >"$OUT/refused.log" 2>&1 && grep -q -- "$pattern" "$OUT/refused.log" && cat "$OUT/refused.log"
+	}
+	cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+	if [ "$cap" -lt 120 ]; then
+		step refuse-card refused "compile it with --arch" nonvrtc "$BIN" run --compiled "$OUT/art-120" -n 4
+	fi
+	cp -r "$art" "$OUT/art-newdriver"
+	sed -i 's/"nvrtc": "[0-9.]*"/"nvrtc": "99.0"/' "$OUT/art-newdriver/manifest.json"
+	step refuse-driver refused "need CUDA 99" nonvrtc "$BIN" run --compiled "$OUT/art-newdriver" -n 4
+	step refuse-model refused "not the one the artifact" nonvrtc "$BIN" run "$S4" --compiled "$art" -n 4
+	tail -n 2 "$OUT"/serve-*.log "$OUT"/run-*.txt 2>/dev/null | head -40
+	;;
 *)
 	echo "usage: $0 pages|serve|chat|speed|exact|spec|long" >&2
+	echo "usage: $0 pages|serve|chat|speed|long|compiled" >&2
 	exit 2
 	;;
 esac
