@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -74,6 +76,28 @@ var (
 		"Sequence-steps that verified drafts (mean accepted tokens a step: accepted ÷ steps, plus the step's own token).", []string{"model"}, nil)
 )
 
+// The model-server protocol of the Gateway API Inference Extension: its
+// endpoint picker scrapes each replica for queued and running requests and
+// KV-cache utilisation under vLLM's names (its defaults), and for the
+// KV block size and count in vllm:cache_config_info's labels. memra exports
+// them beside its own series, so an inference gateway routes to memra
+// replicas with no configuration of its own. kv_cache_usage_perc is a
+// fraction (1 is full), as vLLM's is; gpu_cache_usage_perc is its older
+// name, which earlier endpoint pickers read.
+var (
+	descGatewayWaiting = prometheus.NewDesc("vllm:num_requests_waiting",
+		"Requests waiting to be processed (memra_requests_queued; Gateway API Inference Extension model-server protocol).", []string{"model_name"}, nil)
+	descGatewayRunning = prometheus.NewDesc("vllm:num_requests_running",
+		"Requests running (memra_requests_running; Gateway API Inference Extension model-server protocol).", []string{"model_name"}, nil)
+	descGatewayKV = prometheus.NewDesc("vllm:kv_cache_usage_perc",
+		"KV-cache usage, 1 is full (memra_kv_cache_usage_ratio; Gateway API Inference Extension model-server protocol).", []string{"model_name"}, nil)
+	descGatewayKVOld = prometheus.NewDesc("vllm:gpu_cache_usage_perc",
+		"KV-cache usage, 1 is full (vllm:kv_cache_usage_perc under the name earlier endpoint pickers read).", []string{"model_name"}, nil)
+	descGatewayCache = prometheus.NewDesc("vllm:cache_config_info",
+		"KV cache configuration in labels: block_size (positions a page), num_gpu_blocks (pages); the value is 1.",
+		[]string{"model_name", "block_size", "num_gpu_blocks"}, nil)
+)
+
 // engineCollector reads each engine's Stats at scrape time.
 type engineCollector struct{ models []*Model }
 
@@ -90,6 +114,11 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descStepTime
 	ch <- descSpec
 	ch <- descSpecSteps
+	ch <- descGatewayWaiting
+	ch <- descGatewayRunning
+	ch <- descGatewayKV
+	ch <- descGatewayKVOld
+	ch <- descGatewayCache
 }
 
 // Collect implements prometheus.Collector.
@@ -119,5 +148,13 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSpec, prometheus.CounterValue, float64(st.SpecDrafted), m.ID, "drafted")
 		ch <- prometheus.MustNewConstMetric(descSpec, prometheus.CounterValue, float64(st.SpecAccepted), m.ID, "accepted")
 		ch <- prometheus.MustNewConstMetric(descSpecSteps, prometheus.CounterValue, float64(st.SpecSteps), m.ID)
+		ch <- prometheus.MustNewConstMetric(descGatewayWaiting, prometheus.GaugeValue, float64(st.Queued), m.ID)
+		ch <- prometheus.MustNewConstMetric(descGatewayRunning, prometheus.GaugeValue, float64(st.Running), m.ID)
+		ch <- prometheus.MustNewConstMetric(descGatewayKV, prometheus.GaugeValue, kv, m.ID)
+		ch <- prometheus.MustNewConstMetric(descGatewayKVOld, prometheus.GaugeValue, kv, m.ID)
+		if st.KVPagesTotal > 0 {
+			block := strconv.Itoa(st.KVTokensTotal / st.KVPagesTotal)
+			ch <- prometheus.MustNewConstMetric(descGatewayCache, prometheus.GaugeValue, 1, m.ID, block, strconv.Itoa(st.KVPagesTotal))
+		}
 	}
 }
