@@ -1,11 +1,21 @@
 package serve
 
 import (
+	"net/http"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
+
+// MetricsHandler serves the server's metrics (what /metrics serves)
+// without the API keys, for a listener of its own that only the cluster
+// reaches (memra serve --metrics-port): an inference gateway's endpoint
+// picker and Prometheus scrape without a key.
+func (s *Server) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
+}
 
 // metrics are the server's Prometheus series, in its own registry.
 type metrics struct {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -59,6 +60,7 @@ type serveOptions struct {
 	modelMetadata  string
 	usageCost      bool
 	compiled       string
+	metricsPort    int
 }
 
 func newServeCmd() *cobra.Command {
@@ -124,6 +126,8 @@ See docs/SERVING.md and docs/FLAGS.md.`,
 	f.StringVar(&o.modelMetadata, "model-metadata", "", "JSON file of per-model prices, modalities, display names and limits and a provider block, shown by /v1/models")
 	f.BoolVar(&o.usageCost, "usage-cost", false, "add the request's cost, from the --model-metadata prices, to usage")
 	addCompiledFlag(f, &o.compiled)
+	f.IntVar(&o.metricsPort, "metrics-port", 0,
+		"also serve /metrics on this port of --host without the API keys (for an inference gateway's endpoint picker and Prometheus); 0: off")
 	addPPFlags(cmd, &o.pp)
 	return cmd
 }
@@ -266,6 +270,14 @@ func runServe(cmd *cobra.Command, args []string, o *serveOptions) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	if o.metricsPort > 0 {
+		stop, err := serveMetrics(o.host, o.metricsPort, srv, log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stop()
+	}
 	log.Info("serving", "url", "http://"+ln.Addr().String(), "auth", n > 0)
 	base := cmd.Context()
 	if base == nil {
@@ -363,4 +375,19 @@ func compiledSpec(cmd *cobra.Command, specs []modelSpec, o *serveOptions) ([]mod
 		return nil, err
 	}
 	return []modelSpec{sp}, nil
+}
+
+// serveMetrics serves srv's /metrics, and nothing else, on host:port
+// without the API keys until stop is called.
+func serveMetrics(host string, port int, srv *serve.Server, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-port: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", srv.MetricsHandler())
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return func() { _ = hs.Close() }, nil
 }
