@@ -36,6 +36,7 @@ var (
 var (
 	serveLimits = withSpec(withPP(map[string]flagLimit{
 		"port":             {min: 0, max: math.MaxUint16, note: "0: a free port"},
+		"metrics-port":     {min: 0, max: math.MaxUint16, note: "0: off"},
 		"max-running":      atLeast(1, ""),
 		"max-queue":        atLeast(0, "0: no queue, requests beyond --max-running get 429"),
 		"max-batch-tokens": atLeast(1, ""),
