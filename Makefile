@@ -5,7 +5,7 @@ BIN       := bin/memra
 GOFLAGS_BUILD := -trimpath -buildvcs=auto
 export CGO_ENABLED := 0
 
-.PHONY: run build gpu-build plugins test test-tools test-go test-npm check bench clean
+.PHONY: run build gpu-build image plugins test test-tools test-go test-npm check bench clean
 
 ## run: serve the embedded default model on http://127.0.0.1:8080 (OpenAI-compatible)
 run: build
@@ -21,6 +21,14 @@ gpu-build:
 	$(GO) build $(GOFLAGS_BUILD) -ldflags="-s -w" -o .gpu/memra ./cmd/memra
 	$(GO) test -c -ldflags="-s -w" -o .gpu/cuda.test ./runtime/cuda
 	gzip -kf .gpu/memra .gpu/cuda.test
+
+## image: the container image (Dockerfile: the binary on distroless glibc; the NVIDIA container
+## toolkit mounts the driver at run time). IMAGE names it; VERSION is stamped into the binary.
+IMAGE   ?= memra:$(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+DOCKER  ?= docker
+image:
+	$(DOCKER) build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 ## plugins: the example WebAssembly plugins (built from source; not committed)
 plugins:
