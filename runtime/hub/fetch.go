@@ -122,18 +122,3 @@ func (c *Client) fromCache(sp Spec) (*Snapshot, error) {
 	}
 	return &Snapshot{Spec: sp, Commit: commit, Dir: dir, Files: sel.files, Path: filepath.Join(dir, filepath.FromSlash(sel.path)), Cached: true}, nil
 }
-
-// Resolve parses spec and fetches it (FromEnv's client), returning the
-// path to open: the one call the commands make for an hf: model.
-func Resolve(ctx context.Context, spec string, progress Progress, logf func(string, ...any)) (*Snapshot, error) {
-	sp, err := ParseSpec(spec)
-	if err != nil {
-		return nil, err
-	}
-	c, err := FromEnv()
-	if err != nil {
-		return nil, err
-	}
-	c.Progress, c.Logf = progress, logf
-	return c.Fetch(ctx, sp)
-}
