@@ -49,13 +49,13 @@ func newHash(etag string, size int64) hash.Hash {
 // the blob, downloaded (or resumed) and verified first when the blob is
 // missing. It returns the bytes it downloaded.
 func (c *Client) ensure(ctx context.Context, f fileRef) (int64, error) {
+	// a snapshot entry is made only once its file is whole and verified (by
+	// memra or the hub's own tools, which may copy instead of linking)
 	snap := filepath.Join(c.snapshotDir(f.repo, f.commit), filepath.FromSlash(f.path))
-	blob := c.blobPath(f.repo, f.etag)
-	if st, err := os.Stat(snap); err == nil && st.Size() == f.size {
-		if cur, err := filepath.EvalSymlinks(snap); err == nil && cur == blob {
-			return 0, nil
-		}
+	if st, err := os.Stat(snap); err == nil && st.Mode().IsRegular() && st.Size() == f.size {
+		return 0, nil
 	}
+	blob := c.blobPath(f.repo, f.etag)
 	unlock, err := c.lock(ctx, f)
 	if err != nil {
 		return 0, err

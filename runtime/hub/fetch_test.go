@@ -354,3 +354,35 @@ func TestRedirectDropsToken(t *testing.T) {
 	require.NoError(t, c.redirect(s, []*http.Request{a}))
 	require.Empty(t, s.Header.Get("Authorization"), "another host, even a subdomain, does not")
 }
+
+// TestFetchUsesAnotherToolsCache: a snapshot the hub's own tools wrote (a
+// link into blobs/, or a copied file where links are not made) serves
+// without a download.
+func TestFetchUsesAnotherToolsCache(t *testing.T) {
+	h := hubtest.New("")
+	defer h.Close()
+	files := ggufRepo(t)
+	repo := h.Add("owner/stories", files, false)
+	c := testClient(t, h, "")
+	dir := filepath.Join(c.Cache, "models--owner--stories")
+	sum := sha256.Sum256(files["stories-Q8_0.gguf"])
+	blob := filepath.Join(dir, "blobs", hex.EncodeToString(sum[:]))
+	require.NoError(t, os.MkdirAll(filepath.Dir(blob), 0o755))
+	require.NoError(t, os.WriteFile(blob, files["stories-Q8_0.gguf"], 0o644))
+	snap := filepath.Join(dir, "snapshots", repo.Commit)
+	require.NoError(t, os.MkdirAll(snap, 0o755))
+	require.NoError(t, os.Symlink(filepath.Join("..", "..", "blobs", hex.EncodeToString(sum[:])), filepath.Join(snap, "stories-Q8_0.gguf")))
+	shard := gguf.SplitName("stories-Q4_K_M", 0, 2)
+	require.NoError(t, os.WriteFile(filepath.Join(snap, shard), files[shard], 0o644)) // a copy
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "refs"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "refs", "main"), []byte(repo.Commit), 0o644))
+
+	s, err := c.Fetch(context.Background(), Spec{Repo: "owner/stories", Quant: "Q8_0"})
+	require.NoError(t, err)
+	require.Zero(t, s.Downloaded)
+	require.Equal(t, []string{"GET /api/models/owner/stories/revision/main"}, h.Requests())
+	s, err = c.Fetch(context.Background(), Spec{Repo: "owner/stories", Quant: "Q4_K_M"})
+	require.NoError(t, err)
+	second := gguf.SplitName("stories-Q4_K_M", 1, 2)
+	require.Equal(t, int64(len(files[second])), s.Downloaded, "only the shard the cache lacked")
+}
