@@ -270,6 +270,7 @@ compiled)
 	done
 	# refusals: a card without a cubin or a PTX it can take, a driver older than the images, another model
 	art=$OUT/art-stories260K
+	rm -rf "$OUT/art-120" "$OUT/art-newdriver"
 	step compile-sm120a-only "$BIN" compile stories260K -o "$OUT/art-120" --arch sm_120a,compute_120
 	refused() { # refused PATTERN CMD…: CMD fails and says PATTERN
 		local pattern=$1
