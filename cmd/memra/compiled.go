@@ -15,6 +15,7 @@ import (
 
 	"github.com/memra-ai/memra/runtime/cuda"
 	"github.com/memra-ai/memra/runtime/format/gguf"
+	"github.com/memra-ai/memra/runtime/hub"
 	"github.com/memra-ai/memra/runtime/load/builtin"
 )
 
@@ -34,8 +35,9 @@ func sha256Hex(b []byte) string {
 
 // modelFiles lists a model's files in name order, with their SHA-256
 // when hash is set, and the SHA-256 of all their bytes in that order: the
-// embedded model, a GGUF file (every shard of a split one) or the regular
-// files of a checkpoint folder (links followed, hidden files left out).
+// embedded model, a GGUF file (every shard of a split one) or the files of
+// a checkpoint folder a model is made of (hub.IsCheckpointFile; links
+// followed).
 func modelFiles(arg string, hash bool) ([]cuda.ModelFile, string, error) {
 	all := sha256.New()
 	if modelIsBuiltin(arg) {
@@ -56,7 +58,7 @@ func modelFiles(arg string, hash bool) ([]cuda.ModelFile, string, error) {
 		}
 		for _, e := range entries {
 			p := filepath.Join(arg, e.Name())
-			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
+			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && hub.IsCheckpointFile(e.Name()) {
 				paths = append(paths, p)
 			}
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -106,4 +107,33 @@ func TestCompiledFromSpec(t *testing.T) {
 	// the split quantisation holds other bytes than the one compiled
 	_, _, err = openCompiled(&cobra.Command{}, dir, "hf:owner/stories:Q4_K_M")
 	require.ErrorIs(t, err, cuda.ErrArtifact)
+}
+
+// TestModelFiles: a folder's model is its checkpoint files alone (a GGUF
+// file pulled into the same snapshot later changes nothing), a split GGUF
+// model every shard whichever is named.
+func TestModelFiles(t *testing.T) {
+	dir := t.TempDir()
+	for name, data := range map[string]string{"config.json": "{}", "model.safetensors": "w", "tokenizer.json": "t",
+		"README.md": "r", "model-Q4_K_M.gguf": "g", ".hidden": "h"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644))
+	}
+	files, sum, err := modelFiles(dir, true)
+	require.NoError(t, err)
+	var names []string
+	for _, f := range files {
+		names = append(names, f.Name)
+	}
+	require.Equal(t, []string{"config.json", "model.safetensors", "tokenizer.json"}, names)
+	require.Equal(t, sha256Hex([]byte("{}wt")), sum, "the bytes in name order")
+	require.Equal(t, sha256Hex([]byte("w")), files[1].SHA256)
+
+	for i := range 3 {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("m-%05d-of-00003.gguf", i+1)), []byte{byte(i)}, 0o644))
+	}
+	files, _, err = modelFiles(filepath.Join(dir, "m-00002-of-00003.gguf"), false)
+	require.NoError(t, err)
+	require.Len(t, files, 3)
+	require.Equal(t, "m-00001-of-00003.gguf", files[0].Name)
+	require.Empty(t, files[0].SHA256, "sizes alone")
 }

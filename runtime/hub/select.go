@@ -21,6 +21,15 @@ var folderFiles = []string{
 // indexFile is a sharded checkpoint's index (safetensors' weight_map).
 const indexFile = "model.safetensors.index.json"
 
+// IsCheckpointFile reports whether a top-level file of a checkpoint folder
+// is one a model is made of (what an hf:OWNER/REPO spec fetches): the
+// config, tokenizer and template files, the index and the safetensors
+// shards. Other files beside them (a README, GGUF files of the same
+// repository) are not the model.
+func IsCheckpointFile(name string) bool {
+	return name == indexFile || strings.HasSuffix(name, ".safetensors") || slices.Contains(folderFiles, name)
+}
+
 // selection is what a spec takes from a repository.
 type selection struct {
 	files []string // repository paths, in download order
