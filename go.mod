@@ -3,7 +3,6 @@ module github.com/memra-ai/memra
 go 1.26.0
 
 require (
-	github.com/dave/jennifer v1.7.1
 	github.com/dlclark/regexp2 v1.12.0
 	github.com/ebitengine/purego v0.11.3
 	github.com/nikolalohinski/gonja/v2 v2.9.1

@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memra-ai/memra/codegen"
-	"github.com/memra-ai/memra/codegen/glue"
 	"github.com/memra-ai/memra/ir"
 	"github.com/memra-ai/memra/ir/arch"
 	"github.com/memra-ai/memra/runtime"
@@ -31,8 +30,6 @@ type compileOptions struct {
 	arch    []string
 	card    string
 	sms     int
-	emitGo  bool
-	pkg     string
 	backend cuda.BackendOptions
 }
 
@@ -48,8 +45,7 @@ kernels/compute_XY/*.ptx (PTX the driver compiles for any later card), kernels.c
 plan.txt (both programs: kernels, inputs, buffer plan, weights, launches) and manifest.json
 (the model's files and SHA-256, the targets, the NVRTC version, the configuration, the tunedb
 picks the lowering used, every kernel's source hash and every image's). --dump prints the IR,
-the plans and the generated source to stdout. --emit-go also writes glue.go: the typed Go
-launch code of both programs (jennifer), the ahead-of-time form of the launch plan.
+the plans and the generated source to stdout.
 
 The arms are the tunedb's for --card (default: this machine's GPU; "none" for the families'
 defaults), with --sms multiprocessors. The CUDA backend's environment switches (MEMRA_GEMV_*,
@@ -66,8 +62,6 @@ defaults), with --sms multiprocessors. The CUDA backend's environment switches (
 	f.StringSliceVar(&o.arch, "arch", nil, "targets: sm_XY[a] cubins (sm_90a,sm_120a), compute_XY the PTX (default: this machine's GPU, else sm_90a; PTX for the lowest)")
 	f.StringVar(&o.card, "card", "", `tunedb card whose arms to use (nvidia-h200.sm90.132sm.140gib; default: this machine's GPU; "none": the defaults)`)
 	f.IntVar(&o.sms, "sms", 0, "multiprocessors the lowering sizes split products for (0: the card's, else 132)")
-	f.BoolVar(&o.emitGo, "emit-go", false, "also write glue.go, the programs' typed Go launch code")
-	f.StringVar(&o.pkg, "package", "modelglue", "Go package name of glue.go")
 	f.IntVar(&o.backend.MaxSeqs, "max-seqs", 8, "sequences per decode step (serve's --max-running)")
 	f.IntVar(&o.backend.Context, "context", 0, "KV positions per sequence (0: the model's)")
 	f.IntVar(&o.backend.PrefillTokens, "prefill-tokens", 512, "tokens per prefill step")
@@ -216,13 +210,6 @@ func runCompile(cmd *cobra.Command, model string, o *compileOptions) error {
 		return err
 	}
 	out := map[string][]byte{"kernels.cu": []byte(src.String()), "plan.txt": []byte(plan)}
-	if o.emitGo {
-		code, err := glue.Generate(o.pkg, dec, pre)
-		if err != nil {
-			return err
-		}
-		out["glue.go"] = code
-	}
 	for name, data := range out {
 		if err := os.WriteFile(filepath.Join(o.out, name), data, 0o644); err != nil {
 			return err

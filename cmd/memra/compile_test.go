@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"go/parser"
-	"go/token"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,26 +107,6 @@ func TestCompileArtifact(t *testing.T) {
 		defer cmd.SetArgs(nil)
 		require.ErrorContains(t, cmd.Execute(), "NVRTC 12.0 or later")
 	}
-}
-
-// TestCompileEmitGo: --emit-go writes the programs' typed launch code
-// beside the artifact, a Go file of the package asked for with a launch
-// argument struct and a geometry function per kernel of both programs.
-func TestCompileEmitGo(t *testing.T) {
-	nvrtcOrSkip(t)
-	t.Setenv("HOME", t.TempDir())
-	t.Setenv("XDG_CACHE_HOME", "")
-	dir, _ := compileStories(t, builtin.Name, "--arch", "compute_90", "--card", "none", "--emit-go", "--package", "storiesglue")
-	src, err := os.ReadFile(filepath.Join(dir, "glue.go"))
-	require.NoError(t, err)
-	f, err := parser.ParseFile(token.NewFileSet(), "glue.go", src, 0)
-	require.NoError(t, err)
-	require.Equal(t, "storiesglue", f.Name.Name)
-	for _, name := range []string{"DecodeK0Args", "DecodeGeometry0", "PrefillK0Args", "PrefillGeometry0"} {
-		require.NotNil(t, f.Scope.Lookup(name), name)
-	}
-	_, err = os.Stat(filepath.Join(dir, "manifest.json"))
-	require.NoError(t, err, "the artifact is written beside glue.go")
 }
 
 func TestCompileDump(t *testing.T) {
