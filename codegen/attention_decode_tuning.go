@@ -1,0 +1,174 @@
+package codegen
+
+import "fmt"
+
+// DecodeArm is the tuning of split-KV decode attention.
+type DecodeArm struct {
+	Threads int // threads per block of the partial kernel
+	Chunk   int // keys per split
+	// Live selects how the splits follow the sequence's live KV length
+	// (read from kv_len on the device, so the launch geometry stays that of
+	// the capacity and graph replay holds):
+	//   0: fixed CHUNK-key splits; an empty split writes a zero output and a
+	//      neutral (max −inf, sum 0) pair; the combine reads every split.
+	//   1: fixed CHUNK-key splits; an empty split writes only the neutral
+	//      pair and exits; the combine reads only the live splits.
+	//   2: as 1, with the live length spread over all splits: chunk =
+	//      min(CHUNK, ⌈len/splits⌉ rounded up to 32, at least 32), so short contexts use
+	//      every block instead of the first few.
+	//   3: as 2, but in the fewest splits that still give each of the
+	//      card's SMs multiprocessors a block: chunk = min(CHUNK, max(32,
+	//      ⌈len/splits⌉, ⌈len/want⌉) rounded up to 32), want =
+	//      ⌈SMs/(HKV·sequences)⌉. On the H200 five
+	//      128-key splits of llama2-7b's 32 kv heads (160 blocks) beat
+	//      twenty of 32 keys and three of ~200, at batch 1 and 16; Live 2
+	//      gives a served 4096-position cache the twenty at 600 keys.
+	Live int
+	// SMs (Live 3 only; not a tuned knob: lowering sets it from
+	// LowerOptions.Multiprocessors) is the card's multiprocessor count.
+	SMs int
+	// MinSplits (Live 2 only; not a tuned knob: lowering sets it from
+	// LowerOptions.DecodeMinSplits) is the least number of splits a
+	// capacity of at least 32·MinSplits keys gets, so that a short
+	// capacity still spreads its live length over that many blocks a kv
+	// head instead of capacity/Chunk long ones (Splits).
+	MinSplits int
+	// Preload (not a tuned knob: lowering sets it from
+	// LowerOptions.DecodePreload): the partial kernel reads the sequence's
+	// length and its first step's key and value rows before it waits for
+	// the previous kernel (programmatic dependent launch), and after the
+	// wait reloads only the newest row, the one that kernel wrote. Every
+	// older row was written by an earlier step. Names carry "_p".
+	Preload bool
+	// KeysInFlight (not a tuned knob: lowering sets it from
+	// LowerOptions.DecodeKeysInFlight), when positive, replaces the
+	// partial kernel's keys in flight per lane group (decodeTiling.u,
+	// otherwise about 64 bytes of keys a lane): with 8 for 128-dim f16
+	// heads, a block of 8 warps takes a 128-key split in one step, so the
+	// preload reads all of it before the wait. Names carry "_uN".
+	KeysInFlight int
+}
+
+// DefaultDecodeArm is the arm used before tuning.
+var DefaultDecodeArm = DecodeArm{Threads: 256, Chunk: 64}
+
+// DecodeKnobs is the search space of DecodeArm.
+var DecodeKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 128, 256, 512, 1024}}}
+
+// Validate reports whether a is well formed.
+func (a DecodeArm) Validate() error {
+	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.Chunk < 32 || a.Chunk > 4096 || a.Live < 0 || a.Live > 3 ||
+		(a.Live == 3) != (a.SMs > 0) || a.SMs > 1024 || a.KeysInFlight < 0 || a.KeysInFlight > 16 {
+		return fmt.Errorf("%w: decode attention arm %+v", ErrUnsupported, a)
+	}
+	return nil
+}
+
+// DecodeArms lists every valid DecodeArm of the search space.
+func DecodeArms() []DecodeArm {
+	return enumerate(DecodeKnobs, func(v map[string]int) DecodeArm { return DecodeArm{Threads: v["threads"], Chunk: v["chunk"]} }, DecodeArm.Validate)
+}
+
+// DecodeLiveKnobs is the search space of the live-length arms (Live 1
+// and 2), tuned as family "attn_decode_live" so that the attn_decode space
+// and its recorded entries stay as they are.
+var DecodeLiveKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 128, 256, 512, 1024}}, {"live", []int{1, 2}}}
+
+// DefaultDecodeLiveArm is the live-length arm used before tuning.
+var DefaultDecodeLiveArm = DecodeArm{Threads: 256, Chunk: 128, Live: 2}
+
+// String is the arm's short name used in kernel names and tables.
+func (a DecodeArm) String() string {
+	s := fmt.Sprintf("t%d_c%d", a.Threads, a.Chunk)
+	if a.Live != 0 {
+		s += fmt.Sprintf("_l%d", a.Live)
+	}
+	if a.Live == 3 {
+		s += fmt.Sprintf("_m%d", a.SMs)
+	}
+	if a.Preload {
+		s += "_p"
+	}
+	if a.KeysInFlight > 0 {
+		s += fmt.Sprintf("_u%d", a.KeysInFlight)
+	}
+	return s
+}
+
+// tile is the partial kernel's tiling of s under a: decodeTile's, with
+// KeysInFlight when set.
+func (a DecodeArm) tile(s AttnShape) decodeTiling {
+	t := decodeTile(s, a.Threads)
+	if a.KeysInFlight > 0 {
+		t.u = a.KeysInFlight
+	}
+	return t
+}
+
+// liveChunk writes the device expression of the keys per split into
+// "const int chunk": CHUNK, for Live 2 the live length spread over the
+// splits, for Live 3 over the fewest splits that give each multiprocessor
+// a block (nseq: the device expression of the launch's sequence count).
+// The partial and the combine kernels share it; ChunkFor is its Go mirror.
+func (a DecodeArm) liveChunk(w *Writer, nseq string) {
+	switch a.Live {
+	case 2:
+		w.Comment("at least the keys that cover len in splits (more than CHUNK where the splits were capped, MaxLiveSplits)")
+		w.Line("const int chunk = max(min(CHUNK, max(32, ((len + splits - 1) / splits + 31) & ~31)), ((len + splits - 1) / splits + 31) & ~31);")
+	case 3:
+		w.Linef("const int want = (%d + HKV * %s - 1) / (HKV * %s); // splits that give each multiprocessor a block", a.SMs, nseq, nseq)
+		w.Line("const int chunk = max(min(CHUNK, max(32, (max((len + splits - 1) / splits, (len + want - 1) / want) + 31) & ~31)), ((len + splits - 1) / splits + 31) & ~31);")
+	default:
+		w.Line("const int chunk = CHUNK;")
+	}
+}
+
+// ChunkFor is the keys a split of a sequence of kvLen keys holds, with
+// splits the launch's split count, seqs its sequences and hkv the model's
+// kv heads: the host's mirror of the kernels' expression (liveChunk).
+func (a DecodeArm) ChunkFor(kvLen, splits, seqs, hkv int) int {
+	up := func(n int) int { return (n + 31) &^ 31 }
+	switch a.Live {
+	case 2:
+		return max(min(a.Chunk, max(32, up(ceilDiv(kvLen, splits)))), up(ceilDiv(kvLen, splits)))
+	case 3:
+		want := ceilDiv(a.SMs, hkv*seqs)
+		return max(min(a.Chunk, max(32, up(max(ceilDiv(kvLen, splits), ceilDiv(kvLen, want))))), up(ceilDiv(kvLen, splits)))
+	}
+	return a.Chunk
+}
+
+// liveSplits writes, for the live arms, "const int live": the splits that
+// hold keys (len and chunk in scope), and returns the expression of the
+// splits a combine reads: live, or splits.
+func (a DecodeArm) liveSplits(w *Writer) string {
+	if a.Live == 0 {
+		return "splits"
+	}
+	w.Line("const int live = min(splits, (len + chunk - 1) / chunk); // the splits holding keys; neutral partials (sum 0) are skipped too")
+	return "live"
+}
+
+// Splits returns the number of KV splits for a key length (the cache
+// capacity): one a Chunk of keys, and for a Live 2 arm at least
+// MinSplits where the capacity has 32 keys for each.
+//
+// The live arms (2 and 3) take at most MaxLiveSplits: their chunk grows
+// past Chunk where a long capacity would otherwise launch thousands of
+// blocks a kv head that find no key (a 32k-position cache in 128-key
+// splits is 256 of them, for a sequence of a few hundred keys).
+func (a DecodeArm) Splits(kvLen int) int {
+	n := max(1, ceilDiv(kvLen, a.Chunk))
+	if a.Live == 2 && a.MinSplits > n {
+		n = max(n, min(a.MinSplits, kvLen/32))
+	}
+	if a.Live >= 2 {
+		n = min(n, MaxLiveSplits)
+	}
+	return n
+}
+
+// MaxLiveSplits bounds the splits of the live decode attention arms
+// (DecodeArm.Splits): 32, the count a 4096-position cache in the default
+// 128-key chunks already had.
+const MaxLiveSplits = 32
