@@ -68,7 +68,11 @@ func newPipelineBackend(m *load.Model, device string, threads, maxSeqs int, pp p
 		if err := (gpuOptions{kvCache: cudaOpts.Cache}).checkCPU(); err != nil {
 			return nil, err
 		}
-		stages, err = cpu.NewStages(m, []int{k}, cpu.Options{Threads: max(threads/2, 1), MaxSeqs: maxSeqs})
+		products, perr := cpu.ServingProducts()
+		if perr != nil {
+			return nil, perr
+		}
+		stages, err = cpu.NewStages(m, []int{k}, cpu.Options{Threads: max(threads/2, 1), MaxSeqs: maxSeqs, Products: products})
 	} else {
 		devs, derr := pipeline.ParseDevices(pp.devices, 2)
 		if derr != nil {

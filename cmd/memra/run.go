@@ -222,7 +222,11 @@ func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, gpu gp
 			return nil, err
 		}
 		kb, frac := gpu.kvBytes()
-		return cpu.New(m, cpu.Options{Threads: threads, MaxSeqs: maxSeqs, Context: gpu.context, KVMemory: kb, KVFraction: frac, Embedding: gpu.embedding})
+		products, err := cpu.ServingProducts()
+		if err != nil {
+			return nil, err
+		}
+		return cpu.New(m, cpu.Options{Threads: threads, MaxSeqs: maxSeqs, Context: gpu.context, KVMemory: kb, KVFraction: frac, Products: products, Embedding: gpu.embedding})
 	case device == "cuda" || strings.HasPrefix(device, "cuda:"):
 		ordinal := 0
 		if rest, ok := strings.CutPrefix(device, "cuda:"); ok {

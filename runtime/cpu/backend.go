@@ -30,6 +30,8 @@ var (
 	ErrWeight = errors.New("cpu: bad weight")
 	// ErrClosed: the backend was closed.
 	ErrClosed = errors.New("cpu: backend closed")
+	// ErrOptions: a setting of the backend is not one it knows.
+	ErrOptions = errors.New("cpu: bad option")
 )
 
 // Options configure a Backend.
@@ -55,6 +57,9 @@ type Options struct {
 	// second executor of the graph without its head (arch.BuildHidden)
 	// over the same weights and KV pool. A pipeline stage has none.
 	Embedding bool
+	// Products is the matrix products' numerical class: ProductsExact (the
+	// reference, the default) or ProductsInt8.
+	Products Products
 }
 
 // DefaultPageSize is the KV page of Options.PageSize 0: the GPU's
@@ -152,6 +157,11 @@ func newExecutor(hp ir.HParams, src Source, g *ir.Graph, opts Options) (*Backend
 		return nil, fmt.Errorf("%w: graph has no tokens (or hidden_in) or positions input", ir.ErrVerify)
 	}
 	b.e = newExec(g, weights, opts.Threads)
+	if opts.Products == ProductsInt8 {
+		if err := b.e.guarded(func() error { b.e.packWeights(); return nil }); err != nil {
+			return nil, err
+		}
+	}
 	b.info = runtime.ModelInfo{Name: hp.Name, Arch: hp.Arch, ContextLength: hp.ContextLength, Device: "cpu"}
 	if out := g.Output(); out != nil {
 		b.info.VocabSize = int(out.Shape[1])
@@ -424,5 +434,8 @@ func (b *Backend) Free(seq runtime.SeqID) { b.own.Free(uint64(seq)) }
 func (b *Backend) Close() error {
 	b.closed = true
 	b.e.kv = nil
+	if b.e.team != nil {
+		b.e.team.stop()
+	}
 	return nil
 }

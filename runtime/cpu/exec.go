@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"runtime/debug"
-	"sync"
-	"sync/atomic"
 
 	"github.com/memra-ai/memra/ir"
 	"github.com/memra-ai/memra/ir/dtype"
@@ -54,11 +51,12 @@ func init() {
 type weight struct {
 	name     string
 	t        dtype.Type
-	data     []byte    // stored bytes, rows of rowBytes
-	rows     int       // outer elements (1 for a vector)
-	cols     int       // elements per row (ne[0])
-	rowBytes int       // bytes per row
-	vec      []float32 // the dequantised tensor, for 1-D weights only
+	data     []byte        // stored bytes, rows of rowBytes
+	rows     int           // outer elements (1 for a vector)
+	cols     int           // elements per row (ne[0])
+	rowBytes int           // bytes per row
+	vec      []float32     // the dequantised tensor, for 1-D weights only
+	packed   *dtype.Packed // the int8 products' copy (ProductsInt8), else nil
 }
 
 // row returns stored row r.
@@ -142,6 +140,8 @@ type exec struct {
 	kv      *pagedCache
 	step    layout
 	scratch [][]float64 // per worker
+	team    *team       // the workers of parallel, started on first use
+	q8      q8State     // the int8 products' activations
 }
 
 // numel returns the element count of shape s in the running step.
@@ -175,6 +175,7 @@ func (e *exec) in(n *ir.Node, i int) []float32 { return e.f32[n.Args[i].ID] }
 
 // run executes every node of the graph in order.
 func (e *exec) run(check func() error) error {
+	e.q8.step++
 	for _, n := range e.g.Nodes {
 		if err := kernels[n.Op](e, n); err != nil {
 			return fmt.Errorf("%%%d %v: %w", n.ID, n.Op, err)
@@ -189,9 +190,10 @@ func (e *exec) run(check func() error) error {
 }
 
 // parallel calls f(worker, lo, hi) over [0,n) in chunks of at least grain,
-// on up to e.threads goroutines; each worker index runs on one goroutine.
-// A memory fault in a worker (a weight whose file shrank) is raised again
-// in the calling goroutine once every worker is done, for guarded.
+// on up to e.threads workers (the caller and the team's goroutines); each
+// worker index runs on one goroutine. A memory fault in a worker (a weight
+// whose file shrank) is raised again in the calling goroutine once every
+// worker is done, for guarded.
 func (e *exec) parallel(n, grain int, f func(w, lo, hi int)) {
 	if grain < 1 {
 		grain = 1
@@ -204,26 +206,11 @@ func (e *exec) parallel(n, grain int, f func(w, lo, hi int)) {
 	// Several chunks per worker balance uneven cores; chunks are taken in
 	// order so neighbouring rows stay on one core.
 	chunk := max(grain, (n+4*workers-1)/(4*workers))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var faults faultCatcher
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer faults.catch()
-			debug.SetPanicOnFault(true)
-			for {
-				lo := int(next.Add(int64(chunk))) - chunk
-				if lo >= n {
-					return
-				}
-				f(w, lo, min(lo+chunk, n))
-			}
-		}()
+	if e.team == nil {
+		e.team = newTeam(e.threads - 1)
+		runtime.AddCleanup(e, func(t *team) { t.stop() }, e.team)
 	}
-	wg.Wait()
-	faults.raise()
+	e.team.run(n, chunk, f)
 }
 
 // newExec prepares an executor for g with the given weights (by node ID).

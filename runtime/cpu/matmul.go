@@ -28,6 +28,10 @@ var tilePool = sync.Pool{New: func() any { return new([]float32) }}
 func matmul(e *exec, n *ir.Node) error {
 	x, w, y := e.in(n, 0), e.weights[n.Args[1].ID], e.out(n)
 	M := len(x) / w.cols
+	if w.packed != nil {
+		matmulQ8(e, n, w, x, y, M)
+		return nil
+	}
 	if M <= dotPathMaxTokens {
 		matmulDot(e, w, x, y, M)
 	} else {

@@ -1,0 +1,120 @@
+package cpu
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/memra-ai/memra/ir"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// Products chooses the numerical class of the executor's matrix products.
+type Products int
+
+const (
+	// ProductsExact, the default, multiplies the stored weight rows with the
+	// float32 activations (dtype.Dot, decoded float32 tiles): the reference
+	// every parity test and kernel-check compares against.
+	ProductsExact Products = iota
+	// ProductsInt8 quantises each product's activations to int8 per 32
+	// elements and takes integer dot products with weights repacked at load
+	// (dtype.Packed): several times faster, a relative error of a few 1e-3.
+	// Weight types without an int8 product (F32, F16, BF16, Q4_1, Q5_0, …)
+	// keep the exact products.
+	ProductsInt8
+)
+
+// String names the class as the bench reports it.
+func (p Products) String() string {
+	if p == ProductsInt8 {
+		return "int8"
+	}
+	return "exact"
+}
+
+// q8Ring is how many quantised inputs the executor keeps: products that
+// share an input (Q, K and V; gate and up) follow one another, and each
+// quantises it once.
+const q8Ring = 4
+
+// q8State holds the int8 products' quantised activations: a ring of the
+// last inputs quantised this step, by node ID.
+type q8State struct {
+	step  uint64 // the executor's step count (run increments it)
+	acts  [q8Ring]dtype.Acts
+	node  [q8Ring]int
+	when  [q8Ring]uint64
+	next  int
+	block int // tokens a kernel call (0: the kernel's most)
+}
+
+// quantized returns x, the value of node in, quantised in rows of k,
+// quantising it on the first product of the step that reads it.
+func (e *exec) quantized(in *ir.Node, x []float32, k int) *dtype.Acts {
+	q := &e.q8
+	for i := range q8Ring {
+		if q.node[i] == in.ID && q.when[i] == q.step && q.acts[i].K == k {
+			return &q.acts[i]
+		}
+	}
+	i := q.next
+	q.next = (q.next + 1) % q8Ring
+	q.node[i], q.when[i] = in.ID, q.step
+	a := &q.acts[i]
+	M := len(x) / k
+	a.Reset(M, k)
+	e.parallel(M, max(1, 16384/k), func(_, lo, hi int) { a.QuantizeRows(x, lo, hi) })
+	return a
+}
+
+// matmulQ8 is matmul over a packed weight: tiles of 16 rows are split
+// between the workers, each tile applied to all M tokens while it is in
+// cache.
+func matmulQ8(e *exec, n *ir.Node, w *weight, x, y []float32, M int) {
+	p := w.packed
+	a := e.quantized(n.Args[0], x, w.cols)
+	// ~256k multiply-adds a chunk at least, so small products stay on one
+	// core.
+	grain := max(1, 262144/(dtype.PackRows*w.cols*M))
+	e.parallel(p.Tiles, grain, func(_, lo, hi int) {
+		p.Product(a, lo, hi, 0, M, e.q8.block, y, w.rows)
+	})
+}
+
+// packWeights repacks every weight a matmul reads whose type has an int8
+// product, the tiles split between the workers.
+func (e *exec) packWeights() {
+	for _, n := range e.g.Nodes {
+		if n.Op != ir.OpMatmul {
+			continue
+		}
+		w := e.weights[n.Args[1].ID]
+		if w == nil || w.packed != nil || !dtype.Packable(w.t, w.cols) {
+			continue
+		}
+		p, err := dtype.NewPacked(w.t, w.rows, w.cols)
+		if err != nil {
+			panic("BUG: cpu: packable weight refused: " + err.Error())
+		}
+		e.parallel(p.Tiles, 1, func(_, lo, hi int) {
+			for i := lo; i < hi; i++ {
+				p.PackTile(i, w.data)
+			}
+		})
+		w.packed = p
+	}
+}
+
+// ServingProducts is the class the memra commands serve and bench with on
+// the CPU: int8, unless the environment variable MEMRA_CPU_PRODUCTS says
+// "exact" (the reference's products, for comparing outputs).
+func ServingProducts() (Products, error) {
+	switch v := os.Getenv("MEMRA_CPU_PRODUCTS"); v {
+	case "", "int8":
+		return ProductsInt8, nil
+	case "exact":
+		return ProductsExact, nil
+	default:
+		return 0, fmt.Errorf("%w: MEMRA_CPU_PRODUCTS=%q: want int8 or exact", ErrOptions, v)
+	}
+}
