@@ -12,8 +12,8 @@ DATA iq4s8<>+0(SB)/8, $0xf6eaddcfbfad9881
 DATA iq4s8<>+8(SB)/8, $0x7159453526190d01
 GLOBL iq4s8<>(SB), RODATA|NOPTR, $16
 
-// func q8Q80VNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q80VNNI1(SB), NOSPLIT, $0-48
+// func q8Q80VNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q80VNNI1(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -54,12 +54,13 @@ q8Q80VNNI1_loop:
 	ADDQ $32, DI
 	DECQ CX
 	JNZ q8Q80VNNI1_loop
-	VMOVUPS Z0, 0(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q80VNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q80VNNI2(SB), NOSPLIT, $0-48
+// func q8Q80VNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q80VNNI2(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -113,13 +114,15 @@ q8Q80VNNI2_loop:
 	ADDQ $32, R11
 	DECQ CX
 	JNZ q8Q80VNNI2_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q80VNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q80VNNI3(SB), NOSPLIT, $0-48
+// func q8Q80VNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q80VNNI3(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -184,14 +187,17 @@ q8Q80VNNI3_loop:
 	ADDQ $32, R12
 	DECQ CX
 	JNZ q8Q80VNNI3_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q80VNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q80VNNI4(SB), NOSPLIT, $0-48
+// func q8Q80VNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q80VNNI4(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -271,15 +277,19 @@ q8Q80VNNI4_loop:
 	ADDQ $32, R13
 	DECQ CX
 	JNZ q8Q80VNNI4_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q80VNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q80VNNI5(SB), NOSPLIT, $0-48
+// func q8Q80VNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q80VNNI5(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -374,16 +384,21 @@ q8Q80VNNI5_loop:
 	ADDQ $32, R14
 	DECQ CX
 	JNZ q8Q80VNNI5_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q80VNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q80VNNI6(SB), NOSPLIT, $0-48
+// func q8Q80VNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q80VNNI6(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -493,17 +508,23 @@ q8Q80VNNI6_loop:
 	ADDQ $32, BX
 	DECQ CX
 	JNZ q8Q80VNNI6_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
-	VMOVUPS Z5, 320(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z5, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q80VNNI7(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q80VNNI7(SB), NOSPLIT, $0-48
+// func q8Q80VNNI7(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q80VNNI7(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -628,18 +649,25 @@ q8Q80VNNI7_loop:
 	ADDQ $32, AX
 	DECQ CX
 	JNZ q8Q80VNNI7_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
-	VMOVUPS Z5, 320(R10)
-	VMOVUPS Z6, 384(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z5, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z6, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q80VNNI8(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q80VNNI8(SB), NOSPLIT, $0-48
+// func q8Q80VNNI8(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q80VNNI8(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -779,19 +807,27 @@ q8Q80VNNI8_loop:
 	ADDQ $32, R8
 	DECQ CX
 	JNZ q8Q80VNNI8_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
-	VMOVUPS Z5, 320(R10)
-	VMOVUPS Z6, 384(R10)
-	VMOVUPS Z7, 448(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z5, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z6, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z7, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q80AVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q80AVX21(SB), NOSPLIT, $0-48
+// func q8Q80AVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q80AVX21(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -893,15 +929,16 @@ q8Q80AVX21_loop:
 	JNZ q8Q80AVX21_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8Q80AVX21_half
 	VZEROUPPER
 	RET
 
-// func q8Q80AVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q80AVX22(SB), NOSPLIT, $0-48
+// func q8Q80AVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q80AVX22(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -1052,16 +1089,18 @@ q8Q80AVX22_loop:
 	JNZ q8Q80AVX22_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
-	VMOVUPS Y1, 64(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
+	ADDQ SI, CX
+	VMOVUPS Y1, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8Q80AVX22_half
 	VZEROUPPER
 	RET
 
-// func q8Q80AVX23(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q80AVX23(SB), NOSPLIT, $0-48
+// func q8Q80AVX23(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q80AVX23(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -1261,17 +1300,20 @@ q8Q80AVX23_loop:
 	JNZ q8Q80AVX23_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
-	VMOVUPS Y1, 64(CX)
-	VMOVUPS Y2, 128(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
+	ADDQ SI, CX
+	VMOVUPS Y1, (CX)
+	ADDQ SI, CX
+	VMOVUPS Y2, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8Q80AVX23_half
 	VZEROUPPER
 	RET
 
-// func q8Q40VNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q40VNNI1(SB), NOSPLIT, $0-48
+// func q8Q40VNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q40VNNI1(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -1322,12 +1364,13 @@ q8Q40VNNI1_loop:
 	ADDQ $32, DI
 	DECQ CX
 	JNZ q8Q40VNNI1_loop
-	VMOVUPS Z0, 0(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q40VNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q40VNNI2(SB), NOSPLIT, $0-48
+// func q8Q40VNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q40VNNI2(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -1391,13 +1434,15 @@ q8Q40VNNI2_loop:
 	ADDQ $32, R11
 	DECQ CX
 	JNZ q8Q40VNNI2_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q40VNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q40VNNI3(SB), NOSPLIT, $0-48
+// func q8Q40VNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q40VNNI3(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -1472,14 +1517,17 @@ q8Q40VNNI3_loop:
 	ADDQ $32, R12
 	DECQ CX
 	JNZ q8Q40VNNI3_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q40VNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q40VNNI4(SB), NOSPLIT, $0-48
+// func q8Q40VNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q40VNNI4(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -1569,15 +1617,19 @@ q8Q40VNNI4_loop:
 	ADDQ $32, R13
 	DECQ CX
 	JNZ q8Q40VNNI4_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q40VNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q40VNNI5(SB), NOSPLIT, $0-48
+// func q8Q40VNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q40VNNI5(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -1682,16 +1734,21 @@ q8Q40VNNI5_loop:
 	ADDQ $32, R14
 	DECQ CX
 	JNZ q8Q40VNNI5_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q40VNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q40VNNI6(SB), NOSPLIT, $0-48
+// func q8Q40VNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q40VNNI6(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -1811,17 +1868,23 @@ q8Q40VNNI6_loop:
 	ADDQ $32, BX
 	DECQ CX
 	JNZ q8Q40VNNI6_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
-	VMOVUPS Z5, 320(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z5, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q40VNNI7(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q40VNNI7(SB), NOSPLIT, $0-48
+// func q8Q40VNNI7(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q40VNNI7(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -1956,18 +2019,25 @@ q8Q40VNNI7_loop:
 	ADDQ $32, AX
 	DECQ CX
 	JNZ q8Q40VNNI7_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
-	VMOVUPS Z5, 320(R10)
-	VMOVUPS Z6, 384(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z5, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z6, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q40VNNI8(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q40VNNI8(SB), NOSPLIT, $0-48
+// func q8Q40VNNI8(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q40VNNI8(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -2117,19 +2187,27 @@ q8Q40VNNI8_loop:
 	ADDQ $32, R8
 	DECQ CX
 	JNZ q8Q40VNNI8_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
-	VMOVUPS Z5, 320(R10)
-	VMOVUPS Z6, 384(R10)
-	VMOVUPS Z7, 448(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z5, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z6, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z7, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q40AVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q40AVX21(SB), NOSPLIT, $0-48
+// func q8Q40AVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q40AVX21(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -2210,15 +2288,16 @@ q8Q40AVX21_loop:
 	JNZ q8Q40AVX21_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8Q40AVX21_half
 	VZEROUPPER
 	RET
 
-// func q8Q40AVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q40AVX22(SB), NOSPLIT, $0-48
+// func q8Q40AVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q40AVX22(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -2335,16 +2414,18 @@ q8Q40AVX22_loop:
 	JNZ q8Q40AVX22_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
-	VMOVUPS Y1, 64(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
+	ADDQ SI, CX
+	VMOVUPS Y1, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8Q40AVX22_half
 	VZEROUPPER
 	RET
 
-// func q8Q40AVX23(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q40AVX23(SB), NOSPLIT, $0-48
+// func q8Q40AVX23(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q40AVX23(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -2497,17 +2578,20 @@ q8Q40AVX23_loop:
 	JNZ q8Q40AVX23_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
-	VMOVUPS Y1, 64(CX)
-	VMOVUPS Y2, 128(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
+	ADDQ SI, CX
+	VMOVUPS Y1, (CX)
+	ADDQ SI, CX
+	VMOVUPS Y2, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8Q40AVX23_half
 	VZEROUPPER
 	RET
 
-// func q8IQ4NLVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4NLVNNI1(SB), NOSPLIT, $0-48
+// func q8IQ4NLVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4NLVNNI1(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -2567,12 +2651,13 @@ q8IQ4NLVNNI1_loop:
 	ADDQ $32, DI
 	DECQ CX
 	JNZ q8IQ4NLVNNI1_loop
-	VMOVUPS Z0, 0(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
 	VZEROUPPER
 	RET
 
-// func q8IQ4NLVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4NLVNNI2(SB), NOSPLIT, $0-48
+// func q8IQ4NLVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4NLVNNI2(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -2645,13 +2730,15 @@ q8IQ4NLVNNI2_loop:
 	ADDQ $32, R11
 	DECQ CX
 	JNZ q8IQ4NLVNNI2_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
 	VZEROUPPER
 	RET
 
-// func q8IQ4NLVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4NLVNNI3(SB), NOSPLIT, $0-48
+// func q8IQ4NLVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4NLVNNI3(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -2735,14 +2822,17 @@ q8IQ4NLVNNI3_loop:
 	ADDQ $32, R12
 	DECQ CX
 	JNZ q8IQ4NLVNNI3_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
 	VZEROUPPER
 	RET
 
-// func q8IQ4NLVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4NLVNNI4(SB), NOSPLIT, $0-48
+// func q8IQ4NLVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4NLVNNI4(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -2841,15 +2931,19 @@ q8IQ4NLVNNI4_loop:
 	ADDQ $32, R13
 	DECQ CX
 	JNZ q8IQ4NLVNNI4_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
 	VZEROUPPER
 	RET
 
-// func q8IQ4NLVNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4NLVNNI5(SB), NOSPLIT, $0-48
+// func q8IQ4NLVNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4NLVNNI5(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -2963,16 +3057,21 @@ q8IQ4NLVNNI5_loop:
 	ADDQ $32, R14
 	DECQ CX
 	JNZ q8IQ4NLVNNI5_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
 	VZEROUPPER
 	RET
 
-// func q8IQ4NLVNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4NLVNNI6(SB), NOSPLIT, $0-48
+// func q8IQ4NLVNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4NLVNNI6(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -3101,17 +3200,23 @@ q8IQ4NLVNNI6_loop:
 	ADDQ $32, BX
 	DECQ CX
 	JNZ q8IQ4NLVNNI6_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
-	VMOVUPS Z5, 320(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z5, (R10)
 	VZEROUPPER
 	RET
 
-// func q8IQ4NLVNNI7(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4NLVNNI7(SB), NOSPLIT, $0-48
+// func q8IQ4NLVNNI7(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4NLVNNI7(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -3255,18 +3360,25 @@ q8IQ4NLVNNI7_loop:
 	ADDQ $32, AX
 	DECQ CX
 	JNZ q8IQ4NLVNNI7_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
-	VMOVUPS Z5, 320(R10)
-	VMOVUPS Z6, 384(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z5, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z6, (R10)
 	VZEROUPPER
 	RET
 
-// func q8IQ4NLVNNI8(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4NLVNNI8(SB), NOSPLIT, $0-48
+// func q8IQ4NLVNNI8(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4NLVNNI8(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -3425,19 +3537,27 @@ q8IQ4NLVNNI8_loop:
 	ADDQ $32, R8
 	DECQ CX
 	JNZ q8IQ4NLVNNI8_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
-	VMOVUPS Z5, 320(R10)
-	VMOVUPS Z6, 384(R10)
-	VMOVUPS Z7, 448(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z5, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z6, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z7, (R10)
 	VZEROUPPER
 	RET
 
-// func q8IQ4NLAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4NLAVX21(SB), NOSPLIT, $0-48
+// func q8IQ4NLAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4NLAVX21(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -3548,15 +3668,16 @@ q8IQ4NLAVX21_loop:
 	JNZ q8IQ4NLAVX21_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8IQ4NLAVX21_half
 	VZEROUPPER
 	RET
 
-// func q8IQ4NLAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4NLAVX22(SB), NOSPLIT, $0-48
+// func q8IQ4NLAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4NLAVX22(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -3716,16 +3837,18 @@ q8IQ4NLAVX22_loop:
 	JNZ q8IQ4NLAVX22_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
-	VMOVUPS Y1, 64(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
+	ADDQ SI, CX
+	VMOVUPS Y1, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8IQ4NLAVX22_half
 	VZEROUPPER
 	RET
 
-// func q8IQ4NLAVX23(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4NLAVX23(SB), NOSPLIT, $0-48
+// func q8IQ4NLAVX23(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4NLAVX23(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -3934,17 +4057,20 @@ q8IQ4NLAVX23_loop:
 	JNZ q8IQ4NLAVX23_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
-	VMOVUPS Y1, 64(CX)
-	VMOVUPS Y2, 128(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
+	ADDQ SI, CX
+	VMOVUPS Y1, (CX)
+	ADDQ SI, CX
+	VMOVUPS Y2, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8IQ4NLAVX23_half
 	VZEROUPPER
 	RET
 
-// func q8Q4KVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q4KVNNI1(SB), NOSPLIT, $0-48
+// func q8Q4KVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q4KVNNI1(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -4290,12 +4416,13 @@ q8Q4KVNNI1_loop:
 	ADDQ $256, DI
 	DECQ CX
 	JNZ q8Q4KVNNI1_loop
-	VMOVUPS Z0, 0(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q4KVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q4KVNNI2(SB), NOSPLIT, $0-48
+// func q8Q4KVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q4KVNNI2(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -4732,13 +4859,15 @@ q8Q4KVNNI2_loop:
 	ADDQ $256, R11
 	DECQ CX
 	JNZ q8Q4KVNNI2_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q4KVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q4KVNNI3(SB), NOSPLIT, $0-48
+// func q8Q4KVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q4KVNNI3(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -5250,14 +5379,17 @@ q8Q4KVNNI3_loop:
 	ADDQ $256, R12
 	DECQ CX
 	JNZ q8Q4KVNNI3_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q4KVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q4KVNNI4(SB), NOSPLIT, $0-48
+// func q8Q4KVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q4KVNNI4(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -5876,15 +6008,19 @@ q8Q4KVNNI4_loop:
 	ADDQ $256, R13
 	DECQ CX
 	JNZ q8Q4KVNNI4_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q4KVNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q4KVNNI5(SB), NOSPLIT, $0-48
+// func q8Q4KVNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q4KVNNI5(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -6610,16 +6746,21 @@ q8Q4KVNNI5_loop:
 	ADDQ $256, R14
 	DECQ CX
 	JNZ q8Q4KVNNI5_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q4KVNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q4KVNNI6(SB), NOSPLIT, $0-48
+// func q8Q4KVNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q4KVNNI6(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -7452,17 +7593,23 @@ q8Q4KVNNI6_loop:
 	ADDQ $256, BX
 	DECQ CX
 	JNZ q8Q4KVNNI6_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
-	VMOVUPS Z5, 320(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z5, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q4KAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q4KAVX21(SB), NOSPLIT, $0-48
+// func q8Q4KAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q4KAVX21(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -7942,15 +8089,16 @@ q8Q4KAVX21_loop:
 	JNZ q8Q4KAVX21_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8Q4KAVX21_half
 	VZEROUPPER
 	RET
 
-// func q8Q4KAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q4KAVX22(SB), NOSPLIT, $0-48
+// func q8Q4KAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q4KAVX22(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -8754,16 +8902,18 @@ q8Q4KAVX22_loop:
 	JNZ q8Q4KAVX22_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
-	VMOVUPS Y1, 64(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
+	ADDQ SI, CX
+	VMOVUPS Y1, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8Q4KAVX22_half
 	VZEROUPPER
 	RET
 
-// func q8Q5KVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q5KVNNI1(SB), NOSPLIT, $0-48
+// func q8Q5KVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q5KVNNI1(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -9271,12 +9421,13 @@ q8Q5KVNNI1_loop:
 	ADDQ $256, DI
 	DECQ CX
 	JNZ q8Q5KVNNI1_loop
-	VMOVUPS Z0, 0(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q5KVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q5KVNNI2(SB), NOSPLIT, $0-48
+// func q8Q5KVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q5KVNNI2(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -9875,13 +10026,15 @@ q8Q5KVNNI2_loop:
 	ADDQ $256, R11
 	DECQ CX
 	JNZ q8Q5KVNNI2_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q5KVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q5KVNNI3(SB), NOSPLIT, $0-48
+// func q8Q5KVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q5KVNNI3(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -10555,14 +10708,17 @@ q8Q5KVNNI3_loop:
 	ADDQ $256, R12
 	DECQ CX
 	JNZ q8Q5KVNNI3_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q5KVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q5KVNNI4(SB), NOSPLIT, $0-48
+// func q8Q5KVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q5KVNNI4(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -11343,15 +11499,19 @@ q8Q5KVNNI4_loop:
 	ADDQ $256, R13
 	DECQ CX
 	JNZ q8Q5KVNNI4_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q5KVNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q5KVNNI5(SB), NOSPLIT, $0-48
+// func q8Q5KVNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q5KVNNI5(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -12239,16 +12399,21 @@ q8Q5KVNNI5_loop:
 	ADDQ $256, R14
 	DECQ CX
 	JNZ q8Q5KVNNI5_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q5KVNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q5KVNNI6(SB), NOSPLIT, $0-48
+// func q8Q5KVNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q5KVNNI6(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -13243,17 +13408,23 @@ q8Q5KVNNI6_loop:
 	ADDQ $256, BX
 	DECQ CX
 	JNZ q8Q5KVNNI6_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
-	VMOVUPS Z5, 320(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z5, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q5KAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q5KAVX21(SB), NOSPLIT, $0-48
+// func q8Q5KAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q5KAVX21(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -14016,15 +14187,16 @@ q8Q5KAVX21_loop:
 	JNZ q8Q5KAVX21_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8Q5KAVX21_half
 	VZEROUPPER
 	RET
 
-// func q8Q5KAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q5KAVX22(SB), NOSPLIT, $0-48
+// func q8Q5KAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q5KAVX22(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -15167,16 +15339,18 @@ q8Q5KAVX22_loop:
 	JNZ q8Q5KAVX22_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
-	VMOVUPS Y1, 64(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
+	ADDQ SI, CX
+	VMOVUPS Y1, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8Q5KAVX22_half
 	VZEROUPPER
 	RET
 
-// func q8Q6KVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q6KVNNI1(SB), NOSPLIT, $0-48
+// func q8Q6KVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q6KVNNI1(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -15723,12 +15897,13 @@ q8Q6KVNNI1_loop:
 	ADDQ $256, DI
 	DECQ CX
 	JNZ q8Q6KVNNI1_loop
-	VMOVUPS Z0, 0(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q6KVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q6KVNNI2(SB), NOSPLIT, $0-48
+// func q8Q6KVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q6KVNNI2(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -16374,13 +16549,15 @@ q8Q6KVNNI2_loop:
 	ADDQ $256, R11
 	DECQ CX
 	JNZ q8Q6KVNNI2_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q6KVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q6KVNNI3(SB), NOSPLIT, $0-48
+// func q8Q6KVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q6KVNNI3(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -17093,14 +17270,17 @@ q8Q6KVNNI3_loop:
 	ADDQ $256, R12
 	DECQ CX
 	JNZ q8Q6KVNNI3_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q6KVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q6KVNNI4(SB), NOSPLIT, $0-48
+// func q8Q6KVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q6KVNNI4(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -17944,15 +18124,19 @@ q8Q6KVNNI4_loop:
 	ADDQ $256, R13
 	DECQ CX
 	JNZ q8Q6KVNNI4_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
 	VZEROUPPER
 	RET
 
-// func q8Q6KAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q6KAVX21(SB), NOSPLIT, $0-48
+// func q8Q6KAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q6KAVX21(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -18771,15 +18955,16 @@ q8Q6KAVX21_loop:
 	JNZ q8Q6KAVX21_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8Q6KAVX21_half
 	VZEROUPPER
 	RET
 
-// func q8Q6KAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8Q6KAVX22(SB), NOSPLIT, $0-48
+// func q8Q6KAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8Q6KAVX22(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -19938,16 +20123,18 @@ q8Q6KAVX22_loop:
 	JNZ q8Q6KAVX22_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
-	VMOVUPS Y1, 64(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
+	ADDQ SI, CX
+	VMOVUPS Y1, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8Q6KAVX22_half
 	VZEROUPPER
 	RET
 
-// func q8IQ4XSVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4XSVNNI1(SB), NOSPLIT, $0-48
+// func q8IQ4XSVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4XSVNNI1(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -20325,12 +20512,13 @@ q8IQ4XSVNNI1_loop:
 	ADDQ $256, DI
 	DECQ CX
 	JNZ q8IQ4XSVNNI1_loop
-	VMOVUPS Z0, 0(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
 	VZEROUPPER
 	RET
 
-// func q8IQ4XSVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4XSVNNI2(SB), NOSPLIT, $0-48
+// func q8IQ4XSVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4XSVNNI2(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -20791,13 +20979,15 @@ q8IQ4XSVNNI2_loop:
 	ADDQ $256, R11
 	DECQ CX
 	JNZ q8IQ4XSVNNI2_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
 	VZEROUPPER
 	RET
 
-// func q8IQ4XSVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4XSVNNI3(SB), NOSPLIT, $0-48
+// func q8IQ4XSVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4XSVNNI3(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -21325,14 +21515,17 @@ q8IQ4XSVNNI3_loop:
 	ADDQ $256, R12
 	DECQ CX
 	JNZ q8IQ4XSVNNI3_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
 	VZEROUPPER
 	RET
 
-// func q8IQ4XSVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4XSVNNI4(SB), NOSPLIT, $0-48
+// func q8IQ4XSVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4XSVNNI4(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -21959,15 +22152,19 @@ q8IQ4XSVNNI4_loop:
 	ADDQ $256, R13
 	DECQ CX
 	JNZ q8IQ4XSVNNI4_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
 	VZEROUPPER
 	RET
 
-// func q8IQ4XSVNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4XSVNNI5(SB), NOSPLIT, $0-48
+// func q8IQ4XSVNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4XSVNNI5(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -22693,16 +22890,21 @@ q8IQ4XSVNNI5_loop:
 	ADDQ $256, R14
 	DECQ CX
 	JNZ q8IQ4XSVNNI5_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
 	VZEROUPPER
 	RET
 
-// func q8IQ4XSVNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4XSVNNI6(SB), NOSPLIT, $0-48
+// func q8IQ4XSVNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4XSVNNI6(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -23527,17 +23729,23 @@ q8IQ4XSVNNI6_loop:
 	ADDQ $256, BX
 	DECQ CX
 	JNZ q8IQ4XSVNNI6_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
-	VMOVUPS Z5, 320(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z5, (R10)
 	VZEROUPPER
 	RET
 
-// func q8IQ4XSVNNI7(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4XSVNNI7(SB), NOSPLIT, $0-48
+// func q8IQ4XSVNNI7(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4XSVNNI7(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -24461,18 +24669,25 @@ q8IQ4XSVNNI7_loop:
 	ADDQ $256, AX
 	DECQ CX
 	JNZ q8IQ4XSVNNI7_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
-	VMOVUPS Z5, 320(R10)
-	VMOVUPS Z6, 384(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z5, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z6, (R10)
 	VZEROUPPER
 	RET
 
-// func q8IQ4XSVNNI8(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4XSVNNI8(SB), NOSPLIT, $0-48
+// func q8IQ4XSVNNI8(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4XSVNNI8(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -25495,19 +25710,27 @@ q8IQ4XSVNNI8_loop:
 	ADDQ $256, R8
 	DECQ CX
 	JNZ q8IQ4XSVNNI8_loop
-	VMOVUPS Z0, 0(R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z2, 128(R10)
-	VMOVUPS Z3, 192(R10)
-	VMOVUPS Z4, 256(R10)
-	VMOVUPS Z5, 320(R10)
-	VMOVUPS Z6, 384(R10)
-	VMOVUPS Z7, 448(R10)
+	MOVQ ldo+48(FP), CX
+	VMOVUPS Z0, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z1, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z2, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z3, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z4, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z5, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z6, (R10)
+	ADDQ CX, R10
+	VMOVUPS Z7, (R10)
 	VZEROUPPER
 	RET
 
-// func q8IQ4XSAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4XSAVX21(SB), NOSPLIT, $0-48
+// func q8IQ4XSAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4XSAVX21(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -26188,15 +26411,16 @@ q8IQ4XSAVX21_loop:
 	JNZ q8IQ4XSAVX21_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8IQ4XSAVX21_half
 	VZEROUPPER
 	RET
 
-// func q8IQ4XSAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4XSAVX22(SB), NOSPLIT, $0-48
+// func q8IQ4XSAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4XSAVX22(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -27241,16 +27465,18 @@ q8IQ4XSAVX22_loop:
 	JNZ q8IQ4XSAVX22_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
-	VMOVUPS Y1, 64(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
+	ADDQ SI, CX
+	VMOVUPS Y1, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8IQ4XSAVX22_half
 	VZEROUPPER
 	RET
 
-// func q8IQ4XSAVX23(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
-TEXT ·q8IQ4XSAVX23(SB), NOSPLIT, $0-48
+// func q8IQ4XSAVX23(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
+TEXT ·q8IQ4XSAVX23(SB), NOSPLIT, $0-56
 	MOVQ tile+0(FP), SI
 	MOVQ nsb+8(FP), CX
 	MOVQ x+16(FP), DI
@@ -28659,9 +28885,12 @@ q8IQ4XSAVX23_loop:
 	JNZ q8IQ4XSAVX23_loop
 	MOVQ stride+32(FP), R9
 	LEAQ (R10)(BX*4), CX
-	VMOVUPS Y0, 0(CX)
-	VMOVUPS Y1, 64(CX)
-	VMOVUPS Y2, 128(CX)
+	MOVQ ldo+48(FP), SI
+	VMOVUPS Y0, (CX)
+	ADDQ SI, CX
+	VMOVUPS Y1, (CX)
+	ADDQ SI, CX
+	VMOVUPS Y2, (CX)
 	ADDQ $8, BX
 	CMPQ BX, $16
 	JB q8IQ4XSAVX23_half

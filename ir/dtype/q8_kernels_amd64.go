@@ -5,202 +5,202 @@
 package dtype
 
 //go:noescape
-func q8Q80VNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q80VNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q80VNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q80VNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q80VNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q80VNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q80VNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q80VNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q80VNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q80VNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q80VNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q80VNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q80VNNI7(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q80VNNI7(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q80VNNI8(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q80VNNI8(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q80AVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q80AVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q80AVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q80AVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q80AVX23(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q80AVX23(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q40VNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q40VNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q40VNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q40VNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q40VNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q40VNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q40VNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q40VNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q40VNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q40VNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q40VNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q40VNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q40VNNI7(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q40VNNI7(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q40VNNI8(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q40VNNI8(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q40AVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q40AVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q40AVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q40AVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q40AVX23(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q40AVX23(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4NLVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4NLVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4NLVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4NLVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4NLVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4NLVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4NLVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4NLVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4NLVNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4NLVNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4NLVNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4NLVNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4NLVNNI7(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4NLVNNI7(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4NLVNNI8(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4NLVNNI8(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4NLAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4NLAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4NLAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4NLAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4NLAVX23(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4NLAVX23(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q4KVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q4KVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q4KVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q4KVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q4KVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q4KVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q4KVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q4KVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q4KVNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q4KVNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q4KVNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q4KVNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q4KAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q4KAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q4KAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q4KAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q5KVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q5KVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q5KVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q5KVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q5KVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q5KVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q5KVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q5KVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q5KVNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q5KVNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q5KVNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q5KVNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q5KAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q5KAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q5KAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q5KAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q6KVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q6KVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q6KVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q6KVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q6KVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q6KVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q6KVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q6KVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q6KAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q6KAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8Q6KAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8Q6KAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4XSVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4XSVNNI1(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4XSVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4XSVNNI2(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4XSVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4XSVNNI3(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4XSVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4XSVNNI4(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4XSVNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4XSVNNI5(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4XSVNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4XSVNNI6(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4XSVNNI7(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4XSVNNI7(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4XSVNNI8(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4XSVNNI8(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4XSAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4XSAVX21(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4XSAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4XSAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 //go:noescape
-func q8IQ4XSAVX23(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32)
+func q8IQ4XSAVX23(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
 // q8KernelsVNNI are the VNNI kernels by type, by tokens less one.
 var q8KernelsVNNI = map[Type][]q8Kernel{

@@ -9,8 +9,9 @@ import (
 
 // q8Kernel computes the products of one packed tile (nsb super-blocks of 16
 // rows) with the T tokens whose codes start at x, stride bytes apart (their
-// groups at g, with the same stride), into out[16·t + r].
-type q8Kernel func(tile *byte, nsb int, x *int8, g *ActGroup, stride int, out *float32)
+// groups at g, with the same stride), and stores token t's 16 results at
+// out + t·ldo bytes.
+type q8Kernel func(tile *byte, nsb int, x *int8, g *ActGroup, stride int, out *float32, ldo int)
 
 // q8KernelSet is one instruction set's kernels: by type, by tokens less one.
 type q8KernelSet struct {
@@ -110,10 +111,17 @@ func (p *Packed) Product(a *Acts, tile0, tile1, m0, m1, block int, y []float32, 
 		rows := min(PackRows, p.Rows-i*PackRows)
 		for m := m0; m < m1; {
 			T := min(block, m1-m)
-			if ks != nil {
-				ks[T-1](&tile[0], nsb, &a.Q[m*K], &a.G[m*K/ActGroupSize], K, &out[0])
-			} else {
+			switch {
+			case ks == nil:
 				productRef(p, tile, a, m, T, out[:])
+			case rows == PackRows:
+				// whole tile: straight into y (bounds checked here)
+				_ = y[(m+T-1)*ldy+i*PackRows+PackRows-1]
+				ks[T-1](&tile[0], nsb, &a.Q[m*K], &a.G[m*K/ActGroupSize], K, &y[m*ldy+i*PackRows], 4*ldy)
+				m += T
+				continue
+			default:
+				ks[T-1](&tile[0], nsb, &a.Q[m*K], &a.G[m*K/ActGroupSize], K, &out[0], 4*PackRows)
 			}
 			for t := range T {
 				copy(y[(m+t)*ldy+i*PackRows:(m+t)*ldy+i*PackRows+rows], out[PackRows*t:PackRows*t+rows])

@@ -33,6 +33,9 @@ const attnBlockTokens = 8
 // of the block. Every query's sums run in the same order as a plain
 // per-query loop, so the blocking changes no bit of the result.
 func attention(e *exec, n *ir.Node) error {
+	if e.fast {
+		return attentionFast(e, n)
+	}
 	q, y := e.in(n, 0), e.out(n)
 	cn := n.Args[1]
 	l := cn.Int("layer")

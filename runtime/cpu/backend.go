@@ -158,6 +158,7 @@ func newExecutor(hp ir.HParams, src Source, g *ir.Graph, opts Options) (*Backend
 	}
 	b.e = newExec(g, weights, opts.Threads)
 	if opts.Products == ProductsInt8 {
+		b.e.fast = true
 		if err := b.e.guarded(func() error { b.e.packWeights(); return nil }); err != nil {
 			return nil, err
 		}

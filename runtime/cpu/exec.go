@@ -139,9 +139,11 @@ type exec struct {
 	kvRow   []int       // per layer: Hkv·D
 	kv      *pagedCache
 	step    layout
-	scratch [][]float64 // per worker
-	team    *team       // the workers of parallel, started on first use
-	q8      q8State     // the int8 products' activations
+	scratch [][]float64       // per worker
+	team    *team             // the workers of parallel, started on first use
+	q8      q8State           // the int8 products' activations
+	fast    bool              // the int8 configuration (Options.Products)
+	fattn   []fastAttnScratch // per worker, its attention's buffers
 }
 
 // numel returns the element count of shape s in the running step.

@@ -84,6 +84,11 @@ func mul(e *exec, n *ir.Node) error {
 
 func swiglu(e *exec, n *ir.Node) error {
 	g, u, y := e.in(n, 0), e.in(n, 1), e.out(n)
+	if e.fast {
+		// the int8 configuration's SwiGLU, its exp in vector registers
+		e.parallel(len(y), 16384, func(_, lo, hi int) { swigluFast(g[lo:hi], u[lo:hi], y[lo:hi]) })
+		return nil
+	}
 	for i0 := 0; i0 < len(y); i0 += upperChunk {
 		clearUpper()
 		for i := i0; i < min(i0+upperChunk, len(y)); i++ {
@@ -108,18 +113,21 @@ func biasAdd(e *exec, n *ir.Node) error {
 func rmsNorm(e *exec, n *ir.Node) error {
 	x, w, y := e.in(n, 0), e.weights[n.Args[1].ID].vec, e.out(n)
 	D, eps := len(w), n.Float("eps")
-	for r := 0; r < len(y)/D; r++ {
-		clearUpper()
-		xr, yr := x[r*D:(r+1)*D], y[r*D:(r+1)*D]
-		ss := 0.0
-		for _, v := range xr {
-			ss += float64(v) * float64(v)
+	// rows are independent: split them between the workers when many
+	e.parallel(len(y)/D, max(1, 32768/D), func(_, lo, hi int) {
+		for r := lo; r < hi; r++ {
+			clearUpper()
+			xr, yr := x[r*D:(r+1)*D], y[r*D:(r+1)*D]
+			ss := 0.0
+			for _, v := range xr {
+				ss += float64(v) * float64(v)
+			}
+			scale := float32(1 / math.Sqrt(ss/float64(D)+eps))
+			for i, v := range xr {
+				yr[i] = v * scale * w[i]
+			}
 		}
-		scale := float32(1 / math.Sqrt(ss/float64(D)+eps))
-		for i, v := range xr {
-			yr[i] = v * scale * w[i]
-		}
-	}
+	})
 	return nil
 }
 

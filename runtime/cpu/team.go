@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -36,9 +35,13 @@ type team struct {
 	stopOnce sync.Once
 }
 
-// spinWindow is how long an idle worker, or a caller waiting for the
-// workers, spins before it parks.
-const spinWindow = 100 * time.Microsecond
+// spinWindow is about how long an idle worker, or a caller waiting for the
+// workers, spins before it parks; it reads the clock once every spinEvery
+// looks at the counter (a clock read costs more than a look).
+const (
+	spinWindow = 100 * time.Microsecond
+	spinEvery  = 1024
+)
 
 func newTeam(workers int) *team {
 	t := &team{workers: workers, sleeping: make([]atomic.Bool, workers),
@@ -101,7 +104,7 @@ func (t *team) share(w int) {
 func (t *team) wait() {
 	deadline := time.Time{}
 	for i := 0; t.pending.Load() > 0; i++ {
-		if i&255 != 255 {
+		if i%spinEvery != spinEvery-1 {
 			continue
 		}
 		now := time.Now()
@@ -142,7 +145,7 @@ func (t *team) await(w int, seen uint64) uint64 {
 		if s := t.seq.Load(); s != seen {
 			return s
 		}
-		if i&255 != 255 {
+		if i%spinEvery != spinEvery-1 {
 			continue
 		}
 		now := time.Now()
@@ -151,7 +154,6 @@ func (t *team) await(w int, seen uint64) uint64 {
 			continue
 		}
 		if now.Before(deadline) {
-			runtime.Gosched()
 			continue
 		}
 		t.sleeping[w].Store(true)

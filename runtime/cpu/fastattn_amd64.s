@@ -1,0 +1,287 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// The int8 configuration's attention kernels (fastattn.go has their
+// portable definitions): sixteen queries a zmm, one per lane.
+
+// func attnScoresAVX512(qT *float32, k *float32, stride int, n int, d int, s *float32)
+// s[16j + l] = Σ_d qT[16d + l]·k[j·stride + d], four keys at a time (four
+// independent chains of fused multiply-adds), then one at a time. stride is
+// in bytes.
+TEXT ·attnScoresAVX512(SB), NOSPLIT, $0-48
+	MOVQ qT+0(FP), SI
+	MOVQ k+8(FP), DI
+	MOVQ stride+16(FP), R8
+	MOVQ n+24(FP), CX
+	MOVQ d+32(FP), R9
+	MOVQ s+40(FP), R10
+	CMPQ CX, $4
+	JB   one
+
+four:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ DI, BX
+	LEAQ (DI)(R8*1), R11
+	LEAQ (R11)(R8*1), R12
+	LEAQ (R12)(R8*1), R13
+	MOVQ SI, AX
+	XORQ DX, DX
+
+fourd:
+	VMOVUPS (AX), Z4
+	VFMADD231PS.BCST (BX)(DX*1), Z4, Z0
+	VFMADD231PS.BCST (R11)(DX*1), Z4, Z1
+	VFMADD231PS.BCST (R12)(DX*1), Z4, Z2
+	VFMADD231PS.BCST (R13)(DX*1), Z4, Z3
+	ADDQ $64, AX
+	ADDQ $4, DX
+	MOVQ DX, R14
+	SHRQ $2, R14
+	CMPQ R14, R9
+	JB   fourd
+	VMOVUPS Z0, (R10)
+	VMOVUPS Z1, 64(R10)
+	VMOVUPS Z2, 128(R10)
+	VMOVUPS Z3, 192(R10)
+	ADDQ $256, R10
+	LEAQ (R13)(R8*1), DI
+	SUBQ $4, CX
+	CMPQ CX, $4
+	JAE  four
+
+one:
+	TESTQ CX, CX
+	JZ    done
+	VPXORD Z0, Z0, Z0
+	MOVQ SI, AX
+	XORQ DX, DX
+
+oned:
+	VMOVUPS (AX), Z4
+	VFMADD231PS.BCST (DI)(DX*1), Z4, Z0
+	ADDQ $64, AX
+	ADDQ $4, DX
+	MOVQ DX, R14
+	SHRQ $2, R14
+	CMPQ R14, R9
+	JB   oned
+	VMOVUPS Z0, (R10)
+	ADDQ $64, R10
+	ADDQ R8, DI
+	DECQ CX
+	JMP  one
+
+done:
+	VZEROUPPER
+	RET
+
+// func attnSoftmaxAVX512(s *float32, n int, sum *float32)
+// Each lane's largest score m, then s ← exp32(s − m) and sum ← Σ s, in key
+// order.
+TEXT ·attnSoftmaxAVX512(SB), NOSPLIT, $0-24
+	MOVQ s+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ sum+16(FP), R10
+	MOVL $0xff800000, AX // −∞
+	VPBROADCASTD AX, Z0
+	MOVQ SI, DI
+	MOVQ CX, DX
+
+max:
+	VMAXPS (DI), Z0, Z0
+	ADDQ $64, DI
+	DECQ DX
+	JNZ  max
+
+	MOVL $0xc2d20000, AX // −105
+	VPBROADCASTD AX, Z20
+	MOVL $0x3fb8aa3b, AX // log₂e
+	VPBROADCASTD AX, Z21
+	MOVL $0xbf318000, AX // −ln2 (high part)
+	VPBROADCASTD AX, Z22
+	MOVL $0x395e8083, AX // −ln2 (low part)
+	VPBROADCASTD AX, Z23
+	MOVL $0x3ab60b61, AX // 1/720
+	VPBROADCASTD AX, Z24
+	MOVL $0x3c088889, AX // 1/120
+	VPBROADCASTD AX, Z25
+	MOVL $0x3d2aaaab, AX // 1/24
+	VPBROADCASTD AX, Z26
+	MOVL $0x3e2aaaab, AX // 1/6
+	VPBROADCASTD AX, Z27
+	MOVL $0x3f000000, AX // 1/2
+	VPBROADCASTD AX, Z28
+	MOVL $0x3f800000, AX // 1
+	VPBROADCASTD AX, Z29
+	VPXORD Z1, Z1, Z1 // sums
+
+exp:
+	VMOVUPS (SI), Z2
+	VSUBPS Z0, Z2, Z2          // x = s − m
+	VMAXPS Z20, Z2, Z2         // x > lo ? x : lo
+	VMULPS Z21, Z2, Z3
+	VRNDSCALEPS $8, Z3, Z3     // n: nearest, ties to even
+	VFMADD231PS Z22, Z3, Z2    // r = n·(−ln2 hi) + x
+	VFMADD231PS Z23, Z3, Z2    // r = n·(−ln2 lo) + r
+	VMOVAPS Z24, Z4
+	VFMADD213PS Z25, Z2, Z4    // p = p·r + c5
+	VFMADD213PS Z26, Z2, Z4
+	VFMADD213PS Z27, Z2, Z4
+	VFMADD213PS Z28, Z2, Z4
+	VFMADD213PS Z29, Z2, Z4
+	VFMADD213PS Z29, Z2, Z4
+	VSCALEFPS Z3, Z4, Z4       // p·2ⁿ
+	VMOVUPS Z4, (SI)
+	VADDPS Z4, Z1, Z1
+	ADDQ $64, SI
+	DECQ CX
+	JNZ  exp
+	VMOVUPS Z1, (R10)
+	VZEROUPPER
+	RET
+
+// func attnWeightedAVX512(p *float32, v *float32, stride int, n int, d int, accT *float32)
+// accT[16d + l] += Σ_j p[16j + l]·v[j·stride + d], sixteen d at a time in
+// registers, the keys in order. d is a multiple of 16; stride in bytes.
+TEXT ·attnWeightedAVX512(SB), NOSPLIT, $0-48
+	MOVQ p+0(FP), SI
+	MOVQ v+8(FP), DI
+	MOVQ stride+16(FP), R8
+	MOVQ n+24(FP), CX
+	MOVQ d+32(FP), R9
+	MOVQ accT+40(FP), R10
+	XORQ DX, DX // d offset in bytes of a value row
+
+chunk:
+	VMOVUPS (R10), Z0
+	VMOVUPS 64(R10), Z1
+	VMOVUPS 128(R10), Z2
+	VMOVUPS 192(R10), Z3
+	VMOVUPS 256(R10), Z4
+	VMOVUPS 320(R10), Z5
+	VMOVUPS 384(R10), Z6
+	VMOVUPS 448(R10), Z7
+	VMOVUPS 512(R10), Z8
+	VMOVUPS 576(R10), Z9
+	VMOVUPS 640(R10), Z10
+	VMOVUPS 704(R10), Z11
+	VMOVUPS 768(R10), Z12
+	VMOVUPS 832(R10), Z13
+	VMOVUPS 896(R10), Z14
+	VMOVUPS 960(R10), Z15
+	MOVQ SI, AX
+	LEAQ (DI)(DX*1), BX
+	MOVQ CX, R11
+
+key:
+	VMOVUPS (AX), Z16
+	VFMADD231PS.BCST (BX), Z16, Z0
+	VFMADD231PS.BCST 4(BX), Z16, Z1
+	VFMADD231PS.BCST 8(BX), Z16, Z2
+	VFMADD231PS.BCST 12(BX), Z16, Z3
+	VFMADD231PS.BCST 16(BX), Z16, Z4
+	VFMADD231PS.BCST 20(BX), Z16, Z5
+	VFMADD231PS.BCST 24(BX), Z16, Z6
+	VFMADD231PS.BCST 28(BX), Z16, Z7
+	VFMADD231PS.BCST 32(BX), Z16, Z8
+	VFMADD231PS.BCST 36(BX), Z16, Z9
+	VFMADD231PS.BCST 40(BX), Z16, Z10
+	VFMADD231PS.BCST 44(BX), Z16, Z11
+	VFMADD231PS.BCST 48(BX), Z16, Z12
+	VFMADD231PS.BCST 52(BX), Z16, Z13
+	VFMADD231PS.BCST 56(BX), Z16, Z14
+	VFMADD231PS.BCST 60(BX), Z16, Z15
+	ADDQ $64, AX
+	ADDQ R8, BX
+	DECQ R11
+	JNZ  key
+	VMOVUPS Z0, (R10)
+	VMOVUPS Z1, 64(R10)
+	VMOVUPS Z2, 128(R10)
+	VMOVUPS Z3, 192(R10)
+	VMOVUPS Z4, 256(R10)
+	VMOVUPS Z5, 320(R10)
+	VMOVUPS Z6, 384(R10)
+	VMOVUPS Z7, 448(R10)
+	VMOVUPS Z8, 512(R10)
+	VMOVUPS Z9, 576(R10)
+	VMOVUPS Z10, 640(R10)
+	VMOVUPS Z11, 704(R10)
+	VMOVUPS Z12, 768(R10)
+	VMOVUPS Z13, 832(R10)
+	VMOVUPS Z14, 896(R10)
+	VMOVUPS Z15, 960(R10)
+	ADDQ $1024, R10
+	ADDQ $64, DX
+	SUBQ $16, R9
+	JNZ  chunk
+	VZEROUPPER
+	RET
+
+// func swigluAVX512(gate *float32, up *float32, y *float32, n int)
+// y = silu(g)·u as swigluRef, sixteen at a time (n a multiple of 16).
+TEXT ·swigluAVX512(SB), NOSPLIT, $0-32
+	MOVQ gate+0(FP), SI
+	MOVQ up+8(FP), DI
+	MOVQ y+16(FP), R10
+	MOVQ n+24(FP), CX
+	SHRQ $4, CX
+	MOVL $0xc2d20000, AX // −105
+	VPBROADCASTD AX, Z20
+	MOVL $0x3fb8aa3b, AX // log₂e
+	VPBROADCASTD AX, Z21
+	MOVL $0xbf318000, AX // −ln2 (high part)
+	VPBROADCASTD AX, Z22
+	MOVL $0x395e8083, AX // −ln2 (low part)
+	VPBROADCASTD AX, Z23
+	MOVL $0x3ab60b61, AX // 1/720
+	VPBROADCASTD AX, Z24
+	MOVL $0x3c088889, AX // 1/120
+	VPBROADCASTD AX, Z25
+	MOVL $0x3d2aaaab, AX // 1/24
+	VPBROADCASTD AX, Z26
+	MOVL $0x3e2aaaab, AX // 1/6
+	VPBROADCASTD AX, Z27
+	MOVL $0x3f000000, AX // 1/2
+	VPBROADCASTD AX, Z28
+	MOVL $0x3f800000, AX // 1
+	VPBROADCASTD AX, Z29
+	MOVL $0x80000000, AX // sign bit
+	VPBROADCASTD AX, Z30
+	VPXORD Z31, Z31, Z31
+
+swiglu:
+	VMOVUPS (SI), Z0           // g
+	VPORD Z30, Z0, Z2          // x = −|g|
+	VMAXPS Z20, Z2, Z2
+	VMULPS Z21, Z2, Z3
+	VRNDSCALEPS $8, Z3, Z3
+	VFMADD231PS Z22, Z3, Z2
+	VFMADD231PS Z23, Z3, Z2
+	VMOVAPS Z24, Z4
+	VFMADD213PS Z25, Z2, Z4
+	VFMADD213PS Z26, Z2, Z4
+	VFMADD213PS Z27, Z2, Z4
+	VFMADD213PS Z28, Z2, Z4
+	VFMADD213PS Z29, Z2, Z4
+	VFMADD213PS Z29, Z2, Z4
+	VSCALEFPS Z3, Z4, Z4       // e
+	VCMPPS $1, Z31, Z0, K1     // g < 0
+	VMOVAPS Z29, Z5
+	VMOVAPS Z4, K1, Z5         // num: e where g < 0, else 1
+	VADDPS Z29, Z4, Z6         // 1 + e
+	VDIVPS Z6, Z5, Z5          // σ
+	VMULPS Z5, Z0, Z5          // g·σ
+	VMULPS (DI), Z5, Z5        // ·u
+	VMOVUPS Z5, (R10)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $64, R10
+	DECQ CX
+	JNZ  swiglu
+	VZEROUPPER
+	RET
