@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memra-ai/memra/runtime"
+	"github.com/memra-ai/memra/runtime/cpu"
 	"github.com/memra-ai/memra/runtime/cuda"
 	"github.com/memra-ai/memra/runtime/load"
 	"github.com/memra-ai/memra/runtime/pipeline"
@@ -61,7 +62,12 @@ When prompt and generation do not fit the model's context, the prompt is cut.
 (cuBLASLt's where the library is found, with memra's own prefill product
 beside it; else memra's own), and reports tg as weight bandwidth (weight
 bytes read per step × steps/s) against the copy rate and pp as TFLOP/s
-(2 × product parameters × tokens + attention) against the product.`,
+(2 × product parameters × tokens + attention) against the product.
+On the CPU the roofline is measured by default (--roofline=false skips it):
+a copy of 512 MiB on all threads, a loop of float32 FMAs and one of the
+int8 products' multiply-add instruction (vpdpbusd or vpmaddubsw), medians
+of 3; pp is reported as GFLOP/s against the FMA peak, with the int8 peak
+beside it.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkFlagLimits(cmd, benchLimits); err != nil {
@@ -86,7 +92,7 @@ bytes read per step × steps/s) against the copy rate and pp as TFLOP/s
 	f.IntVarP(&o.threads, "threads", "t", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&o.noProgress, "no-progress", false, "hide the progress bar")
 	f.StringVarP(&o.batches, "batch", "b", "1", "decode batch sizes of the tg test, comma separated (e.g. 1,2,4,8)")
-	f.BoolVar(&o.roofline, "roofline", false, "report bandwidth and TFLOP/s against a copy and a matmul measured in the same run (CUDA)")
+	f.BoolVar(&o.roofline, "roofline", false, "report bandwidth and TFLOP/s against a copy and a matmul measured in the same run (CUDA; always on the CPU unless set false)")
 	f.BoolVar(&o.profile, "profile", false, "after the tests, time every kernel of one decode step per batch size and print where the step's time goes (CUDA)")
 	f.BoolVar(&o.untuned, "untuned", false, "use every kernel family's default arm instead of the tunedb (CUDA)")
 	f.BoolVar(&o.perfRows, "perf-rows", false, "print a docs/PERFORMANCE.md row per test")
@@ -178,9 +184,6 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 			PrefillTokens: max(o.prompt, 512), Untuned: o.untuned, Logf: logf}))
 	}
 	if ord < 0 {
-		if o.roofline {
-			return nil, fmt.Errorf("bench: --roofline needs a CUDA device")
-		}
 		return newBackend(m, "cpu", o.threads, maxSeqs, kv)
 	}
 	if err := kv.check(); err != nil {
@@ -323,7 +326,14 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 		}
 	}
 	rep := &benchReport{model: m, info: info, opts: o, results: results}
-	if o.roofline {
+	cb, isCPU := b.(*cpu.Backend)
+	if isCPU {
+		rep.products = cb.Products().String()
+	}
+	switch {
+	case isCPU && (o.roofline || !cmd.Flags().Changed("roofline")):
+		rep.measureCPURoofline(o.threads, stderr)
+	case o.roofline:
 		if err := rep.measureRoofline(b, stderr); err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/memra-ai/memra/internal/plot"
 	"github.com/memra-ai/memra/runtime"
+	"github.com/memra-ai/memra/runtime/cpu"
 	"github.com/memra-ai/memra/runtime/cuda"
 	"github.com/memra-ai/memra/runtime/load"
 )
@@ -36,6 +37,25 @@ type roofline struct {
 	// when the reference above is cuBLASLt's (empty otherwise).
 	OwnKernel string  `json:"own_matmul_kernel,omitempty"`
 	OwnTFLOPs float64 `json:"own_matmul_tflops,omitempty"`
+	// CPU is the CPU's measurement (the fields above then hold its copy
+	// and its FMA peak), nil on a GPU.
+	CPU *cpu.Peak `json:"cpu,omitempty"`
+}
+
+// CPU roofline sizes: the copy is well past the caches of a desktop or a
+// small VM (and half of a large L3 each way).
+const (
+	cpuCopyBytes = 512 << 20
+	cpuPeakReps  = 3
+)
+
+// measureCPURoofline times the copy and the peaks on the threads the
+// backend uses.
+func (r *benchReport) measureCPURoofline(threads int, stderr io.Writer) {
+	fmt.Fprintf(stderr, "bench: roofline: timing a %d MiB copy, an FMA loop and an int8 multiply-add loop on the CPU\n", cpuCopyBytes>>20)
+	p := cpu.MeasurePeak(threads, cpuCopyBytes, cpuPeakReps)
+	r.roof = &roofline{Card: p.Model, Driver: p.Kernels + " int8 kernels", CopyBytes: p.CopyBytes, CopyBW: p.CopyBW,
+		MatmulKernel: "fma32 " + p.FMAUnit, MatmulTFLOPs: p.FMAFLOPs / 1e12, CPU: &p}
 }
 
 // benchReport turns results into the table, JSON, plot and PERFORMANCE.md rows.
@@ -45,6 +65,9 @@ type benchReport struct {
 	opts    *benchOptions
 	results []benchResult
 	roof    *roofline
+	// products is the CPU backend's class of products ("int8", "exact"),
+	// empty on a GPU.
+	products string
 }
 
 // modelCost is what one decode step reads and what prefill multiplies.
@@ -206,8 +229,13 @@ func (r *benchReport) write(w io.Writer) error {
 		threads = "all"
 	}
 	head := []string{"model", "size", "params", "backend", "threads", "test", "batch", "t/s (median)", "min–max"}
+	onCPU := r.roof != nil && r.roof.CPU != nil
 	if r.roof != nil {
-		head = append(head, "GB/s | TFLOP/s", "roofline %")
+		if onCPU {
+			head = append(head, "GB/s or GFLOP/s", "roofline %")
+		} else {
+			head = append(head, "GB/s | TFLOP/s", "roofline %")
+		}
 	}
 	table := [][]string{head}
 	for _, row := range rows {
@@ -215,14 +243,21 @@ func (r *benchReport) write(w io.Writer) error {
 			fmt.Sprintf("%.2f", row.Median), fmt.Sprintf("%.2f–%.2f", row.Min, row.Max)}
 		if r.roof != nil {
 			rate := fmt.Sprintf("%.1f GB/s", row.GBs)
-			if row.TFLOPs > 0 {
+			switch {
+			case row.TFLOPs > 0 && onCPU:
+				rate = fmt.Sprintf("%.1f GFLOP/s", row.TFLOPs*1e3)
+			case row.TFLOPs > 0:
 				rate = fmt.Sprintf("%.1f TFLOP/s", row.TFLOPs)
 			}
 			line = append(line, rate, fmt.Sprintf("%.1f", 100*row.Roofline))
 		}
 		table = append(table, line)
 	}
-	if r.roof != nil {
+	if onCPU {
+		c := r.roof.CPU
+		fmt.Fprintf(w, "roofline: %s, %d threads, %s products: copy %.1f GB/s (%d MiB, read+write, median of %d); FMA %.0f GFLOP/s (%s); int8 multiply-add %.0f GOP/s (%s); weights read per decode step %.3f GB\n\n",
+			c.Model, c.Threads, r.products, c.CopyBW/1e9, c.CopyBytes>>20, cpuPeakReps, c.FMAFLOPs/1e9, c.FMAUnit, c.Int8Ops/1e9, c.Kernels, float64(cost.DecodeBytes)/1e9)
+	} else if r.roof != nil {
 		fmt.Fprintf(w, "roofline: %s (%s): copy %.0f GB/s (cuMemcpyDtoD %d GiB, read+write, median of %d); bf16 product %.1f TFLOP/s (%s, %d×%d×%d, median of %d); weights read per decode step %.3f GB\n\n",
 			r.roof.Card, r.roof.Driver, r.roof.CopyBW/1e9, r.roof.CopyBytes>>30, rooflineReps, r.roof.MatmulTFLOPs, r.roof.MatmulKernel,
 			r.roof.MatmulDims[0], r.roof.MatmulDims[1], r.roof.MatmulDims[2], rooflineReps, float64(cost.DecodeBytes)/1e9)
@@ -244,11 +279,12 @@ func (r *benchReport) write(w io.Writer) error {
 			Model    string     `json:"model"`
 			Quant    string     `json:"quant"`
 			Device   string     `json:"device"`
+			Products string     `json:"products,omitempty"`
 			Untuned  bool       `json:"untuned"`
 			Cost     modelCost  `json:"cost"`
 			Roofline *roofline  `json:"roofline,omitempty"`
 			Rows     []benchRow `json:"rows"`
-		}{name, r.model.FileType, r.info.Device, r.opts.untuned, cost, r.roof, rows}
+		}{name, r.model.FileType, r.info.Device, r.products, r.opts.untuned, cost, r.roof, rows}
 		data, err := json.MarshalIndent(doc, "", "  ")
 		if err != nil {
 			return err
@@ -306,7 +342,11 @@ func vcsRevision() string {
 // perfRows renders one docs/PERFORMANCE.md row per result.
 func (r *benchReport) perfRows(rows []benchRow, cost modelCost) []string {
 	card := r.info.Device
-	if r.roof != nil {
+	switch {
+	case r.roof != nil && r.roof.CPU != nil:
+		c := r.roof.CPU
+		card = fmt.Sprintf("CPU: %s, %d threads, %s products (%s)", c.Model, c.Threads, r.products, c.Kernels)
+	case r.roof != nil:
 		card = fmt.Sprintf("%s (%s)", r.roof.Card, r.roof.Driver)
 	}
 	fileBytes := cost.FileBytes
@@ -328,7 +368,14 @@ func (r *benchReport) perfRows(rows []benchRow, cost modelCost) []string {
 			roof = fmt.Sprintf("%.1f %%", 100*row.Roofline)
 		}
 		var notes []string
-		if r.roof != nil {
+		if r.roof != nil && r.roof.CPU != nil {
+			c := r.roof.CPU
+			if row.TFLOPs > 0 {
+				notes = append(notes, fmt.Sprintf("%.1f GFLOP/s of %.0f FMA peak (%s), int8 peak %.0f GOP/s (%s)", row.TFLOPs*1e3, c.FMAFLOPs/1e9, c.FMAUnit, c.Int8Ops/1e9, c.Kernels))
+			} else {
+				notes = append(notes, fmt.Sprintf("%.1f GB/s weights of %.1f GB/s copy; %.3f GB/step", row.GBs, c.CopyBW/1e9, float64(cost.DecodeBytes)/1e9))
+			}
+		} else if r.roof != nil {
 			if row.TFLOPs > 0 {
 				note := fmt.Sprintf("%.1f TFLOP/s of %.1f (%s %d³", row.TFLOPs, r.roof.MatmulTFLOPs, r.roof.MatmulKernel, r.roof.MatmulDims[0])
 				if r.roof.OwnKernel != "" {

@@ -268,6 +268,9 @@ func loadWeight(n *ir.Node, src Source) (*weight, error) {
 	return w, nil
 }
 
+// Products is the class of the backend's matrix products.
+func (b *Backend) Products() Products { return b.opts.Products }
+
 // Info describes the model.
 func (b *Backend) Info() runtime.ModelInfo { return b.info }
 

@@ -149,7 +149,18 @@ func attentionFast(e *exec, n *ir.Node) error {
 	if len(e.fattn) < e.threads {
 		e.fattn = make([]fastAttnScratch, e.threads)
 	}
-	e.parallel((st.T+B-1)/B*Hkv, 1, func(w, lo, hi int) {
+	// A decode step's attention over a short cache is a few microseconds of
+	// work: not worth waking the workers.
+	work := 0
+	for t := range st.T {
+		work += int(st.pos[t]) + 1
+	}
+	items := (st.T + B - 1) / B * Hkv
+	grain := 1
+	if work*H*D < 1<<19 {
+		grain = items
+	}
+	e.parallel(items, grain, func(w, lo, hi int) {
 		for i := lo; i < hi; i++ {
 			b, g := i/Hkv, i%Hkv
 			end := min(b*B+B, st.T)
