@@ -123,15 +123,18 @@ func putScales16(dst []byte, src *[PackRows][]byte, off int) {
 // row r, the four bytes src[r][from+4v : from+4v+4] at 4r, each XORed
 // with flip.
 func interleave(dst []byte, src *[PackRows][]byte, from, n int, flip byte) {
-	for v := range n {
-		for r, b := range src {
-			o := dst[64*v+4*r : 64*v+4*r+4]
-			if b == nil {
-				o[0], o[1], o[2], o[3] = flip, flip, flip, flip
-				continue
+	f := uint32(flip) * 0x01010101
+	dst = dst[:64*n]
+	for r, b := range src {
+		if b == nil {
+			for v := range n {
+				binary.LittleEndian.PutUint32(dst[64*v+4*r:], f)
 			}
-			s := b[from+4*v : from+4*v+4]
-			o[0], o[1], o[2], o[3] = s[0]^flip, s[1]^flip, s[2]^flip, s[3]^flip
+			continue
+		}
+		b = b[from : from+4*n]
+		for v := range n {
+			binary.LittleEndian.PutUint32(dst[64*v+4*r:], binary.LittleEndian.Uint32(b[4*v:])^f)
 		}
 	}
 }
