@@ -16,10 +16,10 @@ var (
 func q8KernelSets() []q8KernelSet {
 	var sets []q8KernelSet
 	if hasQ8VNNI {
-		sets = append(sets, q8KernelSet{"avx512vnni", q8KernelsVNNI, quantizeActsAVX512})
+		sets = append(sets, q8KernelSet{"avx512vnni", q8KernelsVNNI, quantizeActsAVX512, floatKernelsVNNI})
 	}
 	if hasQ8AVX2 {
-		sets = append(sets, q8KernelSet{"avx2", q8KernelsAVX2, quantizeActsAVX2})
+		sets = append(sets, q8KernelSet{"avx2", q8KernelsAVX2, quantizeActsAVX2, floatKernelsAVX2})
 	}
 	return sets
 }

@@ -55,6 +55,44 @@ func TestQ8KernelsNoDiff(t *testing.T) {
 	}
 }
 
+// TestFloatKernelsNoDiff is TestQ8KernelsNoDiff for the float products:
+// F32, F16 and BF16 tiles, odd row counts, every token block.
+func TestFloatKernelsNoDiff(t *testing.T) {
+	sets := q8KernelSets()
+	if len(sets) == 0 {
+		t.Skip("no assembly kernels on this CPU")
+	}
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, set := range sets {
+		for _, ty := range floatTypes {
+			ks := set.floats[ty]
+			require.NotEmpty(t, ks, "%s has no %v kernels", set.name, ty)
+			for _, shape := range [][2]int{{16, 4}, {5, 12}, {37, 64}, {16, 100}} {
+				rows, cols := shape[0], shape[1]
+				p, err := Pack(ty, randomMatrix(ty, rows, cols, r, false), rows, cols)
+				require.NoError(t, err)
+				M := 2*len(ks) + 1
+				x := make([]float32, M*cols)
+				for i := range x {
+					x[i] = float32(r.NormFloat64() * math.Ldexp(1, r.IntN(10)-5))
+				}
+				want := make([]float32, M*rows)
+				floatProductWith(nil, p, x, 0, want)
+				for block := 1; block <= len(ks); block++ {
+					got := make([]float32, M*rows)
+					floatProductWith(&set, p, x, block, got)
+					for i := range want {
+						if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+							t.Fatalf("%s %v %dx%d block %d: element %d (token %d, row %d): got %g, want %g",
+								set.name, ty, rows, cols, block, i, i/rows, i%rows, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 func isNaN32(f float32) bool { return f != f }
 
 // threadCPU is the calling thread's CPU time.

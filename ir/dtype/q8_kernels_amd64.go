@@ -202,6 +202,92 @@ func q8IQ4XSAVX22(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, ou
 //go:noescape
 func q8IQ4XSAVX23(tile *byte, nsb int, x *int8, groups *ActGroup, stride int, out *float32, ldo int)
 
+//go:noescape
+func fpF32AVX512_1(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpF32AVX512_2(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpF32AVX512_3(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpF32AVX512_4(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpF32AVX512_5(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpF32AVX512_6(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpF32AVX2_1(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpF32AVX2_2(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpF16AVX512_1(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpF16AVX512_2(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpF16AVX512_3(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpF16AVX512_4(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpF16AVX512_5(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpF16AVX512_6(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpF16AVX2_1(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpF16AVX2_2(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpBF16AVX512_1(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpBF16AVX512_2(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpBF16AVX512_3(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpBF16AVX512_4(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpBF16AVX512_5(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpBF16AVX512_6(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpBF16AVX2_1(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+//go:noescape
+func fpBF16AVX2_2(tile *byte, steps int, x *float32, stride int, out *float32, ldo int)
+
+// floatKernelsVNNI are the VNNI float kernels by type, by tokens less one.
+var floatKernelsVNNI = map[Type][]floatKernel{
+	F32:  {fpF32AVX512_1, fpF32AVX512_2, fpF32AVX512_3, fpF32AVX512_4, fpF32AVX512_5, fpF32AVX512_6},
+	F16:  {fpF16AVX512_1, fpF16AVX512_2, fpF16AVX512_3, fpF16AVX512_4, fpF16AVX512_5, fpF16AVX512_6},
+	BF16: {fpBF16AVX512_1, fpBF16AVX512_2, fpBF16AVX512_3, fpBF16AVX512_4, fpBF16AVX512_5, fpBF16AVX512_6},
+}
+
+// floatKernelsAVX2 are the AVX2 float kernels by type, by tokens less one.
+var floatKernelsAVX2 = map[Type][]floatKernel{
+	F32:  {fpF32AVX2_1, fpF32AVX2_2},
+	F16:  {fpF16AVX2_1, fpF16AVX2_2},
+	BF16: {fpBF16AVX2_1, fpBF16AVX2_2},
+}
+
 // q8KernelsVNNI are the VNNI kernels by type, by tokens less one.
 var q8KernelsVNNI = map[Type][]q8Kernel{
 	Q8_0:   {q8Q80VNNI1, q8Q80VNNI2, q8Q80VNNI3, q8Q80VNNI4, q8Q80VNNI5, q8Q80VNNI6, q8Q80VNNI7, q8Q80VNNI8},

@@ -193,5 +193,53 @@ func TestPackErrors(t *testing.T) {
 	require.ErrorIs(t, err, ErrLength)
 	require.True(t, Packable(Q6_K, 512))
 	require.False(t, Packable(Q6_K, 96))
-	require.False(t, Packable(F16, 64))
+	require.True(t, Packable(F16, 64))
+	require.False(t, Packable(F16, 66))
+	require.False(t, Packable(Q2_K, 256))
+}
+
+// floatTypes are the types with float products in the same tiles.
+var floatTypes = []Type{F32, F16, BF16}
+
+// TestFloatProductMeaning holds the portable float products to the float64
+// dot of the dequantised rows with the activations (within 1e-6 of Σ|w·x|),
+// on shapes with rows that are not a whole tile.
+func TestFloatProductMeaning(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, ty := range floatTypes {
+		for _, shape := range [][2]int{{1, 4}, {17, 12}, {33, 68}} {
+			rows, cols := shape[0], shape[1]
+			data := randomMatrix(ty, rows, cols, r, false)
+			p, err := Pack(ty, data, rows, cols)
+			require.NoError(t, err)
+			require.True(t, p.Float())
+			_, x := randomActs(3, 32*((cols+31)/32), r)
+			x = x[:3*cols]
+			y := make([]float32, 3*rows)
+			floatProductWith(nil, p, x, 0, y)
+			w := make([]float32, cols)
+			rb, _ := ty.RowBytes(cols)
+			for row := range rows {
+				require.NoError(t, Dequantize(ty, data[row*rb:(row+1)*rb], w))
+				for m := range 3 {
+					var ref, mag float64
+					for i, wi := range w {
+						v := float64(wi) * float64(x[m*cols+i])
+						ref += v
+						mag += math.Abs(v)
+					}
+					require.InDelta(t, ref, float64(y[m*rows+row]), 1e-6*mag+1e-30, "%v %dx%d row %d token %d", ty, rows, cols, row, m)
+				}
+			}
+		}
+	}
+}
+
+// floatProductWith runs p's float product over all tiles and the tokens
+// of x with the kernel set ks (nil: the portable kernels).
+func floatProductWith(ks *q8KernelSet, p *Packed, x []float32, block int, y []float32) {
+	saved := q8Active.Load()
+	q8Active.Store(ks)
+	defer q8Active.Store(saved)
+	p.ProductFloat(x, 0, p.Tiles, 0, len(x)/p.Cols, block, y, p.Rows)
 }

@@ -20,6 +20,10 @@ type Packed struct {
 	f          *q8Format
 }
 
+// Float reports whether p holds a float type (ProductFloat), not a
+// quantised one (Product).
+func (p *Packed) Float() bool { return p.f.elem != nil }
+
 // Tile returns the bytes of tile i.
 func (p *Packed) Tile(i int) []byte { return p.Data[i*p.TileBytes : (i+1)*p.TileBytes] }
 
@@ -33,6 +37,9 @@ type q8Format struct {
 	// ref adds one token's products with one packed super-block to the 16
 	// rows' accumulators: x holds the super-block's codes, g its groups.
 	ref func(sb []byte, x []int8, g []ActGroup, acc *[PackRows]float32)
+	// elem decodes element j of row r of a packed step of a float type
+	// (nil for the quantised types).
+	elem func(sb []byte, j, r int) float32
 }
 
 // q8Formats is the table of packed types, indexed by Type.
@@ -44,10 +51,15 @@ var q8Formats = map[Type]*q8Format{
 	Q5_K:   {sb: 256, sbBytes: 2880, pack: packQ5K, ref: refQ5K},
 	Q6_K:   {sb: 256, sbBytes: 16 * 210, pack: packQ6K, ref: refQ6K},
 	IQ4_XS: {sb: 256, sbBytes: 2208, pack: packIQ4XS, ref: refIQ4XS},
+	// The float types: steps of 4 elements, element j of the 16 rows one
+	// vector (floatref.go).
+	F32:  {sb: 4, sbBytes: 4 * 64, pack: packFloat(4), elem: elemF32},
+	F16:  {sb: 4, sbBytes: 4 * 32, pack: packFloat(2), elem: elemF16},
+	BF16: {sb: 4, sbBytes: 4 * 32, pack: packFloat(2), elem: elemBF16},
 }
 
 // Packable reports whether rows of cols elements of type t have an int8
-// product.
+// product (or, for F32, F16 and BF16, a float product in the same tiles).
 func Packable(t Type, cols int) bool {
 	f, ok := q8Formats[t]
 	return ok && cols > 0 && cols%f.sb == 0

@@ -18,6 +18,7 @@ type q8KernelSet struct {
 	name     string
 	kernels  map[Type][]q8Kernel
 	quantize func(x *float32, q *int8, groups *ActGroup, n int) // n groups of 32
+	floats   map[Type][]floatKernel
 }
 
 // q8Portable is the name of the Go kernels.
@@ -76,6 +77,9 @@ func (p *Packed) MaxTokenBlock() int {
 		if ks := s.kernels[p.Type]; len(ks) > 0 {
 			return len(ks)
 		}
+		if ks := s.floats[p.Type]; len(ks) > 0 {
+			return len(ks)
+		}
 	}
 	return 8
 }
@@ -86,6 +90,9 @@ func (p *Packed) MaxTokenBlock() int {
 // the tokens, block tokens at a time (at most MaxTokenBlock; 0 means the
 // most), while they stay in cache. a must hold rows of p.Cols elements.
 func (p *Packed) Product(a *Acts, tile0, tile1, m0, m1, block int, y []float32, ldy int) {
+	if p.Float() {
+		panic("BUG: dtype.Packed.Product on " + p.Type.String() + ": use ProductFloat")
+	}
 	if a.K != p.Cols {
 		panic("BUG: dtype.Packed.Product: activations of " + itoa(a.K) + " elements for rows of " + itoa(p.Cols))
 	}

@@ -20,7 +20,8 @@ var int8Types = []struct {
 	t   dtype.Type
 	cos float64
 }{{dtype.Q8_0, 0.999}, {dtype.Q4_0, 0.999}, {dtype.IQ4_NL, 0.999}, {dtype.Q4_K, 0.999},
-	{dtype.Q5_K, 0.999}, {dtype.Q6_K, 0.999}, {dtype.IQ4_XS, 0.999}}
+	{dtype.Q5_K, 0.999}, {dtype.Q6_K, 0.999}, {dtype.IQ4_XS, 0.999},
+	{dtype.F32, 0.99999}, {dtype.F16, 0.99999}, {dtype.BF16, 0.99999}}
 
 // TestInt8AgainstExact runs each family with the int8 products against the
 // exact products on the same weights, teacher-forced on the exact
@@ -63,7 +64,7 @@ func TestInt8AgainstExact(t *testing.T) {
 func TestInt8Reproducible(t *testing.T) {
 	prompt := []int32{1, 8, 77, 200, 3, 3, 64, 9, 11, 250}
 	hp := smallLlama
-	for _, typ := range []dtype.Type{dtype.Q4_K, dtype.Q8_0, dtype.Q6_K} {
+	for _, typ := range []dtype.Type{dtype.Q4_K, dtype.Q8_0, dtype.Q6_K, dtype.F16} {
 		src := randomModel(t, hp, typ, 5)
 		run := func(threads, block int, oneByOne bool) []float32 {
 			b, err := NewFromSource(hp, src, Options{Threads: threads, Products: ProductsInt8})
@@ -123,4 +124,18 @@ func TestServingProducts(t *testing.T) {
 	t.Setenv("MEMRA_CPU_PRODUCTS", "fast")
 	_, err = ServingProducts()
 	require.ErrorIs(t, err, ErrOptions)
+}
+
+// TestStories260KInt8: the embedded model (F32 matrices, float products in
+// tiles, the fast attention) tells llama2.c's story, as the reference does.
+func TestStories260KInt8(t *testing.T) {
+	hp, src := openGGUF(t, "../../testdata/models/tinyllamas-stories-260k-f32.gguf")
+	b, err := NewFromSource(hp, src, Options{Threads: 2, Products: ProductsInt8})
+	require.NoError(t, err)
+	want := []int32{403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337}
+	var got []int32
+	for _, l := range decode(t, b, 1, []int32{1}, len(want)-1) {
+		got = append(got, runtime.Argmax(l))
+	}
+	require.Equal(t, want, got)
 }

@@ -19,8 +19,10 @@ const (
 	// ProductsInt8 quantises each product's activations to int8 per 32
 	// elements and takes integer dot products with weights repacked at load
 	// (dtype.Packed): several times faster, a relative error of a few 1e-3.
-	// Weight types without an int8 product (F32, F16, BF16, Q4_1, Q5_0, …)
-	// keep the exact products.
+	// F32, F16 and BF16 weights take float products in the same tiles
+	// (float32 activations, fused multiply-adds); the types with neither
+	// (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, …) keep the exact products. Attention
+	// and SwiGLU are the fast class's too (fastattn.go).
 	ProductsInt8
 )
 
@@ -72,6 +74,14 @@ func (e *exec) quantized(in *ir.Node, x []float32, k int) *dtype.Acts {
 // cache.
 func matmulQ8(e *exec, n *ir.Node, w *weight, x, y []float32, M int) {
 	p := w.packed
+	if p.Float() {
+		// F32, F16, BF16: float products in the same tiles
+		grain := max(1, 65536/(dtype.PackRows*w.cols*M))
+		e.parallel(p.Tiles, grain, func(_, lo, hi int) {
+			p.ProductFloat(x, lo, hi, 0, M, e.q8.block, y, w.rows)
+		})
+		return
+	}
 	a := e.quantized(n.Args[0], x, w.cols)
 	// ~256k multiply-adds a chunk at least, so small products stay on one
 	// core.
