@@ -47,9 +47,11 @@ const (
 // DB is the shipped defaults plus the user's entries. User entries override
 // shipped ones entry by entry.
 type DB struct {
-	UserDir string
-	shipped map[string]*File
-	user    map[string]*File
+	UserDir    string
+	shipped    map[string]*File
+	user       map[string]*File
+	cpuShipped map[string]*CPUFile // the CPU files (cpu.go)
+	cpuUser    map[string]*CPUFile
 }
 
 // Open loads the embedded defaults and the user folder (DefaultUserDir when
@@ -69,13 +71,13 @@ func Open(userDir string) (*DB, error) {
 func OpenFS(shipped fs.FS, userDir string) (*DB, error) {
 	db := &DB{UserDir: userDir}
 	var err error
-	if db.shipped, err = readAll(shipped, "shipped"); err != nil {
+	if db.shipped, db.cpuShipped, err = readAll(shipped, "shipped"); err != nil {
 		return nil, err
 	}
-	db.user = map[string]*File{}
+	db.user, db.cpuUser = map[string]*File{}, map[string]*CPUFile{}
 	if userDir != "" {
 		if _, serr := os.Stat(userDir); serr == nil {
-			if db.user, err = readAll(os.DirFS(userDir), userDir); err != nil {
+			if db.user, db.cpuUser, err = readAll(os.DirFS(userDir), userDir); err != nil {
 				return nil, err
 			}
 		}
@@ -83,27 +85,37 @@ func OpenFS(shipped fs.FS, userDir string) (*DB, error) {
 	return db, nil
 }
 
-func readAll(fsys fs.FS, where string) (map[string]*File, error) {
+// readAll reads the GPU and the CPU files of a folder.
+func readAll(fsys fs.FS, where string) (map[string]*File, map[string]*CPUFile, error) {
 	names, err := fs.Glob(fsys, "*.json")
 	if err != nil {
-		return nil, fmt.Errorf("tunedb: %s: %w", where, err)
+		return nil, nil, fmt.Errorf("tunedb: %s: %w", where, err)
 	}
-	out := map[string]*File{}
+	out, cpus := map[string]*File{}, map[string]*CPUFile{}
 	for _, n := range names {
 		b, err := fs.ReadFile(fsys, n)
 		if err != nil {
-			return nil, fmt.Errorf("tunedb: %s: %w", where, err)
+			return nil, nil, fmt.Errorf("tunedb: %s: %w", where, err)
 		}
-		f, err := Parse(b, path.Join(where, n))
-		if err != nil {
-			return nil, err
+		key := ""
+		if isCPUFile(n) {
+			f, err := ParseCPU(b, path.Join(where, n))
+			if err != nil {
+				return nil, nil, err
+			}
+			key, cpus[f.Key] = f.Key, f
+		} else {
+			f, err := Parse(b, path.Join(where, n))
+			if err != nil {
+				return nil, nil, err
+			}
+			key, out[f.Key] = f.Key, f
 		}
-		if n != f.Key+".json" {
-			return nil, fmt.Errorf("%w: %s: file name does not match key %s", ErrFormat, path.Join(where, n), f.Key)
+		if n != key+".json" {
+			return nil, nil, fmt.Errorf("%w: %s: file name does not match key %s", ErrFormat, path.Join(where, n), key)
 		}
-		out[f.Key] = f
 	}
-	return out, nil
+	return out, cpus, nil
 }
 
 // DeviceInfo summarises one device's entries.
@@ -212,6 +224,8 @@ type Source struct {
 	Origin Origin // shipped or user; empty for KindDefault
 	Device string // key of the device whose entry was used; empty for KindDefault
 	Entry  *Entry // the entry used; nil for KindDefault
+	// CPUEntry is the entry a CPULookup used (Entry stays nil).
+	CPUEntry *CPUEntry
 }
 
 // String is a one-line description, e.g. "user entry of nvidia-h200.sm90.132sm.140gib".

@@ -59,6 +59,9 @@ func init() {
 	f.String("write-shipped", "", "also write the results into this shipped-defaults folder (tunedb/defaults)")
 	f.Bool("list", false, "list the tasks and their space sizes, then exit (no GPU needed)")
 	f.String("tasks", "", "tune only the tasks whose ID matches this regular expression (see --list), e.g. '_k[0-9]+(_res)?$' for the one-row products")
+	f.String("device", "cuda", "cuda: the GPU's kernel families; cpu: the blocking of the CPU executor's int8 products "+
+		"(family cpu_product, a MODEL's products at --prefill tokens, each arm timed on one thread in thread CPU time)")
+	f.IntP("threads", "t", 0, "with --device cpu: the cores the tuned CPU runs on, part of its tunedb key (0: all)")
 	f.Bool("confirm", true, "with a MODEL: keep the tuned arms of the decode products (gemv) only if whole decode steps "+
 		"(batch 1 for one-row arms, 16 for batch arms) are at least 1 % faster with them than with the arms before, logits within 0.1")
 	rootCmd.AddCommand(cmd)
@@ -196,6 +199,13 @@ func modelShape(m *load.Model) (codegen.Shape, check.Weights, error) {
 
 func runAutotune(cmd *cobra.Command, args []string) error {
 	f := cmd.Flags()
+	switch dev, _ := f.GetString("device"); dev {
+	case "cpu":
+		return runAutotuneCPU(cmd, args)
+	case "cuda", "":
+	default:
+		return fmt.Errorf("%w: --device %q: want cuda or cpu", errAutotune, dev)
+	}
 	out := cmd.OutOrStdout()
 	cases, what, err := autotuneCases(cmd, args)
 	if err != nil {

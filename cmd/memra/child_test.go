@@ -46,6 +46,13 @@ type childLog struct {
 // serves. The child is killed when the test ends.
 func startServe(t *testing.T, args ...string) *memraChild {
 	t.Helper()
+	return startServeEnv(t, nil, args...)
+}
+
+// startServeEnv is startServe with the environment variables env (KEY=value)
+// set in the child.
+func startServeEnv(t *testing.T, env []string, args ...string) *memraChild {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"serve", "--host", "127.0.0.1", "--port", "0"}, args...)...)
 	cmd.Dir = t.TempDir()
 	for _, kv := range os.Environ() {
@@ -53,7 +60,7 @@ func startServe(t *testing.T, args ...string) *memraChild {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, "MEMRA_TEST_RUN_MAIN=1")
+	cmd.Env = append(append(cmd.Env, env...), "MEMRA_TEST_RUN_MAIN=1")
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())

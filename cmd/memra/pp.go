@@ -72,7 +72,8 @@ func newPipelineBackend(m *load.Model, device string, threads, maxSeqs int, pp p
 		if perr != nil {
 			return nil, perr
 		}
-		stages, err = cpu.NewStages(m, []int{k}, cpu.Options{Threads: max(threads/2, 1), MaxSeqs: maxSeqs, Products: products})
+		stages, err = cpu.NewStages(m, []int{k}, cpu.Options{Threads: max(threads/2, 1), MaxSeqs: maxSeqs,
+			Products: products, Tiles: cpuTiles(max(threads/2, 1))})
 	} else {
 		devs, derr := pipeline.ParseDevices(pp.devices, 2)
 		if derr != nil {

@@ -226,7 +226,8 @@ func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, gpu gp
 		if err != nil {
 			return nil, err
 		}
-		return cpu.New(m, cpu.Options{Threads: threads, MaxSeqs: maxSeqs, Context: gpu.context, KVMemory: kb, KVFraction: frac, Products: products, Embedding: gpu.embedding})
+		return cpu.New(m, cpu.Options{Threads: threads, MaxSeqs: maxSeqs, Context: gpu.context, KVMemory: kb, KVFraction: frac,
+			Products: products, Tiles: cpuTiles(threads), Embedding: gpu.embedding})
 	case device == "cuda" || strings.HasPrefix(device, "cuda:"):
 		ordinal := 0
 		if rest, ok := strings.CutPrefix(device, "cuda:"); ok {

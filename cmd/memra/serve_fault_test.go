@@ -18,13 +18,15 @@ import (
 // map. Now the request that meets the fault, and every later request to
 // that model, get a 503 naming the model and saying its file changed;
 // /ready reports it, /health answers, and the server still drains and
-// exits 0. The server runs in a child process.
+// exits 0. The server runs in a child process, with the exact products:
+// the int8 products read their own copy of the matrices, made at load, so
+// only the embedding rows still come from the file.
 func TestServeSurvivesShrunkModel(t *testing.T) {
 	raw, err := os.ReadFile(storiesGGUF)
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "stories.gguf")
 	require.NoError(t, os.WriteFile(path, raw, 0o644))
-	c := startServe(t, path, "--device", "cpu", "--threads", "2")
+	c := startServeEnv(t, []string{"MEMRA_CPU_PRODUCTS=exact"}, path, "--device", "cpu", "--threads", "2")
 
 	get := func(p string) (int, string) {
 		resp, err := http.Get(c.url + p)

@@ -60,6 +60,10 @@ type Options struct {
 	// Products is the matrix products' numerical class: ProductsExact (the
 	// reference, the default) or ProductsInt8.
 	Products Products
+	// Tiles chooses each int8 product's blocking (the CPU tunedb's arms);
+	// nil: every product's kernel takes its most tokens a call and all of
+	// a step's tokens at once. The blocking changes no result.
+	Tiles TilesFunc
 }
 
 // DefaultPageSize is the KV page of Options.PageSize 0: the GPU's
@@ -159,6 +163,7 @@ func newExecutor(hp ir.HParams, src Source, g *ir.Graph, opts Options) (*Backend
 	b.e = newExec(g, weights, opts.Threads)
 	if opts.Products == ProductsInt8 {
 		b.e.fast = true
+		b.e.tilesOf = opts.Tiles
 		if err := b.e.guarded(func() error { b.e.packWeights(); return nil }); err != nil {
 			return nil, err
 		}

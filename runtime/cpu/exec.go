@@ -57,6 +57,7 @@ type weight struct {
 	rowBytes int           // bytes per row
 	vec      []float32     // the dequantised tensor, for 1-D weights only
 	packed   *dtype.Packed // the int8 products' copy (ProductsInt8), else nil
+	tiles    Tiles         // the blocking of its int8 product
 }
 
 // row returns stored row r.
@@ -143,6 +144,7 @@ type exec struct {
 	team    *team             // the workers of parallel, started on first use
 	q8      q8State           // the int8 products' activations
 	fast    bool              // the int8 configuration (Options.Products)
+	tilesOf TilesFunc         // the int8 products' blocking (Options.Tiles)
 	fattn   []fastAttnScratch // per worker, its attention's buffers
 }
 

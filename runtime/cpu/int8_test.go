@@ -57,7 +57,8 @@ func TestInt8AgainstExact(t *testing.T) {
 }
 
 // TestInt8Reproducible requires the int8 backend's logits to be the same
-// bits whatever the threads, the tokens a kernel call, the kernel set
+// bits whatever the threads, the blocking (tokens a kernel call, tokens a
+// tile), the kernel set
 // (assembly or the portable Go kernels) and whether a prompt is one step
 // or one token a step: each output is a fixed sequence of operations on its
 // own token's activations.
@@ -67,9 +68,12 @@ func TestInt8Reproducible(t *testing.T) {
 	for _, typ := range []dtype.Type{dtype.Q4_K, dtype.Q8_0, dtype.Q6_K, dtype.F16} {
 		src := randomModel(t, hp, typ, 5)
 		run := func(threads, block int, oneByOne bool) []float32 {
-			b, err := NewFromSource(hp, src, Options{Threads: threads, Products: ProductsInt8})
+			tiles := func(dtype.Type, int, int) Tiles { return Tiles{TokenBlock: block, TokenTile: 3 + block} }
+			if block == 0 {
+				tiles = nil
+			}
+			b, err := NewFromSource(hp, src, Options{Threads: threads, Products: ProductsInt8, Tiles: tiles})
 			require.NoError(t, err)
-			b.e.q8.block = block
 			ctx := context.Background()
 			if !oneByOne {
 				res, err := b.Step(ctx, []runtime.SeqStep{{Seq: 1, Tokens: prompt, Logits: true}})

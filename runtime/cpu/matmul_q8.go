@@ -42,12 +42,11 @@ const q8Ring = 4
 // q8State holds the int8 products' quantised activations: a ring of the
 // last inputs quantised this step, by node ID.
 type q8State struct {
-	step  uint64 // the executor's step count (run increments it)
-	acts  [q8Ring]dtype.Acts
-	node  [q8Ring]int
-	when  [q8Ring]uint64
-	next  int
-	block int // tokens a kernel call (0: the kernel's most)
+	step uint64 // the executor's step count (run increments it)
+	acts [q8Ring]dtype.Acts
+	node [q8Ring]int
+	when [q8Ring]uint64
+	next int
 }
 
 // quantized returns x, the value of node in, quantised in rows of k,
@@ -74,22 +73,46 @@ func (e *exec) quantized(in *ir.Node, x []float32, k int) *dtype.Acts {
 // cache.
 func matmulQ8(e *exec, n *ir.Node, w *weight, x, y []float32, M int) {
 	p := w.packed
-	if p.Float() {
-		// F32, F16, BF16: float products in the same tiles
-		grain := max(1, 65536/(dtype.PackRows*w.cols*M))
-		e.parallel(p.Tiles, grain, func(_, lo, hi int) {
-			p.ProductFloat(x, lo, hi, 0, M, e.q8.block, y, w.rows)
-		})
-		return
+	var a *dtype.Acts
+	if !p.Float() {
+		a = e.quantized(n.Args[0], x, w.cols)
 	}
-	a := e.quantized(n.Args[0], x, w.cols)
-	// ~256k multiply-adds a chunk at least, so small products stay on one
-	// core.
-	grain := max(1, 262144/(dtype.PackRows*w.cols*M))
-	e.parallel(p.Tiles, grain, func(_, lo, hi int) {
-		p.Product(a, lo, hi, 0, M, e.q8.block, y, w.rows)
-	})
+	block, tt := w.tiles.TokenBlock, w.tiles.TokenTile
+	if tt <= 0 {
+		tt = M
+	}
+	// Tokens in tiles of tt: each tile's activations stay in cache while
+	// every weight tile passes over them once. ~256k multiply-adds a chunk
+	// at least, so small products stay on one core.
+	for m0 := 0; m0 < M; m0 += tt {
+		m1 := min(m0+tt, M)
+		grain := max(1, 262144/(dtype.PackRows*w.cols*(m1-m0)))
+		e.parallel(p.Tiles, grain, func(_, lo, hi int) {
+			if a == nil {
+				// F32, F16, BF16: float products in the same tiles
+				p.ProductFloat(x, lo, hi, m0, m1, block, y, w.rows)
+			} else {
+				p.Product(a, lo, hi, m0, m1, block, y, w.rows)
+			}
+		})
+	}
 }
+
+// Tiles is the blocking of one int8 product: an arm of the CPU autotuner
+// (the tunedb's cpu_product family).
+type Tiles struct {
+	// TokenBlock is the tokens of one kernel call (0: the kernel's most):
+	// the weight tile's codes are unpacked once for that many tokens.
+	TokenBlock int
+	// TokenTile is the tokens whose activations the weight tiles sweep at a
+	// time (0: all of the step's): a tile small enough keeps them in cache
+	// for a long prompt, at the cost of reading the weights once a tile.
+	TokenTile int
+}
+
+// TilesFunc chooses the blocking of the product of a weight of type t, n
+// rows of k elements (Options.Tiles).
+type TilesFunc func(t dtype.Type, n, k int) Tiles
 
 // packWeights repacks every weight a matmul reads whose type has an int8
 // product, the tiles split between the workers.
@@ -101,6 +124,9 @@ func (e *exec) packWeights() {
 		w := e.weights[n.Args[1].ID]
 		if w == nil || w.packed != nil || !dtype.Packable(w.t, w.cols) {
 			continue
+		}
+		if e.tilesOf != nil {
+			w.tiles = e.tilesOf(w.t, w.rows, w.cols)
 		}
 		p, err := dtype.NewPacked(w.t, w.rows, w.cols)
 		if err != nil {
