@@ -1,8 +1,13 @@
 // Package cpu is memra's reference executor: every IR op in plain Go,
 // float32 math with float64 accumulation where it matters (norms, softmax),
 // matrix products reading the stored (possibly quantised) weight rows
-// directly. It is the spec every generated GPU kernel is checked against,
-// and a working backend for small models.
+// directly. It is the spec every generated GPU kernel is checked against.
+//
+// Options.Products = ProductsInt8 makes it the CPU's serving backend
+// instead: matrices repacked at load and multiplied with activations
+// quantised to int8 (dtype.Packed, vector kernels), a float32 vector
+// attention. That is a numerical class of its own, defined to the bit by
+// portable Go kernels; the reference (the zero Options) is unchanged.
 package cpu
 
 import (
