@@ -26,12 +26,13 @@ var tilePool = sync.Pool{New: func() any { return new([]float32) }}
 // N stored rows of K. Output columns (W's rows) are split among the workers,
 // and tokens too when there are many.
 func matmul(e *exec, n *ir.Node) error {
-	x, w, y := e.in(n, 0), e.weights[n.Args[1].ID], e.out(n)
+	x, w := e.in(n, 0), e.weights[n.Args[1].ID]
 	M := len(x) / w.cols
 	if w.packed != nil {
-		matmulQ8(e, n, w, x, y, M)
+		matmulQ8(e, n, w, x, M)
 		return nil
 	}
+	y := e.out(n)
 	if M <= dotPathMaxTokens {
 		matmulDot(e, w, x, y, M)
 	} else {

@@ -47,6 +47,10 @@ type q8State struct {
 	node [q8Ring]int
 	when [q8Ring]uint64
 	next int
+	// groups holds, by the node of the first product of each input, the
+	// products that read it; follows, the others (groupProducts).
+	groups  map[int]*q8Group
+	follows map[int]bool
 }
 
 // quantized returns x, the value of node in, quantised in rows of k,
@@ -70,14 +74,27 @@ func (e *exec) quantized(in *ir.Node, x []float32, k int) *dtype.Acts {
 
 // matmulQ8 is matmul over a packed weight: tiles of 16 rows are split
 // between the workers, each tile applied to all M tokens while it is in
-// cache.
-func matmulQ8(e *exec, n *ir.Node, w *weight, x, y []float32, M int) {
-	p := w.packed
+// cache. The products that read the same input (Q, K and V; gate and up)
+// run as one: the first of them in the graph computes all (one parallel
+// section over all their tiles, one stream of weights), the others find
+// their output written.
+func matmulQ8(e *exec, n *ir.Node, w *weight, x []float32, M int) {
+	if e.q8.follows[n.ID] {
+		return // computed with the first product of its input
+	}
+	g := e.q8.groups[n.ID]
+	if g == nil {
+		g = &q8Group{members: []*ir.Node{n}, weights: []*weight{w}, start: []int{0}, tiles: w.packed.Tiles}
+	}
 	var a *dtype.Acts
-	if !p.Float() {
+	if !w.packed.Float() {
 		a = e.quantized(n.Args[0], x, w.cols)
 	}
-	block, tt := w.tiles.TokenBlock, w.tiles.TokenTile
+	outs := make([][]float32, len(g.members))
+	for i, m := range g.members {
+		outs[i] = e.out(m)
+	}
+	tt := w.tiles.TokenTile
 	if tt <= 0 {
 		tt = M
 	}
@@ -87,14 +104,58 @@ func matmulQ8(e *exec, n *ir.Node, w *weight, x, y []float32, M int) {
 	for m0 := 0; m0 < M; m0 += tt {
 		m1 := min(m0+tt, M)
 		grain := max(1, 262144/(dtype.PackRows*w.cols*(m1-m0)))
-		e.parallel(p.Tiles, grain, func(_, lo, hi int) {
-			if a == nil {
-				// F32, F16, BF16: float products in the same tiles
-				p.ProductFloat(x, lo, hi, m0, m1, block, y, w.rows)
-			} else {
-				p.Product(a, lo, hi, m0, m1, block, y, w.rows)
+		e.parallel(g.tiles, grain, func(_, lo, hi int) {
+			for i, mw := range g.weights {
+				// the member's tiles are [start, start+Tiles) of the group's
+				start := g.start[i]
+				l, h := max(lo, start)-start, min(hi, start+mw.packed.Tiles)-start
+				if l >= h {
+					continue
+				}
+				if a == nil {
+					// F32, F16, BF16: float products in the same tiles
+					mw.packed.ProductFloat(x, l, h, m0, m1, mw.tiles.TokenBlock, outs[i], mw.rows)
+				} else {
+					mw.packed.Product(a, l, h, m0, m1, mw.tiles.TokenBlock, outs[i], mw.rows)
+				}
 			}
 		})
+	}
+}
+
+// q8Group is the packed products that read one input, in graph order.
+type q8Group struct {
+	members []*ir.Node
+	weights []*weight
+	start   []int // each member's first tile in the group's numbering
+	tiles   int
+}
+
+// groupProducts finds the packed products of each input: the first one's
+// entry in e.q8.groups holds them all, the others' none.
+func (e *exec) groupProducts() {
+	e.q8.groups, e.q8.follows = map[int]*q8Group{}, map[int]bool{}
+	lead := map[int]*q8Group{} // by input node
+	for _, n := range e.g.Nodes {
+		if n.Op != ir.OpMatmul {
+			continue
+		}
+		w := e.weights[n.Args[1].ID]
+		if w == nil || w.packed == nil {
+			continue
+		}
+		g := lead[n.Args[0].ID]
+		if g == nil || g.weights[0].packed.Float() != w.packed.Float() || g.weights[0].cols != w.cols {
+			g = &q8Group{}
+			lead[n.Args[0].ID] = g
+			e.q8.groups[n.ID] = g
+		} else {
+			e.q8.follows[n.ID] = true
+		}
+		g.members = append(g.members, n)
+		g.weights = append(g.weights, w)
+		g.start = append(g.start, g.tiles)
+		g.tiles += w.packed.Tiles
 	}
 }
 
@@ -139,6 +200,7 @@ func (e *exec) packWeights() {
 		})
 		w.packed = p
 	}
+	e.groupProducts()
 }
 
 // ServingProducts is the class the memra commands serve and bench with on
