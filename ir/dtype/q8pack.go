@@ -10,7 +10,8 @@ const PackRows = 16
 
 // Packed is a weight matrix of Rows rows of Cols elements in the tile layout
 // of the int8 products: ceil(Rows/16) tiles of TileBytes, each the packed
-// super-blocks of 16 rows (rows past Rows are zero).
+// super-blocks of 16 rows (rows past Rows are zero). Data may be memory of
+// its own (huge pages, allocPacked) that lives only as long as p.
 type Packed struct {
 	Type       Type
 	Rows, Cols int
@@ -115,7 +116,7 @@ func NewPacked(t Type, rows, cols int) (*Packed, error) {
 		return nil, fmt.Errorf("%w: no int8 product for %v rows of %d elements", ErrType, t, cols)
 	}
 	p := &Packed{Type: t, Rows: rows, Cols: cols, Tiles: (rows + PackRows - 1) / PackRows, TileBytes: cols / f.sb * f.sbBytes, f: f}
-	p.Data = make([]byte, p.Tiles*p.TileBytes)
+	p.Data = allocPacked(p, p.Tiles*p.TileBytes)
 	return p, nil
 }
 
