@@ -22,9 +22,10 @@ import (
 // attnLanes is the number of queries of one vector.
 const attnLanes = 16
 
-// expClampLo bounds exp's argument from below: there 2ⁿ = 2⁻¹⁵¹ and the
-// result rounds to zero, so a masked score (−∞) gives a weight of exactly 0.
-const expClampLo = -105
+// expLo bounds exp's argument from below: e^x for x ≤ −87.3 (below
+// float32's least normal number) is 0, as is a masked score (−∞), so 2ⁿ
+// below is always a normal float32.
+const expLo = -87.3
 
 // Coefficients of exp on [−ln2/2, ln2/2] (Taylor to degree 6; relative
 // error below 2e-7) and ln 2 split for the range reduction.
@@ -39,12 +40,13 @@ const (
 	expC6    = 1.0 / 720
 )
 
-// exp32 is the fast class's e^x for x ≤ 0: n = round(x·log₂e) (ties to
-// even), r = x − n·ln2 in two fused steps, a degree-6 polynomial in r by
-// Horner's rule with fused steps, scaled by 2ⁿ (exact, then one rounding).
+// exp32 is the fast class's e^x for x ≤ 0: 0 unless x > expLo (also for
+// −∞ and NaN); else n = round(x·log₂e) (ties to even, −126 ≤ n ≤ 0),
+// r = x − n·ln2 in two fused steps, a degree-6 polynomial in r by Horner's
+// rule with fused steps, times 2ⁿ (one float32 multiply).
 func exp32(x float32) float32 {
-	if !(x > expClampLo) { // also −∞
-		x = expClampLo
+	if !(x > expLo) {
+		return 0
 	}
 	n := float32(math.RoundToEven(float64(float32(x * expLog2e))))
 	r := fma32(n, -expLn2Hi, x)
@@ -55,7 +57,7 @@ func exp32(x float32) float32 {
 	p = fma32(p, r, expC2)
 	p = fma32(p, r, 1)
 	p = fma32(p, r, 1)
-	return float32(math.Ldexp(float64(p), int(n)))
+	return p * math.Float32frombits(uint32(int32(n)+127)<<23)
 }
 
 // fma32 is a·b + c rounded once to float32.

@@ -2,7 +2,12 @@
 
 package cpu
 
-const hasAttnAVX512 = false
+// fastKernels: no vector kernels in this build; the portable definitions run.
+type fastKernels struct{ name string }
+
+var fastKernelSets []fastKernels
+
+var fastActive *fastKernels
 
 func attnScores(qT, k []float32, stride, n, D int, s []float32) { scoresRef(qT, k, stride, n, D, s) }
 

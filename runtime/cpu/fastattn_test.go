@@ -31,9 +31,18 @@ func TestExp32(t *testing.T) {
 // strides wider than a head, scores with masked (−∞) entries and a wide
 // range, accumulators that do not start at zero.
 func TestFastAttnKernelsNoDiff(t *testing.T) {
-	if !hasAttnAVX512 {
-		t.Skip("no AVX-512: the portable kernels run")
+	if len(fastKernelSets) == 0 {
+		t.Skip("no vector kernels on this CPU: the portable definitions run")
 	}
+	saved := fastActive
+	defer func() { fastActive = saved }()
+	for i := range fastKernelSets {
+		fastActive = &fastKernelSets[i]
+		t.Run(fastActive.name, testFastAttnKernels)
+	}
+}
+
+func testFastAttnKernels(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 42))
 	vec := func(n int, scale float64) []float32 {
 		v := make([]float32, n)
@@ -42,7 +51,7 @@ func TestFastAttnKernelsNoDiff(t *testing.T) {
 		}
 		return v
 	}
-	for _, D := range []int{16, 64, 128, 40} {
+	for _, D := range []int{16, 64, 128, 40, 8} {
 		for _, n := range []int{1, 3, 4, 5, 8, 17, 37} {
 			stride := 3*D + 5
 			qT, k := vec(attnLanes*D, 1), vec(n*stride, 1)
@@ -74,13 +83,22 @@ func TestFastAttnKernelsNoDiff(t *testing.T) {
 // TestAttentionFast checks the int8 configuration's attention against the
 // plain float64 loop (relative error ≤ 1e-5 of the output's largest value)
 // on the shapes of TestAttentionBlocked, and that its outputs do not depend
-// on the number of workers.
+// on the number of workers or the kernel set (each vector set, the portable
+// definitions).
 func TestAttentionFast(t *testing.T) {
+	saved := fastActive
+	defer func() { fastActive = saved }()
+	sets := []*fastKernels{nil}
+	for i := range fastKernelSets {
+		sets = append(sets, &fastKernelSets[i])
+	}
 	for _, sh := range []struct{ H, Hkv, D int }{{6, 2, 8}, {7, 1, 16}, {4, 4, 4}, {32, 8, 64}, {14, 2, 64}} {
 		for _, causal := range []bool{true, false} {
 			var first []float32
-			for _, threads := range []int{1, 3} {
-				name := fmt.Sprintf("H=%d Hkv=%d D=%d causal=%v threads=%d", sh.H, sh.Hkv, sh.D, causal, threads)
+			for run := range 2 * len(sets) {
+				threads := []int{1, 3}[run%2]
+				fastActive = sets[run/2]
+				name := fmt.Sprintf("H=%d Hkv=%d D=%d causal=%v threads=%d kernels %v", sh.H, sh.Hkv, sh.D, causal, threads, fastActive)
 				r := rand.New(rand.NewPCG(uint64(sh.H), uint64(sh.D)))
 				h := newHarness(threads)
 				h.e.fast = true
@@ -113,10 +131,23 @@ func TestAttentionFast(t *testing.T) {
 	}
 }
 
-// TestSwiGLUFast holds the SwiGLU kernel to swigluRef bit for bit (lengths
-// with and without a tail, negative, positive, large and zero inputs) and
-// swigluRef to silu(g)·u in float64 within 1e-6 relative.
+// TestSwiGLUFast holds each SwiGLU kernel to swigluRef bit for bit
+// (lengths with and without a tail, negative, positive, large and zero
+// inputs) and swigluRef to silu(g)·u in float64 within 1e-6 relative.
 func TestSwiGLUFast(t *testing.T) {
+	saved := fastActive
+	defer func() { fastActive = saved }()
+	sets := []*fastKernels{nil}
+	for i := range fastKernelSets {
+		sets = append(sets, &fastKernelSets[i])
+	}
+	for _, ks := range sets {
+		fastActive = ks
+		testSwiGLU(t)
+	}
+}
+
+func testSwiGLU(t *testing.T) {
 	r := rand.New(rand.NewPCG(71, 72))
 	for _, n := range []int{1, 15, 16, 33, 1000} {
 		g, u := make([]float32, n), make([]float32, n)
@@ -131,7 +162,7 @@ func TestSwiGLUFast(t *testing.T) {
 		want, got := make([]float32, n), make([]float32, n)
 		swigluRef(g, u, want)
 		swigluFast(g, u, got)
-		requireBits(t, want, got, "n=%d", n)
+		requireBits(t, want, got, "n=%d kernels %v", n, fastActive)
 		for i := range g {
 			x := float64(g[i])
 			ref := x / (1 + math.Exp(-x)) * float64(u[i])
