@@ -8,7 +8,8 @@
 // Besides the type table the package converts scalars (F16, BF16, FP8 E4M3),
 // decodes rows (Dequantize), encodes them with GGUF tools' reference
 // quantisers (Quantize) and takes the fused row·vector product the CPU
-// reference executor is built on (Dot).
+// reference executor is built on (Dot). The CPU's int8 products (q8.go:
+// Acts, Pack, Packed.Product) are a second, faster numerical class.
 package dtype
 
 import (
