@@ -187,6 +187,10 @@ func itoa(n int) string {
 	return string(b[i:])
 }
 
+// FMA32 returns a·b + c rounded once to float32, as VFMADD231PS computes it:
+// the portable kernels of the CPU's fast classes are written with it.
+func FMA32(a, b, c float32) float32 { return fma32(a, b, c) }
+
 // fma32 returns a·b + c rounded once to float32, as VFMADD231PS computes it.
 // The product of two float32 is exact in float64; the sum is rounded to
 // float64 by rounding to odd (a correct rounding to the nearest float32

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/memra-ai/memra/ir"
+	"github.com/memra-ai/memra/ir/dtype"
 )
 
 // The int8 configuration's attention: float32 products tiled over a block
@@ -61,25 +62,7 @@ func exp32(x float32) float32 {
 }
 
 // fma32 is a·b + c rounded once to float32.
-func fma32(a, b, c float32) float32 {
-	p := float64(a) * float64(b)
-	cc := float64(c)
-	s := p + cc
-	if math.IsInf(s, 0) || math.IsNaN(s) {
-		return float32(s)
-	}
-	bp := s - cc
-	e := (p - bp) + (cc - (s - bp))
-	if bits := math.Float64bits(s); e != 0 && bits&1 == 0 {
-		if (e > 0) == (s > 0) {
-			bits++
-		} else {
-			bits--
-		}
-		s = math.Float64frombits(bits)
-	}
-	return float32(s)
-}
+func fma32(a, b, c float32) float32 { return dtype.FMA32(a, b, c) }
 
 // scoresRef sets s[16j + l] = Σ_d qT[16d + l]·k[j·stride + d] for keys j < n,
 // summed over d in order with fused multiply-adds from zero.
