@@ -123,7 +123,7 @@ func newBackend(hp ir.HParams, src Source, first, last int, opts Options) (*Back
 	if err != nil {
 		return nil, err
 	}
-	b, err := newExecutor(hp, src, g, opts)
+	b, err := newExecutor(hp, src, g, opts, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +140,9 @@ func newBackend(hp ir.HParams, src Source, first, last int, opts Options) (*Back
 
 // newExecutor runs the standard passes on g (verifying after each) and
 // prepares an executor of it over the tensors of src, without a KV pool.
-func newExecutor(hp ir.HParams, src Source, g *ir.Graph, opts Options) (*Backend, error) {
+// With the int8 products, the weights share packs the executor share
+// already made (by tensor name) instead of packing them again.
+func newExecutor(hp ir.HParams, src Source, g *ir.Graph, opts Options, share *exec) (*Backend, error) {
 	if err := ir.RunPasses(g, ir.Passes); err != nil {
 		return nil, err
 	}
@@ -169,7 +171,7 @@ func newExecutor(hp ir.HParams, src Source, g *ir.Graph, opts Options) (*Backend
 	if opts.Products == ProductsInt8 {
 		b.e.fast = true
 		b.e.tilesOf = opts.Tiles
-		if err := b.e.guarded(func() error { b.e.packWeights(); return nil }); err != nil {
+		if err := b.e.guarded(func() error { b.e.packWeights(share); return nil }); err != nil {
 			return nil, err
 		}
 	}

@@ -21,7 +21,7 @@ func (b *Backend) prepareEmbedding(src Source) error {
 	if err != nil {
 		return err
 	}
-	emb, err := newExecutor(b.hp, src, g, b.opts)
+	emb, err := newExecutor(b.hp, src, g, b.opts, b.e) // the same weights, packed once
 	if err != nil {
 		return err
 	}

@@ -175,3 +175,45 @@ func TestEmbedThroughEngine(t *testing.T) {
 	_, err = plain.Embed(context.Background(), []runtime.EmbedStep{{Seq: 1, Tokens: ins[0]}}, runtime.PoolLast)
 	require.ErrorIs(t, err, runtime.ErrNotEmbedding)
 }
+
+// TestEmbedInt8SharesPacks: with the int8 products the embedding executor
+// multiplies with the main executor's packed weights (one copy, not two),
+// and its vectors stay close to the exact products' vectors.
+func TestEmbedInt8SharesPacks(t *testing.T) {
+	hp := smallQwen3
+	src := randomModel(t, hp, dtype.Q8_0, 4)
+	exact, err := NewFromSource(hp, src, Options{Threads: 2, Embedding: true})
+	require.NoError(t, err)
+	defer exact.Close()
+	fast, err := NewFromSource(hp, src, Options{Threads: 2, Embedding: true, Products: ProductsInt8})
+	require.NoError(t, err)
+	defer fast.Close()
+
+	main := map[string]*dtype.Packed{}
+	for _, w := range fast.e.weights {
+		if w != nil && w.packed != nil {
+			main[w.name] = w.packed
+		}
+	}
+	shared := 0
+	for _, w := range fast.emb.e.weights {
+		if w == nil || w.packed == nil {
+			continue
+		}
+		require.Same(t, main[w.name], w.packed, "%s packed twice", w.name)
+		shared++
+	}
+	require.Positive(t, shared, "the embedding executor multiplies packed weights")
+
+	in := []runtime.EmbedStep{{Seq: 1, Tokens: []int32{3, 1, 4, 1, 5, 9, 2, 6}}}
+	want, err := exact.Embed(context.Background(), in, runtime.PoolMean)
+	require.NoError(t, err)
+	got, err := fast.Embed(context.Background(), in, runtime.PoolMean)
+	require.NoError(t, err)
+	a, b := make([]float64, len(want[0])), make([]float64, len(got[0]))
+	for i := range a {
+		a[i], b[i] = float64(want[0][i]), float64(got[0][i])
+	}
+	require.Greater(t, cosine64(a, b), 0.999)
+	require.NotEqual(t, want[0], got[0], "the int8 products are their own class")
+}

@@ -1,9 +1,6 @@
 package cpu
 
 import (
-	"fmt"
-	"os"
-
 	"github.com/memra-ai/memra/ir"
 	"github.com/memra-ai/memra/ir/dtype"
 )
@@ -176,8 +173,17 @@ type Tiles struct {
 type TilesFunc func(t dtype.Type, n, k int) Tiles
 
 // packWeights repacks every weight a matmul reads whose type has an int8
-// product, the tiles split between the workers.
-func (e *exec) packWeights() {
+// product, the tiles split between the workers; a weight share (another
+// executor of the same model, or nil) packed already is taken from it.
+func (e *exec) packWeights(share *exec) {
+	packs := map[string]*dtype.Packed{}
+	if share != nil {
+		for _, w := range share.weights {
+			if w != nil && w.packed != nil {
+				packs[w.name] = w.packed
+			}
+		}
+	}
 	for _, n := range e.g.Nodes {
 		if n.Op != ir.OpMatmul {
 			continue
@@ -188,6 +194,10 @@ func (e *exec) packWeights() {
 		}
 		if e.tilesOf != nil {
 			w.tiles = e.tilesOf(w.t, w.rows, w.cols)
+		}
+		if p := packs[w.name]; p != nil {
+			w.packed = p // another executor of the same model packed it
+			continue
 		}
 		p, err := dtype.NewPacked(w.t, w.rows, w.cols)
 		if err != nil {
@@ -201,18 +211,4 @@ func (e *exec) packWeights() {
 		w.packed = p
 	}
 	e.groupProducts()
-}
-
-// ServingProducts is the class the memra commands serve and bench with on
-// the CPU: int8, unless the environment variable MEMRA_CPU_PRODUCTS says
-// "exact" (the reference's products, for comparing outputs).
-func ServingProducts() (Products, error) {
-	switch v := os.Getenv("MEMRA_CPU_PRODUCTS"); v {
-	case "", "int8":
-		return ProductsInt8, nil
-	case "exact":
-		return ProductsExact, nil
-	default:
-		return 0, fmt.Errorf("%w: MEMRA_CPU_PRODUCTS=%q: want int8 or exact", ErrOptions, v)
-	}
 }
