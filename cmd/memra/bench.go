@@ -30,6 +30,7 @@ type benchOptions struct {
 	kvCache           string
 	kvMemory          float64
 	batchInvariant    bool
+	cpuProducts       string
 	threads           int
 	noProgress        bool
 	batches           string
@@ -89,6 +90,7 @@ beside it.`,
 	f.StringVar(&o.kvCache, "kv-cache", "", kvCacheHelp)
 	f.Float64Var(&o.kvMemory, "kv-memory", 0, kvMemoryHelp)
 	f.BoolVar(&o.batchInvariant, "batch-invariant", false, batchInvariantHelp)
+	f.StringVar(&o.cpuProducts, "cpu-products", "int8", cpuProductsHelp)
 	f.IntVarP(&o.threads, "threads", "t", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&o.noProgress, "no-progress", false, "hide the progress bar")
 	f.StringVarP(&o.batches, "batch", "b", "1", "decode batch sizes of the tg test, comma separated (e.g. 1,2,4,8)")
@@ -157,7 +159,7 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 		return nil, err
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
-	kv := gpuOptions{kvCache: o.kvCache, context: ctxLen, kvMemory: o.kvMemory, batchInvariant: o.batchInvariant}
+	kv := gpuOptions{kvCache: o.kvCache, context: ctxLen, kvMemory: o.kvMemory, batchInvariant: o.batchInvariant, cpuProducts: o.cpuProducts}
 	if a := o.artifact; a != nil {
 		switch {
 		case ord < 0 || o.pp.enabled() || o.roofline || o.untuned:
@@ -180,8 +182,8 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 			device = "cuda"
 		}
 		pp.logf = logf
-		return newPipelineBackend(m, device, o.threads, maxSeqs, pp, kv.cudaOptions(cuda.BackendOptions{
-			PrefillTokens: max(o.prompt, 512), Untuned: o.untuned, Logf: logf}))
+		return newPipelineBackend(m, device, o.threads, maxSeqs, pp, kv, cuda.BackendOptions{
+			PrefillTokens: max(o.prompt, 512), Untuned: o.untuned, Logf: logf})
 	}
 	if ord < 0 {
 		return newBackend(m, "cpu", o.threads, maxSeqs, kv)

@@ -128,7 +128,7 @@ func runBenchSpec(cmd *cobra.Command, m *load.Model, o *benchOptions, stderr io.
 	if device == "" {
 		device = b.Info().Device
 	}
-	spec, release, err := o.spec.config(cmd, m, device, o.threads, rows, gpuOptions{kvCache: o.kvCache, kvMemory: o.kvMemory, batchInvariant: o.batchInvariant})
+	spec, release, err := o.spec.config(cmd, m, device, o.threads, rows, gpuOptions{kvCache: o.kvCache, kvMemory: o.kvMemory, batchInvariant: o.batchInvariant, cpuProducts: o.cpuProducts})
 	if err != nil {
 		b.Close()
 		return err

@@ -64,7 +64,11 @@ func newLogitsCmd() *cobra.Command {
 				b, err = cuda.NewBackend(m, cuda.BackendOptions{MaxSeqs: 1, Cache: "f32", PrefillGEMV: true,
 					Context: len(ids) + steps})
 			} else {
-				b, err = newBackend(m, device, threads, 1, gpuOptions{})
+				g := gpuOptions{}
+				if exact {
+					g.cpuProducts = "exact" // the CPU reference itself
+				}
+				b, err = newBackend(m, device, threads, 1, g)
 			}
 			if err != nil {
 				return err

@@ -43,8 +43,9 @@ func (o ppOptions) enabled() bool { return o.stages > 1 }
 
 // newPipelineBackend builds a two-stage pipeline of m on device ("cpu", or
 // cuda with the --pp-devices ordinals). ctxLen (0: the backend default)
-// and prefill size the CUDA stages.
-func newPipelineBackend(m *load.Model, device string, threads, maxSeqs int, pp ppOptions, cudaOpts cuda.BackendOptions) (runtime.Backend, error) {
+// and prefill size the CUDA stages; gpu's --cpu-products the CPU ones.
+func newPipelineBackend(m *load.Model, device string, threads, maxSeqs int, pp ppOptions, gpu gpuOptions, base cuda.BackendOptions) (runtime.Backend, error) {
+	cudaOpts := gpu.cudaOptions(base)
 	if pp.stages != 2 {
 		return nil, fmt.Errorf("--pp-stages %d: only 2 stages are supported", pp.stages)
 	}
@@ -68,7 +69,7 @@ func newPipelineBackend(m *load.Model, device string, threads, maxSeqs int, pp p
 		if err := (gpuOptions{kvCache: cudaOpts.Cache}).checkCPU(); err != nil {
 			return nil, err
 		}
-		products, perr := cpu.ServingProducts()
+		products, perr := gpu.products()
 		if perr != nil {
 			return nil, perr
 		}

@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/memra-ai/memra/runtime"
+	"github.com/memra-ai/memra/runtime/cpu"
+	"github.com/memra-ai/memra/runtime/load/builtin"
 )
 
 // TestPPBackendCPU builds the embedded model with --pp-stages 2 on the CPU
@@ -61,4 +63,25 @@ func TestKVCacheFlagOnCPU(t *testing.T) {
 	b, err := newBackend(m, "cpu", 1, 1, gpuOptions{kvCache: "f32"})
 	require.NoError(t, err)
 	require.NoError(t, b.Close())
+}
+
+// TestCPUProducts: --cpu-products picks the CPU backend's class (int8 by
+// default, exact on request, in pipeline stages too) and refuses others.
+func TestCPUProducts(t *testing.T) {
+	m, err := builtin.Open()
+	require.NoError(t, err)
+	defer m.Close()
+	for _, tc := range []struct {
+		flag string
+		want cpu.Products
+	}{{"", cpu.ProductsInt8}, {"int8", cpu.ProductsInt8}, {"exact", cpu.ProductsExact}} {
+		b, err := newBackend(m, "cpu", 1, 1, gpuOptions{cpuProducts: tc.flag})
+		require.NoError(t, err)
+		require.Equal(t, tc.want, b.(*cpu.Backend).Products(), "--cpu-products %q", tc.flag)
+		b.Close()
+	}
+	_, err = newBackend(m, "cpu", 1, 1, gpuOptions{cpuProducts: "fast"})
+	require.ErrorContains(t, err, `--cpu-products "fast"`)
+	_, err = newBackend(m, "cpu", 2, 1, gpuOptions{cpuProducts: "fast"}, ppOptions{stages: 2, split: 2})
+	require.ErrorContains(t, err, `--cpu-products "fast"`)
 }

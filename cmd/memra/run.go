@@ -117,6 +117,8 @@ type gpuOptions struct {
 	kvMemory float64
 	// batchInvariant: the same products at every decode width (CUDA)
 	batchInvariant bool
+	// cpuProducts is the CPU backend's products: int8 ("" too) or exact
+	cpuProducts string
 	// embedding prepares the backend for embeddings (serve, for a model
 	// with a pooling)
 	embedding bool
@@ -134,6 +136,20 @@ func addKVFlags(f *pflag.FlagSet, g *gpuOptions) {
 	f.IntVar(&g.context, "context", 0, contextHelp)
 	f.Float64Var(&g.kvMemory, "kv-memory", 0, kvMemoryHelp)
 	f.BoolVar(&g.batchInvariant, "batch-invariant", false, batchInvariantHelp)
+	f.StringVar(&g.cpuProducts, "cpu-products", "int8", cpuProductsHelp)
+}
+
+const cpuProductsHelp = "CPU: the matrix products' class: int8 (activations quantised per 32 once a product, integer sums; the fast one) or exact (the float reference every kernel is checked against)"
+
+// products reads --cpu-products.
+func (g gpuOptions) products() (cpu.Products, error) {
+	switch g.cpuProducts {
+	case "", "int8":
+		return cpu.ProductsInt8, nil
+	case "exact":
+		return cpu.ProductsExact, nil
+	}
+	return 0, fmt.Errorf("--cpu-products %q: want int8 or exact", g.cpuProducts)
 }
 
 const batchInvariantHelp = "CUDA: every decode step runs the same products whatever its width, so greedy output is the same alone, batched, speculating or from the prefix cache (Q4_K/Q6_K and float weights); costs one-row speed (the CPU backend is invariant always)"
@@ -211,7 +227,7 @@ func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, gpu gp
 		if device != "cpu" && device != "cuda" {
 			return nil, fmt.Errorf("device %q: with --pp-stages use --device cuda and --pp-devices, or --device cpu", device)
 		}
-		return newPipelineBackend(m, device, threads, maxSeqs, pp[0], gpu.cudaOptions(cuda.BackendOptions{}))
+		return newPipelineBackend(m, device, threads, maxSeqs, pp[0], gpu, cuda.BackendOptions{})
 	}
 	if err := gpu.check(); err != nil {
 		return nil, err
@@ -222,7 +238,7 @@ func newDeviceBackend(m *load.Model, device string, threads, maxSeqs int, gpu gp
 			return nil, err
 		}
 		kb, frac := gpu.kvBytes()
-		products, err := cpu.ServingProducts()
+		products, err := gpu.products()
 		if err != nil {
 			return nil, err
 		}

@@ -115,21 +115,6 @@ func requireBits(t *testing.T, want, got []float32, format string, args ...any) 
 	}
 }
 
-// TestServingProducts checks the environment switch of the commands.
-func TestServingProducts(t *testing.T) {
-	t.Setenv("MEMRA_CPU_PRODUCTS", "")
-	p, err := ServingProducts()
-	require.NoError(t, err)
-	require.Equal(t, ProductsInt8, p)
-	t.Setenv("MEMRA_CPU_PRODUCTS", "exact")
-	p, err = ServingProducts()
-	require.NoError(t, err)
-	require.Equal(t, ProductsExact, p)
-	t.Setenv("MEMRA_CPU_PRODUCTS", "fast")
-	_, err = ServingProducts()
-	require.ErrorIs(t, err, ErrOptions)
-}
-
 // TestStories260KInt8: the embedded model (F32 matrices, float products in
 // tiles, the fast attention) tells llama2.c's story, as the reference does.
 func TestStories260KInt8(t *testing.T) {
