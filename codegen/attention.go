@@ -47,34 +47,14 @@ func DecodeAttentionXQ(s AttnShape, arm DecodeArm) (partial, combine *Kernel, er
 
 // decodeAttention is DecodeAttention, with the combine of decodeCombine(xq).
 func decodeAttention(s AttnShape, arm DecodeArm, xq bool) (partial, combine *Kernel, err error) {
-	if partial, err = decodePartial(s, arm, false, xq); err != nil {
+	if partial, err = decodePartial(s, arm); err != nil {
 		return nil, nil, err
 	}
 	return partial, decodeCombine(s, arm, xq), nil
 }
 
-// DecodeAttentionFused is DecodeAttention in one kernel: each block counts
-// itself done on its (kv head, sequence)'s counter, and the last of the
-// splits' blocks to finish combines their partials (the same arithmetic as
-// the combine kernel) into out, or with xq into quantised rows xo:
-//
-//	attn_fused(const float* q, const cache_t* kc, const cache_t* vc, const int* pages,
-//	           const int* kv_base, const int* kv_len, float* part_o, float* part_ml, float* out | u8* xo,
-//	           unsigned* counters, int splits)
-//
-// counters holds one zeroed word per (sequence, kv head) ([seq][HKV]); the
-// last block leaves it at zero again (atomicInc wraps), so a captured
-// graph replays with it. One launch a layer fewer than the pair.
-func DecodeAttentionFused(s AttnShape, arm DecodeArm, xq bool) (*Kernel, error) {
-	if xq && s.HeadDim%32 != 0 {
-		return nil, fmt.Errorf("%w: quantised decode attention output with head dim %d", ErrUnsupported, s.HeadDim)
-	}
-	return decodePartial(s, arm, true, xq)
-}
-
-// decodePartial is DecodeAttention's partial kernel; fused, the kernel of
-// DecodeAttentionFused.
-func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) {
+// decodePartial is DecodeAttention's partial kernel.
+func decodePartial(s AttnShape, arm DecodeArm) (*Kernel, error) {
 	if err := s.validate(); err != nil {
 		return nil, err
 	}
@@ -86,21 +66,9 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 	pparams := []Param{{"const float* __restrict__", "q"}, {"const " + ct + "* __restrict__", "kc"}, {"const " + ct + "* __restrict__", "vc"},
 		{"const int* __restrict__", "pages"}, {"const int* __restrict__", "kv_base"}, {"const int* __restrict__", "kv_len"},
 		{"float* __restrict__", "part_o"}, {"float* __restrict__", "part_ml"}, {"int", "splits"}}
-	what := "partials"
-	if fused {
-		pname = fmt.Sprintf("attn_fused_%s_%s", s.tag(), arm)
-		out := Param{"float* __restrict__", "out"}
-		what = "partials, combined by the last block"
-		if xq {
-			pname += "_xq"
-			out = Param{"u8* __restrict__", "xo"}
-			what += " into int8 rows"
-		}
-		pparams = append(pparams[:8:8], out, Param{"unsigned* __restrict__", "counters"}, pparams[8])
-	}
 	tl := arm.tile(s)
 	group := s.Heads / s.HeadsKV
-	psrc := source(fmt.Sprintf("split-KV decode attention, %s: %s, %v", what, s.tag(), arm), append(cacheHelpers(s.Cache), "warp", "pdl"), func(w *Writer) {
+	psrc := source(fmt.Sprintf("split-KV decode attention, partials: %s, %v", s.tag(), arm), append(cacheHelpers(s.Cache), "warp", "pdl"), func(w *Writer) {
 		s.defines(w)
 		w.Linef("#define CHUNK %d", arm.Chunk)
 		w.Linef("#define THREADS %d", arm.Threads)
@@ -113,54 +81,12 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 		w.Linef("#define HT %d // query heads per pass", tl.ht)
 		w.Linef("#define U %d // keys in flight per lane group", tl.u)
 		w.Line("#define MNEG (-3.0e38f) // running max before any key: exp(MNEG - x) is 0, exp(MNEG - MNEG) is 1")
-		if fused && xq {
-			w.Linef("#define XRO %d // bytes of a quantised output row", XQRowBytes(s.Heads*s.HeadDim))
-		}
 		w.Blank()
 		raw := emitVecLoad(w, s.Cache, tl.vec)
 		q8 := s.Cache == CacheQ8
-		// tail writes the end of a fused block: count it done, and the last
-		// of its (kv head, sequence) combines the splits (every thread of
-		// the block runs it)
-		tail := func() {
-			w.Comment("this block's partials are out: count it done; the last of the splits combines them")
-			w.Line("__threadfence();")
-			w.Line("__syncthreads();")
-			w.If("threadIdx.x == 0", func() {
-				w.Line("last = atomicInc(counters + seq * HKV + kvh, gridDim.y - 1) == gridDim.y - 1; // wraps to 0 for the next launch")
-			})
-			w.Line("__syncthreads();")
-			w.If("!last", func() {
-				w.Line("pdl_launch();")
-				w.Line("return;")
-			})
-			w.Line("__threadfence(); // the other blocks' partials, read below past L1")
-			live := arm.liveSplits(w)
-			w.Comment("a thread an output (head g of the group, element d); whole warps, so each holds a group of 32")
-			w.For("e", "threadIdx.x", "GROUP * HD", "THREADS", 0, func() {
-				w.Line("const int g = e / HD, d = e % HD;")
-				w.Line("const size_t p0 = (size_t)(seq * HQ + kvh * GROUP + g) * splits;")
-				w.Linef("float m = %s;", cfloat(float32(math.Inf(-1))))
-				w.For("i", "0", live, "1", 0, func() { w.Line("m = fmaxf(m, __ldcg(part_ml + 2 * (p0 + i)));") })
-				emitSplitSums(w, live, "__ldcg")
-				w.Line("const float z = den > 0.f ? num / den : 0.f;")
-				w.Line("const int col = (kvh * GROUP + g) * HD + d;")
-				if xq {
-					w.Line("u8* xr = xo + (size_t)seq * XRO;")
-					emitWarpQuant(w, "xr", "col", "HQ * HD", "(d & 31) == 0")
-				} else {
-					w.Line("out[(size_t)seq * HQ * HD + col] = z;")
-				}
-			})
-			w.Line("__syncthreads(); // every warp's outputs written before the block's launch trigger")
-			w.Line("pdl_launch();")
-		}
 		w.Emit(Func{Name: pname, Global: true, LaunchBounds: arm.Threads, Params: pparams, Body: func(w *Writer) {
 			w.Line("__shared__ float so[NW][HT][HD]; // each warp's output accumulator")
 			w.Line("__shared__ float sm[NW][HT], sl[NW][HT], sw[NW][HT]; // each warp's max and sum; merge weights")
-			if fused {
-				w.Line("__shared__ bool last; // this block is the last of its (kv head, sequence) to finish")
-			}
 			w.Line("const int kvh = blockIdx.x, split = blockIdx.y, seq = blockIdx.z;")
 			w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;")
 			w.Line("const int grp = lane / LPK, gl = lane % LPK; // the lane's key slot in the warp step, its place in the row")
@@ -201,9 +127,6 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 					w.Linef("part_ml[2 * (po0 + (size_t)g * splits)] = %s;", cfloat(float32(math.Inf(-1))))
 					w.Line("part_ml[2 * (po0 + (size_t)g * splits) + 1] = 0.f;")
 				})
-				if fused {
-					tail()
-				}
 				w.Line("return;")
 			})
 			w.Comment("the sequence's page table, and this lane's first element within a key row")
@@ -405,11 +328,7 @@ func decodePartial(s AttnShape, arm DecodeArm, fused, xq bool) (*Kernel, error) 
 					w.Line("__syncthreads(); // shared memory is reused by the next pass")
 				})
 			}
-			if fused {
-				tail()
-			} else {
-				w.Line("pdl_launch();")
-			}
+			w.Line("pdl_launch();")
 		}})
 	})
 	return &Kernel{Family: "attn_decode", Name: pname, Source: psrc, Params: pparams, Launch: func(d Dims) Geometry {

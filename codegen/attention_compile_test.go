@@ -56,15 +56,6 @@ func TestCompileDecodeAttentionTilings(t *testing.T) {
 		p, cb, err := codegen.DecodeAttention(s, c.arm)
 		require.NoError(t, err)
 		ks = append(ks, p, cb)
-		// the one-kernel form, float rows and (head dims of whole warps) quantised rows
-		f, err := codegen.DecodeAttentionFused(s, c.arm, false)
-		require.NoError(t, err)
-		ks = append(ks, f)
-		if c.hd%32 == 0 {
-			fx, err := codegen.DecodeAttentionFused(s, c.arm, true)
-			require.NoError(t, err)
-			ks = append(ks, fx)
-		}
 	}
 	compileAll(t, nv, "compute_90", ks)
 }

@@ -214,7 +214,7 @@ const GemmaSoftcap = 50
 // arms: the embeddings' scale, the logits' cap (Gemma 2's 30), the
 // GELU-tanh gated feed-forward, the post-norm with its residual add, and
 // attention over a sliding window of s.Window positions, with and without
-// Gemma 2's soft cap (decode as split pairs, live and fused, prefill on
+// Gemma 2's soft cap (decode as split pairs, fixed and live, prefill on
 // CUDA cores, and on tensor cores where the head allows), with an f16 and
 // an 8-bit cache.
 func GemmaKernels(s Shape) ([]*Kernel, error) {
@@ -252,9 +252,6 @@ func GemmaKernels(s Shape) ([]*Kernel, error) {
 					return nil, err
 				}
 				ks = append(ks, p, c)
-			}
-			if err := add(DecodeAttentionFused(as, live, true)); err != nil {
-				return nil, err
 			}
 			if err := add(PrefillAttention(as, DefaultPrefillArm)); err != nil {
 				return nil, err

@@ -41,7 +41,7 @@ func gemmaSynthTensors(hp ir.HParams, mt, vt dtype.Type) tensorList {
 
 // gemmaLowerCases are the Gemma graphs lowered as the runtime lowers them:
 // decode of one and of eight sequences, prefill (with and without the
-// tensor-core attention), the 8-bit cache, one-launch decode attention.
+// tensor-core attention), the 8-bit cache.
 func gemmaLowerCases() []lowerCase {
 	g2 := func(t *testing.T) *ir.Graph {
 		return buildGraph(t, smallGemma2, gemmaSynthTensors(smallGemma2, dtype.Q4_K, dtype.Q6_K))
@@ -54,7 +54,7 @@ func gemmaLowerCases() []lowerCase {
 	one.MaxSeqs, one.RopeInProduct = 1, true
 	pre := LowerOptions{Class: Prefill, MaxTokens: 128, MaxSeqs: 4, Context: 256, Cache: dtype.F16, Argmax: true, FlashPrefill: true}
 	q8 := dec
-	q8.Cache, q8.FusedAttention = CacheQ8, true
+	q8.Cache = CacheQ8
 	exact := LowerOptions{Class: Prefill, MaxTokens: 64, MaxSeqs: 2, Context: 256, Cache: dtype.F32, PrefillGEMV: true}
 	var cs []lowerCase
 	for _, m := range []struct {

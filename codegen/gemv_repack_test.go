@@ -677,50 +677,6 @@ func TestLowerRopeInProduct(t *testing.T) {
 	}
 }
 
-// TestLowerFusedAttention: with LowerOptions.FusedAttention a decode
-// program launches one attention kernel a layer, the combining kind of the
-// pair it replaces (quantised rows for the output projection where the
-// combine wrote them: one-sequence programs by default), reading one
-// zeroed counter weight of MaxSeqs·HeadsKV words shared by the layers;
-// prefill keeps its attention.
-func TestLowerFusedAttention(t *testing.T) {
-	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
-	for _, seqs := range []int{1, 4} {
-		o := LowerOptions{Class: Decode, MaxSeqs: seqs, Context: 256, Cache: dtype.F16, NoQuantOut: QuantOutBatch, FusedAttention: true}
-		p, err := Lower(g, o)
-		require.NoError(t, err)
-		fused, counters := 0, -1
-		for _, ln := range p.Launches {
-			k := p.Kernels[ln.Kernel]
-			require.NotContains(t, k.Name, "attn_combine", seqs)
-			require.NotContains(t, k.Name, "attn_part", seqs)
-			if !strings.HasPrefix(k.Name, "attn_fused_") {
-				continue
-			}
-			fused++
-			require.Len(t, ln.Args, len(k.Params))
-			require.Equal(t, "counters", k.Params[9].Name)
-			w := ln.Args[9]
-			require.Equal(t, ArgWeight, w.Kind)
-			if counters >= 0 {
-				require.Equal(t, counters, w.Index, "one counter weight for every layer")
-			}
-			counters = w.Index
-			require.Equal(t, seqs == 1, strings.HasSuffix(k.Name, "_xq"), k.Name)
-		}
-		require.Equal(t, smallQwen3.Layers, fused, seqs)
-		cw := p.Weights[counters]
-		require.Equal(t, WeightVector, cw.Kind)
-		require.Equal(t, seqs*smallQwen3.HeadsKV, cw.Rows())
-		require.Empty(t, cw.Parts[0].Name, "zeros")
-	}
-	p, err := Lower(g, LowerOptions{Class: Prefill, MaxSeqs: 2, MaxTokens: 64, Context: 256, Cache: dtype.F16, FusedAttention: true})
-	require.NoError(t, err)
-	for _, k := range p.Kernels {
-		require.NotContains(t, k.Name, "attn_fused")
-	}
-}
-
 // TestLowerGEMVSplit: with LowerOptions.GEMVSplitBlocks, the one-row
 // products whose unsplit arm has fewer blocks than that (attention output,
 // down, V: 8, 8 and 4 blocks of 32 rows against 9) run their XQ 2 arm with

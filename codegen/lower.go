@@ -166,12 +166,6 @@ type LowerOptions struct {
 	// two or four weight rows a warp. The runtime sets it for
 	// one-sequence programs (1.016× at batch 1 on the H200).
 	RopeInProduct bool
-	// FusedAttention makes decode attention one launch a layer
-	// (DecodeAttentionFused: the last block of each kv head and sequence
-	// combines the splits) instead of the partial and combine pair, with
-	// a zeroed counter weight of MaxSeqs·HeadsKV words. The runtime leaves
-	// it off: it passes parity, but decoded batch 1 at 0.987× on the H200.
-	FusedAttention bool
 	// GEMVSplitBlocks: products whose untuned one-row arm is an unsplit
 	// XQ 2 one of fewer blocks than this (the card's multiprocessors, as
 	// the runtime passes it) run it with twice the threads, the two warps

@@ -1226,17 +1226,6 @@ func (l *lowerer) attention(att *ir.Node) error {
 			}
 			l.launch(k, ir.S, []int{att.ID}, args...)
 		}
-		if l.o.FusedAttention {
-			kf, err := l.kernel(DecodeAttentionFused(s, arm, xq))
-			if err != nil {
-				return err
-			}
-			n := l.o.MaxSeqs * Hkv
-			counters := l.weight("attn_counters", WeightRef{Name: "attn_counters", Kind: WeightVector, Type: dtype.F32,
-				Parts: []WeightPart{{Rows: n, PadRows: n}}})
-			writeDst(kf, qa, kc, vc, pagesArg(), inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), bufArg(dst), wArg(counters), constArg(splits))
-			break
-		}
 		attn := DecodeAttention
 		if xq {
 			attn = DecodeAttentionXQ

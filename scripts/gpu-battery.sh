@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|sample|half|halfdef|from|fromdef|kv8|kv8def|b1|xq3|xq3p|large|rope|attn|both|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu|gemma|moe]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|sample|half|halfdef|from|fromdef|kv8|kv8def|b1|xq3|xq3p|large|rope|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu|gemma|moe]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -22,9 +22,8 @@
 # checks and times the int8 tensor-core batch arms (`xq3p`: the pipelined ones; `half`: the f16
 # tensor-core ones, XQ 4, with parity at 16 and 32 sequences); `large` checks and times the products' third kernel
 # for steps of 16 rows or more (parity at 16 sequences, batch sweep with plot, MEMRA_GEMV_LARGE=off
-# against the default at batch 16); `rope`, `attn` and `both` check and time the launch-saving
-# switches (RoPE in the QKV products' epilogue, on by default in one-sequence programs; decode
-# attention in one kernel, off); `split` checks and times the one-row products that split K over
+# against the default at batch 16); `rope` checks and times the launch-saving switch (RoPE in
+# the QKV products' epilogue, on by default in one-sequence programs); `split` checks and times the one-row products that split K over
 # two warps (MEMRA_GEMV_SPLIT); `preload` checks and times decode attention that reads its first
 # keys before its dependency wait (MEMRA_DECODE_PRELOAD); `live3` checks and times decode attention
 # splits sized by the card's multiprocessors (MEMRA_DECODE_LIVE=3); `mma-pipe` checks and times the
@@ -220,12 +219,9 @@ if [ "$MODE" = large ]; then
 	step large-off-b16 env MEMRA_GEMV_LARGE=off "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r 3 -b 16
 fi
 
-# The launch-saving switches, off by default until these pass: rope (MEMRA_ROPE_IN_PRODUCT=1,
-# RoPE and the KV write in the QKV products' epilogue) and attn (MEMRA_ATTN_FUSED=1, decode
-# attention in one kernel): kernel-check of the kernels, the CUDA tests, parity at 1, 2 and 16
-# sequences, and batch 1 and 16 with the switch against without. both is the two in one call:
-# both kernel-checks, the CUDA tests and parity with both on (each alone too if that fails), then
-# batch 1 with neither, each and both, and batch 16 with neither and both.
+# The launch-saving switch rope (MEMRA_ROPE_IN_PRODUCT=1, RoPE and the KV write in the QKV
+# products' epilogue in every decode program): kernel-check of the kernels, the CUDA tests, parity
+# at 1, 2 and 16 sequences, and batch 1 and 16 with the switch against without.
 model_bench() { # model_bench PRESET QUANT RUNS BATCHES ENV…: tg128 after 512-token prompts of a synthesized model, with the switches ENV
 	local p=$1 q=$2 n=$3 batches=$4
 	shift 4
@@ -246,28 +242,12 @@ switch_checks() { # switch_checks NAME ENV…: the CUDA tests and parity with th
 	done
 	return $rc
 }
-case $MODE in
-rope | attn)
-	sw=MEMRA_ROPE_IN_PRODUCT=1 kc=rope
-	[ "$MODE" = attn ] && sw=MEMRA_ATTN_FUSED=1 kc=fused
-	step "$MODE-kernel-check" "$BIN" kernel-check --shapes llama3-8b,tiny --types q4_k,q6_k,q8_0 --only "$kc" --reps 10
-	step "$MODE-checks" switch_checks "$MODE" "$sw"
-	step "$MODE-bench-on" switch_bench 1,16 "$sw"
-	step "$MODE-bench-off" switch_bench 1,16 MEMRA_ROPE_IN_PRODUCT=0
-	;;
-both)
-	step both-kernel-check-rope "$BIN" kernel-check --shapes llama3-8b,tiny --types q4_k,q6_k,q8_0 --only rope --reps 0
-	step both-kernel-check-fused "$BIN" kernel-check --shapes llama3-8b,tiny --types q4_k --only fused --reps 0
-	if ! step both-checks switch_checks both MEMRA_ROPE_IN_PRODUCT=1 MEMRA_ATTN_FUSED=1; then
-		step both-checks-rope switch_checks rope MEMRA_ROPE_IN_PRODUCT=1
-		step both-checks-attn switch_checks attn MEMRA_ATTN_FUSED=1
-	fi
-	step both-bench-off switch_bench 1,16 MEMRA_ROPE_IN_PRODUCT=0
-	step both-bench-rope switch_bench 1 MEMRA_ROPE_IN_PRODUCT=1
-	step both-bench-attn switch_bench 1 MEMRA_ATTN_FUSED=1 MEMRA_ROPE_IN_PRODUCT=0
-	step both-bench-on switch_bench 1,16 MEMRA_ROPE_IN_PRODUCT=1 MEMRA_ATTN_FUSED=1
-	;;
-esac
+if [ "$MODE" = rope ]; then
+	step rope-kernel-check "$BIN" kernel-check --shapes llama3-8b,tiny --types q4_k,q6_k,q8_0 --only rope --reps 10
+	step rope-checks switch_checks rope MEMRA_ROPE_IN_PRODUCT=1
+	step rope-bench-on switch_bench 1,16 MEMRA_ROPE_IN_PRODUCT=1
+	step rope-bench-off switch_bench 1,16 MEMRA_ROPE_IN_PRODUCT=0
+fi
 
 # The one-row products that split K over two warps a row set (MEMRA_GEMV_SPLIT; by default those
 # of fewer blocks than the card has multiprocessors): kernel-check of split arms against the CPU,
@@ -757,7 +737,7 @@ fi
 [ "$MODE" = xq3 ] && grep -H -E '^\| 2.*tg128' "$OUT"/xq3-b16-*.log
 [ "$MODE" = xq3p ] && grep -H -E '^\| 2.*tg128|^roofline' "$OUT"/xq3p-*.log
 [ "$MODE" = large ] && grep -H -E '^\| 2.*tg' "$OUT"/large-*.log
-case $MODE in rope | attn | both | split) grep -H -E '^\| 2.*tg' "$OUT/$MODE"-bench-*.log ;; esac
+case $MODE in rope | split) grep -H -E '^\| 2.*tg' "$OUT/$MODE"-bench-*.log ;; esac
 [ "$MODE" = ncu ] && cat "$OUT"/ncu-*.log
 [ "$MODE" = halfdef ] && grep -H -E '^\| 2.*tg|^roofline: NVIDIA' "$OUT"/halfdef-*.log
 [ "$MODE" = fromdef ] && grep -H -E '^\| 2.*tg|^roofline: NVIDIA' "$OUT"/fromdef-*.log

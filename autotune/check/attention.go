@@ -43,41 +43,23 @@ func pageSize(as codegen.AttnShape) int {
 // the sequences' key counts (their caches in pages scattered over a pool,
 // scatterPages).
 func Decode(shape string, as codegen.AttnShape, lens []int32, seed uint64) *Case {
-	return decodeCase(shape, as, lens, false, false, seed)
-}
-
-// DecodeFused is Decode in one kernel (codegen.DecodeAttentionFused, float
-// or, with xq, quantised rows), launched twice into two outputs over the
-// same counters: the second launch is right only if the first left every
-// counter at zero.
-func DecodeFused(shape string, as codegen.AttnShape, lens []int32, xq bool, seed uint64) *Case {
-	return decodeCase(shape, as, lens, xq, true, seed)
+	return decodeCase(shape, as, lens, false, seed)
 }
 
 // DecodeXQ is Decode with the combine that writes its rows quantised for
 // the output projection (codegen.DecodeAttentionXQ), checked by
 // dequantising them (within codegen.XQTol; each group's int8 sums exact).
 func DecodeXQ(shape string, as codegen.AttnShape, lens []int32, seed uint64) *Case {
-	return decodeCase(shape, as, lens, true, false, seed)
+	return decodeCase(shape, as, lens, true, seed)
 }
 
-func decodeCase(shape string, as codegen.AttnShape, lens []int32, xq, fused bool, seed uint64) *Case {
+func decodeCase(shape string, as codegen.AttnShape, lens []int32, xq bool, seed uint64) *Case {
 	c := &Case{Family: "attn_decode", Label: "attn_decode", Shape: shape, DType: strings.ToLower(as.Cache.String()) + " cache",
 		Class: codegen.AttnClass(as), Tol: 1e-4, seed: seed}
-	if fused {
-		c.Label, c.Class = "attn_decode_fused", c.Class+"_fused"
-	}
 	if xq {
 		c.Label, c.Class, c.Tol = c.Label+"+xq", c.Class+"_xq", codegen.XQTol
 	}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
-		if fused {
-			f, err := codegen.DecodeAttentionFused(as, codegen.DecodeArmOf(arm), xq)
-			if err != nil {
-				return nil, err
-			}
-			return []*codegen.Kernel{f, f}, nil
-		}
 		attn := codegen.DecodeAttention
 		if xq {
 			attn = codegen.DecodeAttentionXQ
@@ -119,15 +101,6 @@ func decodeCase(shape string, as codegen.AttnShape, lens []int32, xq, fused bool
 				if xq {
 					out = &Buf{Data: make([]byte, seqs*codegen.XQRowBytes(as.Heads*as.HeadDim))}
 				}
-				if fused {
-					out2 := &Buf{Data: make([]byte, len(out.Data))}
-					counters := &Buf{Data: make([]byte, 4*seqs*as.HeadsKV)}
-					args := func(o *Buf) []Arg {
-						return []Arg{b(fbuf(q)), b(&Buf{Data: kcb}), b(&Buf{Data: vcb}), b(ibuf(pages)), b(ibuf(base)), b(lb), b(po), b(pml), b(o), b(counters), s(splits)}
-					}
-					return &Launch{Kernels: ks, Dims: codegen.Dims{Seqs: seqs, KVLen: max(maxLen, c.capacity)}, Args: [][]Arg{args(out), args(out2)},
-						Outs: []*Buf{out, out2}}, nil
-				}
 				return &Launch{Kernels: ks, Dims: codegen.Dims{Seqs: seqs, KVLen: max(maxLen, c.capacity)}, Args: [][]Arg{
 					{b(fbuf(q)), b(&Buf{Data: kcb}), b(&Buf{Data: vcb}), b(ibuf(pages)), b(ibuf(base)), b(lb), b(po), b(pml), s(splits)},
 					{b(po), b(pml), b(lb), b(out), s(splits)},
@@ -135,15 +108,10 @@ func decodeCase(shape string, as codegen.AttnShape, lens []int32, xq, fused bool
 			},
 			compare: func(outs [][]byte) (float64, error) {
 				want, _ := ref()
-				e := 0.0
-				for _, o := range outs { // the fused kernel's two launches
-					if !xq {
-						e = math.Max(e, codegen.RelErr(bytesF32(o), want))
-					} else {
-						e = math.Max(e, xqRowsErr(o, as.Heads*as.HeadDim, want))
-					}
+				if xq {
+					return xqRowsErr(outs[0], as.Heads*as.HeadDim, want), nil
 				}
-				return e, nil
+				return codegen.RelErr(bytesF32(outs[0]), want), nil
 			},
 		}, nil
 	}

@@ -26,10 +26,10 @@ func TestKernelCheckCases(t *testing.T) {
 		labels = append(labels, c.Label+" "+c.DType)
 	}
 	require.Equal(t, []string{"rmsnorm f32", "rope_kv f16 cache", "swiglu f32", "argmax f32", "attn_decode f16 cache", "attn_decode+xq f16 cache",
-		"attn_decode_fused f16 cache", "attn_decode_fused+xq f16 cache", "attn_prefill f16 cache",
+		"attn_prefill f16 cache",
 		"attn_decode_live f16 cache", "attn_decode_live+preload f16 cache", "attn_decode_live+preload+u8 f16 cache", "attn_decode_live3 f16 cache", "attn_flash f16 cache", "attn_flash f16 cache",
 		"attn_decode_live+preload@32k f16 cache", "attn_prefill@32k f16 cache", "attn_flash@32k f16 cache",
-		"rope_kv q8_0 cache", "attn_decode q8_0 cache", "attn_decode_fused q8_0 cache", "attn_decode_fused+xq q8_0 cache", "attn_decode_live q8_0 cache",
+		"rope_kv q8_0 cache", "attn_decode q8_0 cache", "attn_decode_live q8_0 cache",
 		"attn_decode_live+preload q8_0 cache", "attn_decode_live+preload+u8 q8_0 cache", "attn_prefill q8_0 cache", "attn_flash q8_0 cache", "attn_flash q8_0 cache",
 		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemm_small/qkv q4_k", "gemv/qkv×12 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
 		"gemv+norm/v (rows of 512) q4_k", "gemv+rope/q+k q4_k", "gemv+rope/v×12 q4_k", "gemv+quant-out/attn_out→qkv q4_k", "gemv+quant-out/down→gate_up×12 q4_k",
@@ -127,18 +127,6 @@ func TestKernelCheckCases(t *testing.T) {
 			require.Equal(t, c.K%64 == 0, strings.Contains(def.Kernels[0].Name, "_p1"), "the default arm is pipelined where K allows: %s", c.Label)
 		}
 		switch c.Family {
-		case "attn_decode":
-			if !strings.HasPrefix(c.Label, "attn_decode_fused") {
-				break
-			}
-			// twice over one set of counters, into two outputs
-			l, err := c.Launch(c.Space().Default)
-			require.NoError(t, err)
-			require.Len(t, l.Kernels, 2)
-			require.Same(t, l.Kernels[0], l.Kernels[1])
-			require.Same(t, l.Args[0][9].Buf, l.Args[1][9].Buf)
-			require.NotSame(t, l.Args[0][8].Buf, l.Args[1][8].Buf)
-			require.Equal(t, []*Buf{l.Args[0][8].Buf, l.Args[1][8].Buf}, l.Outs)
 		case "gemm_small":
 			l, err := c.Launch(c.Space().Default)
 			require.NoError(t, err)

@@ -33,8 +33,6 @@ func gemmaCases(s codegen.Shape, tokens int, seed uint64) []*Case {
 		attn := []*Case{
 			Decode(s.Name, as, lens, seed),
 			DecodeXQ(s.Name, as, lens, seed),
-			DecodeFused(s.Name, as, lens, false, seed),
-			DecodeFused(s.Name, as, lens, true, seed),
 			DecodeLive(s.Name, as, lens, 4*s.Window, seed),
 			DecodePreload(s.Name, as, append(lens, 20), 4*s.Window, 0, seed),
 			Prefill(s.Name, as, 48, s.Window+500, seed),

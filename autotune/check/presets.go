@@ -21,8 +21,6 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 		Argmax(s.Name, s.Vocab, tokens, seed),
 		Decode(s.Name, s.Attn(dtype.F16), []int32{1100, 333}, seed),
 		DecodeXQ(s.Name, s.Attn(dtype.F16), []int32{1100, 333}, seed),
-		DecodeFused(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1}, false, seed),
-		DecodeFused(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1}, true, seed),
 		Prefill(s.Name, s.Attn(dtype.F16), 48, 16, seed),
 		DecodeLive(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1}, 4096, seed),
 		DecodePreload(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1, 20}, 4096, 0, seed),
@@ -276,8 +274,6 @@ func cacheQ8Cases(s codegen.Shape, tokens int, seed uint64) []*Case {
 	cs := []*Case{
 		RopeKV(s.Name, s.Rope(codegen.CacheQ8), tokens, seed),
 		Decode(s.Name, as, []int32{1100, 333}, seed),
-		DecodeFused(s.Name, as, []int32{1100, 333, 1}, false, seed),
-		DecodeFused(s.Name, as, []int32{1100, 333, 1}, true, seed),
 		DecodeLive(s.Name, as, []int32{1100, 333, 1}, 4096, seed),
 		DecodePreload(s.Name, as, []int32{1100, 333, 1, 20}, 4096, 0, seed),
 		DecodePreload(s.Name, as, []int32{1100, 333, 1, 20}, 4096, 8, seed),

@@ -88,11 +88,6 @@ type BackendOptions struct {
 	// give those steps to the CUDA-core one); 1 in every decode program
 	// (MEMRA_ROPE_IN_PRODUCT=1); -1 in none (MEMRA_ROPE_IN_PRODUCT=0).
 	RopeInProduct int
-	// FusedAttention makes decode attention one launch a layer, the last
-	// block of each kv head combining the splits
-	// (codegen.LowerOptions.FusedAttention; MEMRA_ATTN_FUSED=1). Off: it
-	// passes parity but decoded batch 1 at 0.987× on the H200.
-	FusedAttention bool
 	// GEMVSplitRows and GEMVSplitK choose the one-row products that split
 	// K over two warps (MEMRA_GEMV_SPLIT=off|ROWS[/K]): 0, the default,
 	// those whose unsplit arm has fewer blocks than the card has
@@ -353,8 +348,8 @@ func lowerOptions(opts BackendOptions, cache dtype.Type) codegen.LowerOptions {
 	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, PageSize: opts.PageSize, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
 		PrefillGEMV: opts.PrefillGEMV, Argmax: true, Sample: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue, FuseFloat: opts.FuseFloat,
 		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct > 0 || (opts.RopeInProduct == 0 && opts.MaxSeqs == 1),
-		FusedAttention: opts.FusedAttention, DecodeMinSplits: max(0, opts.DecodeMinSplits),
-		GEMVPrefetch: opts.GEMVPrefetch, DecodePreload: !opts.NoDecodePreload, DecodeKeysInFlight: opts.DecodeKeysInFlight,
+		DecodeMinSplits: max(0, opts.DecodeMinSplits),
+		GEMVPrefetch:    opts.GEMVPrefetch, DecodePreload: !opts.NoDecodePreload, DecodeKeysInFlight: opts.DecodeKeysInFlight,
 		FlashPrefill:    opts.PrefillAttention == "flash" || (opts.PrefillAttention == "" && DefaultFlashPrefill),
 		Multiprocessors: cmp.Or(opts.Multiprocessors, DefaultMultiprocessors), HalfFrom: opts.HalfFrom}
 	base.BatchInvariant = opts.BatchInvariant

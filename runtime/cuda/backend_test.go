@@ -414,7 +414,6 @@ func TestEnvOptions(t *testing.T) {
 	t.Setenv("MEMRA_QUANT_OUT", "norm,attn")
 	t.Setenv("MEMRA_PDL", "off")
 	t.Setenv("MEMRA_ROPE_IN_PRODUCT", "1")
-	t.Setenv("MEMRA_ATTN_FUSED", "1")
 	t.Setenv("MEMRA_GEMV_SPLIT", "4096")
 	t.Setenv("MEMRA_DECODE_SPLITS", "32")
 	t.Setenv("MEMRA_GEMV_PREFETCH", "1")
@@ -455,7 +454,6 @@ func TestEnvOptions(t *testing.T) {
 	require.True(t, f.FuseFloat)
 	require.False(t, f.NoFusePrologue)
 	t.Setenv("MEMRA_FUSE", "0")
-	require.True(t, o.FusedAttention)
 	require.Equal(t, codegen.GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 1, RowsPerWarp: 4}, o.Arms.GEMVQuant)
 	require.Equal(t, 8, o.Arms.GEMVBatch.BatchRows)
 	require.Zero(t, o.Arms.GEMVLarge) // the default
@@ -477,7 +475,7 @@ func TestEnvOptions(t *testing.T) {
 	for name, v := range map[string]string{"MEMRA_GEMV_QUANT": "xq99", "MEMRA_GEMV_BATCH": "fast", "MEMRA_FUSE": "no",
 		"MEMRA_DECODE_LIVE": "4", "MEMRA_SMALL_BATCH": "yes", "MEMRA_PDL": "soon", "MEMRA_QUANT_OUT": "norm,gate",
 		"MEMRA_GEMV_LARGE": "tensor", "MEMRA_ROPE_IN_PRODUCT": "yes", "MEMRA_GEMV_SPLIT": "4096/x",
-		"MEMRA_ATTN_FUSED": "2", "MEMRA_DECODE_SPLITS": "-3", "MEMRA_GEMV_PREFETCH": "on", "MEMRA_DECODE_PRELOAD": "yes", "MEMRA_MMA": "m128_n128", "MEMRA_DECODE_U": "0", "MEMRA_PREFILL": "cublas",
+		"MEMRA_DECODE_SPLITS": "-3", "MEMRA_GEMV_PREFETCH": "on", "MEMRA_DECODE_PRELOAD": "yes", "MEMRA_MMA": "m128_n128", "MEMRA_DECODE_U": "0", "MEMRA_PREFILL": "cublas",
 		"MEMRA_GEMV_LARGE_FROM": "1"} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv(name, v)

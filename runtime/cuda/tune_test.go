@@ -171,7 +171,7 @@ func TestLowerClassesMatchTuneCases(t *testing.T) {
 // environment switches as NewBackend does: by default a batch program keeps
 // RopeKV and the attention pair and its residual products quantise nothing,
 // while a one-sequence program has RoPE in its QKV products;
-// MEMRA_ROPE_IN_PRODUCT=1 and MEMRA_ATTN_FUSED=1 remove those launches,
+// MEMRA_ROPE_IN_PRODUCT=1 removes the RopeKV launches,
 // MEMRA_ROPE_IN_PRODUCT=0 keeps RopeKV in one-sequence programs, and a value
 // it cannot read is an error.
 func TestLowerTakesEnvironment(t *testing.T) {
@@ -183,9 +183,6 @@ func TestLowerTakesEnvironment(t *testing.T) {
 			n[k.Family]++
 			if strings.Contains(k.Name, "_qo_") {
 				n["quant-out"]++
-			}
-			if strings.HasPrefix(k.Name, "attn_fused") {
-				n["fused"]++
 			}
 		}
 		return n
@@ -219,7 +216,6 @@ func TestLowerTakesEnvironment(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, families(one)["rope_kv"])
 	t.Setenv("MEMRA_ROPE_IN_PRODUCT", "1")
-	t.Setenv("MEMRA_ATTN_FUSED", "1")
 	dec, _, err = cuda.Lower(m, cuda.BackendOptions{MaxSeqs: 4})
 	require.NoError(t, err)
 	require.Equal(t, 2, families(dec)["rope_kv"], "the f16 products of 3 rows or more have no RoPE epilogue")
@@ -229,9 +225,8 @@ func TestLowerTakesEnvironment(t *testing.T) {
 	t.Setenv("MEMRA_GEMV_LARGE", "")
 	f = families(dec)
 	require.Zero(t, f["rope_kv"])
-	require.Equal(t, 2, f["fused"])
-	require.Equal(t, 2, f["attn_decode"])
-	t.Setenv("MEMRA_ATTN_FUSED", "on")
+	require.Equal(t, 4, f["attn_decode"])
+	t.Setenv("MEMRA_ROPE_IN_PRODUCT", "on")
 	_, _, err = cuda.Lower(m, cuda.BackendOptions{MaxSeqs: 4})
 	require.ErrorIs(t, err, cuda.ErrArg)
 }
