@@ -199,14 +199,6 @@ func TestCompileGate(t *testing.T) {
 		sg, err := codegen.GEMVXQ(t2, 2048, k, false, ss, codegen.XQEnds{NormIn: true, NormEps: 1e-5, SwiGLUOut: true}, 0)
 		require.NoError(t, err, t2)
 		ks = append(ks, sq, sr, sn, sg)
-		// the L2 prefetch of a warp's later units (split and unsplit)
-		pq, err := codegen.GEMVXQ(t2, 1024, k, true, []codegen.GEMVArm{qo, sp}[i%2], codegen.XQEnds{NormIn: i < 2, NormEps: 1e-6, QuantOut: true, Prefetch: true}, 0)
-		require.NoError(t, err, t2)
-		pn, err := codegen.GEMVXQ(t2, 1000, k, i%2 == 0, sa, codegen.XQEnds{NormIn: i > 1, NormEps: 1e-5, Prefetch: true}, 0)
-		require.NoError(t, err, t2)
-		require.Contains(t, pn.Source, "prefetch.global.L2", t2)
-		require.Contains(t, pn.Name, "_pf_", t2)
-		ks = append(ks, pq, pn)
 	}
 	// the pipelined prefill product (two shared buffers of K tiles of 64) for every weight type,
 	// ragged N, with and without the residual, large and small tiles

@@ -251,7 +251,7 @@ func XHalf(k int, pro Prologue) (*Kernel, error) {
 // pipelined int8 kernel's warps, rings and split (gemvMMA8Pipe), fed f16
 // activation rows (XHalf) and multiplying f16 weights dequantised from each
 // group's words. e may only ask for NormIn, which XHalf has done (its rows
-// are normalised), and Prefetch, which XQ 4 does not take. grid
+// are normalised). grid
 // (⌈n/(16·RowsPerWarp·RowsPerBlock)⌉, ⌈m/MB⌉), dynamic shared memory
 // mmahShared.
 func gemvMMAH(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystride int) (*Kernel, error) {

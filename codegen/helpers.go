@@ -14,7 +14,7 @@ type helper struct {
 
 // helperOrder fixes the order helpers appear in a source file.
 var helperOrder = []string{
-	"types", "f16", "bf16", "warp", "pdl", "prefetch", "swiglu4", "norm4", "kscale", "q4k_dm",
+	"types", "f16", "bf16", "warp", "pdl", "swiglu4", "norm4", "kscale", "q4k_dm",
 	"dq_f32", "dq_f16", "dq_bf16", "dq_q4_0", "dq_q4_1", "dq_q5_0", "dq_q5_1", "dq_q8_0", "dq_q4_k", "dq_q5_k", "dq_q6_k",
 }
 
@@ -79,12 +79,6 @@ func init() {
 			w.IfArch("defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900", func() {
 				w.Line(`asm volatile("griddepcontrol.launch_dependents;");`)
 			})
-		}})
-	}}
-	helpers["prefetch"] = helper{emit: func(w *Writer) {
-		w.Comment("Ask for the 128-byte line of p into L2 (no register waits for it).")
-		w.Emit(Func{Name: "prefetch_l2", Params: []Param{{"const void*", "p"}}, Body: func(w *Writer) {
-			w.Line(`asm volatile("prefetch.global.L2 [%0];" :: "l"(p));`)
 		}})
 	}}
 	helpers["swiglu4"] = helper{deps: []string{"types"}, emit: func(w *Writer) {

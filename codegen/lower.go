@@ -184,10 +184,6 @@ type LowerOptions struct {
 	// decode attention arms: a short cache capacity still spreads the
 	// live keys over this many blocks a kv head. Zero: capacity/Chunk.
 	DecodeMinSplits int
-	// GEMVPrefetch makes the XQ 2 products ask for all of each warp's
-	// weight units into L2 before they wait for the previous kernel
-	// (XQEnds.Prefetch). Slower on the H200 (0.91× at batch 1).
-	GEMVPrefetch bool
 	// DecodePreload makes decode attention read the cached keys and
 	// values of its first step before it waits for the previous kernel
 	// (DecodeArm.Preload), and gives the launch before it the

@@ -93,7 +93,7 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 				return err
 			}
 			src = in
-			e := XQEnds{Prefetch: l.o.GEMVPrefetch}
+			e := XQEnds{}
 			if pro != nil && pro.pro.Kind == ProNorm {
 				e.NormIn, e.NormEps = true, pro.pro.Eps
 			}
@@ -858,7 +858,7 @@ func (l *lowerer) swigluOut(parts []matPart, k int) (swigluOutArms, bool) {
 	n := 2 * g.n
 	class := ProductClass(g.t, n, k, false)
 	one := l.gemvArm(class, g.t, k)
-	e := XQEnds{SwiGLUOut: true, Prefetch: l.o.GEMVPrefetch}
+	e := XQEnds{SwiGLUOut: true}
 	so.sw = sw
 	if _, batch := l.batchArm(one, class, k); batch {
 		// the batch arm would need pairs of 32 rows a block: twice the
@@ -889,7 +889,7 @@ func (l *lowerer) gateUpQuantised(parts []matPart, x, fused view, rows ir.Dim, n
 	if err := l.halfReader(src, false); err != nil {
 		return err
 	}
-	e := XQEnds{SwiGLUOut: true, Prefetch: l.o.GEMVPrefetch}
+	e := XQEnds{SwiGLUOut: true}
 	if norm != nil {
 		e.NormIn, e.NormEps = true, norm.pro.Eps
 	}

@@ -2,7 +2,6 @@ package codegen
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 
 	"github.com/memra-ai/memra/ir/dtype"
@@ -292,12 +291,6 @@ type XQEnds struct {
 	Rope      bool
 	RopeShape RopeShape
 	RopeCol0  int
-	// Prefetch (XQ 2): before waiting for the previous kernel, each warp
-	// asks for all of its later weight units into L2 (prefetch.global.L2,
-	// no registers held), so that its loop's loads hit L2 instead of
-	// walking DRAM one double-buffered step at a time. Kernel names
-	// carry "_pf".
-	Prefetch bool
 }
 
 // suffix is the kernel name part of e.
@@ -582,19 +575,6 @@ func emitXQQuantOut(w *Writer, e XQEnds, rn string, split bool) {
 	w.Line("pdl_launch();")
 }
 
-// xqLoad is a load of rpTypes' code, "reg[i] = expr;".
-var xqLoad = regexp.MustCompile(`^\w+\[i\] = (.+);$`)
-
-// xqPrefetch turns a load of rpTypes' code into the L2 prefetch of its
-// address.
-func xqPrefetch(load string) string {
-	m := xqLoad.FindStringSubmatch(load)
-	if m == nil {
-		panic("BUG: weight load " + load)
-	}
-	return "prefetch_l2(&" + m[1] + ");"
-}
-
 // gemvXQGlobal is gemvXQ for XQ 2: the activation rows come quantised from
 // XQuant, and the loop over a row's units keeps two sets of weight
 // registers, loading the next units while it computes the current ones.
@@ -612,9 +592,6 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 		epi = "_res"
 	}
 	epi += e.suffix() + ysName(ystride)
-	if e.Prefetch {
-		epi += "_pf"
-	}
 	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
 	params := xqGlobalParams
 	switch {
@@ -626,9 +603,6 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 		params = xqRopeParams(e.RopeShape.Cache)
 	}
 	deps := repackDeps(t, "f16", "warp", "pdl")
-	if e.Prefetch {
-		deps = append(deps, "prefetch")
-	}
 	if e.Rope {
 		deps = append(deps, cacheHelpers(e.RopeShape.Cache)...)
 	}
@@ -683,21 +657,6 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 				}
 				w.Comment("the first weight loads do not wait for the previous kernel")
 				load("", "u")
-				if e.Prefetch {
-					w.Comment("nor do the warp's later units: asked for into L2, no registers held")
-					w.Block(fmt.Sprintf("for (int pu = u + %s; pu < UPR; pu += %s)", step, step), func() {
-						w.For("i", "0", "U", "1", -1, func() {
-							w.Line("const int uu = pu + i * 32;")
-							w.If("uu < UPR", func() {
-								for r := range rw {
-									for _, l := range rt.load {
-										w.Line(xqPrefetch(xqRename(l, r)))
-									}
-								}
-							})
-						})
-					})
-				}
 				w.Line("const int m0 = blockIdx.y * MB;")
 				w.Line("const int mrows = min(MB, m - m0);")
 				w.Line("const u8* xb = xq + (size_t)m0 * XR;")

@@ -130,12 +130,6 @@ type BackendOptions struct {
 	// 128) decoded llama2-7b q4_k_m at 0.94× (batch 1) and 0.88× (batch
 	// 16): the blocks' fixed cost outweighs the shorter walk.
 	DecodeMinSplits int
-	// GEMVPrefetch: the int8-activation (XQ 2) products prefetch their
-	// weights into L2 before the dependency wait
-	// (codegen.LowerOptions.GEMVPrefetch; MEMRA_GEMV_PREFETCH=1). Off: on
-	// the H200 it decoded llama2-7b q4_k_m batch 1 at 0.91×; kept for
-	// comparison.
-	GEMVPrefetch bool
 	// NoDecodePreload turns off what is on by default: decode attention
 	// reads its first keys and values before its dependency wait, and the
 	// kernel before it triggers it early (codegen.LowerOptions.DecodePreload;
@@ -349,7 +343,7 @@ func lowerOptions(opts BackendOptions, cache dtype.Type) codegen.LowerOptions {
 		PrefillGEMV: opts.PrefillGEMV, Argmax: true, Sample: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue, FuseFloat: opts.FuseFloat,
 		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct > 0 || (opts.RopeInProduct == 0 && opts.MaxSeqs == 1),
 		DecodeMinSplits: max(0, opts.DecodeMinSplits),
-		GEMVPrefetch:    opts.GEMVPrefetch, DecodePreload: !opts.NoDecodePreload, DecodeKeysInFlight: opts.DecodeKeysInFlight,
+		DecodePreload:   !opts.NoDecodePreload, DecodeKeysInFlight: opts.DecodeKeysInFlight,
 		FlashPrefill:    opts.PrefillAttention == "flash" || (opts.PrefillAttention == "" && DefaultFlashPrefill),
 		Multiprocessors: cmp.Or(opts.Multiprocessors, DefaultMultiprocessors), HalfFrom: opts.HalfFrom}
 	base.BatchInvariant = opts.BatchInvariant

@@ -20,7 +20,7 @@ import (
 // MEMRA_ROPE_IN_PRODUCT=0|1 (none or every program; unset, one-sequence
 // programs), MEMRA_GEMV_SPLIT=off|ROWS[/K],
 // MEMRA_PDL=early|early:REGEX|off, MEMRA_DECODE_SPLITS=N, MEMRA_DECODE_PRELOAD=0,
-// MEMRA_GEMV_PREFETCH=1, MEMRA_MMA=ARM, MEMRA_DECODE_U=N, MEMRA_PREFILL=blas|mma, MEMRA_ATTN_PREFILL=flash|warp. A value it cannot read is an error naming the
+// MEMRA_MMA=ARM, MEMRA_DECODE_U=N, MEMRA_PREFILL=blas|mma, MEMRA_ATTN_PREFILL=flash|warp. A value it cannot read is an error naming the
 // variable, not a silent default. (MEMRA_DROP, a timing diagnostic, is
 // read by newBackend.)
 func envOptions(o *BackendOptions) error {
@@ -35,7 +35,7 @@ func envOptions(o *BackendOptions) error {
 		name, when string
 		set        *bool
 	}{{"MEMRA_SMALL_BATCH", "1", &o.SmallBatch},
-		{"MEMRA_GEMV_PREFETCH", "1", &o.GEMVPrefetch}, {"MEMRA_DECODE_PRELOAD", "0", &o.NoDecodePreload}} {
+		{"MEMRA_DECODE_PRELOAD", "0", &o.NoDecodePreload}} {
 		switch v := os.Getenv(e.name); v {
 		case "", "0", "1":
 			if v == e.when {
@@ -227,7 +227,7 @@ func kernelOptions(o BackendOptions, kernel string) []string {
 var LoweringEnv = []string{
 	"MEMRA_ATTN_PREFILL", "MEMRA_DECODE_LIVE", "MEMRA_DECODE_PRELOAD", "MEMRA_DECODE_SPLITS",
 	"MEMRA_DECODE_U", "MEMRA_FUSE", "MEMRA_GEMV_BATCH", "MEMRA_GEMV_LARGE", "MEMRA_GEMV_LARGE_FROM",
-	"MEMRA_GEMV_PREFETCH", "MEMRA_GEMV_QUANT", "MEMRA_GEMV_SPLIT", "MEMRA_KV_CACHE", "MEMRA_MMA", "MEMRA_PDL",
+	"MEMRA_GEMV_QUANT", "MEMRA_GEMV_SPLIT", "MEMRA_KV_CACHE", "MEMRA_MMA", "MEMRA_PDL",
 	"MEMRA_PREFILL", "MEMRA_QUANT_OUT", "MEMRA_ROPE_IN_PRODUCT", "MEMRA_SMALL_BATCH",
 }
 
