@@ -40,17 +40,13 @@ func TestCompileDecodeAttentionTilings(t *testing.T) {
 		// splits sized by the card's multiprocessors
 		{32, 32, 128, dtype.F16, codegen.DecodeArm{Threads: 256, Chunk: 128, Live: 3, SMs: 132}},
 		{32, 8, 64, dtype.BF16, codegen.DecodeArm{Threads: 128, Chunk: 256, Live: 3, SMs: 170, Preload: true}},
-		// more keys in flight: a 128-key split in one step
-		{32, 32, 128, dtype.F16, codegen.DecodeArm{Threads: 256, Chunk: 128, Live: 2, Preload: true, KeysInFlight: 8}},
-		{32, 8, 128, dtype.F32, codegen.DecodeArm{Threads: 128, Chunk: 64, KeysInFlight: 16}},
 		// the 8-bit cache: 16-byte loads of 8 (64-element heads) to 16 lanes a key, three loads a lane
-		// (96), several passes over a group, the first step before the wait, eight keys in flight
+		// (96), several passes over a group, the first step before the wait
 		{32, 32, 128, codegen.CacheQ8, codegen.DecodeArm{Threads: 128, Chunk: 64}},
 		{32, 8, 128, codegen.CacheQ8, codegen.DecodeArm{Threads: 128, Chunk: 64, Live: 2, Preload: true}},
 		{32, 8, 64, codegen.CacheQ8, codegen.DecodeArm{Threads: 128, Chunk: 256, Live: 3, SMs: 132, Preload: true}},
 		{32, 32, 96, codegen.CacheQ8, codegen.DecodeArm{Threads: 128, Chunk: 256, Live: 2}},
 		{16, 2, 256, codegen.CacheQ8, codegen.DecodeArm{Threads: 256, Chunk: 64, Preload: true}},
-		{32, 32, 128, codegen.CacheQ8, codegen.DecodeArm{Threads: 256, Chunk: 128, Live: 2, Preload: true, KeysInFlight: 8}},
 	} {
 		s := codegen.AttnShape{Heads: c.heads, HeadsKV: c.kv, HeadDim: c.hd, QStride: (c.heads + 2*c.kv) * c.hd, Cache: c.cache}
 		p, cb, err := codegen.DecodeAttention(s, c.arm)

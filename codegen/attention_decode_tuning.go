@@ -27,12 +27,6 @@ type DecodeArm struct {
 	// SMs (Live 3 only; not a tuned knob: lowering sets it from
 	// LowerOptions.Multiprocessors) is the card's multiprocessor count.
 	SMs int
-	// MinSplits (Live 2 only; not a tuned knob: lowering sets it from
-	// LowerOptions.DecodeMinSplits) is the least number of splits a
-	// capacity of at least 32·MinSplits keys gets, so that a short
-	// capacity still spreads its live length over that many blocks a kv
-	// head instead of capacity/Chunk long ones (Splits).
-	MinSplits int
 	// Preload (not a tuned knob: lowering sets it from
 	// LowerOptions.DecodePreload): the partial kernel reads the sequence's
 	// length and its first step's key and value rows before it waits for
@@ -40,13 +34,6 @@ type DecodeArm struct {
 	// wait reloads only the newest row, the one that kernel wrote. Every
 	// older row was written by an earlier step. Names carry "_p".
 	Preload bool
-	// KeysInFlight (not a tuned knob: lowering sets it from
-	// LowerOptions.DecodeKeysInFlight), when positive, replaces the
-	// partial kernel's keys in flight per lane group (decodeTiling.u,
-	// otherwise about 64 bytes of keys a lane): with 8 for 128-dim f16
-	// heads, a block of 8 warps takes a 128-key split in one step, so the
-	// preload reads all of it before the wait. Names carry "_uN".
-	KeysInFlight int
 }
 
 // DefaultDecodeArm is the arm used before tuning.
@@ -58,7 +45,7 @@ var DecodeKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 1
 // Validate reports whether a is well formed.
 func (a DecodeArm) Validate() error {
 	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.Chunk < 32 || a.Chunk > 4096 || a.Live < 0 || a.Live > 3 ||
-		(a.Live == 3) != (a.SMs > 0) || a.SMs > 1024 || a.KeysInFlight < 0 || a.KeysInFlight > 16 {
+		(a.Live == 3) != (a.SMs > 0) || a.SMs > 1024 {
 		return fmt.Errorf("%w: decode attention arm %+v", ErrUnsupported, a)
 	}
 	return nil
@@ -89,21 +76,11 @@ func (a DecodeArm) String() string {
 	if a.Preload {
 		s += "_p"
 	}
-	if a.KeysInFlight > 0 {
-		s += fmt.Sprintf("_u%d", a.KeysInFlight)
-	}
 	return s
 }
 
-// tile is the partial kernel's tiling of s under a: decodeTile's, with
-// KeysInFlight when set.
-func (a DecodeArm) tile(s AttnShape) decodeTiling {
-	t := decodeTile(s, a.Threads)
-	if a.KeysInFlight > 0 {
-		t.u = a.KeysInFlight
-	}
-	return t
-}
+// tile is the partial kernel's tiling of s under a: decodeTile's.
+func (a DecodeArm) tile(s AttnShape) decodeTiling { return decodeTile(s, a.Threads) }
 
 // liveChunk writes the device expression of the keys per split into
 // "const int chunk": CHUNK, for Live 2 the live length spread over the
@@ -150,8 +127,7 @@ func (a DecodeArm) liveSplits(w *Writer) string {
 }
 
 // Splits returns the number of KV splits for a key length (the cache
-// capacity): one a Chunk of keys, and for a Live 2 arm at least
-// MinSplits where the capacity has 32 keys for each.
+// capacity): one a Chunk of keys.
 //
 // The live arms (2 and 3) take at most MaxLiveSplits: their chunk grows
 // past Chunk where a long capacity would otherwise launch thousands of
@@ -159,9 +135,6 @@ func (a DecodeArm) liveSplits(w *Writer) string {
 // splits is 256 of them, for a sequence of a few hundred keys).
 func (a DecodeArm) Splits(kvLen int) int {
 	n := max(1, ceilDiv(kvLen, a.Chunk))
-	if a.Live == 2 && a.MinSplits > n {
-		n = max(n, min(a.MinSplits, kvLen/32))
-	}
 	if a.Live >= 2 {
 		n = min(n, MaxLiveSplits)
 	}

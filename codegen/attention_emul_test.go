@@ -331,12 +331,11 @@ func TestDecodeKernelEmulation(t *testing.T) {
 		{1, 128, 128, CacheQ8}, {4, 64, 128, CacheQ8}, {8, 128, 256, CacheQ8}, {1, 256, 256, CacheQ8},
 	}
 	arms := []DecodeArm{{Chunk: 32}, {Chunk: 64}, {Chunk: 256}, {Chunk: 64, Live: 1}, {Chunk: 64, Live: 2}, {Chunk: 256, Live: 2},
-		{Chunk: 256, Live: 2, MinSplits: 12}, {Chunk: 128, Live: 3, SMs: 132}, {Chunk: 256, Live: 3, SMs: 16},
-		{Chunk: 128, Live: 2, KeysInFlight: 8}, {Chunk: 64, KeysInFlight: 1}}
+		{Chunk: 128, Live: 3, SMs: 132}, {Chunk: 256, Live: 3, SMs: 16}}
 	for _, c := range cfgs {
 		s := AttnShape{Heads: 2 * c.group, HeadsKV: 2, HeadDim: c.hd, QStride: 2*c.group*c.hd + 64, Cache: c.cache}
 		for _, a := range arms {
-			arm := DecodeArm{Threads: c.threads, Chunk: a.Chunk, Live: a.Live, MinSplits: a.MinSplits, SMs: a.SMs, KeysInFlight: a.KeysInFlight}
+			arm := DecodeArm{Threads: c.threads, Chunk: a.Chunk, Live: a.Live, SMs: a.SMs}
 			name := fmt.Sprintf("g%d_d%d_%v/%v", c.group, c.hd, c.cache, arm)
 			t.Run(name, func(t *testing.T) {
 				splits := arm.Splits(capacity)
@@ -434,25 +433,21 @@ func TestDecodeTile(t *testing.T) {
 	}
 }
 
-// TestDecodeArmSplits: a live-spread arm's MinSplits raises a short
-// capacity's split count, never past 32 keys a split, the live arms take
-// at most MaxLiveSplits, and other arms keep capacity/Chunk.
+// TestDecodeArmSplits: the live arms take at most MaxLiveSplits, and
+// other arms keep capacity/Chunk.
 func TestDecodeArmSplits(t *testing.T) {
 	for _, c := range []struct {
 		arm         DecodeArm
 		kvLen, want int
 	}{
 		{DecodeArm{Chunk: 128, Live: 2}, 640, 5},
-		{DecodeArm{Chunk: 128, Live: 2, MinSplits: 32}, 640, 20},             // 32 keys a split
-		{DecodeArm{Chunk: 128, Live: 2, MinSplits: 32}, 4096, 32},            // the chunk's own count
-		{DecodeArm{Chunk: 128, Live: 2, MinSplits: 32}, 8192, MaxLiveSplits}, // capped: longer chunks instead
+		{DecodeArm{Chunk: 128, Live: 2}, 4096, 32},
+		{DecodeArm{Chunk: 128, Live: 2}, 8192, MaxLiveSplits}, // capped: longer chunks instead
+		{DecodeArm{Chunk: 64, Live: 2}, 200, 4},
+		{DecodeArm{Chunk: 128}, 640, 5},
 		{DecodeArm{Chunk: 128, Live: 2}, 32768, MaxLiveSplits},
 		{DecodeArm{Chunk: 128, Live: 3, SMs: 132}, 131072, MaxLiveSplits},
 		{DecodeArm{Chunk: 128, Live: 1}, 32768, 256}, // fixed chunks are never capped (lowering makes them live 2)
-		{DecodeArm{Chunk: 64, Live: 2, MinSplits: 8}, 200, 6},
-		{DecodeArm{Chunk: 128, Live: 2, MinSplits: 32}, 16, 1},
-		{DecodeArm{Chunk: 128, Live: 1, MinSplits: 32}, 640, 5}, // fixed chunks: more splits would be empty
-		{DecodeArm{Chunk: 128, MinSplits: 32}, 640, 5},
 	} {
 		require.Equal(t, c.want, c.arm.Splits(c.kvLen), "%+v at %d", c.arm, c.kvLen)
 	}

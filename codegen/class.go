@@ -142,14 +142,10 @@ func (l *lowerer) decodeArm(class string) DecodeArm {
 		// by the thousand: spread the live keys instead (DecodeArm.Splits)
 		arm.Live = 2
 	}
-	switch arm.Live {
-	case 2:
-		arm.MinSplits = l.o.DecodeMinSplits
-	case 3:
+	if arm.Live == 3 {
 		arm.SMs = cmp.Or(l.o.Multiprocessors, DefaultMultiprocessors)
 	}
 	arm.Preload = l.o.DecodePreload
-	arm.KeysInFlight = l.o.DecodeKeysInFlight
 	return arm
 }
 

@@ -180,10 +180,6 @@ type LowerOptions struct {
 	// Multiprocessors is the card's count (DecodeArm.SMs of Live 3
 	// attention); zero: DefaultMultiprocessors.
 	Multiprocessors int
-	// DecodeMinSplits is DecodeArm.MinSplits of live-length (Live 2)
-	// decode attention arms: a short cache capacity still spreads the
-	// live keys over this many blocks a kv head. Zero: capacity/Chunk.
-	DecodeMinSplits int
 	// DecodePreload makes decode attention read the cached keys and
 	// values of its first step before it waits for the previous kernel
 	// (DecodeArm.Preload), and gives the launch before it the
@@ -194,9 +190,6 @@ type LowerOptions struct {
 	// (FlashPrefillAttention) where it has a kernel for the shape (an f16
 	// cache, heads of at most 128 dimensions); elsewhere PrefillAttention.
 	FlashPrefill bool
-	// DecodeKeysInFlight is DecodeArm.KeysInFlight of decode attention
-	// (zero: the tiling's own).
-	DecodeKeysInFlight int
 }
 
 // DefaultMultiprocessors is the multiprocessor count lowering assumes

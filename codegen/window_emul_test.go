@@ -27,7 +27,7 @@ func TestDecodeKernelEmulationWindow(t *testing.T) {
 			for _, cap := range []float32{0, 2.5} {
 				s := AttnShape{Heads: 2 * c.group, HeadsKV: 2, HeadDim: c.hd, QStride: 2*c.group*c.hd + 64, Cache: c.cache, Window: win, Softcap: cap}
 				for _, a := range []DecodeArm{{Chunk: 32}, {Chunk: 64, Live: 1}, {Chunk: 128, Live: 2}, {Chunk: 128, Live: 3, SMs: 132},
-					{Chunk: 64, Live: 2, MinSplits: 16}, {Chunk: 128, Live: 2, KeysInFlight: 8, Preload: true}} {
+					{Chunk: 128, Live: 2, Preload: true}} {
 					arm := a
 					arm.Threads = c.threads
 					t.Run(fmt.Sprintf("g%d_d%d_%v_w%d_c%g/%v", c.group, c.hd, c.cache, win, cap, arm), func(t *testing.T) {

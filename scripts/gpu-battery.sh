@@ -269,29 +269,20 @@ fi
 # Decode attention reading its first keys before its dependency wait, the kernel before it
 # triggering it early (MEMRA_DECODE_PRELOAD=1, off by default until this has passed): kernel-check
 # of the preload cases, the CUDA tests and parity at 1, 2 and 16 sequences with it, then batch 1 and
-# 16 with and without, with eight keys in flight (MEMRA_DECODE_U=8: parity at 1 and 2 sequences,
-# batch 1 and 16). About 6 minutes; `tune-f16` times the f16 models with and without it.
+# 16 with and without. About 5 minutes; `tune-f16` times the f16 models with and without it.
 if [ "$MODE" = preload ]; then
 	step preload-kernel-check "$BIN" kernel-check --shapes llama3-8b,qwen3-8b --types q4_k --only attn_decode --reps 10
 	step preload-checks switch_checks preload MEMRA_DECODE_PRELOAD=1
 	step preload-bench-on switch_bench 1,16 MEMRA_DECODE_PRELOAD=1
 	step preload-bench-off switch_bench 1,16 MEMRA_NOTHING=0
-	# eight keys in flight a lane group: a 128-key split in one step, all of it read before the wait
-	for p in 1 2; do
-		step "preload-u8-parity-p$p" env MEMRA_DECODE_PRELOAD=1 MEMRA_DECODE_U=8 "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --tie-tol 0.02 --tie-sigma 3
-	done
-	step preload-u8-bench switch_bench 1,16 MEMRA_DECODE_PRELOAD=1 MEMRA_DECODE_U=8
-	step u8-bench switch_bench 1 MEMRA_DECODE_U=8
 fi
 
-# Batch 1's decode attention switches in one pass (about 3 minutes): kernel-check of decode
-# attention (its preload, eight-keys-in-flight and Live 3 cases among them, checks only), then
-# llama2-7b q4_k_m at batch 1 with the defaults and with MEMRA_DECODE_U=8 (a 128-key split read
-# in one step, all of it before the dependency wait; batch 16 too), N = 5.
+# Batch 1's decode attention in one pass (about 2 minutes): kernel-check of decode attention (its
+# preload and Live 3 cases among them, checks only), then llama2-7b q4_k_m at batch 1 with the
+# defaults, N = 5.
 if [ "$MODE" = b1 ]; then
 	step b1-kernel-check-attn "$BIN" kernel-check --shapes llama3-8b,qwen2.5-7b --types q4_k --only attn_decode --reps 0
 	step b1-default switch_bench 1 MEMRA_NOTHING=0
-	step b1-u8 switch_bench 1,16 MEMRA_DECODE_U=8
 fi
 
 # Decode attention splits sized by the card's multiprocessors (MEMRA_DECODE_LIVE=3, not yet run):
@@ -598,8 +589,7 @@ fi
 # f16 cache's bytes). Most telling first: kernel-check of every kernel that writes or reads it (three
 # shapes, checks and times) and of decode attention with the f16 cache beside it (llama3-8b), CPU
 # parity with it at 1, 2 and 16 sequences, llama2-7b q4_k_m tg128@512 at batch 1 and 16 with it and
-# with the f16 cache (N = 5, the same call's baseline), batch 16 with 4 and 2 keys in flight
-# (MEMRA_DECODE_U, N = 3), the CUDA batch tests with it, a profile of a batch-16 step with it, then
+# with the f16 cache (N = 5, the same call's baseline), the CUDA batch tests with it, a profile of a batch-16 step with it, then
 # (KV8_LONG=1) batch 32 and 64 with each cache (N = 3) and the batch sweep with it and its plot.
 if [ "$MODE" = kv8 ]; then
 	step kv8-kernel-check "$BIN" kernel-check --shapes llama3-8b,qwen2.5-7b,qwen3-8b --types q4_k --only "q8_0 cache" --reps 5
@@ -609,9 +599,6 @@ if [ "$MODE" = kv8 ]; then
 	done
 	step kv8-q8-b1-b16 switch_bench 1,16 MEMRA_KV_CACHE=q8_0
 	step kv8-f16-b1-b16 switch_bench 1,16 MEMRA_KV_CACHE=f16
-	for u in 4 2; do
-		step "kv8-q8-u$u-b16" model_bench llama2-7b q4_k_m 3 16 MEMRA_KV_CACHE=q8_0 MEMRA_DECODE_U=$u
-	done
 	step kv8-cuda-tests env MEMRA_KV_CACHE=q8_0 sh -c 'cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run "TestGPUBatchEqualsAlone|TestGPUGraphsEqualPlain"'
 	step kv8-profile-b16 env MEMRA_KV_CACHE=q8_0 "$BIN" bench "$MODELS/llama2-7b-q4_k_m.gguf" --device cuda -p 512 -n 16 -r 1 -b 16 --no-progress --profile
 	if [ -n "${KV8_LONG:-}" ]; then

@@ -34,7 +34,7 @@ func gemmaCases(s codegen.Shape, tokens int, seed uint64) []*Case {
 			Decode(s.Name, as, lens, seed),
 			DecodeXQ(s.Name, as, lens, seed),
 			DecodeLive(s.Name, as, lens, 4*s.Window, seed),
-			DecodePreload(s.Name, as, append(lens, 20), 4*s.Window, 0, seed),
+			DecodePreload(s.Name, as, append(lens, 20), 4*s.Window, seed),
 			Prefill(s.Name, as, 48, s.Window+500, seed),
 			inside(Prefill(s.Name, as, 48, 16, seed)),
 			FlashPrefill(s.Name, as, 100, s.Window+150, seed),
@@ -42,7 +42,7 @@ func gemmaCases(s codegen.Shape, tokens int, seed uint64) []*Case {
 		if codegen.CheckCacheRow(codegen.CacheQ8, s.HeadsKV, s.HeadDim) == nil {
 			q8 := as
 			q8.Cache = codegen.CacheQ8
-			attn = append(attn, Decode(s.Name, q8, lens, seed), DecodePreload(s.Name, q8, append(lens, 20), 4*s.Window, 0, seed),
+			attn = append(attn, Decode(s.Name, q8, lens, seed), DecodePreload(s.Name, q8, append(lens, 20), 4*s.Window, seed),
 				Prefill(s.Name, q8, 48, s.Window+500, seed))
 		}
 		for _, c := range attn {

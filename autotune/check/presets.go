@@ -23,8 +23,7 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 		DecodeXQ(s.Name, s.Attn(dtype.F16), []int32{1100, 333}, seed),
 		Prefill(s.Name, s.Attn(dtype.F16), 48, 16, seed),
 		DecodeLive(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1}, 4096, seed),
-		DecodePreload(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1, 20}, 4096, 0, seed),
-		DecodePreload(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1, 20}, 4096, 8, seed),
+		DecodePreload(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1, 20}, 4096, seed),
 		DecodeLive3(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1, 20}, 4096, 132, seed),
 	}
 	// tensor-core prefill attention: one block of keys, then several, the first warps done early
@@ -262,9 +261,8 @@ func TuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 
 // cacheQ8Cases are the cases of the kernels that write or read an 8-bit
 // KV cache (codegen.CacheQ8) at s, none where s's rows cannot be held so:
-// the RoPE + KV write, split-KV decode attention plain, fused (float and
-// int8 rows), over the live length, with its first keys read before the
-// dependency wait (four and eight keys in flight), and prefill attention
+// the RoPE + KV write, split-KV decode attention plain, over the live
+// length, with its first keys read before the dependency wait, and prefill attention
 // on CUDA cores and on tensor cores.
 func cacheQ8Cases(s codegen.Shape, tokens int, seed uint64) []*Case {
 	if codegen.CheckCacheRow(codegen.CacheQ8, s.HeadsKV, s.HeadDim) != nil {
@@ -275,8 +273,7 @@ func cacheQ8Cases(s codegen.Shape, tokens int, seed uint64) []*Case {
 		RopeKV(s.Name, s.Rope(codegen.CacheQ8), tokens, seed),
 		Decode(s.Name, as, []int32{1100, 333}, seed),
 		DecodeLive(s.Name, as, []int32{1100, 333, 1}, 4096, seed),
-		DecodePreload(s.Name, as, []int32{1100, 333, 1, 20}, 4096, 0, seed),
-		DecodePreload(s.Name, as, []int32{1100, 333, 1, 20}, 4096, 8, seed),
+		DecodePreload(s.Name, as, []int32{1100, 333, 1, 20}, 4096, seed),
 		Prefill(s.Name, as, 48, 16, seed),
 	}
 	for _, c := range []*Case{FlashPrefill(s.Name, as, 48, 16, seed), FlashPrefill(s.Name, as, 100, 150, seed)} {
@@ -295,7 +292,7 @@ func cacheQ8Cases(s codegen.Shape, tokens int, seed uint64) []*Case {
 func longContextCases(s codegen.Shape, seed uint64) []*Case {
 	as := s.Attn(dtype.F16)
 	const capacity, long = 32768, 30000
-	d := DecodePreload(s.Name, as, []int32{long, 1100, 1}, capacity, 0, seed)
+	d := DecodePreload(s.Name, as, []int32{long, 1100, 1}, capacity, seed)
 	p := Prefill(s.Name, as, 16, long-16, seed)
 	cs := []*Case{d, p}
 	if f := FlashPrefill(s.Name, as, 16, long-16, seed); f != nil {

@@ -1,7 +1,6 @@
 package check
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/memra-ai/memra/codegen"
@@ -42,16 +41,10 @@ func DecodeLive(shape string, as codegen.AttnShape, lens []int32, capacity int, 
 // this checks the arithmetic of the preloaded step and of the reload (a
 // one-key sequence and one of 20 keys hold the newest row in their first
 // step); gpu-parity checks it under a kernel that writes that row.
-//
-// keys, when positive, is the partial kernel's keys in flight per lane
-// group (codegen.DecodeArm.KeysInFlight; the label gains "+uN").
-func DecodePreload(shape string, as codegen.AttnShape, lens []int32, capacity, keys int, seed uint64) *Case {
+func DecodePreload(shape string, as codegen.AttnShape, lens []int32, capacity int, seed uint64) *Case {
 	c := DecodeLive(shape, as, lens, capacity, seed)
 	c.Label, c.Class = "attn_decode_live+preload", c.Class+"_preload"
-	if keys > 0 {
-		c.Label, c.Class = fmt.Sprintf("%s+u%d", c.Label, keys), fmt.Sprintf("%s_u%d", c.Class, keys)
-	}
-	return withDecodeArm(c, as, func(a *codegen.DecodeArm) { a.Preload, a.KeysInFlight = true, keys })
+	return withDecodeArm(c, as, func(a *codegen.DecodeArm) { a.Preload = true })
 }
 
 // DecodeLive3 is DecodeLive with the splits sized by a card of sms

@@ -122,14 +122,6 @@ type BackendOptions struct {
 	// by the card's multiprocessors (codegen.DecodeArm.Live), not yet run
 	// on a GPU.
 	DecodeLive int
-	// DecodeMinSplits is the least number of splits a kv head of
-	// live-length decode attention gets where the capacity allows 32 keys
-	// a split (codegen.LowerOptions.DecodeMinSplits; MEMRA_DECODE_SPLITS).
-	// Zero (or negative): the arm's chunk over the capacity. On the H200,
-	// 32 (20 splits of 32 keys for bench's 640 positions instead of 5 of
-	// 128) decoded llama2-7b q4_k_m at 0.94× (batch 1) and 0.88× (batch
-	// 16): the blocks' fixed cost outweighs the shorter walk.
-	DecodeMinSplits int
 	// NoDecodePreload turns off what is on by default: decode attention
 	// reads its first keys and values before its dependency wait, and the
 	// kernel before it triggers it early (codegen.LowerOptions.DecodePreload;
@@ -139,11 +131,6 @@ type BackendOptions struct {
 	// tests and parity at 1, 2 and 16 sequences (docs/PERFORMANCE.md,
 	// session 11).
 	NoDecodePreload bool
-	// DecodeKeysInFlight replaces decode attention's keys in flight per
-	// lane group (codegen.DecodeArm.KeysInFlight; MEMRA_DECODE_U=N, 1 to
-	// 16; not yet run on a GPU): 8 takes a 128-key split of 128-dim f16
-	// heads in one step.
-	DecodeKeysInFlight int
 	// PrefillBLAS chooses how the prefill program's tensor-core products
 	// (codegen.MatMulMMA) run: "mma" as generated, "blas" through cuBLASLt
 	// on the same operands (codegen.BLASOperands; prefill.go; an error where cuBLASLt is not
@@ -342,8 +329,8 @@ func lowerOptions(opts BackendOptions, cache dtype.Type) codegen.LowerOptions {
 	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, PageSize: opts.PageSize, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
 		PrefillGEMV: opts.PrefillGEMV, Argmax: true, Sample: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue, FuseFloat: opts.FuseFloat,
 		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct > 0 || (opts.RopeInProduct == 0 && opts.MaxSeqs == 1),
-		DecodeMinSplits: max(0, opts.DecodeMinSplits),
-		DecodePreload:   !opts.NoDecodePreload, DecodeKeysInFlight: opts.DecodeKeysInFlight,
+
+		DecodePreload:   !opts.NoDecodePreload,
 		FlashPrefill:    opts.PrefillAttention == "flash" || (opts.PrefillAttention == "" && DefaultFlashPrefill),
 		Multiprocessors: cmp.Or(opts.Multiprocessors, DefaultMultiprocessors), HalfFrom: opts.HalfFrom}
 	base.BatchInvariant = opts.BatchInvariant

@@ -19,8 +19,8 @@ import (
 // MEMRA_GEMV_LARGE_FROM=N (the rows from which the f16 products run),
 // MEMRA_ROPE_IN_PRODUCT=0|1 (none or every program; unset, one-sequence
 // programs), MEMRA_GEMV_SPLIT=off|ROWS[/K],
-// MEMRA_PDL=early|early:REGEX|off, MEMRA_DECODE_SPLITS=N, MEMRA_DECODE_PRELOAD=0,
-// MEMRA_MMA=ARM, MEMRA_DECODE_U=N, MEMRA_PREFILL=blas|mma, MEMRA_ATTN_PREFILL=flash|warp. A value it cannot read is an error naming the
+// MEMRA_PDL=early|early:REGEX|off, MEMRA_DECODE_PRELOAD=0,
+// MEMRA_MMA=ARM, MEMRA_PREFILL=blas|mma, MEMRA_ATTN_PREFILL=flash|warp. A value it cannot read is an error naming the
 // variable, not a silent default. (MEMRA_DROP, a timing diagnostic, is
 // read by newBackend.)
 func envOptions(o *BackendOptions) error {
@@ -105,8 +105,6 @@ func envOptions(o *BackendOptions) error {
 		want   string
 		set    func(int)
 	}{
-		{"MEMRA_DECODE_U", 1, 16, "1 to 16 keys in flight per lane group", func(n int) { o.DecodeKeysInFlight = n }},
-		{"MEMRA_DECODE_SPLITS", 0, 4096, "0 (capacity/chunk) to 4096", func(n int) { o.DecodeMinSplits = n }},
 		{"MEMRA_DECODE_LIVE", 0, 3, "0, 1, 2 or 3", func(n int) {
 			o.DecodeLive = n
 			if n == 0 {
@@ -225,8 +223,8 @@ func kernelOptions(o BackendOptions, kernel string) []string {
 // switches that change what a model lowers to, recorded in a compiled
 // artifact's manifest.
 var LoweringEnv = []string{
-	"MEMRA_ATTN_PREFILL", "MEMRA_DECODE_LIVE", "MEMRA_DECODE_PRELOAD", "MEMRA_DECODE_SPLITS",
-	"MEMRA_DECODE_U", "MEMRA_FUSE", "MEMRA_GEMV_BATCH", "MEMRA_GEMV_LARGE", "MEMRA_GEMV_LARGE_FROM",
+	"MEMRA_ATTN_PREFILL", "MEMRA_DECODE_LIVE", "MEMRA_DECODE_PRELOAD",
+	"MEMRA_FUSE", "MEMRA_GEMV_BATCH", "MEMRA_GEMV_LARGE", "MEMRA_GEMV_LARGE_FROM",
 	"MEMRA_GEMV_QUANT", "MEMRA_GEMV_SPLIT", "MEMRA_KV_CACHE", "MEMRA_MMA", "MEMRA_PDL",
 	"MEMRA_PREFILL", "MEMRA_QUANT_OUT", "MEMRA_ROPE_IN_PRODUCT", "MEMRA_SMALL_BATCH",
 }
