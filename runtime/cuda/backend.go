@@ -108,14 +108,6 @@ type BackendOptions struct {
 	// Multiprocessors is the card's count, set by NewBackend; Lower, with
 	// no card, takes DefaultMultiprocessors.
 	Multiprocessors int
-	// EarlyPDL lets each kernel start the next one right after its own
-	// dependency wait instead of at its end (MEMRA_PDL=early; slower on the
-	// H200, kept for comparison).
-	EarlyPDL bool
-	// EarlyPDLKernels, when set, limits EarlyPDL to the kernels whose
-	// names it matches (MEMRA_PDL=early:REGEX): a kernel of one wave
-	// whose successor can start its weight loads beside it.
-	EarlyPDLKernels *regexp.Regexp
 	// DecodeLive selects decode attention over the live KV length (1, 2,
 	// 3; 0 is the default, 2) or over the whole capacity (-1);
 	// MEMRA_DECODE_LIVE (0 there means the capacity). 3 sizes the splits

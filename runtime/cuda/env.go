@@ -3,7 +3,6 @@ package cuda
 import (
 	"fmt"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -19,7 +18,7 @@ import (
 // MEMRA_GEMV_LARGE_FROM=N (the rows from which the f16 products run),
 // MEMRA_ROPE_IN_PRODUCT=0|1 (none or every program; unset, one-sequence
 // programs), MEMRA_GEMV_SPLIT=off|ROWS[/K],
-// MEMRA_PDL=early|early:REGEX|off, MEMRA_DECODE_PRELOAD=0,
+// MEMRA_PDL=off, MEMRA_DECODE_PRELOAD=0,
 // MEMRA_MMA=ARM, MEMRA_PREFILL=blas|mma, MEMRA_ATTN_PREFILL=flash|warp. A value it cannot read is an error naming the
 // variable, not a silent default. (MEMRA_DROP, a timing diagnostic, is
 // read by newBackend.)
@@ -188,36 +187,22 @@ func envOptions(o *BackendOptions) error {
 	}
 	switch v := os.Getenv("MEMRA_PDL"); v {
 	case "", "late":
-	case "early":
-		o.EarlyPDL = true
 	case "off":
 		o.NoPDL = true
 	default:
-		re, ok := strings.CutPrefix(v, "early:")
-		if !ok || re == "" {
-			return bad("MEMRA_PDL", v, "late, early, early:REGEX or off")
-		}
-		m, err := regexp.Compile(re)
-		if err != nil {
-			return bad("MEMRA_PDL", v, "early:REGEX with a valid regular expression ("+err.Error()+")")
-		}
-		o.EarlyPDL, o.EarlyPDLKernels = true, m
+		return bad("MEMRA_PDL", v, "late or off")
 	}
 	return nil
 }
 
-// compileOptions are the NVRTC options of a kernel of the model: EarlyPDL
-// defines MEMRA_PDL_EARLY (see the pdl helper in codegen), in the kernels
-// EarlyPDLKernels matches when it is set.
+// compileOptions are the NVRTC options of a kernel of the model
+// (kernelOptions).
 func (b *Backend) compileOptions(kernel string) []string { return kernelOptions(b.opts, kernel) }
 
-// kernelOptions are the NVRTC options of a kernel under o (compileOptions).
-func kernelOptions(o BackendOptions, kernel string) []string {
-	if o.EarlyPDL && (o.EarlyPDLKernels == nil || o.EarlyPDLKernels.MatchString(kernel)) {
-		return []string{"-DMEMRA_PDL_EARLY"}
-	}
-	return nil
-}
+// kernelOptions are the NVRTC options of a kernel under o: none. A kernel
+// that triggers the next one early says so in its own source
+// (codegen.Kernel.EarlyTrigger defines MEMRA_PDL_EARLY there).
+func kernelOptions(BackendOptions, string) []string { return nil }
 
 // LoweringEnv lists the environment variables envOptions reads: the
 // switches that change what a model lowers to, recorded in a compiled
