@@ -99,6 +99,9 @@ func (l *lowerer) blockArm(family, class string) BlockArm {
 // family's kernel of class.
 // gemvArm is the GEMV arm of a product with weights of type t: the tunedb's
 // pick, else Arms.GEMVQuant for repacked types and Arms.GEMV for others.
+// A type without a repacked layout (Q4_1, Q5_0, Q5_1, Q5_K, and the
+// low-bit Q2_K, Q3_K, IQ4_NL and IQ4_XS) always gets the float GEMV on the
+// file's layout: a repacked arm is replaced by its geometry on layout 0.
 // The exact configuration (PrefillGEMV) never takes an int8-activation arm.
 func (l *lowerer) gemvArm(class string, t dtype.Type, k int) GEMVArm {
 	arm := l.arms.GEMV

@@ -91,7 +91,7 @@ func contains[A comparable](as []A, a A) bool {
 func TestUnsupported(t *testing.T) {
 	_, err := GEMV(dtype.Q4_K, 64, 100, false, DefaultGEMVArm)
 	require.ErrorIs(t, err, ErrUnsupported)
-	_, err = Embedding(dtype.Q2_K, 256, DefaultBlockArm)
+	_, err = Embedding(dtype.Q8_K, 256, DefaultBlockArm)
 	require.ErrorIs(t, err, ErrUnsupported)
 	_, err = RopeKV(RopeShape{Heads: 3, HeadsKV: 2, HeadDim: 64, RopeDim: 64, Cache: dtype.F16}, DefaultBlockArm)
 	require.ErrorIs(t, err, ErrUnsupported)

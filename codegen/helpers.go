@@ -16,6 +16,7 @@ type helper struct {
 var helperOrder = []string{
 	"types", "f16", "bf16", "warp", "pdl", "swiglu4", "norm4", "kscale", "q4k_dm",
 	"dq_f32", "dq_f16", "dq_bf16", "dq_q4_0", "dq_q4_1", "dq_q5_0", "dq_q5_1", "dq_q8_0", "dq_q4_k", "dq_q5_k", "dq_q6_k",
+	"iq4_table", "dq_q2_k", "dq_q3_k", "dq_iq4_nl", "dq_iq4_xs",
 }
 
 var helpers = map[string]helper{
@@ -119,6 +120,16 @@ func init() {
 			w.Line("m = f16_to_f32((u16)(hd.x >> 16)) * (__int_as_float(0x4b000000u | (j < 4 ? lm : hm)) - 8388608.f);")
 		}})
 	}}
+	helpers["iq4_table"] = helper{deps: []string{"types"}, emit: func(w *Writer) {
+		w.Comment("Code q (0..15) of IQ4_NL and IQ4_XS as its value in the non-linear codebook")
+		w.Comment("(-127 -104 -83 -65 -49 -35 -22 -10 1 13 25 38 53 69 89 113): a byte permute")
+		w.Comment("of the table's 16 bytes, no memory read.")
+		w.Emit(Func{Name: "iq4_value", Return: "float", Params: []Param{{"u32", "q"}}, Body: func(w *Writer) {
+			w.Linef("const u32 lo = __byte_perm(0x%08xu, 0x%08xu, q & 7u);", iq4Words[0], iq4Words[1])
+			w.Linef("const u32 hi = __byte_perm(0x%08xu, 0x%08xu, q & 7u);", iq4Words[2], iq4Words[3])
+			w.Line("return (float)(signed char)(q & 8u ? hi : lo);")
+		}})
+	}}
 	for _, t := range WeightTypes {
 		t := t
 		helpers[dqHelper(t)] = helper{deps: dqDeps(t), emit: func(w *Writer) { emitDequant(w, t) }}
@@ -139,6 +150,8 @@ func dqDeps(t dtype.Type) []string {
 		return []string{"bf16"}
 	case dtype.Q4_K, dtype.Q5_K:
 		return []string{"f16", "kscale"}
+	case dtype.IQ4_NL, dtype.IQ4_XS:
+		return []string{"f16", "iq4_table"}
 	default:
 		return []string{"f16"}
 	}
@@ -299,6 +312,8 @@ func emitDequant(w *Writer, t dtype.Type) {
 				w.Line("v[2 * i] = (i < 8 ? s0 : s1) * (float)q0;")
 				w.Line("v[2 * i + 1] = (i < 8 ? s0 : s1) * (float)q1;")
 			})
+		case dtype.Q2_K, dtype.Q3_K, dtype.IQ4_NL, dtype.IQ4_XS:
+			emitDequantLowBit(w, t)
 		default:
 			panic(fmt.Sprintf("BUG: no dequantiser for %v", t))
 		}

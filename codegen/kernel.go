@@ -75,8 +75,10 @@ type Knob struct {
 }
 
 // WeightTypes are the weight dtypes the matrix families and the embedding
-// lookup support.
-var WeightTypes = []dtype.Type{dtype.F32, dtype.F16, dtype.BF16, dtype.Q4_0, dtype.Q4_1, dtype.Q5_0, dtype.Q5_1, dtype.Q8_0, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K}
+// lookup support. Q2_K, Q3_K, IQ4_NL and IQ4_XS (dequant_lowbit.go) have no
+// repacked layout: their products read the file's.
+var WeightTypes = []dtype.Type{dtype.F32, dtype.F16, dtype.BF16, dtype.Q4_0, dtype.Q4_1, dtype.Q5_0, dtype.Q5_1, dtype.Q8_0, dtype.Q4_K, dtype.Q5_K, dtype.Q6_K,
+	dtype.Q2_K, dtype.Q3_K, dtype.IQ4_NL, dtype.IQ4_XS}
 
 // supported reports whether t is one of WeightTypes.
 func supported(t dtype.Type) error {

@@ -78,7 +78,7 @@ func TestMoEUnsupported(t *testing.T) {
 		{MoEShape{Type: dtype.Q8_0, N: 8, K: 64, Experts: 4, Used: 5}, DefaultMoEArm},                                 // more used than experts
 		{MoEShape{Type: dtype.Q8_0, N: 0, K: 64, Experts: 4, Used: 2}, DefaultMoEArm},                                 // no rows
 		{MoEShape{Type: dtype.Q8_0, N: 8, K: 64, Experts: 4, Used: 2}, MoEArm{RowsPerBlock: 8, BatchRows: 4, One: 1}}, // a one-row arm of 4 slots
-		{MoEShape{Type: dtype.Q2_K, N: 8, K: 256, Experts: 4, Used: 2}, DefaultMoEArm},                                // a type the dequantisers lack
+		{MoEShape{Type: dtype.Q8_K, N: 8, K: 256, Experts: 4, Used: 2}, DefaultMoEArm},                                // a type the dequantisers lack
 	} {
 		_, err := MoEGEMV(c.s, c.arm)
 		require.ErrorIs(t, err, ErrUnsupported, "%+v %v", c.s, c.arm)
