@@ -83,7 +83,8 @@ func ffnTensors(hp ir.HParams, l int) []tensorSpec {
 
 // moeType is the standard quantiser's choice for models of eight experts
 // on top of the mix's (typeFor): attn_k and attn_v in Q8_0 ("trades just
-// ~128MB"), and attn_output in Q5_K for the 3- and 4-bit K mixes.
+// ~128MB"), and attn_output in Q5_K for the 2-, 3- and 4-bit K mixes and
+// the IQ4 ones.
 func moeType(m mix, hp ir.HParams, ts *tensorSpec, t dtype.Type) dtype.Type {
 	if hp.Experts != 8 || !m.base.Quantized() {
 		return t
@@ -92,7 +93,7 @@ func moeType(m mix, hp ir.HParams, ts *tensorSpec, t dtype.Type) dtype.Type {
 	case "attn_k", "attn_v":
 		return fallback(dtype.Q8_0, ts.ne[0])
 	case "attn_output":
-		if m.base == dtype.Q4_K || m.base == dtype.Q3_K || m.base == dtype.Q2_K {
+		if m.base == dtype.Q4_K || m.base == dtype.Q3_K || m.base == dtype.Q2_K || m.base == dtype.IQ4_XS || m.base == dtype.IQ4_NL {
 			return fallback(dtype.Q5_K, ts.ne[0])
 		}
 	}

@@ -105,7 +105,7 @@ func NewPlan(o Options) (*Plan, error) {
 	for _, ts := range tensorsOf(hp) {
 		t := dtype.F32
 		if ts.kind == kindMatrix {
-			t = moeType(m, hp, &ts, m.typeFor(ts.role, ts.layer, hp.Layers, ts.ne[0], hp.TiedEmbedding))
+			t = moeType(m, hp, &ts, m.typeFor(ts.role, ts.layer, hp.Layers, hp.Heads/max(1, hp.HeadsKV), ts.ne[0], hp.TiedEmbedding))
 		}
 		n := ts.elems()
 		rb, err := t.RowBytes(ts.ne[0])

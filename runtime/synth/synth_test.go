@@ -29,6 +29,13 @@ func TestPlanSizesMatchPublishedFiles(t *testing.T) {
 		{"llama2-7b", "q8_0", 7.16},
 		{"llama2-7b", "f16", 13.48},
 		{"llama3-8b", "q4_k_m", 4.92},
+		// the 2- and 3-bit and IQ4 mixes (files made by the current quantiser)
+		{"llama3-8b", "q3_k_m", 4.02},
+		{"llama3-8b", "q3_k_s", 3.66},
+		{"llama3-8b", "q2_k", 3.18},
+		{"llama3-8b", "iq4_xs", 4.45},
+		{"llama2-7b", "q3_k_m", 3.30},
+		{"llama2-7b", "q3_k_s", 2.95},
 	} {
 		pl, err := NewPlan(Options{Preset: c.preset, Quant: c.quant})
 		require.NoError(t, err)
@@ -65,6 +72,53 @@ func TestMixRules(t *testing.T) {
 			require.Equal(t, dtype.Q5_0, tt.Type, "Q4_K falls back to Q5_0")
 		}
 	}
+}
+
+// The 2- and 3-bit and IQ4 mixes follow the quantiser's rules: Q3_K_M
+// bumps attn_v (first two layers Q5_K), ffn_down (first sixteenth Q5_K)
+// and attn_output; Q2_K and IQ4_XS bump attn_v by the GQA group; the
+// embeddings of a model with an output head stay in the base type.
+func TestLowBitMixRules(t *testing.T) {
+	types := func(preset, quant string) map[string]dtype.Type {
+		pl, err := NewPlan(Options{Preset: preset, Quant: quant})
+		require.NoError(t, err)
+		m := map[string]dtype.Type{}
+		for _, tt := range pl.Tensors {
+			m[tt.Name] = tt.Type
+		}
+		return m
+	}
+	for _, c := range []struct {
+		preset, quant           string
+		embd, q, out            dtype.Type
+		v0, v2, down0, down2, o dtype.Type
+	}{
+		// llama3-8b: 32 layers, 4 query heads a KV head
+		{"llama3-8b", "q3_k_m", dtype.Q3_K, dtype.Q3_K, dtype.Q6_K, dtype.Q5_K, dtype.Q4_K, dtype.Q5_K, dtype.Q4_K, dtype.Q4_K},
+		{"llama3-8b", "q3_k_s", dtype.Q3_K, dtype.Q3_K, dtype.Q6_K, dtype.Q3_K, dtype.Q3_K, dtype.Q3_K, dtype.Q3_K, dtype.Q3_K},
+		{"llama3-8b", "q2_k", dtype.Q2_K, dtype.Q2_K, dtype.Q6_K, dtype.Q4_K, dtype.Q4_K, dtype.Q3_K, dtype.Q3_K, dtype.Q3_K},
+		{"llama3-8b", "iq4_xs", dtype.IQ4_XS, dtype.IQ4_XS, dtype.Q6_K, dtype.Q5_K, dtype.Q5_K, dtype.IQ4_XS, dtype.IQ4_XS, dtype.IQ4_XS},
+		// llama2-7b: one query head a KV head
+		{"llama2-7b", "q2_k", dtype.Q2_K, dtype.Q2_K, dtype.Q6_K, dtype.Q3_K, dtype.Q3_K, dtype.Q3_K, dtype.Q3_K, dtype.Q3_K},
+		{"llama2-7b", "iq4_xs", dtype.IQ4_XS, dtype.IQ4_XS, dtype.Q6_K, dtype.IQ4_XS, dtype.IQ4_XS, dtype.IQ4_XS, dtype.IQ4_XS, dtype.IQ4_XS},
+	} {
+		m := types(c.preset, c.quant)
+		name := c.preset + " " + c.quant
+		require.Equal(t, c.embd, m["token_embd.weight"], name)
+		require.Equal(t, c.out, m["output.weight"], name)
+		require.Equal(t, c.q, m[blkName(5, "attn_q")], name)
+		require.Equal(t, c.q, m[blkName(5, "ffn_up")], name)
+		require.Equal(t, c.v0, m[blkName(1, "attn_v")], name)
+		require.Equal(t, c.v2, m[blkName(2, "attn_v")], name)
+		require.Equal(t, c.down0, m[blkName(1, "ffn_down")], name)
+		require.Equal(t, c.down2, m[blkName(2, "ffn_down")], name)
+		require.Equal(t, c.o, m[blkName(7, "attn_output")], name)
+	}
+	// rows that are not whole super-blocks fall back to IQ4_NL (Q3_K, Q2_K,
+	// IQ4_XS) and Q5_0 (Q4_K): qwen2.5-0.5b's 896
+	m := types("qwen2.5-0.5b", "q3_k_m")
+	require.Equal(t, dtype.IQ4_NL, m[blkName(3, "attn_q")])
+	require.Equal(t, dtype.Q5_0, m[blkName(3, "attn_output")])
 }
 
 func blkName(l int, role string) string {
@@ -106,6 +160,7 @@ func small(t *testing.T, preset, quant string, hf bool) *load.Model {
 func TestSmallModelsLoadAndTokenize(t *testing.T) {
 	for _, c := range []struct{ preset, quant string }{
 		{"llama3-8b", "q4_k_m"}, {"qwen2.5-7b", "q8_0"}, {"qwen3-8b", "bf16"}, {"llama2-7b", "q4_0"}, {"qwen2.5-7b-yarn", "q8_0"},
+		{"llama3-8b", "q3_k_m"}, {"llama3-8b", "q2_k"}, {"llama3-8b", "iq4_xs"},
 	} {
 		m := small(t, c.preset, c.quant, false)
 		p, _ := Lookup(c.preset)
