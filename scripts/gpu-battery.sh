@@ -7,7 +7,7 @@
 #
 # Build here first (no GPU needed), then run on the GPU machine:
 #   make gpu-build        # .gpu/memra and .gpu/cuda.test (and .gz copies: carry those, the battery unpacks them)
-#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|sample|half|halfdef|from|fromdef|kv8|kv8def|b1|xq3|xq3p|large|rope|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu|gemma|moe]
+#   scripts/gpu-battery.sh [quick|check|parity|bench|full|accept|quantout|tune|tune-f16|drop-f16|goals|nvrtc|sample|half|halfdef|from|fromdef|kv8|kv8def|b1|xq3|xq3p|large|rope|split|preload|live3|mma-pipe|defaults|blas|f16-prefill|serve|drop|profile|ncu|gemma|moe|quant]
 # EXACT_ONLY=1 runs only the exact-configuration parity checks (strict token equality);
 # NO_HF=1 skips the transformers comparison.
 # One device call is limited to 10 minutes: run `check`, `parity` and `bench` as three calls
@@ -618,6 +618,31 @@ if [ "$MODE" = kv8def ]; then
 	done
 	step kv8def-q8-b1-b16 switch_bench 1,16 MEMRA_KV_CACHE=q8_0
 	step kv8def-f16-b1-b16 switch_bench 1,16 MEMRA_KV_CACHE=f16
+fi
+
+# The weight types without a repacked layout that Q3_K_M, Q3_K_S, Q2_K and IQ4_XS files hold (Q2_K,
+# Q3_K, IQ4_NL, IQ4_XS: every product on the file's layout, codegen/dequant_lowbit.go): kernel-check
+# of their embedding, decode GEMV, prefill mma and gemm_small products at the three dense shapes
+# (checks and times), their sm_90a/sm_120a compile gate, then CPU parity of 2-layer llama3-8b
+# models of width 512 in the q3_k_m, q2_k and iq4_xs mixes at 1 and 16 sequences, in the exact and
+# the default configurations. QUANT_PARTS picks parts: check parity (both by default).
+if [ "$MODE" = quant ]; then
+	parts=${QUANT_PARTS:-"check parity"}
+	qtypes=q2_k,q3_k,iq4_nl,iq4_xs
+	case " $parts " in *" check "*)
+		step quant-kernel-check "$BIN" kernel-check --shapes llama3-8b,qwen2.5-7b,qwen3-8b --types $qtypes --reps "${KC_REPS:-3}"
+		step quant-compile-sm90a-sm120a "$BIN" kernel-check --compile-only --arch sm_90a,sm_120a --shapes llama3-8b --types $qtypes
+		;;
+	esac
+	case " $parts " in *" parity "*)
+		for q in ${QUANT_MIXES:-q3_k_m q2_k iq4_xs}; do
+			for n in 1 16; do
+				step "quant-parity-exact-$q-p$n" "$BIN" gpu-parity --preset llama3-8b --quant "$q" --layers 2 --dim 512 --steps 64 --prompts $n --cache f32 --prefill-gemv
+				[ -n "${EXACT_ONLY:-}" ] || step "quant-parity-default-$q-p$n" "$BIN" gpu-parity --preset llama3-8b --quant "$q" --layers 2 --dim 512 --steps 64 --prompts $n --tie-tol 0.02 --tie-sigma "$(sigma $n)"
+			done
+		done
+		;;
+	esac
 fi
 
 { [ "$MODE" = bench ] || [ "$MODE" = full ]; } && step gpu-bench env OUT="$OUT/bench" MODELS="$MODELS" scripts/gpu-bench.sh "$BIN"

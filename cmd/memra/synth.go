@@ -23,8 +23,8 @@ func newSynthCmd() *cobra.Command {
 		Long: `synth writes a GGUF file (or, with --format hf, a Hugging Face checkpoint folder) of a
 real model shape with random weights and that model family's real tokenizer and chat template.
 Presets: ` + strings.Join(synth.Presets(), ", ") + `.
---quant takes a standard mix (f32 f16 bf16 q8_0 q4_0 q6_k q5_k_m q4_k_m q5_k_s q4_k_s) or one
-type for every matrix (q4_k, q5_0, iq4_nl, …). Above 300M parameters quantised tensors are
+--quant takes a standard mix (f32 f16 bf16 q8_0 q4_0 q6_k q5_k_m q4_k_m q5_k_s q4_k_s q3_k_m
+q3_k_s q2_k iq4_xs iq4_nl) or one type for every matrix (q4_k, q5_0, q3_k, …). Above 300M parameters quantised tensors are
 random valid blocks rather than quantised floats (--weights float|blocks to choose).
 --embedding mean|cls|last writes an embedding variant: no output head, the pooling declared
 (GGUF pooling_type; with --format hf the Qwen3-Embedding layout with a sentence-transformers
