@@ -247,3 +247,37 @@ func TestGoldenLowBit(t *testing.T) {
 		})
 	}
 }
+
+// The repacked layout and the arms that need it (int8 activations, the
+// int8 and f16 tensor-core decode products) refuse the low-bit types with
+// an error naming the type, and their float products on the file's layout
+// are built.
+func TestLowBitRefusals(t *testing.T) {
+	for _, ty := range []dtype.Type{dtype.Q2_K, dtype.Q3_K, dtype.IQ4_NL, dtype.IQ4_XS} {
+		require.False(t, Repackable(ty), ty)
+		require.False(t, HalfProduct(ty, 4096), ty)
+		require.False(t, UntunedPrologues(ty), ty)
+		_, err := Repack(ty, 8, 256, make([]byte, 8*1024))
+		require.ErrorIs(t, err, ErrUnsupported, ty)
+		require.ErrorContains(t, err, ty.String())
+		for _, a := range []GEMVArm{DefaultRepackArm, DefaultXQOneArm, DefaultXQGlobalOneArm, DefaultXQGlobalBatchArm, DefaultXQMMAArm, DefaultXQMMAPipeArm, DefaultXQHalfArm} {
+			_, err := GEMV(ty, 512, 4096, false, a)
+			require.ErrorIs(t, err, ErrUnsupported, "%v %v", ty, a)
+			require.ErrorContains(t, err, ty.String(), a.String())
+			_, err = GEMVXQ(ty, 512, 4096, false, a, XQEnds{}, 0)
+			require.ErrorIs(t, err, ErrUnsupported, "%v %v", ty, a)
+			require.ErrorContains(t, err, ty.String(), a.String())
+		}
+		for _, f := range []func() (*Kernel, error){
+			func() (*Kernel, error) { return GEMV(ty, 512, 4096, true, DefaultGEMVArm) },
+			func() (*Kernel, error) { return Embedding(ty, 4096, DefaultBlockArm) },
+			func() (*Kernel, error) { return MatMulMMA(ty, 512, 4096, true, DefaultMMAArm) },
+			func() (*Kernel, error) { return GemmSmall(ty, 512, 4096, true, DefaultGemmSmallArm) },
+			func() (*Kernel, error) { return DequantBF16(ty, 512, 4096) },
+		} {
+			k, err := f()
+			require.NoError(t, err, ty)
+			require.Contains(t, k.Source, dqFunc(ty)+"(", k.Name)
+		}
+	}
+}
