@@ -106,6 +106,13 @@ type Stats struct {
 	// pages, sampling on the host, text and events).
 	DecodeSteps, PrefillSteps   int64
 	BackendSeconds, HostSeconds float64
+	// PrefillSeconds is the part of BackendSeconds spent in steps with
+	// prompt tokens; DecodeRows and PrefillRows count the entries of the
+	// decode and the prefill steps (a decode step's mean width is
+	// DecodeRows ÷ DecodeSteps; a prefill step's rows count each prompt
+	// chunk once and each decode beside it once).
+	PrefillSeconds          float64
+	DecodeRows, PrefillRows int64
 	// SpecSteps counts sequence-steps that fed drafts, SpecDrafted their
 	// drafted tokens and SpecAccepted those the target accepted.
 	SpecSteps, SpecDrafted, SpecAccepted int64

@@ -128,6 +128,22 @@ func TestEngineChunkedPrefillInterleaves(t *testing.T) {
 	require.Equal(t, len(long), fed)
 	require.GreaterOrEqual(t, prefillSteps, 6) // 22 tokens, ≤ 4 per step
 	require.GreaterOrEqual(t, mixed, 5, "prefill chunks did not share steps with the decode")
+
+	// the engine's counters split the steps by kind: every recorded entry
+	// is in a decode or a prefill step's rows, and only prefill steps
+	// carry prompt chunks
+	rows := 0
+	for _, st := range steps {
+		rows += len(st)
+	}
+	es := e.Stats()
+	require.EqualValues(t, len(steps), es.DecodeSteps+es.PrefillSteps)
+	require.EqualValues(t, rows, es.DecodeRows+es.PrefillRows)
+	require.GreaterOrEqual(t, es.PrefillRows, int64(prefillSteps+mixed))
+	require.GreaterOrEqual(t, es.DecodeRows, es.DecodeSteps)
+	require.LessOrEqual(t, es.DecodeRows, 2*es.DecodeSteps, "two sequences at most decode together here")
+	require.Positive(t, es.PrefillSeconds)
+	require.Less(t, es.PrefillSeconds, es.BackendSeconds)
 }
 
 func TestEngineCancelFreesSequence(t *testing.T) {

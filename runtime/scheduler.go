@@ -233,8 +233,11 @@ func (e *Engine) step(running []*sequence) []*sequence {
 	e.stats.PromptTokens += prompt
 	if prompt > 0 {
 		e.stats.PrefillSteps++
+		e.stats.PrefillRows += int64(len(batch))
+		e.stats.PrefillSeconds += t1.Sub(t0).Seconds()
 	} else {
 		e.stats.DecodeSteps++
+		e.stats.DecodeRows += int64(len(batch))
 	}
 	e.mu.Unlock()
 	if err != nil {

@@ -12,8 +12,11 @@
 #                                # the prefix cache
 #   scripts/gpu-serve.sh chat    # the chat scenario alone, with and without the prefix cache
 #   scripts/gpu-serve.sh speed   # the engine's tg128@512 at batch 1 and 64 against the server at 1 and
-#                                # 64 streams, temperature 1 and 0 (issue 31)
-#   scripts/gpu-serve.sh exact   # greedy from the prefix cache as cold, with speculation as without
+#                                # 64 streams, temperature 1 and 0, at --max-batch-tokens 512 and 2048
+#                                # (issue 31), with the engine's step counters
+#   scripts/gpu-serve.sh exact   # greedy from the prefix cache as cold, with speculation as without,
+#                                # alone as in batches of 2-64 (default and --batch-invariant), and
+#                                # what --batch-invariant costs at 1-64 rows
 #   scripts/gpu-serve.sh spec    # exact, then speculative decoding's speed (memra run, bench --spec,
 #                                # the verify step's cost as bench -b 1,2,4,5,8)
 #   scripts/gpu-serve.sh long    # qwen2.5-7b q4_k_m with a 32k context: a 30,000-token prompt
@@ -138,39 +141,47 @@ serve | chat)
 	done
 	;;
 speed)
-	# the engine and the server in one call: bench tg128@512 at batch 1 and 64, then one server
-	# (--max-running 64) loaded at 1 and 64 streams, temperature 1 (sampled on the device) and 0
+	# the engine and the server in one call: bench tg128@512 at batch 1 and 64, then a server
+	# (--max-running 64) for each --max-batch-tokens in STEP_TOKENS (one CUDA launch sequence a
+	# step), loaded at 1 stream (temperature 1 and 0) and 64 streams (temperature 1, then 0) with
+	# 512-token prompts as fast as slots free up; each level its own prompts (--seed), so no level
+	# finds another's in the prefix cache; the engine's step counters after each server
 	step synth-llama2-7b synth "$L7" --preset llama2-7b --quant q4_k_m --weights blocks
 	step bench-engine "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64
-	speed_serve() {
-		serve_up 8199 --model "l7=$L7" --max-running 64 || return 1
-		local c t rc=0
-		for c in 1 64; do
-			for t in 1 0; do
-				"$BIN" bench serve --url http://127.0.0.1:8199 --endpoint completions --concurrency $c --prompt-tokens 512 \
-					--max-tokens 128 --temperature $t --duration "${SPEED_DURATION:-20s}" --out "$OUT/speed-c$c-t$t" || rc=1
-			done
+	rate64=$(sed -n -E 's/^\| 2.*tg128@512 \| 64 \| [0-9]+ \| ([0-9.]+) .*/\1/p' "$OUT/bench-engine.log" | head -1)
+	speed_serve() { # speed_serve STEP_TOKENS
+		serve_up 8199 --model "l7=$L7" --max-running 64 --max-batch-tokens "$1" || return 1
+		local c t rc=0 seed=10
+		for lv in 1:1 1:0 64:1 64:0; do
+			c=${lv%:*} t=${lv#*:} seed=$((seed + 1))
+			d=${SPEED_DURATION:-20s}
+			[ "$c" = 64 ] && d=${SPEED64_DURATION:-45s}
+			"$BIN" bench serve --url http://127.0.0.1:8199 --endpoint completions --concurrency $c --prompt-tokens 512 \
+				--max-tokens 128 --temperature $t --duration "$d" --seed $seed ${rate64:+--engine-rate $rate64} \
+				--out "$OUT/speed-m$1-c$c-t$t" || rc=1
 		done
-		curl -s http://127.0.0.1:8199/metrics | grep -E '^memra_(engine|kv_pages|preempt|prefix)' >"$OUT/metrics.txt"
+		curl -s http://127.0.0.1:8199/metrics | grep -E '^memra_(engine|kv_pages|preempt|prefix|prompt)' >"$OUT/metrics-m$1.txt"
 		serve_down
 		return $rc
 	}
-	step serve-speed speed_serve
+	for m in ${STEP_TOKENS:-512 2048}; do
+		step "serve-speed-m$m" speed_serve "$m"
+	done
 	grep -h -E '^\| 2.*tg' "$OUT/bench-engine.log"
 	for d in "$OUT"/speed-*; do echo "== $d"; grep -E '^\| [0-9]' "$d/serve-bench.md"; done
-	cat "$OUT/metrics.txt"
+	for f in "$OUT"/metrics-*.txt; do echo "== $f"; cat "$f"; done
 	;;
 exact | spec)
 	# greedy output from the prefix cache as cold, and with n-gram speculation as without, on the
 	# GPU (runtime/cuda engine tests), then speculative decoding's speed on a copy-heavy prompt
-	cuda_tests() { (cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run 'TestGPUPrefixCacheExact|TestGPUSpecExact'); }
+	cuda_tests() { (cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run 'TestGPUPrefixCacheExact|TestGPUSpecExact|TestGPUBatchWidthsExact'); }
 	step engine-exact cuda_tests
 	# what batch invariance costs: the f16 products at every width against the default
 	step synth-llama2-7b synth "$L7" --preset llama2-7b --quant q4_k_m --weights blocks
 	for inv in default invariant; do
 		flag=()
 		[ $inv = invariant ] && flag=(--batch-invariant)
-		step "bench-$inv" "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,2,4,8,16 "${flag[@]}"
+		step "bench-$inv" "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,2,5,8,16,64 "${flag[@]}"
 	done
 	grep -H -E '^\| 2.*tg' "$OUT"/bench-default.log "$OUT"/bench-invariant.log
 	[ "$MODE" = spec ] && {

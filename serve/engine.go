@@ -43,6 +43,10 @@ type Stats struct {
 	// between the device (or CPU backend) and the loop's own work.
 	DecodeSteps, PrefillSteps   int64
 	BackendSeconds, HostSeconds float64
+	// PrefillSeconds is the backend time of the steps with prompt tokens;
+	// DecodeRows and PrefillRows the entries of each kind of step.
+	PrefillSeconds          float64
+	DecodeRows, PrefillRows int64
 	// SpecSteps counts sequence-steps that verified drafts, SpecDrafted
 	// and SpecAccepted their drafted and accepted tokens.
 	SpecSteps, SpecDrafted, SpecAccepted int64

@@ -80,6 +80,10 @@ var (
 	descStepTime = prometheus.NewDesc("memra_engine_seconds_total",
 		"Time of the engine's steps: backend (the forward pass, device sampling included) or host (the loop's own work: admission, pages, host sampling, text, events).",
 		[]string{"model", "part"}, nil)
+	descStepRows = prometheus.NewDesc("memra_engine_step_rows_total",
+		"Entries of the engine's steps by kind (a decode step's mean width: rows ÷ memra_engine_steps_total{kind=\"decode\"}).", []string{"model", "kind"}, nil)
+	descStepKindTime = prometheus.NewDesc("memra_engine_step_seconds_total",
+		"Backend time of the engine's steps by kind: decode (no prompt tokens) or prefill (prompt chunks with the decodes beside them).", []string{"model", "kind"}, nil)
 	descSpec = prometheus.NewDesc("memra_spec_tokens_total",
 		"Speculative decoding: tokens drafted and tokens the target accepted (acceptance rate: accepted ÷ drafted).", []string{"model", "kind"}, nil)
 	descSpecSteps = prometheus.NewDesc("memra_spec_steps_total",
@@ -122,6 +126,8 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descPreempt
 	ch <- descSteps
 	ch <- descStepTime
+	ch <- descStepRows
+	ch <- descStepKindTime
 	ch <- descSpec
 	ch <- descSpecSteps
 	ch <- descGatewayWaiting
@@ -155,6 +161,10 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(st.PrefillSteps), m.ID, "prefill")
 		ch <- prometheus.MustNewConstMetric(descStepTime, prometheus.CounterValue, st.BackendSeconds, m.ID, "backend")
 		ch <- prometheus.MustNewConstMetric(descStepTime, prometheus.CounterValue, st.HostSeconds, m.ID, "host")
+		ch <- prometheus.MustNewConstMetric(descStepRows, prometheus.CounterValue, float64(st.DecodeRows), m.ID, "decode")
+		ch <- prometheus.MustNewConstMetric(descStepRows, prometheus.CounterValue, float64(st.PrefillRows), m.ID, "prefill")
+		ch <- prometheus.MustNewConstMetric(descStepKindTime, prometheus.CounterValue, st.BackendSeconds-st.PrefillSeconds, m.ID, "decode")
+		ch <- prometheus.MustNewConstMetric(descStepKindTime, prometheus.CounterValue, st.PrefillSeconds, m.ID, "prefill")
 		ch <- prometheus.MustNewConstMetric(descSpec, prometheus.CounterValue, float64(st.SpecDrafted), m.ID, "drafted")
 		ch <- prometheus.MustNewConstMetric(descSpec, prometheus.CounterValue, float64(st.SpecAccepted), m.ID, "accepted")
 		ch <- prometheus.MustNewConstMetric(descSpecSteps, prometheus.CounterValue, float64(st.SpecSteps), m.ID)

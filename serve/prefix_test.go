@@ -115,7 +115,8 @@ func TestMetricsKVPages(t *testing.T) {
 	body := string(raw)
 	for _, want := range []string{`memra_kv_pages{model="stories",state="total"}`, `memra_kv_pages{model="stories",state="cached"}`,
 		`memra_kv_pages{model="stories",state="used"} 0`, `memra_prefix_cache_hit_tokens_total{model="stories"}`,
-		`memra_preemptions_total{model="stories"} 0`} {
+		`memra_preemptions_total{model="stories"} 0`, `memra_engine_step_rows_total{kind="decode",model="stories"}`,
+		`memra_engine_step_seconds_total{kind="prefill",model="stories"}`} {
 		require.Contains(t, body, want)
 	}
 	require.NotContains(t, body, `memra_prefix_cache_hit_tokens_total{model="stories"} 0`+"\n")

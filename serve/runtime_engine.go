@@ -20,5 +20,6 @@ func (r runtimeEngine) Stats() Stats {
 		KVPagesUsed: st.KVPagesUsed, KVPagesCached: st.KVPagesCached, KVPagesTotal: st.KVPagesTotal,
 		CachedTokens: st.CachedTokens, PromptTokens: st.PromptTokens, Preemptions: st.Preemptions,
 		DecodeSteps: st.DecodeSteps, PrefillSteps: st.PrefillSteps, BackendSeconds: st.BackendSeconds, HostSeconds: st.HostSeconds,
+		PrefillSeconds: st.PrefillSeconds, DecodeRows: st.DecodeRows, PrefillRows: st.PrefillRows,
 		SpecSteps: st.SpecSteps, SpecDrafted: st.SpecDrafted, SpecAccepted: st.SpecAccepted}
 }

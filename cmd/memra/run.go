@@ -124,6 +124,9 @@ type gpuOptions struct {
 	embedding bool
 	// artifact, when set, supplies the CUDA backend's kernels (--compiled)
 	artifact *cuda.Artifact
+	// stepTokens, when positive, is the tokens one CUDA launch sequence
+	// holds (serve's --max-batch-tokens: a whole engine step in one pass)
+	stepTokens int
 }
 
 const (
@@ -182,6 +185,9 @@ func (g gpuOptions) cudaOptions(o cuda.BackendOptions) cuda.BackendOptions {
 	}
 	o.KVMemory, o.KVFraction = g.kvBytes()
 	o.Embedding = g.embedding
+	if g.stepTokens > 0 {
+		o.PrefillTokens = g.stepTokens
+	}
 	return g.artifactOptions(o)
 }
 

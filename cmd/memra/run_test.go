@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/memra-ai/memra/runtime/cuda"
 )
 
 // execute runs a fresh command with args and returns its stdout and stderr.
@@ -118,4 +120,13 @@ func TestBenchSpec(t *testing.T) {
 	require.Regexp(t, `\| off \| \d+ \| 60 \| [0-9.]+ \|`, out)
 	require.Regexp(t, `\| ngram \| \d+ \| 60 \| [0-9.]+ \| [0-9.–]+ \| [1-9]\d* \| [1-9]\d* \(`, out)
 	require.Regexp(t, `speculative decoding: [0-9.]+× plain decode`, out)
+}
+
+// serve's --max-batch-tokens sizes the CUDA backend's launch sequence so
+// an engine step runs in one pass; without it the caller's value stays.
+func TestStepTokensReachTheBackend(t *testing.T) {
+	o := gpuOptions{stepTokens: 2048}.cudaOptions(cuda.BackendOptions{PrefillTokens: 512})
+	require.Equal(t, 2048, o.PrefillTokens)
+	o = gpuOptions{}.cudaOptions(cuda.BackendOptions{PrefillTokens: 640})
+	require.Equal(t, 640, o.PrefillTokens)
 }

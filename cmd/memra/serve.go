@@ -101,7 +101,7 @@ See docs/SERVING.md and docs/FLAGS.md.`,
 	f.StringSliceVar(&o.apiKeys, "api-keys", nil, "comma-separated bearer API keys (prefer MEMRA_API_KEYS or --api-keys-file)")
 	f.IntVar(&o.maxRunning, "max-running", runtime.DefaultMaxRunning, "sequences decoding at once per model")
 	f.IntVar(&o.maxQueue, "max-queue", runtime.DefaultMaxQueue, "requests waiting per model beyond --max-running; more get 429 (0: no queue)")
-	f.IntVar(&o.maxBatchTokens, "max-batch-tokens", runtime.DefaultMaxBatchTokens, "tokens of one engine step, all sequences together")
+	f.IntVar(&o.maxBatchTokens, "max-batch-tokens", runtime.DefaultMaxBatchTokens, "tokens of one engine step, all sequences together (CUDA: one launch sequence, its activations sized for it)")
 	f.IntVar(&o.prefillChunk, "prefill-chunk", runtime.DefaultPrefillChunk, "prompt tokens one sequence feeds per step")
 	f.StringVar(&o.device, "device", "", deviceHelp)
 	f.StringVar(&o.kvCache, "kv-cache", "", kvCacheHelp)
@@ -316,6 +316,7 @@ func openServed(cmd *cobra.Command, sp modelSpec, o *serveOptions, poolings map[
 	facts := modelFacts(m)
 	gpu := o.kv
 	gpu.kvCache, gpu.embedding = o.kvCache, pool != runtime.PoolNone
+	gpu.stepTokens = o.maxBatchTokens
 	b, err := newBackend(m, o.device, o.threads, o.maxRunning, gpu, o.pp)
 	if err == nil {
 		err = releaseHostWeights(m, b)

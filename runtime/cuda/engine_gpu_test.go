@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -121,4 +122,48 @@ func TestGPUSpecExact(t *testing.T) {
 			require.Equal(t, wantAll, gotAll, "eight together")
 		})
 	}
+}
+
+// TestGPUBatchWidthsExact: on the GPU, one sequence's greedy tokens alone
+// equal its tokens in batches of 2, 3, 8, 16 and 64 (the others' prompts
+// of other lengths), byte for byte, with no prefix cache between the
+// runs, in the default and the batch-invariant configuration; a failure
+// names the widths whose tokens part.
+func TestGPUBatchWidthsExact(t *testing.T) {
+	gpuOrSkip(t)
+	for _, inv := range []bool{false, true} {
+		name := "default"
+		if inv {
+			name = "batch-invariant"
+		}
+		t.Run(name, func(t *testing.T) {
+			m := synthModel(t, "llama3-8b", "q4_k_m", synth.WeightsFloat)
+			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 64, BatchInvariant: inv})
+			e := runtime.NewEngine(b, nil, runtime.EngineConfig{MaxRunning: 64, NoPrefixCache: true})
+			t.Cleanup(func() { _ = e.Close() })
+			var reqs []runtime.Request
+			for _, p := range prompts(b.Info().VocabSize, 64, 330, 23) {
+				reqs = append(reqs, runtime.Request{Prompt: p, MaxTokens: 48, IgnoreEOS: true})
+			}
+			alone, _ := greedy(t, e, reqs[:1])
+			var parted []int
+			for _, w := range []int{2, 3, 8, 16, 64} {
+				got, _ := greedy(t, e, reqs[:w])
+				if !slices.Equal(alone[0], got[0]) {
+					parted = append(parted, w)
+					t.Logf("width %d: first difference at token %d", w, firstTokenDiff(alone[0], got[0]))
+				}
+			}
+			require.Empty(t, parted, "%s: greedy tokens alone differ from those in batches of these widths", name)
+		})
+	}
+}
+
+func firstTokenDiff(a, b []int32) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }
