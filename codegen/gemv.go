@@ -35,7 +35,8 @@ type GEMVArm struct {
 	// Q6_K, pipelined: Stages > 0; tolerance HalfTol), for batches.
 	XQ int
 	// BatchRows is the activation rows a block serves with one weight read:
-	// 1 to 16 with XQ 1 to 4, 0 otherwise (one row).
+	// 1 to 16 with XQ 1 to 4, 0 otherwise (one row); XQ 4 arms may also
+	// take 32 or 64 (wideBatch), so that a wide step reads each weight once.
 	BatchRows int
 	// RowsPerWarp is the weight rows each warp of an XQ 1 or 2 arm
 	// computes together, so that each activation load serves all of them
@@ -182,7 +183,8 @@ func (a GEMVArm) Validate() error {
 		a.Layout < 0 || a.Layout > 1 || (a.Layout == 1 && a.SharedX != 1) ||
 		a.XQ < 0 || a.XQ > 4 || (a.XQ != 0 && (a.Layout != 1 || (a.XQ == 1 && a.Threads/a.RowsPerBlock != 32))) ||
 		(a.XQ == 2 && a.Threads/a.RowsPerBlock > 32*xqMaxSplit) ||
-		(a.XQ == 0 && a.BatchRows != 0) || (a.XQ != 0 && (a.BatchRows < 1 || a.BatchRows > 16)) ||
+		(a.XQ == 0 && a.BatchRows != 0) || (a.XQ != 0 && (a.BatchRows < 1 || a.BatchRows > 16) && !a.wideBatch()) ||
+		(a.BatchRows > 16 && !a.wideFits()) ||
 		(a.RowsPerWarp != 0 && a.RowsPerWarp != 2 && a.RowsPerWarp != 4) || (a.RowsPerWarp != 0 && a.XQ == 0) ||
 		(a.XQ == 3 && a.mma8SplitBytes() > 48<<10) || // the split sums in static shared memory
 		(a.XQ == 4 && (a.Stages == 0 || a.mmahMaxShared() > xqMaxShared)) ||

@@ -293,7 +293,11 @@ func gemvMMAH(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 				w.Comment("a token past the block's rows copying its last")
 				for a := range xa {
 					w.Linef("const int xc%[1]d = lane + %[2]d, xt%[1]d = xc%[1]d >> 2;", a, 32*a)
-					w.Linef("const bool xk%[1]d = xc%[1]d < 4 * 8 * NT;", a)
+					if arm.wideBatch() {
+						w.Linef("const bool xk%[1]d = xc%[1]d < 4 * 8 * NT && 8 * (xt%[1]d >> 3) < mrows; // a tile of the step's rows", a)
+					} else {
+						w.Linef("const bool xk%[1]d = xc%[1]d < 4 * 8 * NT;", a)
+					}
 					w.Linef("const u8* xg%[1]d = xq + (size_t)(m0 + min(xt%[1]d, mrows - 1)) * HR + 16 * (xc%[1]d & 3);", a)
 					w.Linef("const u32 xo%[1]d = XO + xt%[1]d * TB + 16 * (xc%[1]d & 3);", a)
 				}

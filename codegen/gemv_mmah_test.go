@@ -104,19 +104,22 @@ func xhalfRows(x []float32, m, k int) []byte {
 }
 
 // mmahWarp mirrors gemvMMAH's warp at weight rows r0.. r0+15 and tokens
-// m0.. m0+15 (two tiles): the words it reads from the repacked weights
-// and the XHalf rows (the same offsets as the generated code), the f16
-// decoding of q4h and q6h instruction by instruction, and the mma
-// fragments. It returns y[token][row] for the rows and tokens it stores.
-func mmahWarp(ty dtype.Type, n, k, r0, m0, m int, w, xh []byte) map[[2]int]float32 {
+// m0.. m0+mb-1 (mb/8 tiles, a block's rows: 16, or a wide arm's 32 or
+// 64): the words it reads from the repacked weights and the XHalf rows
+// (the same offsets as the generated code), the f16 decoding of q4h and
+// q6h instruction by instruction, and the mma fragments; a tile past the
+// step's rows is skipped. It returns y[token][row] for the rows and tokens
+// it stores.
+func mmahWarp(ty dtype.Type, n, k, r0, m0, m, mb int, w, xh []byte) map[[2]int]float32 {
 	rt := rpTypes[ty]
 	upr, nb := k/rt.unitElems, k/ty.BlockElems()
 	u32 := func(off int) uint32 { return binary.LittleEndian.Uint32(w[off:]) }
 	u16 := func(off int) uint16 { return binary.LittleEndian.Uint16(w[off:]) }
 	f16 := func(off int) float32 { return dtype.F16ToF32(u16(off)) }
 	andOr := func(a, b, c uint32) uint32 { return a&b | c }
-	mrows := min(16, m-m0)
-	var acc [2][32][4]float32
+	mrows := min(mb, m-m0)
+	nts := (mb + 7) / 8
+	acc := make([][32][4]float32, nts)
 	for u := range k / 32 {
 		var p [32][2][4]uint32 // lane, row (g, g+8), pair p0..p3
 		for lane := range 32 {
@@ -155,7 +158,10 @@ func mmahWarp(ty dtype.Type, n, k, r0, m0, m int, w, xh []byte) map[[2]int]float
 				}
 			}
 		}
-		for nt := range 2 {
+		for nt := range nts {
+			if 8*nt >= mrows {
+				continue // the kernel's "8 * nt < mrows"
+			}
 			var b [32][4]uint32
 			for lane := range 32 {
 				g, t := lane/4, lane%4
@@ -178,7 +184,7 @@ func mmahWarp(ty dtype.Type, n, k, r0, m0, m int, w, xh []byte) map[[2]int]float
 		}
 	}
 	out := map[[2]int]float32{}
-	for nt := range 2 {
+	for nt := range nts {
 		for lane := range 32 {
 			g, t := lane/4, lane%4
 			for i := range 4 {
@@ -217,10 +223,17 @@ func TestHalfPos(t *testing.T) {
 // not exactly, nor when the rows are stored in plain order: the order of
 // the k slots must be the weights'), for ragged rows and a ragged tile.
 func TestMMAHMirror(t *testing.T) {
-	r := rand.New(rand.NewPCG(41, 42))
+	for _, mb := range []int{16, 32, 64} {
+		mmahMirror(t, mb, map[int]int{16: 11, 32: 27, 64: 70}[mb])
+	}
+}
+
+// mmahMirror is TestMMAHMirror for blocks of mb rows over a step of m.
+func mmahMirror(t *testing.T, mb, m int) {
+	r := rand.New(rand.NewPCG(41, uint64(mb)))
 	for _, ty := range []dtype.Type{dtype.Q4_K, dtype.Q6_K} {
-		t.Run(ty.String(), func(t *testing.T) {
-			const n, k, m = 40, 512, 11
+		t.Run(fmt.Sprintf("%v/mb%d", ty, mb), func(t *testing.T) {
+			const n, k = 40, 512
 			w, rp := randRepacked(t, r, ty, n, k)
 			x := make([]float32, m*k)
 			for i := range x {
@@ -231,10 +244,12 @@ func TestMMAHMirror(t *testing.T) {
 			run := func(xh []byte) []float32 {
 				got := make([]float32, m*n)
 				seen := 0
-				for r0 := 0; r0 < n; r0 += 16 {
-					for tok, v := range mmahWarp(ty, n, k, r0, 0, m, rp, xh) {
-						got[tok[0]*n+tok[1]] = v
-						seen++
+				for m0 := 0; m0 < m; m0 += mb {
+					for r0 := 0; r0 < n; r0 += 16 {
+						for tok, v := range mmahWarp(ty, n, k, r0, m0, m, mb, rp, xh) {
+							got[tok[0]*n+tok[1]] = v
+							seen++
+						}
 					}
 				}
 				require.Equal(t, n*m, seen, "every (token, row) stored once")

@@ -44,10 +44,16 @@ type Arms struct {
 	// arm). An epilogue the arm cannot compute leaves those steps to the
 	// int8 arm or the batch arm.
 	GEMVLarge GEMVArm
-	MMA       MMAArm
-	Block     BlockArm
-	Decode    DecodeArm
-	Prefill   PrefillArm
+	// GEMVWide is the GEMV arm of the launches of those products at steps
+	// wider than an f16 GEMVLarge arm's BatchRows when the tunedb has no
+	// pick for their GEMVWideClass: a wide XQ 4 arm (BatchRows 32 or 64,
+	// DefaultXQHalfWideArm), one block reading each weight for all its
+	// rows. The zero value is none: those steps run GEMVLarge.
+	GEMVWide GEMVArm
+	MMA      MMAArm
+	Block    BlockArm
+	Decode   DecodeArm
+	Prefill  PrefillArm
 	// GemmSmall is the arm of the small-batch products (LowerOptions.SmallBatch).
 	GemmSmall GemmSmallArm
 }

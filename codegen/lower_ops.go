@@ -57,6 +57,8 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	args := l.productArgs(w, x, y, pro)
 	one := -1   // the kernel of one-row steps, when it differs
 	large := -1 // the kernel of steps of largeFrom rows or more, when it differs
+	wide := -1  // the kernel of steps of wideFrom rows or more (an XQ 4 large arm's wider form)
+	wideRows := 0
 	largeFrom := 0
 	var xl *xqLaunch // an XQ 2 or 3 product without a residual or quantising epilogue
 	if l.o.Class == Prefill && !l.o.PrefillGEMV && rows == ir.T {
@@ -168,6 +170,15 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 						if xl != nil {
 							xl.large = a
 						}
+						if wa, ok := l.wideArm(class, a); ok && half {
+							if wide, err = l.optionalKernel(gemv(wa)); err != nil {
+								return err
+							}
+							if wide >= 0 {
+								l.repacked[wide] = true
+								wideRows = wideFrom(a)
+							}
+						}
 					}
 				}
 				if err := l.halfReader(src, half); err != nil {
@@ -193,6 +204,10 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 	if large >= 0 {
 		l.p.Launches[len(l.p.Launches)-1].Large = large + 1
 		l.p.Launches[len(l.p.Launches)-1].LargeFrom = largeFrom
+	}
+	if wide >= 0 {
+		l.p.Launches[len(l.p.Launches)-1].Wide = wide + 1
+		l.p.Launches[len(l.p.Launches)-1].WideFrom = wideRows
 	}
 	if xl != nil {
 		l.xqLaunches[len(l.p.Launches)-1] = *xl
@@ -1273,7 +1288,7 @@ func (l *lowerer) earlyTrigger(i int) error {
 	if ln.Kernel, err = early(ln.Kernel); err != nil {
 		return err
 	}
-	for _, v := range []*int{&ln.One, &ln.Large} {
+	for _, v := range []*int{&ln.One, &ln.Large, &ln.Wide} {
 		if *v > 0 {
 			k, err := early(*v - 1)
 			if err != nil {

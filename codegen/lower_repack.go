@@ -66,6 +66,9 @@ func (l *lowerer) pruneKernels() {
 		if ln.Large > 0 {
 			used[ln.Large-1] = true
 		}
+		if ln.Wide > 0 {
+			used[ln.Wide-1] = true
+		}
 	}
 	index := make([]int, len(l.p.Kernels))
 	var kept []*Kernel
@@ -86,6 +89,9 @@ func (l *lowerer) pruneKernels() {
 		}
 		if ln.Large > 0 {
 			ln.Large = index[ln.Large-1] + 1
+		}
+		if ln.Wide > 0 {
+			ln.Wide = index[ln.Wide-1] + 1
 		}
 	}
 	l.p.Kernels = kept

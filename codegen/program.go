@@ -124,6 +124,11 @@ type Launch struct {
 	Large int
 	// LargeFrom is the step rows from which Large runs (0: GEMVLargeRows).
 	LargeFrom int
+	// Wide, when positive, is 1 + the index of the kernel launched instead
+	// of Large when the step has WideFrom rows or more: the f16 product
+	// with more activation rows a block (GEMVArm.BatchRows 32 or 64).
+	Wide     int
+	WideFrom int
 }
 
 // largeFrom is the step rows from which l launches its Large kernel.
@@ -140,6 +145,9 @@ func (l *Launch) largeFrom() int {
 // A Large kernel from one row (LargeFrom 1: the batch-invariant
 // configuration, LowerOptions.HalfFrom 1) runs every step, one row too.
 func (l *Launch) KernelFor(rows int) int {
+	if l.Wide > 0 && rows >= l.WideFrom {
+		return l.Wide - 1
+	}
 	if l.Large > 0 && rows >= l.largeFrom() {
 		return l.Large - 1
 	}
@@ -356,6 +364,9 @@ func (p *Program) String() string {
 		}
 		if l.Large > 0 {
 			one += fmt.Sprintf(" (k%d from %d rows)", l.Large-1, l.largeFrom())
+		}
+		if l.Wide > 0 {
+			one += fmt.Sprintf(" (k%d from %d rows)", l.Wide-1, l.WideFrom)
 		}
 		fmt.Fprintf(&b, "  L%d k%d%s rows=%v grid(%d,%d,%d) block(%d) smem %d (%s)  ; %s\n", i, l.Kernel, one, l.Rows,
 			g.Grid[0], g.Grid[1], g.Grid[2], g.Block[0], g.Shared, strings.Join(args, ", "), strings.Join(nodes, " "))

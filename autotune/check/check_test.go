@@ -31,7 +31,8 @@ func TestKernelCheckCases(t *testing.T) {
 		"attn_decode_live+preload@32k f16 cache", "attn_prefill@32k f16 cache", "attn_flash@32k f16 cache",
 		"rope_kv q8_0 cache", "attn_decode q8_0 cache", "attn_decode_live q8_0 cache",
 		"attn_decode_live+preload q8_0 cache", "attn_prefill q8_0 cache", "attn_flash q8_0 cache", "attn_flash q8_0 cache",
-		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemm_small/qkv q4_k", "gemv/qkv×12 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
+		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemm_small/qkv q4_k", "gemv/qkv×12 q4_k",
+		"gemv-wide/qkv×32 q4_k", "gemv-wide/down×32 q4_k", "gemv-wide/qkv×64 q4_k", "gemv-wide/down×64 q4_k", "gemv-wide/gate_up×40 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
 		"gemv+norm/v (rows of 512) q4_k", "gemv+rope/q+k q4_k", "gemv+rope/v×12 q4_k", "gemv+quant-out/attn_out→qkv q4_k", "gemv+quant-out/down→gate_up×12 q4_k",
 		"gemv+swiglu-out/gate_up→down q4_k",
 		"gemv/down q4_k", "gemv+swiglu/down q4_k", "gemv+swiglu/down×12 q4_k",
@@ -71,6 +72,10 @@ func TestKernelCheckCases(t *testing.T) {
 				if !strings.Contains(c.Label, "×") {
 					want = 1 // the one-row arm split over two warps
 				}
+			case strings.HasPrefix(c.Label, "gemv-wide/"):
+				want = 3 // codegen.WideArms beside the 16-row default, at 32, 40 and 64 rows
+				require.Equal(t, codegen.DefaultXQHalfArm.Point(), c.Space().Default, c.Label)
+				require.True(t, strings.HasSuffix(c.Class, "_wide"), c.Class)
 			case strings.HasPrefix(c.Label, "gemv+") && c.DType == "q4_k":
 				want = 5 // the batch default besides the one-row default, the XQ 1 one-row and batch arms, the tensor-core batch arm
 				// and its pipelined form

@@ -48,6 +48,7 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 				c := withQuantArms(Product(s.Name, "gemv", "qkv", t, qkv, s.Hidden, 12, true, seed), t, s.Hidden)
 				c.Label += "×12"
 				cs = append(cs, c)
+				cs = append(cs, wideCheckCases(s, t, seed)...)
 			}
 			if codegen.UntunedPrologues(t) {
 				cs = append(cs, ProductNorm(s.Name, "qkv", t, qkv, s.Hidden, 1, s.Eps, seed))
@@ -242,6 +243,10 @@ func TuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 			if b := ProductBatch(s.Name, p.use, p.t, p.n, p.k, bt, p.residual, seed); !seen[b.ID()] {
 				seen[b.ID()] = true
 				cs = append(cs, b)
+			}
+			if wd := ProductWide(s.Name, p.use, p.t, p.n, p.k, WideTuneTokens, p.residual, seed); wd != nil && !seen[wd.ID()] {
+				seen[wd.ID()] = true
+				cs = append(cs, wd)
 			}
 		}
 		if gs := GemmSmall(s.Name, p.use, p.t, p.n, p.k, small, p.residual, seed); !seen[gs.ID()] {

@@ -1,0 +1,54 @@
+package check
+
+import (
+	"fmt"
+
+	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// WideTuneTokens is the rows at which the wide arms of the f16 products
+// (Launch.Wide) are tuned: the widest decode graph of a 64-sequence
+// server, where one weight read serves every row.
+const WideTuneTokens = 64
+
+// ProductWide is the decode product over m activation rows as the wide arm
+// of an f16 tensor-core product runs it (Launch.Wide, steps wider than the
+// large arm's 16 rows): class codegen.GEMVWideClass of the product's,
+// searched over codegen.GEMVWideSpaceFor, whose default is the 16-row arm
+// those steps run untuned. Nil where t or k has no f16 product.
+func ProductWide(shape, use string, t dtype.Type, n, k, m int, residual bool, seed uint64) *Case {
+	if !codegen.HalfProduct(t, k) {
+		return nil
+	}
+	c := Product(shape, "gemv", use, t, n, k, m, residual, seed)
+	c.Class = codegen.GEMVWideClass(c.Class)
+	c.Label = fmt.Sprintf("gemv-wide/%s×%d", use, m)
+	sp := codegen.GEMVWideSpaceFor(t)
+	c.space = &sp
+	return c
+}
+
+// wideCheckCases are kernel-check's cases of the wide arms at s: the QKV
+// and gate/up products (the FFN-down product with its residual add) at 32
+// and 64 rows, each with the 16-row default and codegen.WideArms, and a
+// ragged step of 40 rows (a 64-row block with its last tiles empty).
+func wideCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
+	qkv := (s.Heads + 2*s.HeadsKV) * s.HeadDim
+	var cs []*Case
+	add := func(c *Case) {
+		if c == nil {
+			return
+		}
+		for _, a := range codegen.WideArms() {
+			c.ExtraArms = append(c.ExtraArms, a.Point())
+		}
+		cs = append(cs, c)
+	}
+	for _, m := range []int{32, 64} {
+		add(ProductWide(s.Name, "qkv", t, qkv, s.Hidden, m, true, seed))
+		add(ProductWide(s.Name, "down", t, s.Hidden, s.FFN, m, true, seed))
+	}
+	add(ProductWide(s.Name, "gate_up", t, 2*s.FFN, s.Hidden, 40, false, seed))
+	return cs
+}
