@@ -250,7 +250,8 @@ compiled)
 			serve_up 8197 --model "m=$m" --max-running 8 || return 1
 			greedy 8197 >"$OUT/greedy-$name-nvrtc.txt"
 			serve_down
-			nonvrtc "$BIN" serve --device cuda --port 8198 --compiled "$art" >"$OUT/serve-compiled-$name.log" 2>&1 &
+			# not through nonvrtc: $! must be the server, not a subshell, for serve_down to stop it
+			env MEMRA_NO_NVRTC=1 MEMRA_NVRTC_DIR=/nonexistent LD_LIBRARY_PATH= "$BIN" serve --device cuda --port 8198 --compiled "$art" >"$OUT/serve-compiled-$name.log" 2>&1 &
 			SERVE_PID=$!
 			local i
 			for i in $(seq 1 240); do
