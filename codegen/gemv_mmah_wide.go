@@ -74,8 +74,9 @@ func GEMVWideClass(class string) string { return class + "_wide" }
 // GEMVWideSpaceFor is the gemv space of the wide arms of products with
 // weights of type t (HalfTypes): XQ 4, 32 or 64 rows a block, one or two
 // row sets and their split, one or two tiles a warp, rings of two or four
-// stages. Its default is the arm those steps run untuned,
-// DefaultXQHalfArm (16 rows a block), the baseline a wide arm must beat:
+// stages. Its default is DefaultXQHalfArm (16 rows a block), the
+// baseline a wide arm must beat (untuned those steps run
+// DefaultXQHalfWideArm, Arms.GEMVWide):
 // every XQ 4 arm is a valid point, and a pick of a 16-row arm leaves the
 // steps to the large arm (lowering runs wide arms only).
 func GEMVWideSpaceFor(t dtype.Type) Space {
@@ -118,7 +119,8 @@ var errNotWide = fmt.Errorf("%w: gemv wide space: want an XQ 4 arm", ErrUnsuppor
 
 // wideArm returns the arm of the launches of steps wider than large's
 // BatchRows of the product of class, large an XQ 4 arm: the tunedb's pick
-// for GEMVWideClass(class), else Arms.GEMVWide (none untuned). None in
+// for GEMVWideClass(class), else Arms.GEMVWide (DefaultXQHalfWideArm
+// untuned). None in
 // the batch-invariant configuration (a wide block splits K otherwise than
 // large's, so a row's sums would depend on its step's width), nor where
 // the program never has that many rows.

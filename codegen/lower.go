@@ -48,7 +48,10 @@ type Arms struct {
 	// wider than an f16 GEMVLarge arm's BatchRows when the tunedb has no
 	// pick for their GEMVWideClass: a wide XQ 4 arm (BatchRows 32 or 64,
 	// DefaultXQHalfWideArm), one block reading each weight for all its
-	// rows. The zero value is none: those steps run GEMVLarge.
+	// rows. The zero value is DefaultXQHalfWideArm (64 rows: batch 64 of
+	// llama2-7b q4_k_m decoded at 1.30× the 16-row arm's rate on an H100,
+	// docs/PERFORMANCE.md); an arm of 16 rows or fewer is none: those steps
+	// run GEMVLarge.
 	GEMVWide GEMVArm
 	MMA      MMAArm
 	Block    BlockArm
@@ -72,6 +75,9 @@ func (a Arms) WithDefaults() Arms {
 	}
 	if a.GEMVLarge == (GEMVArm{}) {
 		a.GEMVLarge = DefaultXQHalfArm
+	}
+	if a.GEMVWide == (GEMVArm{}) {
+		a.GEMVWide = DefaultXQHalfWideArm
 	}
 	if a.MMA == (MMAArm{}) {
 		a.MMA = DefaultMMAArm

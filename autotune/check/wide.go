@@ -15,8 +15,9 @@ const WideTuneTokens = 64
 // ProductWide is the decode product over m activation rows as the wide arm
 // of an f16 tensor-core product runs it (Launch.Wide, steps wider than the
 // large arm's 16 rows): class codegen.GEMVWideClass of the product's,
-// searched over codegen.GEMVWideSpaceFor, whose default is the 16-row arm
-// those steps run untuned. Nil where t or k has no f16 product.
+// searched over codegen.GEMVWideSpaceFor, whose baseline is the 16-row
+// arm (a pick of it turns the wide kernel off; untuned those steps run
+// codegen.DefaultXQHalfWideArm). Nil where t or k has no f16 product.
 func ProductWide(shape, use string, t dtype.Type, n, k, m int, residual bool, seed uint64) *Case {
 	if !codegen.HalfProduct(t, k) {
 		return nil
