@@ -593,8 +593,13 @@ func anyFinite(x []float32) bool {
 // the GPU, different products), so a prompt's last token would otherwise
 // be computed by the one or the other depending on where its chunks fell,
 // and the same prompt could give other logits cold, from the prefix cache
-// or beside other requests.
+// or beside other requests. A tail of chunk/16 tokens or fewer rides with
+// the chunk before it where the budget holds both: a 516-token prompt is
+// one step of 516, not 512 and a second pass over the weights for 4.
 func promptChunk(rem, chunk, budget int) int {
+	if rem > chunk && rem-chunk <= chunk/16 && rem <= budget {
+		return rem
+	}
 	n := min(rem, chunk, budget)
 	if rem-n == 1 && n > 2 {
 		n-- // leave two for the last chunk

@@ -139,7 +139,10 @@ func TestSpeculateDistribution(t *testing.T) {
 func TestPromptChunk(t *testing.T) {
 	for _, c := range []struct{ rem, chunk, budget, want int }{
 		{1000, 512, 2048, 512},
-		{513, 512, 2048, 511}, // not 512 and a lone last token
+		{513, 512, 2048, 513}, // a short tail rides with the chunk
+		{544, 512, 2048, 544},
+		{545, 512, 2048, 512}, // a tail above chunk/16 is a chunk of its own
+		{513, 512, 512, 511},  // the budget holds 512: not 512 and a lone last token
 		{512, 512, 2048, 512},
 		{3, 2, 2048, 2}, // a chunk of two cannot leave two
 		{5, 512, 4, 3},
