@@ -14,6 +14,8 @@
 #   scripts/gpu-serve.sh speed   # the engine's tg128@512 at batch 1 and 64 against the server at 1 and
 #                                # 64 streams, temperature 1 and 0, at --max-batch-tokens 512 and 2048
 #                                # (issue 31), with the engine's step counters
+#   scripts/gpu-serve.sh mixed   # the kernels of one serving step of 48 decodes and 1,600 prompt
+#                                # tokens (bench --profile-prefill), beside pp512 and pp2048
 #   scripts/gpu-serve.sh exact   # greedy from the prefix cache as cold, with speculation as without,
 #                                # alone as in batches of 2-64 (default and --batch-invariant), and
 #                                # what --batch-invariant costs at 1-64 rows
@@ -170,6 +172,17 @@ speed)
 	grep -h -E '^\| 2.*tg' "$OUT/bench-engine.log"
 	for d in "$OUT"/speed-*; do echo "== $d"; grep -E '^\| [0-9]' "$d/serve-bench.md"; done
 	for f in "$OUT"/metrics-*.txt; do echo "== $f"; cat "$f"; done
+	;;
+mixed)
+	# where a serving step that admits requests goes: the kernels of one step of 48 decodes at
+	# position 512 and 1,600 prompt tokens of new sequences (the prefill program), against pp of
+	# 512 and 2048 tokens alone (one pass each)
+	step synth-llama2-7b synth "$L7" --preset llama2-7b --quant q4_k_m --weights blocks
+	step profile-mixed "$BIN" bench "$L7" --device cuda --no-progress -p 512 -n 8 -r 3 -b 48 --profile --profile-prefill "${MIXED_PROMPT:-1600}"
+	step pp "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 2048 -n 0 -r 3
+	step pp512 "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 0 -r 3
+	sed -n '/^profile:/,$p' "$OUT/profile-mixed.log" | head -60
+	grep -h -E '^\| 2.*pp' "$OUT/pp.log" "$OUT/pp512.log"
 	;;
 exact | spec)
 	# greedy output from the prefix cache as cold, and with n-gram speculation as without, on the

@@ -36,6 +36,7 @@ type benchOptions struct {
 	batches           string
 	roofline, untuned bool
 	profile           bool
+	profilePrefill    int
 	perfRows          bool
 	jsonPath          string
 	plotPath          string
@@ -43,6 +44,9 @@ type benchOptions struct {
 	spec              specOptions
 	compiled          string
 	artifact          *cuda.Artifact
+	// stepTokens sizes the CUDA launch sequence when above the prompt's
+	// need (--profile-prefill: the profiled step in one pass)
+	stepTokens int
 }
 
 func newBenchCmd() *cobra.Command {
@@ -96,6 +100,7 @@ beside it.`,
 	f.StringVarP(&o.batches, "batch", "b", "1", "decode batch sizes of the tg test, comma separated (e.g. 1,2,4,8)")
 	f.BoolVar(&o.roofline, "roofline", false, "report bandwidth and TFLOP/s against a copy and a matmul measured in the same run (CUDA; always on the CPU unless set false)")
 	f.BoolVar(&o.profile, "profile", false, "after the tests, time every kernel of one decode step per batch size and print where the step's time goes (CUDA)")
+	f.IntVar(&o.profilePrefill, "profile-prefill", 0, "with --profile: the profiled step also carries this many prompt tokens of new sequences, in chunks of 512 (a serving step that admits requests)")
 	f.BoolVar(&o.untuned, "untuned", false, "use every kernel family's default arm instead of the tunedb (CUDA)")
 	f.BoolVar(&o.perfRows, "perf-rows", false, "print a docs/PERFORMANCE.md row per test")
 	f.StringVar(&o.jsonPath, "json", "", "write the raw results to this JSON file")
@@ -183,7 +188,7 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 		}
 		pp.logf = logf
 		return newPipelineBackend(m, device, o.threads, maxSeqs, pp, kv, cuda.BackendOptions{
-			PrefillTokens: max(o.prompt, 512), Untuned: o.untuned, Logf: logf})
+			PrefillTokens: max(o.prompt, 512, o.stepTokens), Untuned: o.untuned, Logf: logf})
 	}
 	if ord < 0 {
 		return newBackend(m, "cpu", o.threads, maxSeqs, kv)
@@ -192,7 +197,7 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 		return nil, err
 	}
 	return cuda.NewBackend(m, kv.cudaOptions(cuda.BackendOptions{Device: ord, MaxSeqs: maxSeqs,
-		PrefillTokens: max(o.prompt, 512), Untuned: o.untuned, Logf: logf}))
+		PrefillTokens: max(o.prompt, 512, o.stepTokens), Untuned: o.untuned, Logf: logf}))
 }
 
 func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
@@ -229,7 +234,15 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 	if o.spec.on() {
 		return runBenchSpec(cmd, m, o, stderr)
 	}
-	b, err := benchBackend(m, o, max(ctxLen, 16), max(1, maxOf(batches)), stderr)
+	if o.profilePrefill < 0 || (o.profilePrefill > 0 && !o.profile) {
+		return fmt.Errorf("bench: --profile-prefill %d: want a token count with --profile", o.profilePrefill)
+	}
+	seqs := max(1, maxOf(batches))
+	if o.profilePrefill > 0 {
+		seqs += chunksOf(o.profilePrefill) // the new sequences the profiled step admits
+		o.stepTokens = max(o.prompt, 512, maxOf(batches)+o.profilePrefill)
+	}
+	b, err := benchBackend(m, o, max(ctxLen, 16), seqs, stderr)
 	if err != nil {
 		return err
 	}
@@ -353,7 +366,7 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 			if r := tgs[i]; len(r.rates) > 0 {
 				step = float64(bs) / medianOf(r.rates)
 			}
-			if err := profileDecode(ctx, stdout, cb, tokens[:p], bs, o.reps, step); err != nil {
+			if err := profileDecode(ctx, stdout, cb, tokens[:p], bs, o.profilePrefill, o.reps, step); err != nil {
 				return err
 			}
 		}

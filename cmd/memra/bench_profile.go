@@ -15,8 +15,11 @@ import (
 // table of the kernels by time: launches per step, µs per step, share of
 // the kernels' sum, and the weight bandwidth of the kernels that read
 // weights. stepSecs is the measured step time of that batch (0: unknown),
-// printed beside the sum so the gap between kernels shows.
-func profileDecode(ctx context.Context, w io.Writer, b *cuda.Backend, prompt []int32, bs, reps int, stepSecs float64) error {
+// printed beside the sum so the gap between kernels shows. With prefill
+// above 0 the step also carries that many prompt tokens of new sequences
+// in chunks of profileChunk (the prefill program then runs the step), as a
+// serving step that admits requests beside bs decodes.
+func profileDecode(ctx context.Context, w io.Writer, b *cuda.Backend, prompt []int32, bs, prefill, reps int, stepSecs float64) error {
 	seqs := make([]runtime.SeqID, bs)
 	batch := make([]runtime.SeqStep, bs)
 	for i := range seqs {
@@ -30,7 +33,12 @@ func profileDecode(ctx context.Context, w io.Writer, b *cuda.Backend, prompt []i
 		}
 		batch[i] = runtime.SeqStep{Seq: seqs[i], Pos: len(prompt), Tokens: []int32{1}, Logits: true}
 	}
-	times, err := b.ProfileDecode(ctx, batch, reps)
+	batch = append(batch, profileChunks(prompt, prefill)...)
+	for _, e := range batch[bs:] {
+		b.Free(e.Seq)
+		defer b.Free(e.Seq)
+	}
+	times, err := b.ProfileStep(ctx, batch, reps)
 	if err != nil {
 		return fmt.Errorf("bench: profile: %w", err)
 	}
@@ -68,7 +76,13 @@ func profileDecode(ctx context.Context, w io.Writer, b *cuda.Backend, prompt []i
 	for _, a := range order {
 		fam[a.family] += a.secs
 	}
-	fmt.Fprintf(w, "\nprofile: decode step, batch %d at position %d, %d launches, median of %d (plain launches, no PDL)\n", bs, len(prompt), len(times), reps)
+	if prefill > 0 {
+		fmt.Fprintf(w, "\nprofile: step of %d decodes at position %d and %d prompt tokens in %d chunks (the prefill program), %d launches, median of %d (plain launches, no PDL)\n",
+			bs, len(prompt), prefill, chunksOf(prefill), len(times), reps)
+		stepSecs = 0 // the measured step is a decode step's
+	} else {
+		fmt.Fprintf(w, "\nprofile: decode step, batch %d at position %d, %d launches, median of %d (plain launches, no PDL)\n", bs, len(prompt), len(times), reps)
+	}
 	if stepSecs > 0 {
 		fmt.Fprintf(w, "kernel sum %.1f µs; measured step (graph) %.1f µs\n", total*1e6, stepSecs*1e6)
 	} else {
@@ -115,4 +129,31 @@ func medianOf(v []float64) float64 {
 		return (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
 	return s[len(s)/2]
+}
+
+// profileChunk is the prompt tokens a new sequence feeds in a profiled
+// step: the engine's default --prefill-chunk.
+const profileChunk = runtime.DefaultPrefillChunk
+
+// chunksOf is the new sequences n prompt tokens take in a profiled step.
+func chunksOf(n int) int { return (n + profileChunk - 1) / profileChunk }
+
+// profileChunks returns the entries of n prompt tokens of new sequences
+// (ids from 2000, chunks of profileChunk from position 0, tokens taken from
+// prompt in turn, or 1 where it is empty), none wanting logits.
+func profileChunks(prompt []int32, n int) []runtime.SeqStep {
+	var out []runtime.SeqStep
+	for j := 0; n > 0; j++ {
+		c := min(n, profileChunk)
+		toks := make([]int32, c)
+		for i := range toks {
+			toks[i] = 1
+			if len(prompt) > 0 {
+				toks[i] = prompt[(i+j)%len(prompt)]
+			}
+		}
+		out = append(out, runtime.SeqStep{Seq: runtime.SeqID(2000 + j), Tokens: toks})
+		n -= c
+	}
+	return out
 }

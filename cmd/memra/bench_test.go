@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/memra-ai/memra/runtime"
 	"github.com/memra-ai/memra/runtime/load"
 	"github.com/memra-ai/memra/runtime/synth"
 )
@@ -141,4 +142,34 @@ func TestAttnFLOPs(t *testing.T) {
 	// one layer, one head of 1: p(p+1)/2 pairs × 2 products × 2 FLOPs
 	require.InDelta(t, 4*3.0, attnFLOPs(1, 1, 1, 2), 1e-9)
 	require.InDelta(t, 32*32*128*4*512*513/2.0, attnFLOPs(32, 32, 128, 512), 1)
+}
+
+// The profiled serving step's prompt chunks: chunks of 512 from position
+// 0 of new sequences, tokens taken from the prompt in turn, no logits.
+func TestProfileChunks(t *testing.T) {
+	cs := profileChunks([]int32{5, 6, 7}, 1100)
+	require.Len(t, cs, 3)
+	require.Equal(t, 3, chunksOf(1100))
+	total := 0
+	for j, c := range cs {
+		require.Equal(t, runtime.SeqID(2000+j), c.Seq)
+		require.Zero(t, c.Pos)
+		require.False(t, c.Logits)
+		total += len(c.Tokens)
+	}
+	require.Equal(t, 1100, total)
+	require.Len(t, cs[0].Tokens, 512)
+	require.Len(t, cs[2].Tokens, 76)
+	require.Equal(t, []int32{6, 7, 5}, cs[1].Tokens[:3])
+	require.Empty(t, profileChunks(nil, 0))
+}
+
+// --profile-prefill without --profile is refused before the model loads.
+func TestProfilePrefillNeedsProfile(t *testing.T) {
+	cmd := newBenchCmd()
+	var o, e bytes.Buffer
+	cmd.SetOut(&o)
+	cmd.SetErr(&e)
+	cmd.SetArgs([]string{"--device", "cpu", "--profile-prefill", "512", "-p", "8", "-n", "4"})
+	require.ErrorContains(t, cmd.Execute(), "--profile-prefill 512")
 }

@@ -59,11 +59,12 @@ var (
 		"context":       atLeast(0, "0: the model's"),
 	}))
 	benchLimits = withSpec(withPP(map[string]flagLimit{
-		"n-prompt":    atLeast(0, "0: skip pp"),
-		"n-gen":       atLeast(0, "0: skip tg"),
-		"context":     atLeast(0, "0: prompt + generated tokens"),
-		"repetitions": atLeast(1, ""),
-		"threads":     anyThreads,
+		"n-prompt":        atLeast(0, "0: skip pp"),
+		"n-gen":           atLeast(0, "0: skip tg"),
+		"context":         atLeast(0, "0: prompt + generated tokens"),
+		"repetitions":     atLeast(1, ""),
+		"threads":         anyThreads,
+		"profile-prefill": atLeast(0, "0: a decode step alone"),
 	}))
 	benchServeLimits = map[string]flagLimit{
 		"concurrency":    atLeast(1, ""),

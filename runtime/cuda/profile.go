@@ -43,6 +43,18 @@ func (b *Backend) ProfileDecode(ctx context.Context, batch []runtime.SeqStep, re
 			return nil, fmt.Errorf("%w: profiling a decode step needs one token per sequence, sequence %d has %d", ErrBatch, e.Seq, len(e.Tokens))
 		}
 	}
+	return b.ProfileStep(ctx, batch, reps)
+}
+
+// ProfileStep is ProfileDecode for any step: decodes and prompt chunks
+// together (a serving step that admits requests) run as the prefill
+// program, each of its launch sequences timed kernel by kernel. A chunk's
+// keys and values are written again at each repetition, at the same
+// positions.
+func (b *Backend) ProfileStep(ctx context.Context, batch []runtime.SeqStep, reps int) ([]LaunchTime, error) {
+	if reps <= 0 {
+		return nil, fmt.Errorf("%w: profile with %d repetitions", ErrArg, reps)
+	}
 	b.prof = &profiler{reps: reps}
 	defer func() { b.prof = nil }()
 	if err := b.step(ctx, batch, stepGreedy); err != nil {
