@@ -36,7 +36,9 @@ type GEMVArm struct {
 	XQ int
 	// BatchRows is the activation rows a block serves with one weight read:
 	// 1 to 16 with XQ 1 to 4, 0 otherwise (one row); XQ 4 arms may also
-	// take 32 or 64 (wideBatch), so that a wide step reads each weight once.
+	// take 32 or 64 (wideBatch), so that a wide step reads each weight once,
+	// and those of 8 rows or fewer (smallBatch) copy no token past the
+	// step's rows.
 	BatchRows int
 	// RowsPerWarp is the weight rows each warp of an XQ 1 or 2 arm
 	// computes together, so that each activation load serves all of them
@@ -187,7 +189,7 @@ func (a GEMVArm) Validate() error {
 		(a.BatchRows > 16 && !a.wideFits()) ||
 		(a.RowsPerWarp != 0 && a.RowsPerWarp != 2 && a.RowsPerWarp != 4) || (a.RowsPerWarp != 0 && a.XQ == 0) ||
 		(a.XQ == 3 && a.mma8SplitBytes() > 48<<10) || // the split sums in static shared memory
-		(a.XQ == 4 && (a.Stages == 0 || a.mmahMaxShared() > xqMaxShared)) ||
+		(a.XQ == 4 && (a.Stages == 0 || a.mmahMaxShared() > xqMaxShared || a.mmahRegs() > a.mmahRegLimit())) ||
 		(a.Stages != 0 && (a.XQ < 3 || (a.Stages != 2 && a.Stages != 4 && a.Stages != 8) || (a.Unroll != 1 && a.Unroll != 2 && a.Unroll != 4) ||
 			a.Stages*a.Unroll > 8 || a.mma8PipeMaxShared() > xqMaxShared)) {
 		return fmt.Errorf("%w: gemv arm %+v", ErrUnsupported, a)

@@ -295,6 +295,8 @@ func gemvMMAH(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 					w.Linef("const int xc%[1]d = lane + %[2]d, xt%[1]d = xc%[1]d >> 2;", a, 32*a)
 					if arm.wideBatch() {
 						w.Linef("const bool xk%[1]d = xc%[1]d < 4 * 8 * NT && 8 * (xt%[1]d >> 3) < mrows; // a tile of the step's rows", a)
+					} else if arm.smallBatch() {
+						w.Linef("const bool xk%[1]d = xc%[1]d < 4 * 8 * NT && xt%[1]d < mrows; // a token of the step (no other C column is stored)", a)
 					} else {
 						w.Linef("const bool xk%[1]d = xc%[1]d < 4 * 8 * NT;", a)
 					}

@@ -136,6 +136,7 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 				}
 				half := false
 				if a, ok := l.largeArm(batch); ok {
+					a = l.smallArm(class, a) // the tunedb's arm of up to 16 rows
 					// f16 rows only from an XQuant launch none of whose
 					// readers takes int8 rows at large steps
 					if half = a.XQ == 4; half && (src.launch < 0 || l.halfRows[src.launch] == halfInt8) {
