@@ -32,7 +32,9 @@ func TestKernelCheckCases(t *testing.T) {
 		"rope_kv q8_0 cache", "attn_decode q8_0 cache", "attn_decode_live q8_0 cache",
 		"attn_decode_live+preload q8_0 cache", "attn_prefill q8_0 cache", "attn_flash q8_0 cache", "attn_flash q8_0 cache",
 		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemm_small/qkv q4_k", "gemv/qkv×12 q4_k",
-		"gemv-wide/qkv×32 q4_k", "gemv-wide/down×32 q4_k", "gemv-wide/qkv×64 q4_k", "gemv-wide/down×64 q4_k", "gemv-wide/gate_up×40 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
+		"gemv-wide/qkv×32 q4_k", "gemv-wide/down×32 q4_k", "gemv-wide/qkv×64 q4_k", "gemv-wide/down×64 q4_k", "gemv-wide/gate_up×40 q4_k",
+		"gemv-small/qkv×1 q4_k", "gemv-small/down×1 q4_k", "gemv-small/qkv×2 q4_k", "gemv-small/down×2 q4_k",
+		"gemv-small/qkv×5 q4_k", "gemv-small/down×5 q4_k", "gemv-small/qkv×8 q4_k", "gemv-small/down×8 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
 		"gemv+norm/v (rows of 512) q4_k", "gemv+rope/q+k q4_k", "gemv+rope/v×12 q4_k", "gemv+quant-out/attn_out→qkv q4_k", "gemv+quant-out/down→gate_up×12 q4_k",
 		"gemv+swiglu-out/gate_up→down q4_k",
 		"gemv/down q4_k", "gemv+swiglu/down q4_k", "gemv+swiglu/down×12 q4_k",
@@ -76,6 +78,14 @@ func TestKernelCheckCases(t *testing.T) {
 				want = 3 // codegen.WideArms beside the 16-row default, at 32, 40 and 64 rows
 				require.Equal(t, codegen.DefaultXQHalfArm.Point(), c.Space().Default, c.Label)
 				require.True(t, strings.HasSuffix(c.Class, "_wide"), c.Class)
+			case strings.HasPrefix(c.Label, "gemv-small/"):
+				want = 5 // codegen.SmallArms beside the 16-row default, at 1, 2, 5 and 8 rows
+				require.Equal(t, codegen.DefaultXQHalfArm.Point(), c.Space().Default, c.Label)
+				require.True(t, strings.HasSuffix(c.Class, "_small"), c.Class)
+				for _, a := range c.ExtraArms {
+					require.Equal(t, 8, a["batch_rows"], c.Label)
+					require.NoError(t, c.Space().Valid(a), c.Label)
+				}
 			case strings.HasPrefix(c.Label, "gemv+") && c.DType == "q4_k":
 				want = 5 // the batch default besides the one-row default, the XQ 1 one-row and batch arms, the tensor-core batch arm
 				// and its pipelined form
@@ -83,7 +93,7 @@ func TestKernelCheckCases(t *testing.T) {
 				want = 8 // the float GEMV on the file's and the repacked layout, the int8-activation one, the XQ 1 batch arm,
 				// the XQ 1 one-row arm, the batch default, the tensor-core batch arm and its pipelined form
 			}
-			if want >= 5 && codegen.HalfProduct(dtype.Q4_K, c.K) {
+			if want >= 5 && codegen.HalfProduct(dtype.Q4_K, c.K) && !strings.HasPrefix(c.Label, "gemv-small/") {
 				want++ // the f16 tensor-core arm
 			}
 			require.Len(t, c.ExtraArms, want, c.Label)
@@ -201,6 +211,7 @@ func TestTuneCasesUnique(t *testing.T) {
 		seen[c.ID()] = true
 	}
 	for _, id := range []string{"gemv/q4_k_n6144_k4096", "gemv/q4_k_n4096_k14336_res", "gemv/q4_k_n28672_k4096", "gemv/q4_k_n128256_k4096",
+		"gemv/q4_k_n6144_k4096_small", "gemv/q4_k_n4096_k14336_res_small", "gemv/q4_k_n6144_k4096_wide",
 		"mma/q4_k_n6144_k4096", "attn_decode/h32_8_d128_f16", "gemm_small/q4_k_n6144_k4096", "gemm_small/q4_k_n4096_k14336_res",
 		"attn_decode_live/h32_8_d128_f16", "rope_kv/inter_h32_8_d128_r128_f16", "rmsnorm/d4096"} {
 		require.True(t, seen[id], id)

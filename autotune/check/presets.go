@@ -49,6 +49,7 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 				c.Label += "×12"
 				cs = append(cs, c)
 				cs = append(cs, wideCheckCases(s, t, seed)...)
+				cs = append(cs, smallCheckCases(s, t, seed)...)
 			}
 			if codegen.UntunedPrologues(t) {
 				cs = append(cs, ProductNorm(s.Name, "qkv", t, qkv, s.Hidden, 1, s.Eps, seed))
@@ -247,6 +248,10 @@ func TuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 			if wd := ProductWide(s.Name, p.use, p.t, p.n, p.k, WideTuneTokens, p.residual, seed); wd != nil && !seen[wd.ID()] {
 				seen[wd.ID()] = true
 				cs = append(cs, wd)
+			}
+			if sm := ProductSmall(s.Name, p.use, p.t, p.n, p.k, SmallTuneTokens, p.residual, seed); sm != nil && !seen[sm.ID()] {
+				seen[sm.ID()] = true
+				cs = append(cs, sm)
 			}
 		}
 		if gs := GemmSmall(s.Name, p.use, p.t, p.n, p.k, small, p.residual, seed); !seen[gs.ID()] {
