@@ -111,6 +111,14 @@ func xhalfRows(x []float32, m, k int) []byte {
 // step's rows is skipped. It returns y[token][row] for the rows and tokens
 // it stores.
 func mmahWarp(ty dtype.Type, n, k, r0, m0, m, mb int, w, xh []byte) map[[2]int]float32 {
+	return mmahWarpOf(ty, n, k, r0, m0, m, mb, w, xh, 0, 1, false)
+}
+
+// mmahWarpOf is mmahWarp for the warp ks of a split of KS: its groups are
+// those of super-blocks ks, ks + KS, … (the kernel's nsb loop). With stale
+// the ring slots of tokens past the step's rows hold f16 NaN pairs (a
+// small arm copies nothing there) instead of the step's last row.
+func mmahWarpOf(ty dtype.Type, n, k, r0, m0, m, mb int, w, xh []byte, ks, nks int, stale bool) map[[2]int]float32 {
 	rt := rpTypes[ty]
 	upr, nb := k/rt.unitElems, k/ty.BlockElems()
 	u32 := func(off int) uint32 { return binary.LittleEndian.Uint32(w[off:]) }
@@ -121,6 +129,9 @@ func mmahWarp(ty dtype.Type, n, k, r0, m0, m, mb int, w, xh []byte) map[[2]int]f
 	nts := (mb + 7) / 8
 	acc := make([][32][4]float32, nts)
 	for u := range k / 32 {
+		if (u/8)%nks != ks {
+			continue // another warp's super-block
+		}
 		var p [32][2][4]uint32 // lane, row (g, g+8), pair p0..p3
 		for lane := range 32 {
 			g, t := lane/4, lane%4
@@ -166,6 +177,10 @@ func mmahWarp(ty dtype.Type, n, k, r0, m0, m, mb int, w, xh []byte) map[[2]int]f
 			for lane := range 32 {
 				g, t := lane/4, lane%4
 				tok := m0 + min(8*nt+g, mrows-1) // the ring holds the last row for tokens past the block's
+				if stale && 8*nt+g >= mrows {
+					b[lane] = [4]uint32{0x7e007e00, 0x7e007e00, 0x7e007e00, 0x7e007e00}
+					continue
+				}
 				for i := range 4 {
 					b[lane][i] = binary.LittleEndian.Uint32(xh[tok*XHRowBytes(k)+64*u+16*t+4*i:])
 				}
