@@ -102,7 +102,7 @@ func resetFlags(fs *pflag.FlagSet) {
 }
 
 // TestConfirmGroups: the tuned entries of the decode products go to the
-// one-row (batch 1) and batch (batch 16) groups, every other family's entry
+// one-row (batch 1), batch (batch 16) and small-row f16 (5 rows) groups, every other family's entry
 // is kept without confirmation, and a dropped group's entries are removed.
 func TestConfirmGroups(t *testing.T) {
 	tiny, err := codegen.ShapeByName("tiny")
@@ -118,15 +118,17 @@ func TestConfirmGroups(t *testing.T) {
 		}
 	}
 	groups := confirmGroups(entries)
-	require.Len(t, groups, 2)
+	require.Len(t, groups, 3)
 	require.Equal(t, 1, groups[0].Batch)
 	require.Equal(t, check.BatchTuneTokens, groups[1].Batch)
+	require.Equal(t, check.SmallTuneTokens, groups[2].Batch)
 	inGroup := map[string]bool{}
 	for _, g := range groups {
 		require.NotEmpty(t, g.Entries)
 		for _, e := range g.Entries {
 			require.Equal(t, "gemv", e.Family)
-			require.Equal(t, g.Batch > 1, strings.HasSuffix(e.Class, "_batch"), e.Class)
+			require.Equal(t, g.Batch == check.BatchTuneTokens, strings.HasSuffix(e.Class, "_batch"), e.Class)
+			require.Equal(t, g.Batch == check.SmallTuneTokens, strings.HasSuffix(e.Class, "_small"), e.Class)
 			inGroup[e.Family+"/"+e.Class] = true
 		}
 	}
@@ -146,9 +148,10 @@ func TestConfirmGroups(t *testing.T) {
 	}
 	// a confirmation that stopped after the first group keeps nothing of the second
 	rest := unjudged(groups, []autotune.Confirmed{{Group: groups[0], Keep: true}})
-	require.Len(t, rest, 1)
+	require.Len(t, rest, 2)
 	require.Equal(t, groups[1].Name, rest[0].Group.Name)
-	require.False(t, rest[0].Keep)
+	require.Equal(t, groups[2].Name, rest[1].Group.Name)
+	require.False(t, rest[0].Keep || rest[1].Keep)
 }
 
 // TestConfirmE2EStops: an interrupted sweep or a model that does not open

@@ -36,22 +36,27 @@ const (
 // confirmGroups sorts the tuned entries of the decode products (family
 // gemv: the int8 products of repacked weights and the float ones) into the
 // groups an end-to-end step judges: their one-row arms at batch 1, the
-// batch arms of repacked products at the batch they were tuned at. Entries
-// of other families are not confirmed.
+// batch arms of repacked products at the batch they were tuned at, the
+// small-row f16 arms (codegen.GEMVSmallClass: the kernel of steps of 3 to
+// 16 rows) at the rows they were tuned at. Entries of other families are
+// not confirmed.
 func confirmGroups(entries []tunedb.Entry) []autotune.ConfirmGroup {
 	one := autotune.ConfirmGroup{Name: "one-row arms of the decode products", Batch: 1}
 	batch := autotune.ConfirmGroup{Name: "batch arms of the decode products", Batch: check.BatchTuneTokens}
+	small := autotune.ConfirmGroup{Name: "small-row f16 arms of the decode products", Batch: check.SmallTuneTokens}
 	for _, e := range entries {
 		switch {
 		case e.Family != "gemv":
 		case strings.HasSuffix(e.Class, codegen.GEMVBatchClass("")):
 			batch.Entries = append(batch.Entries, e)
+		case strings.HasSuffix(e.Class, codegen.GEMVSmallClass("")):
+			small.Entries = append(small.Entries, e)
 		default:
 			one.Entries = append(one.Entries, e)
 		}
 	}
 	var out []autotune.ConfirmGroup
-	for _, g := range []autotune.ConfirmGroup{one, batch} {
+	for _, g := range []autotune.ConfirmGroup{one, batch, small} {
 		if len(g.Entries) > 0 {
 			out = append(out, g)
 		}
