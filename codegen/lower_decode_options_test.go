@@ -1,0 +1,252 @@
+package codegen
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/memra-ai/memra/ir"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// The decode program's options beyond the products' arms: RoPE in the
+// product, the one-row products split over blocks, decode attention's
+// preload and live-length arms.
+// TestLowerRopeInProduct: with LowerOptions.RopeInProduct, a llama-style
+// decode program (adjacent RoPE pairs, no bias, no q/k norm) launches no
+// RopeKV: the QKV products (Q and K over Q4_K, V over Q6_K) carry the RoPE
+// epilogue in every kernel but the tensor-core one, which they drop, take
+// the positions, cache rows, inverse frequencies and the layer's caches,
+// and write their columns of the fused row; the kernels they had before
+// are gone from the program. NeoX RoPE (qwen3), prefill and the 8-bit
+// cache (quantised by a block of 32 per warp) keep RopeKV, and so does the
+// option's absence.
+func TestLowerRopeInProduct(t *testing.T) {
+	llama := smallQwen3
+	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
+	g := buildGraph(t, llama, synthTensors(llama, dtype.Q4_K, dtype.Q6_K))
+	count := launchesOf
+	o := LowerOptions{Class: Decode, MaxSeqs: GEMVLargeRows, Context: 256, Cache: dtype.F16, NoQuantOut: QuantOutBatch}
+	o.Arms.GEMVLarge = DefaultXQMMAPipeArm // the int8 arm, which takes the RoPE epilogue (XQ 4 does not)
+	p, err := Lower(g, o)
+	require.NoError(t, err)
+	require.Equal(t, llama.Layers, count(p, "rope_kv"))
+	products := count(p, "gemv")
+
+	o.RopeInProduct = true
+	p, err = Lower(g, o)
+	require.NoError(t, err)
+	require.Zero(t, count(p, "rope_kv"))
+	require.Equal(t, products, count(p, "gemv"))
+	hd := llama.HeadDim
+	qkv := (llama.Heads + 2*llama.HeadsKV) * hd
+	used := map[int]bool{}
+	ropes := 0
+	for _, ln := range p.Launches {
+		used[ln.Kernel] = true
+		if ln.One > 0 {
+			used[ln.One-1] = true
+		}
+		if ln.Large > 0 {
+			used[ln.Large-1] = true
+		}
+		name := p.Kernels[ln.Kernel].Name
+		if !strings.Contains(name, "_rope_") {
+			continue
+		}
+		ropes++
+		require.Zero(t, ln.Large, "the XQ 3 kernel has no RoPE epilogue")
+		require.Contains(t, p.Kernels[ln.One-1].Name, "_rope_")
+		require.Equal(t, p.Kernels[ln.Kernel].Params, p.Kernels[ln.One-1].Params)
+		require.Len(t, ln.Args, 9)
+		require.Equal(t, []ArgKind{ArgWeight, ArgBuffer, ArgBuffer, ArgRows, ArgInput, ArgInput, ArgWeight, ArgKCache, ArgVCache},
+			[]ArgKind{ln.Args[0].Kind, ln.Args[1].Kind, ln.Args[2].Kind, ln.Args[3].Kind, ln.Args[4].Kind, ln.Args[5].Kind, ln.Args[6].Kind, ln.Args[7].Kind, ln.Args[8].Kind})
+		require.Equal(t, []int{int(InPositions), int(InSlots)}, []int{ln.Args[4].Index, ln.Args[5].Index})
+		require.Equal(t, ln.Args[7].Index, ln.Args[8].Index, "one layer's caches")
+		// Q and K (Q4_K) from column 0, V (Q6_K) from column q + k
+		switch {
+		case strings.Contains(name, "q4_k"):
+			require.Contains(t, name, fmt.Sprintf("_n%d_", (llama.Heads+llama.HeadsKV)*hd))
+			require.Contains(t, name, "_c0_")
+			require.Equal(t, 0, ln.Args[2].Offset)
+		default:
+			require.Contains(t, name, fmt.Sprintf("_n%d_", llama.HeadsKV*hd))
+			require.Contains(t, name, fmt.Sprintf("_c%d_", (llama.Heads+llama.HeadsKV)*hd))
+			require.Equal(t, 4*(llama.Heads+llama.HeadsKV)*hd, ln.Args[2].Offset)
+		}
+		require.Contains(t, name, fmt.Sprintf("_ys%d", qkv))
+	}
+	require.Equal(t, 2*llama.Layers, ropes)
+	require.Len(t, used, len(p.Kernels), "every kernel of the program is launched")
+
+	for _, c := range []struct {
+		name string
+		hp   ir.HParams
+		o    LowerOptions
+	}{{"neox", smallQwen3, o}, {"prefill", llama, LowerOptions{Class: Prefill, MaxSeqs: 2, MaxTokens: 64, Context: 256, Cache: dtype.F16, RopeInProduct: true}},
+		{"8-bit cache", llama, func() LowerOptions { o := o; o.Cache = CacheQ8; return o }()}} {
+		p, err := Lower(buildGraph(t, c.hp, synthTensors(c.hp, dtype.Q4_K, dtype.Q6_K)), c.o)
+		require.NoError(t, err, c.name)
+		require.Equal(t, c.hp.Layers, count(p, "rope_kv"), c.name)
+	}
+}
+
+// TestLowerGEMVSplit: with LowerOptions.GEMVSplitBlocks, the one-row
+// products whose unsplit arm has fewer blocks than that (attention output,
+// down, V: 8, 8 and 4 blocks of 32 rows against 9) run their XQ 2 arm with
+// twice the threads, two warps a row set splitting K, their epilogues
+// (quantised output, RoPE) kept; the larger ones (Q and K: 12 blocks; gate
+// and up) and the option's absence keep the unsplit arm. GEMVSplitRows
+// replaces the rule by a row count, and a tunedb pick runs as picked.
+func TestLowerGEMVSplit(t *testing.T) {
+	llama := smallQwen3
+	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
+	g := buildGraph(t, llama, synthTensors(llama, dtype.Q4_K, dtype.Q6_K))
+	o := LowerOptions{Class: Decode, MaxSeqs: 1, Context: 256, Cache: dtype.F16, RopeInProduct: true}
+	arms := func(o LowerOptions) map[int][]string { // the products' arms by row count
+		p, err := Lower(g, o)
+		require.NoError(t, err)
+		by := map[int][]string{}
+		re := regexp.MustCompile(`^gemv_\w+?_n(\d+)_k\d+.*_(t\d+_r\d+_u\d+_s\d+_l1_g1_w\d)$`)
+		for _, ln := range p.Launches {
+			k := p.Kernels[ln.Kernel]
+			if k.Family != "gemv" {
+				continue
+			}
+			m := re.FindStringSubmatch(k.Name)
+			require.NotNil(t, m, k.Name)
+			n, _ := strconv.Atoi(m[1])
+			by[n] = append(by[n], m[2])
+		}
+		return by
+	}
+	plain := arms(o)
+	qk := (llama.Heads + llama.HeadsKV) * llama.HeadDim
+	for _, c := range []struct {
+		name   string
+		blocks int
+		rows   int
+	}{{"fewer blocks than 9", 9, 0}, {"at most 256 rows", 0, llama.Embedding}} {
+		o := o
+		o.GEMVSplitBlocks, o.GEMVSplitRows = c.blocks, c.rows
+		split := arms(o)
+		require.Equal(t, len(plain), len(split), c.name)
+		for n, as := range split {
+			for i, a := range as {
+				want := plain[n][i]
+				if n <= llama.Embedding {
+					want = strings.Replace(want, "t256_", "t512_", 1)
+				}
+				require.Equal(t, want, a, "%s: %d rows", c.name, n)
+			}
+		}
+		for _, n := range []int{llama.HeadsKV * llama.HeadDim, llama.Embedding} {
+			require.NotEmpty(t, split[n], c.name)
+			require.True(t, strings.HasPrefix(split[n][0], "t512_r8_"), "%s: %s", c.name, split[n][0])
+		}
+		require.True(t, strings.HasPrefix(split[qk][0], "t256_r8_"), c.name)
+	}
+	o.GEMVSplitBlocks = qk/32 + 1 // 13: Q and K split too
+	require.True(t, strings.HasPrefix(arms(o)[qk][0], "t512_r8_"))
+	o.GEMVSplitBlocks = 9
+
+	// a tunedb pick runs as picked: the attention output product's unsplit arm stays unsplit
+	outClass := ProductClass(dtype.Q4_K, llama.Embedding, llama.Heads*llama.HeadDim, true)
+	o.Pick = func(family, class string) (Point, bool) {
+		return DefaultXQGlobalOneArm.Point(), family == "gemv" && class == outClass
+	}
+	picked := arms(o)
+	require.Contains(t, picked[llama.Embedding], "t256_r8_u1_s1_l1_g1_w4", "the picked output product")
+	require.Contains(t, picked[llama.Embedding], "t512_r8_u1_s1_l1_g1_w4", "the down product, not picked, still split")
+}
+
+// TestLowerDecodePreload: with DecodePreload every decode attention reads
+// its first keys before its wait, and the launch before it (the QKV
+// product with RoPE in one-sequence programs, RopeKV in batch ones) runs
+// the early-trigger variant of its kernel, which reads the same repacked
+// matrix: the program's weights and layouts are those of the program
+// without preload.
+func TestLowerDecodePreload(t *testing.T) {
+	llama := smallQwen3
+	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
+	g := buildGraph(t, llama, synthTensors(llama, dtype.Q4_K, dtype.Q6_K))
+	for _, seqs := range []int{1, 2} {
+		o := LowerOptions{Class: Decode, MaxSeqs: seqs, Context: 256, Cache: dtype.F16, RopeInProduct: seqs == 1}
+		plain, err := Lower(g, o)
+		require.NoError(t, err)
+		o.DecodePreload = true
+		p, err := Lower(g, o)
+		require.NoError(t, err)
+		require.Equal(t, plain.Weights, p.Weights, "the same weights in the same layouts")
+		require.Equal(t, len(plain.Launches), len(p.Launches))
+		parts, early := 0, 0
+		for i, ln := range p.Launches {
+			k := p.Kernels[ln.KernelFor(seqs)]
+			if strings.HasSuffix(k.Name, "_et") {
+				early++
+			}
+			if !strings.HasPrefix(k.Name, "attn_part_") {
+				continue
+			}
+			parts++
+			require.True(t, strings.HasSuffix(k.Name, "_p"), k.Name)
+			prev := p.Launches[i-1]
+			for _, kp := range []int{prev.Kernel, prev.One - 1} {
+				if kp < 0 {
+					continue
+				}
+				pk := p.Kernels[kp]
+				require.True(t, strings.HasSuffix(pk.Name, "_et"), pk.Name)
+				require.True(t, strings.HasPrefix(pk.Source, "#ifndef MEMRA_PDL_EARLY\n#define MEMRA_PDL_EARLY"), pk.Name)
+				require.Contains(t, pk.Source, " "+pk.Name+"(")
+				if seqs == 1 {
+					require.Contains(t, pk.Name, "_rope_")
+				} else {
+					require.True(t, strings.HasPrefix(pk.Name, "rope_kv_"), pk.Name)
+				}
+			}
+			require.Equal(t, plain.Launches[i-1].Args, prev.Args)
+		}
+		require.Equal(t, llama.Layers, parts)
+		require.Equal(t, parts, early, "only the launches before attention trigger early")
+	}
+	// a kernel with no launch trigger stays as it is
+	k := &Kernel{Name: "plain", Source: "extern \"C\" __global__ void plain(int m) {}"}
+	require.Same(t, k, k.EarlyTrigger())
+	// qwen3 (q/k norms, NeoX RoPE): RopeKV before attention in both programs
+	gq := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
+	for _, seqs := range []int{1, 2} {
+		p, err := Lower(gq, LowerOptions{Class: Decode, MaxSeqs: seqs, Context: 256, Cache: dtype.F16, RopeInProduct: seqs == 1, DecodePreload: true})
+		require.NoError(t, err)
+		for i, ln := range p.Launches {
+			if strings.HasPrefix(p.Kernels[ln.Kernel].Name, "attn_part_") {
+				require.True(t, strings.HasPrefix(p.Kernels[p.Launches[i-1].Kernel].Name, "rope_kv_"), p.Kernels[p.Launches[i-1].Kernel].Name)
+				require.True(t, strings.HasSuffix(p.Kernels[p.Launches[i-1].Kernel].Name, "_et"))
+			}
+		}
+	}
+}
+
+// TestLowerDecodeLive3: a Live 3 decode arm takes the card's
+// multiprocessors from LowerOptions (DefaultMultiprocessors without).
+func TestLowerDecodeLive3(t *testing.T) {
+	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
+	for sms, want := range map[int]string{0: "_l3_m132", 100: "_l3_m100"} {
+		o := LowerOptions{Class: Decode, MaxSeqs: 2, Context: 256, Cache: dtype.F16, Multiprocessors: sms,
+			Arms: Arms{Decode: DecodeArm{Threads: 256, Chunk: 128, Live: 3}}}
+		p, err := Lower(g, o)
+		require.NoError(t, err)
+		n := 0
+		for _, k := range p.Kernels {
+			if k.Family == "attn_decode" {
+				require.Contains(t, k.Name, want)
+				n++
+			}
+		}
+		require.Equal(t, 2, n, "the partial and the combine")
+	}
+}
