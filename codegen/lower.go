@@ -40,9 +40,10 @@ type Arms struct {
 	// the zero value DefaultXQHalfArm (f16, XQ 4) for the weight types it
 	// covers, DefaultXQMMAPipeArm (int8, XQ 3; DefaultXQMMAArm for types it
 	// does not pipeline) for the others; an arm of another kind keeps two
-	// kernels (MEMRA_GEMV_LARGE=off sets the batch arm, int8 the XQ 3
-	// arm). An epilogue the arm cannot compute leaves those steps to the
-	// int8 arm or the batch arm.
+	// kernels (the batch arm in its place runs the batch kernel at every
+	// width). An epilogue the arm cannot compute leaves those steps to the
+	// int8 arm or the batch arm. A tunedb entry of GEMVLargeClass replaces
+	// it for its product.
 	GEMVLarge GEMVArm
 	// GEMVWide is the GEMV arm of the launches of those products at steps
 	// wider than an f16 GEMVLarge arm's BatchRows when the tunedb has no
@@ -202,6 +203,9 @@ type LowerOptions struct {
 	// (FlashPrefillAttention) where it has a kernel for the shape (an f16
 	// cache, heads of at most 128 dimensions); elsewhere PrefillAttention.
 	FlashPrefill bool
+	// noHalfPick passes over the f16 tunedb picks of GEMVLargeClass (Lower's
+	// second try, where f16 rows cannot be shared).
+	noHalfPick bool
 }
 
 // DefaultMultiprocessors is the multiprocessor count lowering assumes
@@ -297,7 +301,7 @@ const (
 func Lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 	p, err := lower(g, opts)
 	if errors.Is(err, errHalfShared) {
-		opts.Arms.GEMVLarge = DefaultXQMMAPipeArm
+		opts.Arms.GEMVLarge, opts.noHalfPick = DefaultXQMMAPipeArm, true
 		p, err = lower(g, opts)
 	}
 	return p, err

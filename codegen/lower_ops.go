@@ -135,7 +135,7 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 					xl.one, xl.arm = arm, batch
 				}
 				half := false
-				if a, ok := l.largeArm(batch); ok {
+				if a, ok := l.largeArm(class, batch); ok {
 					a = l.smallArm(class, a) // the tunedb's arm of up to 16 rows
 					// f16 rows only from an XQuant launch none of whose
 					// readers takes int8 rows at large steps
@@ -402,11 +402,12 @@ func (l *lowerer) productArgs(w int, x, y view, pro *proIn) []Arg {
 }
 
 // largeArm returns the arm of the launches at largeFrom rows or more of a
-// product whose batch arm is batch: Arms.GEMVLarge, a tensor-core (XQ 3
-// or 4) arm, in a program of that many sequences when batch reads XQuant
-// rows on CUDA cores (XQ 2, tuned or not).
-func (l *lowerer) largeArm(batch GEMVArm) (GEMVArm, bool) {
-	a := l.arms.GEMVLarge
+// product of class whose batch arm is batch: the tunedb's pick for
+// GEMVLargeClass(class), else Arms.GEMVLarge, a tensor-core (XQ 3 or 4)
+// arm, in a program of that many sequences when batch reads XQuant rows
+// on CUDA cores (XQ 2, tuned or not).
+func (l *lowerer) largeArm(class string, batch GEMVArm) (GEMVArm, bool) {
+	a := l.largePick(class)
 	if batch.XQ != 2 || (a.XQ != 3 && a.XQ != 4) || l.o.MaxTokens < l.largeFrom(a) {
 		return GEMVArm{}, false
 	}
@@ -852,7 +853,7 @@ type swigluOutArms struct {
 // product computes (fuseSwiGLU) from XQ 2 rows, and an XQ 2 arm for the
 // gate/up product that holds whole pairs of 32 gate and 32 up rows a block
 // (FitQuantOut), in a program without batch arms (one sequence).
-// MEMRA_QUANT_OUT (LowerOptions.NoQuantOut) can turn it off.
+// LowerOptions.NoQuantOut can turn it off.
 func (l *lowerer) swigluOut(parts []matPart, k int) (swigluOutArms, bool) {
 	var so swigluOutArms
 	if !l.fusing() || !l.quantOutOn(QuantOutSwiGLU) || len(parts) != 2 {

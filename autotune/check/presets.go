@@ -245,6 +245,10 @@ func TuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 				seen[b.ID()] = true
 				cs = append(cs, b)
 			}
+			if lg := ProductLarge(s.Name, p.use, p.t, p.n, p.k, LargeTuneTokens, p.residual, seed); !seen[lg.ID()] {
+				seen[lg.ID()] = true
+				cs = append(cs, lg)
+			}
 			if wd := ProductWide(s.Name, p.use, p.t, p.n, p.k, WideTuneTokens, p.residual, seed); wd != nil && !seen[wd.ID()] {
 				seen[wd.ID()] = true
 				cs = append(cs, wd)
