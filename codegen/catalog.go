@@ -121,7 +121,7 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 			if err := add(XQuant(q.k, q.pro)); err != nil {
 				return nil, err
 			}
-			// and XHalf's f16 rows for the f16 tensor-core products (MEMRA_GEMV_LARGE=half)
+			// and XHalf's f16 rows for the f16 tensor-core products (Arms.GEMVLarge, GEMVLargeClass)
 			if err := add(XHalf(q.k, q.pro)); err != nil {
 				return nil, err
 			}

@@ -81,11 +81,11 @@ func (a GEMVArm) batchRows() int { return max(1, a.BatchRows) }
 var DefaultGEMVArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1}
 
 // DefaultRepackArm is the float product on the repacked layout, a warp a
-// row (MEMRA_GEMV_QUANT=repack): 2.3× the file layout on the H200, and
+// row (an arm of layout 1): 2.3× the file layout on the H200, and
 // what the exact configuration's repacked products would take.
 var DefaultRepackArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 1}
 
-// DefaultXQArm is the int8-activation arm (MEMRA_GEMV_QUANT=xq): a warp a
+// DefaultXQArm is the int8-activation arm (XQ 1): a warp a
 // row, up to 16 decode rows a block (FitXQ: fewer where rows are too long
 // for shared memory).
 var DefaultXQArm = GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 16}
@@ -175,7 +175,7 @@ var GEMVKnobs = []Knob{
 	{"xq", []int{0, 1, 2, 3}},
 	{"batch_rows", []int{0, 1, 2, 4, 8, 16}},
 	{"rows_per_warp", []int{0, 2, 4}},
-	{"stages", []int{0}}, // the pipelined XQ 3 arms run where named (MEMRA_GEMV_LARGE)
+	{"stages", []int{0}}, // the pipelined XQ 3 arms run where named (Arms.GEMVLarge, GEMVLargeClass)
 }
 
 // Validate reports whether a is well formed.

@@ -257,7 +257,7 @@ func GEMVSpaceFor(t dtype.Type) Space {
 // space with two warps a row set, as lowering's untuned arm splits the
 // products of fewer blocks than the card has multiprocessors (SplitUntuned;
 // four warps a row set and split batch arms are chosen by hand:
-// MEMRA_GEMV_QUANT, MEMRA_GEMV_BATCH, kernel-check --gemv-arms).
+// a tunedb entry, Arms, kernel-check --gemv-arms).
 func searched(a GEMVArm) bool {
 	return a.XQ != 2 || a.kSplit() == 1 || (a.kSplit() == 2 && a.BatchRows == 1)
 }

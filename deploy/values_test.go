@@ -35,7 +35,7 @@ server:
   preStopSeconds: 20
   startupSeconds: 600
   extraArgs: [--no-prefix-cache]
-  extraEnv: [{name: MEMRA_FUSE, value: "0"}]
+  extraEnv: [{name: MEMRA_KV_CACHE, value: "q8_0"}]
 autoscaling: {enabled: false}
 pdb: {enabled: false}
 metrics: {podAnnotations: false, serviceMonitor: {enabled: true, interval: 30s, labels: {release: prom}}}
@@ -69,8 +69,8 @@ func TestChartNonDefaults(t *testing.T) {
 	require.Equal(t, "artifacts", volume(pod.Spec, "compiled").PersistentVolumeClaim.ClaimName)
 	require.Equal(t, "keys", volume(pod.Spec, "api-keys").Secret.SecretName)
 	require.Equal(t, "llama-cache", volume(pod.Spec, "cache").PersistentVolumeClaim.ClaimName)
-	fuse, _ := env(c, "MEMRA_FUSE")
-	require.Equal(t, "0", fuse.Value)
+	kvc, _ := env(c, "MEMRA_KV_CACHE")
+	require.Equal(t, "q8_0", kvc.Value)
 	home, _ := env(c, "HF_HOME")
 	require.Equal(t, "/models/huggingface", home.Value)
 	pull := container(t, pod.Spec, "pull", true)

@@ -48,8 +48,8 @@ picks the lowering used, every kernel's source hash and every image's). --dump p
 the plans and the generated source to stdout.
 
 The arms are the tunedb's for --card (default: this machine's GPU; "none" for the families'
-defaults), with --sms multiprocessors. The CUDA backend's environment switches (MEMRA_GEMV_*,
-…; docs/FLAGS.md) apply and are recorded. Cubins of sm_90a and later need NVRTC 12 or later;
+defaults), with --sms multiprocessors. The CUDA backend's environment settings that change the
+programs (the KV cache type and the PDL diagnostic; docs/FLAGS.md) apply and are recorded. Cubins of sm_90a and later need NVRTC 12 or later;
 --arch compute_90 alone writes PTX only.
 
 ` + modelHelp,

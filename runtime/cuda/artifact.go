@@ -63,7 +63,7 @@ type Manifest struct {
 	// family defaults did); Picks are the arms it chose.
 	Card  string            `json:"card,omitempty"`
 	Picks []Pick            `json:"picks"`
-	Env   map[string]string `json:"env,omitempty"` // the lowering's MEMRA_* switches at compile time
+	Env   map[string]string `json:"env,omitempty"` // LoweringEnv's variables set at compile time
 	// PlanSHA256 hashes plan.txt (both programs).
 	PlanSHA256 string         `json:"plan_sha256"`
 	Kernels    []string       `json:"kernels"`

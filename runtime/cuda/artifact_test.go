@@ -250,8 +250,8 @@ func TestLoweringEnvListed(t *testing.T) {
 		name := m[1] + m[2] + m[3]
 		require.Contains(t, LoweringEnv, name)
 	}
-	t.Setenv("MEMRA_FUSE", "0")
-	require.Equal(t, "0", LoweringEnvSet()["MEMRA_FUSE"])
+	t.Setenv("MEMRA_PDL", "off")
+	require.Equal(t, "off", LoweringEnvSet()["MEMRA_PDL"])
 }
 
 func TestSplitTargets(t *testing.T) {

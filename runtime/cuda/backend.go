@@ -62,43 +62,10 @@ type BackendOptions struct {
 	PrefillTokens int
 	NoGraphs      bool // decode with plain launches instead of CUDA graphs
 	NoPDL         bool // launch without programmatic dependent launch
-	// SmallBatch runs decode products of batches ≥ 2 on the tensor-core
-	// small-batch family (gemm_small) instead of GEMV; off by default until
-	// measured (MEMRA_SMALL_BATCH=1 in memra's commands).
-	SmallBatch bool
 	// NoFusePrologue keeps each RMSNorm and SwiGLU before a decode product
-	// its own launch (codegen.LowerOptions.NoFusePrologue; MEMRA_FUSE=0).
+	// its own launch (codegen.LowerOptions.NoFusePrologue), for tests that
+	// compare products alone; the default fuses them where the arms allow.
 	NoFusePrologue bool
-	// FuseFloat fuses them into float-activation (f16/bf16) products too
-	// (codegen.LowerOptions.FuseFloat; MEMRA_FUSE=1).
-	FuseFloat bool
-	// NoQuantOut are the producers that keep an XQuant launch instead of
-	// quantising in their epilogues for the int8 products after them
-	// (codegen.LowerOptions.NoQuantOut). MEMRA_QUANT_OUT sets it; unset,
-	// the default is all of them in one-sequence programs and none in
-	// programs of two or more sequences (codegen.QuantOutBatch): on the
-	// H200 they decoded batch 1 at 1.09× and batch 16 at 0.98×
-	// (docs/PERFORMANCE.md).
-	NoQuantOut codegen.QuantOuts
-	// RopeInProduct makes the QKV products rotate q and k and write the KV
-	// cache in their epilogue instead of a RoPE launch a layer
-	// (codegen.LowerOptions.RopeInProduct): 0, the default, in one-sequence
-	// programs only (on the H200 batch 1 decoded at 1.016×; from 16 rows
-	// the tensor-core kernel has no such epilogue, so a batch program would
-	// give those steps to the CUDA-core one); 1 in every decode program
-	// (MEMRA_ROPE_IN_PRODUCT=1); -1 in none (MEMRA_ROPE_IN_PRODUCT=0).
-	RopeInProduct int
-	// GEMVSplitRows and GEMVSplitK choose the one-row products that split
-	// K over two warps (MEMRA_GEMV_SPLIT=off|ROWS[/K]): 0, the default,
-	// those whose unsplit arm has fewer blocks than the card has
-	// multiprocessors (codegen.LowerOptions.GEMVSplitBlocks); positive,
-	// those of at most GEMVSplitRows rows of at least GEMVSplitK elements;
-	// negative, none.
-	GEMVSplitRows, GEMVSplitK int
-	// HalfFrom is the step rows from which the f16 tensor-core products
-	// run (codegen.LowerOptions.HalfFrom; MEMRA_GEMV_LARGE_FROM); 0 is
-	// codegen.HalfLargeRows.
-	HalfFrom int
 	// BatchInvariant runs the f16 tensor-core products at every decode
 	// step, one row included (HalfFrom 1), so that a sequence's logits do
 	// not depend on how many sequences share its step: greedy output is
@@ -108,32 +75,12 @@ type BackendOptions struct {
 	// Multiprocessors is the card's count, set by NewBackend; Lower, with
 	// no card, takes DefaultMultiprocessors.
 	Multiprocessors int
-	// DecodeLive selects decode attention over the live KV length (1, 2,
-	// 3; 0 is the default, 2) or over the whole capacity (-1);
-	// MEMRA_DECODE_LIVE (0 there means the capacity). 3 sizes the splits
-	// by the card's multiprocessors (codegen.DecodeArm.Live), not yet run
-	// on a GPU.
-	DecodeLive int
-	// NoDecodePreload turns off what is on by default: decode attention
-	// reads its first keys and values before its dependency wait, and the
-	// kernel before it triggers it early (codegen.LowerOptions.DecodePreload;
-	// MEMRA_DECODE_PRELOAD=0 turns it off). The same kernels set by hand
-	// decoded llama2-7b q4_k_m batch 1 on the H200 at 520.33 against 510.87
-	// tok/s (session 9); the default path passed kernel-check, the CUDA
-	// tests and parity at 1, 2 and 16 sequences (docs/PERFORMANCE.md,
-	// session 11).
-	NoDecodePreload bool
 	// PrefillBLAS chooses how the prefill program's tensor-core products
 	// (codegen.MatMulMMA) run: "mma" as generated, "blas" through cuBLASLt
 	// on the same operands (codegen.BLASOperands; prefill.go; an error where cuBLASLt is not
 	// found), "" the default (DefaultPrefillBLAS; mma where cuBLASLt is not
-	// found). MEMRA_PREFILL sets it.
+	// found). Tests set it to compare the two.
 	PrefillBLAS string
-	// PrefillAttention chooses prefill attention: "flash" on tensor cores
-	// (codegen.FlashPrefillAttention, where it has a kernel for the shape),
-	// "warp" a warp per query (codegen.PrefillAttention), "" the default
-	// (DefaultFlashPrefill). MEMRA_ATTN_PREFILL sets it.
-	PrefillAttention string
 	// PrefillGEMV uses the float32 GEMV for prefill products instead of the
 	// bf16 tensor-core product (exact against the CPU, slower).
 	PrefillGEMV bool
@@ -319,26 +266,18 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 // of type cache, before the step class.
 func lowerOptions(opts BackendOptions, cache dtype.Type) codegen.LowerOptions {
 	base := codegen.LowerOptions{MaxSeqs: opts.MaxSeqs, Context: opts.Context, PageSize: opts.PageSize, Cache: cache, Arms: opts.Arms, Pick: opts.Pick,
-		PrefillGEMV: opts.PrefillGEMV, Argmax: true, Sample: true, SmallBatch: opts.SmallBatch, NoFusePrologue: opts.NoFusePrologue, FuseFloat: opts.FuseFloat,
-		NoQuantOut: opts.NoQuantOut, RopeInProduct: opts.RopeInProduct > 0 || (opts.RopeInProduct == 0 && opts.MaxSeqs == 1),
-
-		DecodePreload:   !opts.NoDecodePreload,
-		FlashPrefill:    opts.PrefillAttention == "flash" || (opts.PrefillAttention == "" && DefaultFlashPrefill),
-		Multiprocessors: cmp.Or(opts.Multiprocessors, DefaultMultiprocessors), HalfFrom: opts.HalfFrom}
+		PrefillGEMV: opts.PrefillGEMV, Argmax: true, Sample: true, NoFusePrologue: opts.NoFusePrologue,
+		// the quantising epilogues and RoPE in the QKV products in one-sequence
+		// programs only (docs/AUTOTUNE.md, "Arms deleted because they lost")
+		NoQuantOut: codegen.QuantOutBatch, RopeInProduct: opts.MaxSeqs == 1,
+		DecodePreload: true, FlashPrefill: DefaultFlashPrefill,
+		Multiprocessors: cmp.Or(opts.Multiprocessors, DefaultMultiprocessors)}
 	base.BatchInvariant = opts.BatchInvariant
-	switch { // negative: neither rule
-	case opts.GEMVSplitRows > 0:
-		base.GEMVSplitRows, base.GEMVSplitK = opts.GEMVSplitRows, opts.GEMVSplitK
-	case opts.GEMVSplitRows == 0:
-		base.GEMVSplitBlocks = base.Multiprocessors
-	}
+	base.GEMVSplitBlocks = base.Multiprocessors
 	if opts.Untuned {
 		base.Arms, base.Pick = codegen.Arms{}, nil
 	}
-	if live := cmp.Or(opts.DecodeLive, 2); live > 0 {
-		base.Arms.Decode = codegen.DefaultDecodeLiveArm
-		base.Arms.Decode.Live = live
-	}
+	base.Arms.Decode = codegen.DefaultDecodeLiveArm // a tunedb pick of attn_decode_live replaces it
 	return base
 }
 
@@ -672,7 +611,7 @@ func (b *Backend) StepGreedy(ctx context.Context, batch []runtime.SeqStep) ([]in
 }
 
 // MMAArm is the prefill product's arm where the tunedb has none
-// (MEMRA_MMA; zero: the family default), the arm bench --roofline times
+// (Arms.MMA; zero: the family default), the arm bench --roofline times
 // as its bf16 reference.
 func (b *Backend) MMAArm() codegen.MMAArm { return b.opts.Arms.MMA }
 

@@ -404,76 +404,21 @@ func TestLowerSynthCompiles(t *testing.T) {
 	}
 }
 
-// TestEnvOptions: the environment switches set their options, and a value
-// they cannot read is an error naming the variable (no silent default).
+// TestEnvOptions: the environment's configuration and diagnostics set
+// their options, a value they cannot read is an error naming the variable
+// (no silent default), and the deleted kernel switches set nothing.
 func TestEnvOptions(t *testing.T) {
-	t.Setenv("MEMRA_GEMV_QUANT", "t256_r8_u4_s1_l1_q1_w4")
-	t.Setenv("MEMRA_GEMV_BATCH", "xq8")
-	t.Setenv("MEMRA_FUSE", "0")
-	t.Setenv("MEMRA_DECODE_LIVE", "0")
-	t.Setenv("MEMRA_QUANT_OUT", "norm,attn")
 	t.Setenv("MEMRA_PDL", "off")
-	t.Setenv("MEMRA_ROPE_IN_PRODUCT", "1")
-	t.Setenv("MEMRA_GEMV_SPLIT", "4096")
-	t.Setenv("MEMRA_DECODE_PRELOAD", "0")
-	t.Setenv("MEMRA_MMA", "m128_n128_w2x4_p1")
-	t.Setenv("MEMRA_PREFILL", "blas")
+	t.Setenv("MEMRA_KV_CACHE", "q8_0")
+	for _, name := range []string{"MEMRA_GEMV_QUANT", "MEMRA_GEMV_BATCH", "MEMRA_GEMV_LARGE", "MEMRA_MMA", "MEMRA_FUSE"} {
+		t.Setenv(name, "nonsense")
+	}
 	var o BackendOptions
 	require.NoError(t, envOptions(&o))
-	require.Equal(t, codegen.QuantOutSwiGLU|codegen.QuantOutBatch, o.NoQuantOut)
-	for v, want := range map[string]codegen.QuantOuts{"": codegen.QuantOutBatch, "0": codegen.QuantOutAll, "1": 0,
-		"swiglu,batch": codegen.QuantOutNorm | codegen.QuantOutAttn} {
-		t.Setenv("MEMRA_QUANT_OUT", v)
-		var o BackendOptions
-		require.NoError(t, envOptions(&o))
-		require.Equal(t, want, o.NoQuantOut, "MEMRA_QUANT_OUT=%q", v)
-	}
-	t.Setenv("MEMRA_QUANT_OUT", "norm,attn")
 	require.True(t, o.NoPDL)
-	require.Equal(t, 1, o.RopeInProduct)
-	require.Equal(t, 4096, o.GEMVSplitRows)
-	require.True(t, o.NoDecodePreload)
-	require.Equal(t, codegen.MMAArm{BM: 128, BN: 128, WarpsM: 2, WarpsN: 4, Pipe: 1}, o.Arms.MMA)
-	require.Equal(t, "blas", o.PrefillBLAS)
-	t.Setenv("MEMRA_PDL", "off")
-	require.True(t, o.NoFusePrologue)
-	t.Setenv("MEMRA_FUSE", "1")
-	var f BackendOptions
-	require.NoError(t, envOptions(&f))
-	require.True(t, f.FuseFloat)
-	require.False(t, f.NoFusePrologue)
-	t.Setenv("MEMRA_FUSE", "0")
-	require.Equal(t, codegen.GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 4, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 1, RowsPerWarp: 4}, o.Arms.GEMVQuant)
-	require.Equal(t, 8, o.Arms.GEMVBatch.BatchRows)
-	require.Zero(t, o.Arms.GEMVLarge) // the default
-	t.Setenv("MEMRA_GEMV_LARGE", "off")
-	require.NoError(t, envOptions(&o))
-	require.Equal(t, o.Arms.GEMVBatch, o.Arms.GEMVLarge) // no third kernel
-	t.Setenv("MEMRA_GEMV_LARGE", "t512_r2_u1_s1_l1_m16_w2")
-	require.NoError(t, envOptions(&o))
-	require.Equal(t, codegen.GEMVArm{Threads: 512, RowsPerBlock: 2, Unroll: 1, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16, RowsPerWarp: 2}, o.Arms.GEMVLarge)
-	t.Setenv("MEMRA_GEMV_LARGE", "half")
-	require.NoError(t, envOptions(&o))
-	require.Equal(t, codegen.DefaultXQHalfArm, o.Arms.GEMVLarge)
-	require.Zero(t, o.HalfFrom) // the default
-	t.Setenv("MEMRA_GEMV_LARGE_FROM", "4")
-	require.NoError(t, envOptions(&o))
-	require.Equal(t, 4, o.HalfFrom)
-	require.True(t, o.NoFusePrologue)
-	require.Equal(t, -1, o.DecodeLive)
-	for name, v := range map[string]string{"MEMRA_GEMV_QUANT": "xq99", "MEMRA_GEMV_BATCH": "fast", "MEMRA_FUSE": "no",
-		"MEMRA_DECODE_LIVE": "4", "MEMRA_SMALL_BATCH": "yes", "MEMRA_PDL": "soon", "MEMRA_QUANT_OUT": "norm,gate",
-		"MEMRA_GEMV_LARGE": "tensor", "MEMRA_ROPE_IN_PRODUCT": "yes", "MEMRA_GEMV_SPLIT": "4096/x",
-		"MEMRA_DECODE_PRELOAD": "yes", "MEMRA_MMA": "m128_n128", "MEMRA_PREFILL": "cublas",
-		"MEMRA_GEMV_LARGE_FROM": "1"} {
-		t.Run(name, func(t *testing.T) {
-			t.Setenv(name, v)
-			err := envOptions(&BackendOptions{})
-			require.ErrorIs(t, err, ErrArg)
-			require.ErrorContains(t, err, name)
-		})
-	}
-	for _, v := range []string{"early", "early:^attn_combine", "early:"} {
+	require.Equal(t, "q8_0", o.Cache)
+	require.Zero(t, o.Arms, "no environment variable chooses an arm")
+	for _, v := range []string{"early", "early:^attn_combine", "soon"} {
 		t.Setenv("MEMRA_PDL", v)
 		err := envOptions(&BackendOptions{})
 		require.ErrorIs(t, err, ErrArg, v)
