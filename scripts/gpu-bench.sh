@@ -4,9 +4,8 @@
 # on each (the q4_k_m model also at batch 16); on the q4_k_m model also the
 # serving load test (`memra serve` +
 # `memra bench serve` at concurrency 1, 4, 16, 64; SERVE=0 skips it) and the
-# batch sweep -b 1,2,4,8,16,32,64 (-p 128 -n 32) with a plot; XQ=1 adds the
-# int8-activation GEMV with one row a warp (MEMRA_GEMV_QUANT=xq); ARMS and
-# BATCH_ARMS compare GEMV arms at batch 1 and 16. Logs, JSON and SVGs go under
+# batch sweep -b 1,2,4,8,16,32,64 (-p 128 -n 32) with a plot (GEMV arms are
+# compared by `memra autotune`'s confirmation, a tunedb entry choosing each). Logs, JSON and SVGs go under
 # $OUT (or /tmp/memra-bench); the docs/PERFORMANCE.md rows are printed last.
 #
 # Build here first (no GPU needed), then on the GPU machine:
@@ -91,21 +90,11 @@ export BIN Q4 OUT
 	-b 1,2,4,8,16,32,64 --no-progress --perf-rows --json "$OUT/bench-batch.json" --plot "$OUT/llama2-7b-q4_k_m-batch.svg"
 synth llama2-7b f16
 [ -s "$F16_7B" ] && bench llama2-7b-f16 "$F16_7B" 90
-[ -s "$Q4" ] && [ -n "${XQ:-}" ] && MEMRA_GEMV_QUANT=xq step bench-llama2-7b-q4_k_m-xq 90 "$BIN" bench "$Q4" --device cuda --roofline \
-	-p 512 -n 128 -r 5 -b 1,16 --no-progress --perf-rows
-# ARMS / BATCH_ARMS: GEMV arms (name form, e.g. t256_r8_u4_s1_l1_q1_w4) to compare on the q4_k_m
-# model at batch 1 (MEMRA_GEMV_QUANT) and batch 16 (MEMRA_GEMV_BATCH), -r 3 each.
-for a in ${ARMS:-}; do
-	[ -s "$Q4" ] && MEMRA_GEMV_QUANT=$a step "arm-b1-$a" 90 "$BIN" bench "$Q4" --device cuda --roofline -p 512 -n 128 -r 3 -b 1 --no-progress --perf-rows
-done
-for a in ${BATCH_ARMS:-}; do
-	[ -s "$Q4" ] && MEMRA_GEMV_BATCH=$a step "arm-b16-$a" 150 "$BIN" bench "$Q4" --device cuda --roofline -p 512 -n 128 -r 3 -b 16 --no-progress --perf-rows
-done
 echo
 echo "== steps"
 printf '%s\n' "${summary[@]}"
 echo
-for f in "$OUT"/bench-*.log "$OUT"/arm-*.log; do
+for f in "$OUT"/bench-*.log; do
 	[ -e "$f" ] || continue
 	grep -h '^roofline:' "$f" | sed "s|^|$(basename "$f" .log): |"
 done
@@ -113,7 +102,7 @@ done
 echo
 echo "| date | commit | card (driver) | model: preset, quant, file bytes | test | batch | N | median | min–max | roofline % | notes |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
-for f in "$OUT"/bench-*.log "$OUT"/arm-*.log; do
+for f in "$OUT"/bench-*.log; do
 	[ -e "$f" ] || continue
 	grep -h '^| 2[0-9][0-9][0-9]-' "$f"
 done

@@ -92,7 +92,7 @@ func (n *NVRTC) Version() (major, minor int) { return n.major, n.minor }
 // are meant to compile independently on separate threads. NVRTC 11.x
 // (CI's Debian 11.8) makes no such promise and always compiles one
 // program at a time. Off by default until it has run on a GPU machine
-// (scripts/gpu-battery.sh nvrtc).
+// (scripts/gpu-battery.sh tune runs its test first).
 func (n *NVRTC) Concurrent() bool { return n.parallel }
 
 // Library returns the path or name the library was loaded from.
