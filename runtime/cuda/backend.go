@@ -226,7 +226,7 @@ func (o *BackendOptions) fill(hp ir.HParams) (dtype.Type, error) {
 }
 
 // Lower builds m's graph and lowers it for both step classes with opts
-// (filled with defaults, the environment switches applied), as NewBackend
+// (filled with defaults, the environment's settings applied), as NewBackend
 // does, so that `memra compile` writes the programs a backend would run.
 func Lower(m *load.Model, opts BackendOptions) (decode, prefill *codegen.Program, err error) {
 	if err := envOptions(&opts); err != nil {
@@ -511,7 +511,8 @@ func (b *Backend) KVPool() *kv.Pool { return b.pool }
 const DefaultPrefillBLAS = true
 
 // DefaultFlashPrefill is whether prefill attention runs on tensor cores
-// where BackendOptions.PrefillAttention is unset.
+// (codegen.FlashPrefillAttention, where it has a kernel for the shape;
+// elsewhere a warp a query): 4.8× the warp kernel's pp512 on the H200.
 const DefaultFlashPrefill = true
 
 // prefillBLAS resolves BackendOptions.PrefillBLAS: whether the prefill
