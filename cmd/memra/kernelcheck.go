@@ -1,12 +1,17 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
+	"time"
 
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/memra-ai/memra/autotune/check"
@@ -38,7 +43,56 @@ func newKernelCheckCmd() *cobra.Command {
 	cmd.Flags().String("only", "", "check only the kernels whose family or dtype column contains this (e.g. gemv, or \"q8_0 cache\"); "+
 		"with --compile-only, whose family or kernel name contains it")
 	cmd.Flags().Int("reps", 20, "timed samples per kernel (median reported); 0 checks without timing")
+	cmd.Flags().Bool("no-progress", false, "no progress bar on stderr")
 	return cmd
+}
+
+// kcProgress is kernel-check's progress bar on stderr (the compilation of
+// a shape's kernels can take minutes): one step a kernel run or compile,
+// the case in its description. Nil writes nothing.
+type kcProgress struct{ bar *progressbar.ProgressBar }
+
+func newKCProgress(cmd *cobra.Command, total int) *kcProgress {
+	if off, _ := cmd.Flags().GetBool("no-progress"); off || total == 0 {
+		return nil
+	}
+	return &kcProgress{bar: progressbar.NewOptions(total,
+		progressbar.OptionSetWriter(cmd.ErrOrStderr()),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetWidth(24),
+		progressbar.OptionThrottle(200*time.Millisecond),
+		progressbar.OptionClearOnFinish())}
+}
+
+func (p *kcProgress) step(what string) {
+	if p == nil {
+		return
+	}
+	p.bar.Describe(fmt.Sprintf("%-36s", what))
+	_ = p.bar.Add(1)
+}
+
+func (p *kcProgress) finish() {
+	if p != nil {
+		_ = p.bar.Finish()
+	}
+}
+
+// interrupted ends a kernel-check that a signal stopped: the rows so far
+// are printed (so a run cut by a time limit keeps what it measured) and
+// the error says how far it got.
+func interrupted(cmd *cobra.Command, rows []kcRow, total int, timed bool) error {
+	_ = printRows(cmd, rows, timed)
+	return fmt.Errorf("kernel-check: interrupted after %d of %d runs", len(rows), total)
+}
+
+// kcContext is cancelled by SIGTERM or an interrupt.
+func kcContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	base := cmd.Context()
+	if base == nil {
+		base = context.Background()
+	}
+	return signal.NotifyContext(base, syscall.SIGTERM, os.Interrupt)
 }
 
 // kcRow is one line of the result table.
@@ -107,7 +161,11 @@ func runKernelCheck(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	d := check.NewDevice(dev, cache)
-	var rows []kcRow
+	type run struct {
+		c   *check.Case
+		arm codegen.Point
+	}
+	var runs []run
 	for _, s := range shapes {
 		for _, c := range check.KernelCheckCases(s, types, seed) {
 			if only != "" && !strings.Contains(c.Label, only) && !strings.Contains(c.DType, only) {
@@ -120,13 +178,26 @@ func runKernelCheck(cmd *cobra.Command, _ []string) error {
 				}
 			}
 			for _, arm := range arms {
-				row := kcRow{family: c.Label, shape: c.Shape, dtype: c.DType, arm: c.Space().ArmName(arm), tol: c.TolOf(arm)}
-				res, err := d.Run(c, arm, reps)
-				row.kernel, row.relErr, row.us, row.err = res.Kernel, res.RelErr, res.TimeUS, err
-				rows = append(rows, row)
+				runs = append(runs, run{c, arm})
 			}
 		}
 	}
+	ctx, stop := kcContext(cmd)
+	defer stop()
+	bar := newKCProgress(cmd, len(runs))
+	var rows []kcRow
+	for _, r := range runs {
+		if ctx.Err() != nil {
+			return interrupted(cmd, rows, len(runs), true)
+		}
+		c := r.c
+		bar.step(c.Label + " " + c.Shape)
+		row := kcRow{family: c.Label, shape: c.Shape, dtype: c.DType, arm: c.Space().ArmName(r.arm), tol: c.TolOf(r.arm)}
+		res, err := d.Run(c, r.arm, reps)
+		row.kernel, row.relErr, row.us, row.err = res.Kernel, res.RelErr, res.TimeUS, err
+		rows = append(rows, row)
+	}
+	bar.finish()
 	return printRows(cmd, rows, true)
 }
 
@@ -141,15 +212,27 @@ func compileOnlyCheck(cmd *cobra.Command, nv *cuda.NVRTC, shapes []codegen.Shape
 			return err
 		}
 	}
+	total := 0
+	for i := range shapes {
+		total += len(archs) * len(kernels[i])
+	}
+	ctx, stop := kcContext(cmd)
+	defer stop()
+	bar := newKCProgress(cmd, total)
 	var rows []kcRow
 	for _, arch := range archs {
 		for i, s := range shapes {
 			for _, k := range kernels[i] {
+				if ctx.Err() != nil {
+					return interrupted(cmd, rows, total, false)
+				}
+				bar.step(arch + " " + k.Family)
 				_, err := nv.Compile(k.Source, k.Name+".cu", []string{cuda.ArchOption(arch)})
 				rows = append(rows, kcRow{family: k.Family, shape: s.Name, dtype: arch, kernel: k.Name, err: err, tol: 0})
 			}
 		}
 	}
+	bar.finish()
 	return printRows(cmd, rows, false)
 }
 

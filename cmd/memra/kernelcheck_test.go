@@ -43,3 +43,32 @@ func TestKernelCheckCompileOnlyFilter(t *testing.T) {
 	_, err = run("no-such-kernel")
 	require.ErrorContains(t, err, `no kernel of shape tiny matches --only "no-such-kernel"`)
 }
+
+// A kernel-check that a signal stops prints the rows it has and says how
+// far it got (a run cut by a time limit keeps what it measured); without
+// --no-progress its progress bar goes to stderr, never to the table.
+func TestKernelCheckInterrupted(t *testing.T) {
+	if _, err := cuda.LoadNVRTC(); err != nil {
+		t.Skipf("NVRTC library not found (Debian: apt-get install libnvrtc11.2 from non-free): %v", err)
+	}
+	run := func(ctx context.Context) (string, string, error) {
+		cmd := newKernelCheckCmd()
+		var out, errOut bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&errOut)
+		cmd.SetArgs([]string{"--compile-only", "--shapes", "tiny", "--types", "q8_0", "--only", "rmsnorm"})
+		err := cmd.ExecuteContext(ctx)
+		return out.String(), errOut.String(), err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out, _, err := run(ctx)
+	require.ErrorContains(t, err, "kernel-check: interrupted after 0 of ")
+	require.Contains(t, out, "family", "the table's head is printed")
+	require.NotContains(t, out, "rmsnorm ")
+	out, errOut, err := run(context.Background())
+	require.NoError(t, err)
+	require.Contains(t, out, "rmsnorm ")
+	require.NotContains(t, out, "█")
+	require.Contains(t, errOut, "rmsnorm", "the progress bar names the kernel")
+}
