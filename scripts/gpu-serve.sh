@@ -150,6 +150,9 @@ speed)
 	# finds another's in the prefix cache; the engine's step counters after each server
 	step synth-llama2-7b synth "$L7" --preset llama2-7b --quant q4_k_m --weights blocks
 	step bench-engine "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64
+	# the same with the server's 4,096 positions a sequence (decode attention's live splits spread
+	# the live length over the splits the context gives)
+	step bench-engine-ctx4096 "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64 --context 4096
 	rate64=$(sed -n -E 's/^\| 2.*tg128@512 \| 64 \| [0-9]+ \| ([0-9.]+) .*/\1/p' "$OUT/bench-engine.log" | head -1)
 	speed_serve() { # speed_serve STEP_TOKENS
 		serve_up 8199 --model "l7=$L7" --max-running 64 --max-batch-tokens "$1" || return 1
@@ -169,7 +172,7 @@ speed)
 	for m in ${STEP_TOKENS:-512 2048}; do
 		step "serve-speed-m$m" speed_serve "$m"
 	done
-	grep -h -E '^\| 2.*tg' "$OUT/bench-engine.log"
+	grep -H -E '^\| 2.*tg' "$OUT/bench-engine.log" "$OUT/bench-engine-ctx4096.log"
 	for d in "$OUT"/speed-*; do echo "== $d"; grep -E '^\| [0-9]' "$d/serve-bench.md"; done
 	for f in "$OUT"/metrics-*.txt; do echo "== $f"; cat "$f"; done
 	;;
