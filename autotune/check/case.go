@@ -117,6 +117,13 @@ func (c *Case) prepare() (*inputs, error) {
 	return c.in, c.err
 }
 
+// Prepare makes the case's inputs now (they are made once, on first use
+// otherwise). It is safe to call from several goroutines.
+func (c *Case) Prepare() error {
+	_, err := c.prepare()
+	return err
+}
+
 // Launch returns the launch of arm on the case's inputs.
 func (c *Case) Launch(arm codegen.Point) (*Launch, error) {
 	in, err := c.prepare()

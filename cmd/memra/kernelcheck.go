@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	goruntime "runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -184,6 +186,19 @@ func runKernelCheck(cmd *cobra.Command, _ []string) error {
 	}
 	ctx, stop := kcContext(cmd)
 	defer stop()
+	// Compile every kernel and make every case's inputs first, on all
+	// cores (NVRTC serialises compilations itself unless it may run them
+	// together), then run them on the GPU one at a time; an error here
+	// comes back from the run and is reported in its row.
+	prep := newKCProgress(cmd, len(runs))
+	parallelEach(ctx, len(runs), goruntime.NumCPU(), func(i int) {
+		r := runs[i]
+		prep.step("compile " + r.c.Label + " " + r.c.Shape)
+		if d.Compile(r.c, r.arm) == nil {
+			_ = r.c.Prepare()
+		}
+	})
+	prep.finish()
 	bar := newKCProgress(cmd, len(runs))
 	var rows []kcRow
 	for _, r := range runs {
@@ -285,4 +300,29 @@ func printRows(cmd *cobra.Command, rows []kcRow, timed bool) error {
 		return fmt.Errorf("%w: %d of %d kernels", errKernelCheck, failed, len(rows))
 	}
 	return nil
+}
+
+// parallelEach calls f(i) for i in [0, n) on workers goroutines (at least
+// one) and returns when every call has returned; once ctx is done no new
+// call starts.
+func parallelEach(ctx context.Context, n, workers int, f func(i int)) {
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range max(1, min(workers, n)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				f(i)
+			}
+		}()
+	}
+	for i := range n {
+		if ctx.Err() != nil {
+			break
+		}
+		work <- i
+	}
+	close(work)
+	wg.Wait()
 }

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -71,4 +73,35 @@ func TestKernelCheckInterrupted(t *testing.T) {
 	require.Contains(t, out, "rmsnorm ")
 	require.NotContains(t, out, "█")
 	require.Contains(t, errOut, "rmsnorm", "the progress bar names the kernel")
+}
+
+// parallelEach runs every index once over its workers, at most workers at
+// a time, and starts none once its context is done.
+func TestParallelEach(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[int]int{}
+	running, most := 0, 0
+	parallelEach(context.Background(), 50, 4, func(i int) {
+		mu.Lock()
+		seen[i]++
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+		running--
+		mu.Unlock()
+	})
+	require.Len(t, seen, 50)
+	for i, n := range seen {
+		require.Equal(t, 1, n, "index %d", i)
+	}
+	require.LessOrEqual(t, most, 4)
+	require.Greater(t, most, 1, "the calls ran together")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	calls := 0
+	parallelEach(ctx, 10, 2, func(int) { calls++ })
+	require.Zero(t, calls)
+	parallelEach(context.Background(), 0, 8, func(int) { t.Fatal("no index") })
 }
