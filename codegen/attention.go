@@ -58,7 +58,7 @@ func decodePartial(s AttnShape, arm DecodeArm) (*Kernel, error) {
 	if err := s.validate(); err != nil {
 		return nil, err
 	}
-	if err := arm.Validate(); err != nil {
+	if err := arm.validKernel(); err != nil {
 		return nil, err
 	}
 	ct := cacheCType(s.Cache)

@@ -42,11 +42,25 @@ var DefaultDecodeArm = DecodeArm{Threads: 256, Chunk: 64}
 // DecodeKnobs is the search space of DecodeArm.
 var DecodeKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 128, 256, 512, 1024}}}
 
-// Validate reports whether a is well formed.
+// Validate reports whether a is well formed. A Live 3 arm may leave SMs
+// 0 (a tunedb entry: lowering sets the card's); its kernels need them
+// (validKernel).
 func (a DecodeArm) Validate() error {
 	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.Chunk < 32 || a.Chunk > 4096 || a.Live < 0 || a.Live > 3 ||
-		(a.Live == 3) != (a.SMs > 0) || a.SMs > 1024 {
+		(a.Live != 3 && a.SMs != 0) || a.SMs < 0 || a.SMs > 1024 {
 		return fmt.Errorf("%w: decode attention arm %+v", ErrUnsupported, a)
+	}
+	return nil
+}
+
+// validKernel is Validate for an arm kernels are generated from: a Live 3
+// arm must know its card's multiprocessors.
+func (a DecodeArm) validKernel() error {
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	if a.Live == 3 && a.SMs == 0 {
+		return fmt.Errorf("%w: decode attention arm %v: Live 3 needs the card's multiprocessors (SMs)", ErrUnsupported, a)
 	}
 	return nil
 }
@@ -56,10 +70,11 @@ func DecodeArms() []DecodeArm {
 	return enumerate(DecodeKnobs, func(v map[string]int) DecodeArm { return DecodeArm{Threads: v["threads"], Chunk: v["chunk"]} }, DecodeArm.Validate)
 }
 
-// DecodeLiveKnobs is the search space of the live-length arms (Live 1
-// and 2), tuned as family "attn_decode_live" so that the attn_decode space
-// and its recorded entries stay as they are.
-var DecodeLiveKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 128, 256, 512, 1024}}, {"live", []int{1, 2}}}
+// DecodeLiveKnobs is the search space of the live-length arms (Live 1,
+// 2 and 3; a Live 3 point has no SMs knob: lowering sets the card's), tuned
+// as family "attn_decode_live" so that the attn_decode space and its
+// recorded entries stay as they are.
+var DecodeLiveKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 128, 256, 512, 1024}}, {"live", []int{1, 2, 3}}}
 
 // DefaultDecodeLiveArm is the live-length arm used before tuning.
 var DefaultDecodeLiveArm = DecodeArm{Threads: 256, Chunk: 128, Live: 2}

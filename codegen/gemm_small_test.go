@@ -3,6 +3,7 @@ package codegen
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -126,7 +127,28 @@ func TestDecodeLiveArm(t *testing.T) {
 			require.Equal(t, c0.Launch(d), c.Launch(d))
 		}
 	}
-	require.ErrorIs(t, DecodeArm{Threads: 128, Chunk: 256, Live: 3}.Validate(), ErrUnsupported)
+	// a Live 3 point (a tunedb entry) is a valid arm without SMs, which
+	// lowering sets; its kernels need them, and SMs belong to Live 3 alone
+	l3 := DecodeArm{Threads: 128, Chunk: 256, Live: 3}
+	require.NoError(t, l3.Validate())
+	require.Equal(t, l3, DecodeArmOf(l3.Point()))
+	_, _, err = DecodeAttention(s.Attn(dtype.F16), l3)
+	require.ErrorIs(t, err, ErrUnsupported)
+	require.ErrorContains(t, err, "multiprocessors")
+	l3.SMs = 132
+	_, _, err = DecodeAttention(s.Attn(dtype.F16), l3)
+	require.NoError(t, err)
+	require.ErrorIs(t, DecodeArm{Threads: 128, Chunk: 256, Live: 2, SMs: 132}.Validate(), ErrUnsupported)
+	require.True(t, slices.ContainsFunc(liveSpace(t).Arms(), func(p Point) bool { return p["live"] == 3 }),
+		"the live-length space searches Live 3")
 	require.Equal(t, "t256_c64", DefaultDecodeArm.String(), "live 0 arms have no live suffix")
 	require.Equal(t, Point{"threads": 256, "chunk": 64}, DefaultDecodeArm.Point())
+}
+
+// liveSpace is the "attn_decode_live" space.
+func liveSpace(t *testing.T) Space {
+	t.Helper()
+	sp, err := SpaceByName("attn_decode_live")
+	require.NoError(t, err)
+	return sp
 }

@@ -250,3 +250,38 @@ func TestLowerDecodeLive3(t *testing.T) {
 		require.Equal(t, 2, n, "the partial and the combine")
 	}
 }
+
+// TestLowerDecodeLive3Pick: a tunedb entry of the live-length space can
+// name Live 3 (the point has no SMs); lowering gives it the card's.
+func TestLowerDecodeLive3Pick(t *testing.T) {
+	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
+	o := LowerOptions{Class: Decode, MaxSeqs: 2, Context: 256, Cache: dtype.F16, Multiprocessors: 114,
+		Arms: Arms{Decode: DefaultDecodeLiveArm}}
+	asked := false
+	o.Pick = func(family, class string) (Point, bool) {
+		if family != "attn_decode_live" {
+			return nil, false
+		}
+		asked = true
+		return DecodeArm{Threads: 128, Chunk: 128, Live: 3}.Point(), true
+	}
+	p, err := Lower(g, o)
+	require.NoError(t, err)
+	require.True(t, asked)
+	n := 0
+	for _, k := range p.Kernels {
+		if k.Family == "attn_decode" {
+			require.Contains(t, k.Name, "t128_c128_l3_m114")
+			n++
+		}
+	}
+	require.Equal(t, 2, n, "the partial and the combine")
+	o.Pick = nil
+	p, err = Lower(g, o)
+	require.NoError(t, err)
+	for _, k := range p.Kernels {
+		if k.Family == "attn_decode" {
+			require.Contains(t, k.Name, "_l2", "untuned: Live 2")
+		}
+	}
+}

@@ -64,7 +64,13 @@ func decodeCase(shape string, as codegen.AttnShape, lens []int32, xq bool, seed 
 		if xq {
 			attn = codegen.DecodeAttentionXQ
 		}
-		p, cb, err := attn(as, codegen.DecodeArmOf(arm))
+		a := codegen.DecodeArmOf(arm)
+		if a.Live == 3 && a.SMs == 0 {
+			// a tunedb point of Live 3 leaves the card's multiprocessors to
+			// lowering; H100 and H200 SXM cards have the default's 132
+			a.SMs = codegen.DefaultMultiprocessors
+		}
+		p, cb, err := attn(as, a)
 		if err != nil {
 			return nil, err
 		}
