@@ -45,7 +45,7 @@ type benchOptions struct {
 	compiled          string
 	artifact          *cuda.Artifact
 	// stepTokens sizes the CUDA launch sequence when above the prompt's
-	// need (--profile-prefill: the profiled step in one pass)
+	// need (--profile-prefill: the profiled step in one pass; gpuOptions.stepTokens)
 	stepTokens int
 }
 
@@ -164,7 +164,8 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 		return nil, err
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
-	kv := gpuOptions{kvCache: o.kvCache, context: ctxLen, kvMemory: o.kvMemory, batchInvariant: o.batchInvariant, cpuProducts: o.cpuProducts}
+	kv := gpuOptions{kvCache: o.kvCache, context: ctxLen, kvMemory: o.kvMemory, batchInvariant: o.batchInvariant, cpuProducts: o.cpuProducts,
+		stepTokens: max(o.prompt, 512, o.stepTokens)}
 	if a := o.artifact; a != nil {
 		switch {
 		case ord < 0 || o.pp.enabled() || o.roofline || o.untuned:
@@ -187,8 +188,7 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 			device = "cuda"
 		}
 		pp.logf = logf
-		return newPipelineBackend(m, device, o.threads, maxSeqs, pp, kv, cuda.BackendOptions{
-			PrefillTokens: max(o.prompt, 512, o.stepTokens), Untuned: o.untuned, Logf: logf})
+		return newPipelineBackend(m, device, o.threads, maxSeqs, pp, kv, cuda.BackendOptions{Untuned: o.untuned, Logf: logf})
 	}
 	if ord < 0 {
 		return newBackend(m, "cpu", o.threads, maxSeqs, kv)
@@ -196,8 +196,7 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 	if err := kv.check(); err != nil {
 		return nil, err
 	}
-	return cuda.NewBackend(m, kv.cudaOptions(cuda.BackendOptions{Device: ord, MaxSeqs: maxSeqs,
-		PrefillTokens: max(o.prompt, 512, o.stepTokens), Untuned: o.untuned, Logf: logf}))
+	return cuda.NewBackend(m, kv.cudaOptions(cuda.BackendOptions{Device: ord, MaxSeqs: maxSeqs, Untuned: o.untuned, Logf: logf}))
 }
 
 func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {

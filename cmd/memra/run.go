@@ -125,7 +125,8 @@ type gpuOptions struct {
 	// artifact, when set, supplies the CUDA backend's kernels (--compiled)
 	artifact *cuda.Artifact
 	// stepTokens, when positive, is the tokens one CUDA launch sequence
-	// holds (serve's --max-batch-tokens: a whole engine step in one pass)
+	// holds (serve's --max-batch-tokens: a whole engine step in one pass;
+	// bench's prompt or profiled step)
 	stepTokens int
 }
 
