@@ -33,16 +33,13 @@ const attnBlockTokens = 8
 // of the block. Every query's sums run in the same order as a plain
 // per-query loop, so the blocking changes no bit of the result.
 func attention(e *exec, n *ir.Node) error {
-	if e.fast {
-		return attentionFast(e, n)
+	a, Hkv := attnShapeOf(n)
+	if e.fast && a.softcap == 0 && a.window == 0 {
+		// the fast kernels compute plain causal attention: a soft cap or a
+		// sliding window (Gemma) takes this path in every class
+		return attentionFast(e, n, a, Hkv)
 	}
 	q, y := e.in(n, 0), e.out(n)
-	cn := n.Args[1]
-	l := cn.Int("layer")
-	H, D := int(n.Shape[1]), int(n.Shape[2])
-	Hkv := int(cn.Args[0].Shape[1])
-	a := attnShape{l: l, H: H, D: D, G: H / Hkv, R: Hkv * D, scale: n.Float("scale"), causal: n.Bool("causal"),
-		softcap: ir.AttnSoftcap(n), window: ir.AttnWindow(n)}
 	st := &e.step
 
 	// Work item i is KV head i%Hkv of the tokens [b·B, b·B+B), b = i/Hkv,
@@ -64,6 +61,14 @@ func attention(e *exec, n *ir.Node) error {
 		}
 	})
 	return nil
+}
+
+// attnShapeOf is attention node n's shape, and its KV heads.
+func attnShapeOf(n *ir.Node) (attnShape, int) {
+	H, D := int(n.Shape[1]), int(n.Shape[2])
+	Hkv := int(n.Args[1].Args[0].Shape[1])
+	return attnShape{l: n.Args[1].Int("layer"), H: H, D: D, G: H / Hkv, R: Hkv * D, scale: n.Float("scale"), causal: n.Bool("causal"),
+		softcap: ir.AttnSoftcap(n), window: ir.AttnWindow(n)}, Hkv
 }
 
 // attnShape is what attendRun needs to know of an attention node.

@@ -122,13 +122,8 @@ func weightedRef(p, v []float32, stride, n, D int, accT []float32) {
 // attentionFast is the attention op in the int8 configuration: work items
 // as the reference's (runs of up to attnBlockTokens tokens of one sequence
 // and one KV head), each query vector of the item in turn.
-func attentionFast(e *exec, n *ir.Node) error {
+func attentionFast(e *exec, n *ir.Node, a attnShape, Hkv int) error {
 	q, y := e.in(n, 0), e.out(n)
-	cn := n.Args[1]
-	l := cn.Int("layer")
-	H, D := int(n.Shape[1]), int(n.Shape[2])
-	Hkv := int(cn.Args[0].Shape[1])
-	a := attnShape{l: l, H: H, D: D, G: H / Hkv, R: Hkv * D, scale: n.Float("scale"), causal: n.Bool("causal")}
 	st := &e.step
 	B := attnBlockTokens
 	if len(e.fattn) < e.threads {
@@ -144,7 +139,7 @@ func attentionFast(e *exec, n *ir.Node) error {
 	}
 	items := (st.T + B - 1) / B * Hkv
 	grain := 1
-	if work*H*D < 1<<16 {
+	if work*a.H*a.D < 1<<16 {
 		grain = items
 	}
 	e.parallel(items, grain, func(w, lo, hi int) {

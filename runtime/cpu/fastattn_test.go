@@ -170,3 +170,39 @@ func testSwiGLU(t *testing.T) {
 		}
 	}
 }
+
+// The int8 configuration's attention keeps a soft cap and a sliding
+// window (Gemma): with either, it computes what the reference path does,
+// bit for bit; without, the fast kernels run (a different sum order).
+func TestAttentionFastKeepsCapAndWindow(t *testing.T) {
+	const H, Hkv, D = 4, 2, 16
+	run := func(fast bool, attrs ir.Attrs) []float32 {
+		r := rand.New(rand.NewPCG(5, 6))
+		h := newHarness(2)
+		h.e.fast = fast
+		h.e.kvRow = []int{Hkv * D}
+		counts, start := []int{attnBlockTokens + 5, 3}, []int{40, 0}
+		h.setSeqs(counts, start)
+		R := Hkv * D
+		for s := range counts {
+			h.setHistory(0, s, randVec(r, start[s]*R, 1), randVec(r, start[s]*R, 1))
+		}
+		T := h.e.step.T
+		kv := ir.Shape{ir.T, ir.Dim(Hkv), ir.Dim(D)}
+		k, v := h.f32(kv, randVec(r, T*R, 1)), h.f32(kv, randVec(r, T*R, 1))
+		c := h.node(ir.OpKVWrite, ir.Shape{}, dtype.F32, ir.Attrs{"layer": 0}, k, v)
+		qs := ir.Shape{ir.T, ir.Dim(H), ir.Dim(D)}
+		a := ir.Attrs{"scale": 1 / math.Sqrt(D), "causal": true}
+		for key, val := range attrs {
+			a[key] = val
+		}
+		n := h.node(ir.OpAttention, qs, dtype.F32, a, h.f32(qs, randVec(r, T*H*D, 3)), c)
+		require.NoError(t, kernels[ir.OpKVWrite](h.e, c))
+		return h.run(t, n)
+	}
+	for name, attrs := range map[string]ir.Attrs{"softcap": {"softcap": 2.0}, "window": {"window": 8}, "both": {"softcap": 2.0, "window": 8}} {
+		requireBits(t, run(false, attrs), run(true, attrs), "%s", name)
+		require.NotEqual(t, run(false, nil), run(false, attrs), "%s changes the output", name)
+	}
+	requireRel(t, run(false, nil), run(true, nil), 1e-5, "plain")
+}
