@@ -219,11 +219,8 @@ collect:
 			err = fmt.Errorf("backend returned an embedding of %d elements, want %d", len(vecs[i]), em.EmbedWidth())
 		}
 	}
+	e.countStep(tokens, len(batch), t1.Sub(t0))
 	e.mu.Lock()
-	e.stats.StepsRun++
-	e.stats.PrefillSteps++
-	e.stats.PromptTokens += tokens
-	e.stats.BackendSeconds += t1.Sub(t0).Seconds()
 	e.stats.HostSeconds += t0.Sub(start).Seconds() + time.Since(t1).Seconds()
 	e.mu.Unlock()
 	if err != nil {

@@ -109,6 +109,11 @@ func TestEmbedBatchesInputsInOrder(t *testing.T) {
 	st := e.Stats()
 	require.EqualValues(t, 3+5+1+7+3, st.PromptTokens)
 	require.EqualValues(t, 2, st.PrefillSteps)
+	// embedding steps count as prefill steps in the kind counters too (a
+	// decode step's time is backend time less prefill time)
+	require.EqualValues(t, 5, st.PrefillRows)
+	require.Zero(t, st.DecodeSteps)
+	require.Equal(t, st.BackendSeconds, st.PrefillSeconds)
 	_, freed := b.fakeBackend.record()
 	require.ElementsMatch(t, b.seqs, freed, "every embedded sequence is freed")
 }

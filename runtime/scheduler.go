@@ -224,22 +224,10 @@ func (e *Engine) step(running []*sequence) []*sequence {
 	t1 := time.Now()
 	defer func() {
 		e.mu.Lock()
-		e.stats.BackendSeconds += t1.Sub(t0).Seconds()
 		e.stats.HostSeconds += time.Since(t1).Seconds() + t0.Sub(start).Seconds()
 		e.mu.Unlock()
 	}()
-	e.mu.Lock()
-	e.stats.StepsRun++
-	e.stats.PromptTokens += prompt
-	if prompt > 0 {
-		e.stats.PrefillSteps++
-		e.stats.PrefillRows += int64(len(batch))
-		e.stats.PrefillSeconds += t1.Sub(t0).Seconds()
-	} else {
-		e.stats.DecodeSteps++
-		e.stats.DecodeRows += int64(len(batch))
-	}
-	e.mu.Unlock()
+	e.countStep(prompt, len(batch), t1.Sub(t0))
 	if err != nil {
 		if e.stepCtx.Err() != nil {
 			return running // closing: the loop's exit ends them
@@ -302,6 +290,25 @@ func (e *Engine) step(running []*sequence) []*sequence {
 		}
 	}
 	return remaining(running, finished)
+}
+
+// countStep adds a step of rows entries, prompt of them prompt tokens
+// (a prefill step when any), whose backend call took backend, to the
+// engine's counters.
+func (e *Engine) countStep(prompt int64, rows int, backend time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stats.StepsRun++
+	e.stats.PromptTokens += prompt
+	e.stats.BackendSeconds += backend.Seconds()
+	if prompt > 0 {
+		e.stats.PrefillSteps++
+		e.stats.PrefillRows += int64(rows)
+		e.stats.PrefillSeconds += backend.Seconds()
+	} else {
+		e.stats.DecodeSteps++
+		e.stats.DecodeRows += int64(rows)
+	}
 }
 
 // deviceParams returns the device sampling of each entry of batch that
