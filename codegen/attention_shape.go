@@ -124,7 +124,7 @@ func (s AttnShape) defines(w *Writer) {
 	w.Linef("#define PLOG %d // log2 of the cache rows a page", bits.TrailingZeros(uint(s.page())))
 	w.Line("#define PROW(pt, j) (((size_t)(pt)[(j) >> PLOG] << PLOG) | (size_t)((j) & ((1 << PLOG) - 1))) // the cache row of position j of page table pt")
 	if s.Softcap > 0 {
-		w.Linef("#define SOFTCAP %s // scores become SOFTCAP·tanh(s/SOFTCAP)", cfloatLit(s.Softcap))
+		w.Linef("#define SOFTCAP %s // scores become SOFTCAP·tanh(s/SOFTCAP)", cfloat(s.Softcap))
 	}
 	if s.Window > 0 {
 		w.Linef("#define WINDOW %d // a query at p reads the keys after p - WINDOW", s.Window)

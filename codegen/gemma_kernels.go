@@ -56,7 +56,7 @@ func Scale(width int, factor float32, arm BlockArm) (*Kernel, error) {
 	}
 	name := fmt.Sprintf("scale_d%d_x%s_%s", width, identFloat(factor), arm)
 	return elementwise("scale", name, fmt.Sprintf("scale: rows of %d times %g, %v", width, factor, arm), width, arm,
-		func(w *Writer) { w.Linef("#define FACTOR %s", cfloatLit(factor)) },
+		func(w *Writer) { w.Linef("#define FACTOR %s", cfloat(factor)) },
 		func(w *Writer) { w.Line("y[e] = v * FACTOR;") })
 }
 
@@ -70,7 +70,7 @@ func Softcap(width int, cap float32, arm BlockArm) (*Kernel, error) {
 	}
 	name := fmt.Sprintf("softcap_d%d_c%s_%s", width, identFloat(cap), arm)
 	return elementwise("softcap", name, fmt.Sprintf("softcap: rows of %d capped at %g, %v", width, cap, arm), width, arm,
-		func(w *Writer) { w.Linef("#define CAP %s", cfloatLit(cap)) },
+		func(w *Writer) { w.Linef("#define CAP %s", cfloat(cap)) },
 		func(w *Writer) { w.Line("y[e] = CAP * tanhf(v * (1.f / CAP));") })
 }
 
@@ -128,7 +128,7 @@ func PostNormAdd(dim int, eps float32, arm BlockArm) (*Kernel, error) {
 	params := []Param{{"float* __restrict__", "x"}, {"const float* __restrict__", "h"}, {"const float* __restrict__", "w"}, {"int", "rows"}}
 	src := source(fmt.Sprintf("postnorm_add: dim %d, eps %g, %v", dim, eps, arm), []string{"types", "warp", "pdl"}, func(w *Writer) {
 		w.Linef("#define DIM %d", dim)
-		w.Linef("#define EPS %s", cfloatLit(eps))
+		w.Linef("#define EPS %s", cfloat(eps))
 		w.Blank()
 		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
 			w.Line("__shared__ float red[32];")

@@ -77,8 +77,8 @@ func TestGemmaKernelNames(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, p.Source, "WINDOW")
 	require.NotContains(t, p.Source, "SOFTCAP")
-	require.Equal(t, "50.0f", cfloatLit(50))
-	require.Equal(t, "0.125f", cfloatLit(0.125))
+	require.Equal(t, "50.0f", cfloat(50))
+	require.Equal(t, "0.125f", cfloat(0.125))
 	require.Equal(t, "2p5", identFloat(2.5))
 	// a window's decode splits cover it, not the capacity
 	w := plain

@@ -3,6 +3,7 @@ package codegen
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/memra-ai/memra/ir/dtype"
 )
@@ -43,7 +44,11 @@ func cfloat(f float32) string {
 	case math.IsInf(float64(f), -1):
 		return "__int_as_float(0xff800000)"
 	}
-	return fmt.Sprintf("%.9gf", f)
+	s := fmt.Sprintf("%.9g", f)
+	if !strings.ContainsAny(s, ".en") {
+		s += ".0" // "50.0f", not "50f", which C reads as an integer with a bad suffix
+	}
+	return s + "f"
 }
 
 // Embedding returns the kernel that gathers rows of a [vocab][dim] table of

@@ -120,13 +120,6 @@ func runCompile(cmd *cobra.Command, model string, o *compileOptions) error {
 		return err
 	}
 	defer m.Close()
-	g, err := arch.Build(m.HParams, m)
-	if err != nil {
-		return err
-	}
-	if err := ir.RunPasses(g, ir.Passes); err != nil {
-		return err
-	}
 	key, sms, defArch, err := compileCard(o)
 	if err != nil {
 		return err
@@ -164,6 +157,14 @@ func runCompile(cmd *cobra.Command, model string, o *compileOptions) error {
 	}
 	plan := dec.String() + "\n" + pre.String()
 	if o.dump {
+		// the IR as lowering saw it (ArtifactKernels built its own)
+		g, err := arch.Build(m.HParams, m)
+		if err != nil {
+			return err
+		}
+		if err := ir.RunPasses(g, ir.Passes); err != nil {
+			return err
+		}
 		fmt.Fprintf(cmd.OutOrStdout(), "%s\n%s\n%s", g.String(), plan, src.String())
 	}
 	if o.out == "" {

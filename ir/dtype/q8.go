@@ -2,6 +2,7 @@ package dtype
 
 import (
 	"math"
+	"strconv"
 	"unsafe"
 )
 
@@ -73,7 +74,7 @@ type Acts struct {
 // memory. Rows keep whatever they held until quantised.
 func (a *Acts) Reset(m, k int) {
 	if k%ActGroupSize != 0 {
-		panic("BUG: dtype.Acts: row of " + itoa(k) + " elements is not a whole number of groups of 32")
+		panic("BUG: dtype.Acts: row of " + strconv.Itoa(k) + " elements is not a whole number of groups of 32")
 	}
 	// One buffer: the codes, then the groups at a 64-byte boundary. The
 	// kernels reach a row's groups from its codes by one constant offset.
@@ -162,29 +163,6 @@ func quantizeGroup(x []float32, q []int8, g *ActGroup) {
 	d := amax / 127
 	s := lo + hi
 	*g = ActGroup{D: d, SD: d * float32(s), N8: -8 * s, N128: -128 * s, N32: [2]int32{-32 * lo, -32 * hi}, N16: -16 * s}
-}
-
-// itoa is strconv.Itoa without the import, for panics.
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	neg := n < 0
-	if neg {
-		n = -n
-	}
-	var b [20]byte
-	i := len(b)
-	for n > 0 {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	if neg {
-		i--
-		b[i] = '-'
-	}
-	return string(b[i:])
 }
 
 // FMA32 returns a·b + c rounded once to float32, as VFMADD231PS computes it:

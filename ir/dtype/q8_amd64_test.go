@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -120,7 +121,7 @@ func BenchmarkQ8Product(b *testing.B) {
 				if set.name == "go" && M > 1 {
 					continue
 				}
-				b.Run(ty.String()+"/"+set.name+"/M"+itoa(M), func(b *testing.B) {
+				b.Run(ty.String()+"/"+set.name+"/M"+strconv.Itoa(M), func(b *testing.B) {
 					s := &set
 					if set.kernels == nil {
 						s = nil

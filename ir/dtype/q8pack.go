@@ -167,17 +167,6 @@ func packQ4_0(dst []byte, src *[PackRows][]byte) {
 	interleave(dst[32:], src, 2, 4, 0)
 }
 
-// kScales unpacks the eight 6-bit scales and mins of a Q4_K or Q5_K block.
-func kScales(s []byte) (sc, mn [8]uint8) {
-	for j := range 4 {
-		sc[j] = s[j] & 63
-		mn[j] = s[j+4] & 63
-		sc[j+4] = s[j+8]&15 | (s[j]>>6)<<4
-		mn[j+4] = s[j+8]>>4 | (s[j+4]>>6)<<4
-	}
-	return sc, mn
-}
-
 // putKScales writes the scales and mins of the 16 rows' Q4_K or Q5_K blocks
 // (scales at offset 4): d, dmin (16 f16 each), then the scales as 8 groups ×
 // 16 rows bytes, then the mins likewise (320 bytes).
@@ -191,9 +180,8 @@ func putKScales(dst []byte, src *[PackRows][]byte) {
 			}
 			continue
 		}
-		sc, mn := kScales(b[4:16])
 		for g := range 8 {
-			dst[64+16*g+r], dst[192+16*g+r] = sc[g], mn[g]
+			dst[64+16*g+r], dst[192+16*g+r] = scaleMinK4(g, b[4:16])
 		}
 	}
 }

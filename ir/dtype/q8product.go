@@ -2,6 +2,7 @@ package dtype
 
 import (
 	"fmt"
+	"strconv"
 	"sync/atomic"
 )
 
@@ -94,7 +95,7 @@ func (p *Packed) Product(a *Acts, tile0, tile1, m0, m1, block int, y []float32, 
 		panic("BUG: dtype.Packed.Product on " + p.Type.String() + ": use ProductFloat")
 	}
 	if a.K != p.Cols {
-		panic("BUG: dtype.Packed.Product: activations of " + itoa(a.K) + " elements for rows of " + itoa(p.Cols))
+		panic("BUG: dtype.Packed.Product: activations of " + strconv.Itoa(a.K) + " elements for rows of " + strconv.Itoa(p.Cols))
 	}
 	if m1 > a.M || m0 < 0 || tile1 > p.Tiles {
 		panic("BUG: dtype.Packed.Product: tokens or tiles out of range")

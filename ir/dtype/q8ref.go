@@ -5,7 +5,7 @@ package dtype
 // to the 16 rows' accumulators, group by group in the order given.
 
 // f16s returns the f16 at b[2r:] as float32.
-func f16s(b []byte, r int) float32 { return f16Table[uint16(b[2*r])|uint16(b[2*r+1])<<8] }
+func f16s(b []byte, r int) float32 { return f16At(b[2*r:]) }
 
 // Q8_0: P = Σ code·q over the block; acc += P·(d·D).
 func refQ8_0(sb []byte, x []int8, g []ActGroup, acc *[PackRows]float32) {

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/memra-ai/memra/ir/dtype"
@@ -12,7 +14,7 @@ import (
 // ProductClass names the product of a weight of type t, n rows of k
 // elements, in the CPU tunedb: "q4_k_n8192_k2048".
 func ProductClass(t dtype.Type, n, k int) string {
-	return lower(t.String()) + "_n" + itoa(n) + "_k" + itoa(k)
+	return strings.ToLower(t.String()) + "_n" + strconv.Itoa(n) + "_k" + strconv.Itoa(k)
 }
 
 // TileArms are the blockings the autotuner tries for a product of type t
@@ -98,30 +100,6 @@ func TimeProduct(t dtype.Type, n, k, m int, arms []Tiles, reps int) ([]time.Dura
 		out[i] = ts[len(ts)/2]
 	}
 	return out, nil
-}
-
-func lower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
-}
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	for n > 0 {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	return string(b[i:])
 }
 
 // ModelName is the CPU's model name (/proc/cpuinfo), or GOARCH.
