@@ -28,7 +28,6 @@ type ollamaShape struct {
 	ps    *tools.Parser
 	call  *ollamaCall     // the call being parsed, sent once complete
 	args  strings.Builder // its arguments so far
-	calls int
 	ended runtime.FinishReason
 }
 
@@ -187,7 +186,6 @@ func (o *ollamaShape) sendCall() []any {
 	}
 	c := o.call
 	o.call = nil
-	o.calls++
 	c.Function.Arguments = argsObject(o.args.String())
 	o.args.Reset()
 	return []any{o.body(o.chunk(false), "", "", []ollamaCall{*c})}

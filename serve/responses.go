@@ -104,7 +104,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.p.includeUsage = c.p.stream // the last event, response.completed, carries the usage
-	sh := newResponsesShape(&req, chat, c, m)
+	sh := newResponsesShape(&req, c, m)
 	s.generate(w, r, &c.p, [][]int32{c.prompt}, sh)
 }
 

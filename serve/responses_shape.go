@@ -14,7 +14,6 @@ import (
 // chatShape does.
 type responsesShape struct {
 	req         *responsesRequest
-	chat        *chatRequest
 	model       *Model
 	family      tools.Family
 	reasoning   bool // split <think> blocks
@@ -32,8 +31,8 @@ type responsesShape struct {
 	ended    runtime.FinishReason // the choice's finish reason
 }
 
-func newResponsesShape(req *responsesRequest, chat *chatRequest, c *preparedChat, m *Model) *responsesShape {
-	return &responsesShape{req: req, chat: chat, model: m, family: c.plan.family, reasoning: c.plan.reasoning,
+func newResponsesShape(req *responsesRequest, c *preparedChat, m *Model) *responsesShape {
+	return &responsesShape{req: req, model: m, family: c.plan.family, reasoning: c.plan.reasoning,
 		startInside: c.startInside, summary: req.Reasoning != nil && req.Reasoning.Summary != nil}
 }
 

@@ -20,7 +20,6 @@ import (
 
 	"github.com/memra-ai/memra/runtime"
 	"github.com/memra-ai/memra/runtime/hub"
-	"github.com/memra-ai/memra/runtime/load"
 	"github.com/memra-ai/memra/runtime/load/builtin"
 	"github.com/memra-ai/memra/serve"
 	"github.com/memra-ai/memra/serve/chat"
@@ -294,13 +293,7 @@ func runServe(cmd *cobra.Command, args []string, o *serveOptions) error {
 // openServed loads one model with its backend, engine and chat template;
 // poolings are the --pooling choices by alias ("" for every model).
 func openServed(cmd *cobra.Command, sp modelSpec, o *serveOptions, poolings map[string]runtime.Pooling) (serve.Model, func(), error) {
-	var m *load.Model
-	var err error
-	if sp.path == "" {
-		m, err = builtin.Open()
-	} else {
-		m, err = openModel(cmd, sp.path)
-	}
+	m, err := openModel(cmd, sp.path) // "": the embedded model
 	if err != nil {
 		return serve.Model{}, nil, fmt.Errorf("model %s: %w", sp.alias, err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/memra-ai/memra/runtime"
@@ -22,7 +23,7 @@ func parsePoolings(flags, aliases []string) (map[string]runtime.Pooling, error) 
 		alias, name, ok := strings.Cut(f, "=")
 		if !ok {
 			alias, name = "", f
-		} else if !contains(aliases, alias) {
+		} else if !slices.Contains(aliases, alias) {
 			return nil, fmt.Errorf("--pooling %s: model %q is not served (served: %s)", f, alias, strings.Join(aliases, ", "))
 		}
 		p, err := runtime.ParsePooling(name)
@@ -35,15 +36,6 @@ func parsePoolings(flags, aliases []string) (map[string]runtime.Pooling, error) 
 		out[alias] = p
 	}
 	return out, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // servedPooling is a model's pooling: --pooling for its alias, else
