@@ -144,7 +144,7 @@ func runCompile(cmd *cobra.Command, model string, o *compileOptions) error {
 	if pool, err := servedPooling(m, "", nil); err == nil && pool != runtime.PoolNone {
 		opts.Embedding = true
 	}
-	dec, pre, kernels, kopts, err := cuda.ArtifactKernels(m, opts)
+	dec, pre, kernels, err := cuda.ArtifactKernels(m, opts)
 	if err != nil {
 		return err
 	}
@@ -190,7 +190,7 @@ func runCompile(cmd *cobra.Command, model string, o *compileOptions) error {
 	bar := progressbar.NewOptions(len(kernels)*(len(cubins)+1), progressbar.OptionSetWriter(stderr),
 		progressbar.OptionSetDescription("compiling"), progressbar.OptionShowCount(), progressbar.OptionSetWidth(30),
 		progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
-	images, err := cuda.CompileImages(cache, kernels, kopts, cubins, ptx, func(done, total int) { _ = bar.Set(done) })
+	images, err := cuda.CompileImages(cache, kernels, cubins, ptx, func(done, total int) { _ = bar.Set(done) })
 	_ = bar.Finish()
 	if err != nil {
 		return err
@@ -216,7 +216,7 @@ func runCompile(cmd *cobra.Command, model string, o *compileOptions) error {
 			return err
 		}
 	}
-	if err := cuda.WriteArtifact(o.out, &man, kernels, kopts, cubins, ptx, images); err != nil {
+	if err := cuda.WriteArtifact(o.out, &man, kernels, cubins, ptx, images); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "wrote %s: %d kernels for %s (PTX %s), %d + %d launches, NVRTC %s, card %s\n", o.out, len(kernels),

@@ -22,7 +22,7 @@ func fakeCompiled(t *testing.T, spec string) string {
 	t.Helper()
 	m, err := builtin.Open()
 	require.NoError(t, err)
-	_, _, ks, opts, err := cuda.ArtifactKernels(m, cuda.BackendOptions{MaxSeqs: 4})
+	_, _, ks, err := cuda.ArtifactKernels(m, cuda.BackendOptions{MaxSeqs: 4})
 	require.NoError(t, err)
 	images := map[string]map[string][]byte{}
 	for _, k := range ks {
@@ -33,7 +33,7 @@ func fakeCompiled(t *testing.T, spec string) string {
 	man := &cuda.Manifest{Model: builtin.Name, ModelSpec: spec, ModelFiles: files, ModelSHA256: sum, NVRTC: "13.0",
 		MaxSeqs: 4, Context: 512, PrefillTokens: 512, Cache: "f16", Multiprocessors: 132}
 	dir := t.TempDir()
-	require.NoError(t, cuda.WriteArtifact(dir, man, ks, opts, []string{"sm_90a"}, "compute_90", images))
+	require.NoError(t, cuda.WriteArtifact(dir, man, ks, []string{"sm_90a"}, "compute_90", images))
 	return dir
 }
 

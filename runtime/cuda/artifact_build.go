@@ -21,18 +21,18 @@ import (
 // switches applied) and returns both programs, every kernel a backend of
 // that configuration may load (the programs', the embedding program's
 // with opts.Embedding, and the cuBLASLt prefill arm's helpers, each once,
-// in first-use order) and the NVRTC options of
-// each kernel.
-func ArtifactKernels(m *load.Model, opts BackendOptions) (dec, pre *codegen.Program, ks []*codegen.Kernel, options func(string) []string, err error) {
+// in first-use order). Kernels compile with no NVRTC options: a kernel
+// that triggers the next one early says so in its own source.
+func ArtifactKernels(m *load.Model, opts BackendOptions) (dec, pre *codegen.Program, ks []*codegen.Kernel, err error) {
 	if err := envOptions(&opts); err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, err
 	}
 	if dec, pre, err = lowerStage(m, opts, 0, m.HParams.Layers); err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, err
 	}
 	plan, err := planPrefill(pre, opts.PrefillTokens)
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, err
 	}
 	helpers := plan.kernels()
 	slices.SortFunc(helpers, func(a, b *codegen.Kernel) int { return strings.Compare(a.Name, b.Name) })
@@ -40,7 +40,7 @@ func ArtifactKernels(m *load.Model, opts BackendOptions) (dec, pre *codegen.Prog
 	if opts.Embedding { // the embedding program (embed.go): mostly the prefill program's kernels
 		p, _, err := lowerHidden(m, opts)
 		if err != nil {
-			return nil, nil, nil, nil, err
+			return nil, nil, nil, err
 		}
 		emb = p.Kernels
 	}
@@ -51,7 +51,7 @@ func ArtifactKernels(m *load.Model, opts BackendOptions) (dec, pre *codegen.Prog
 			ks = append(ks, k)
 		}
 	}
-	return dec, pre, ks, func(name string) []string { return kernelOptions(opts, name) }, nil
+	return dec, pre, ks, nil
 }
 
 // SplitTargets reads memra compile's --arch list: sm_XY[a] entries are
@@ -91,7 +91,7 @@ func SplitTargets(list []string) (cubins []string, ptx string, err error) {
 // PTX target, through the disk cache, and returns kernel → target →
 // image (cubins as NVRTC writes them, PTX without its NUL). progress, when
 // set, is told of each image done.
-func CompileImages(cache *Cache, ks []*codegen.Kernel, options func(string) []string, cubins []string, ptx string, progress func(done, total int)) (map[string]map[string][]byte, error) {
+func CompileImages(cache *Cache, ks []*codegen.Kernel, cubins []string, ptx string, progress func(done, total int)) (map[string]map[string][]byte, error) {
 	type job struct {
 		k      *codegen.Kernel
 		target string
@@ -122,7 +122,7 @@ func CompileImages(cache *Cache, ks []*codegen.Kernel, options func(string) []st
 		go func() {
 			defer wg.Done()
 			for j := range ch {
-				img, err := compileImage(cache, j.k, options(j.k.Name), j.target)
+				img, err := compileImage(cache, j.k, j.target)
 				mu.Lock()
 				if err != nil && first == nil {
 					first = err
@@ -152,9 +152,9 @@ func CompileImages(cache *Cache, ks []*codegen.Kernel, options func(string) []st
 
 // compileImage compiles one kernel for one target, refusing a cubin
 // target for which NVRTC made no cubin.
-func compileImage(cache *Cache, k *codegen.Kernel, options []string, target string) ([]byte, error) {
+func compileImage(cache *Cache, k *codegen.Kernel, target string) ([]byte, error) {
 	major, minor := cache.NV.Version()
-	img, _, err := cache.Compile(k.Source, k.Name+".cu", target, options)
+	img, _, err := cache.Compile(k.Source, k.Name+".cu", target, nil)
 	if err != nil {
 		return nil, fmt.Errorf("kernel %s for %s with NVRTC %d.%d: %w (arch-specific targets such as sm_90a need NVRTC 12.0 or later; --arch compute_90 writes PTX alone)",
 			k.Name, target, major, minor, err)
@@ -172,7 +172,7 @@ func compileImage(cache *Cache, k *codegen.Kernel, options []string, target stri
 // .ptx), fills man's image list, kernels, targets and format, and writes
 // manifest.json last, so an interrupted compile leaves no artifact that
 // opens.
-func WriteArtifact(dir string, man *Manifest, ks []*codegen.Kernel, options func(string) []string, cubins []string, ptx string, images map[string]map[string][]byte) error {
+func WriteArtifact(dir string, man *Manifest, ks []*codegen.Kernel, cubins []string, ptx string, images map[string]map[string][]byte) error {
 	man.Format = ArtifactFormat
 	man.Targets, man.PTX = slices.Clone(cubins), ptx
 	man.Target = strings.Join(cubins, ",")
@@ -180,7 +180,7 @@ func WriteArtifact(dir string, man *Manifest, ks []*codegen.Kernel, options func
 	_ = os.Remove(filepath.Join(dir, "manifest.json"))
 	for _, k := range ks {
 		sum := sha256.Sum256([]byte(k.Source))
-		ki := KernelImages{Kernel: k.Name, SourceSHA256: hex.EncodeToString(sum[:]), Options: options(k.Name), Files: map[string]ImageFile{}}
+		ki := KernelImages{Kernel: k.Name, SourceSHA256: hex.EncodeToString(sum[:]), Files: map[string]ImageFile{}}
 		for _, t := range append(slices.Clone(cubins), ptx) {
 			img, ok := images[k.Name][t]
 			if !ok {

@@ -19,11 +19,11 @@ import (
 
 // fakeArtifact writes an artifact of stories260K's kernels whose images
 // are made-up bytes (no NVRTC needed): a cubin per target and PTX.
-func fakeArtifact(t *testing.T, cubins []string, ptx, nvrtc string) (string, []*codegen.Kernel, func(string) []string) {
+func fakeArtifact(t *testing.T, cubins []string, ptx, nvrtc string) (string, []*codegen.Kernel) {
 	t.Helper()
 	m, err := builtin.Open()
 	require.NoError(t, err)
-	_, _, ks, opts, err := ArtifactKernels(m, BackendOptions{MaxSeqs: 4})
+	_, _, ks, err := ArtifactKernels(m, BackendOptions{MaxSeqs: 4})
 	require.NoError(t, err)
 	images := map[string]map[string][]byte{}
 	for _, k := range ks {
@@ -35,47 +35,48 @@ func fakeArtifact(t *testing.T, cubins []string, ptx, nvrtc string) (string, []*
 	dir := t.TempDir()
 	man := &Manifest{Model: "stories260K", NVRTC: nvrtc, MaxSeqs: 4, Context: 512, PrefillTokens: 512, Cache: "f16", Multiprocessors: 132,
 		ModelFiles: []ModelFile{{Name: "stories260K.gguf", Size: 100, SHA256: strings.Repeat("a", 64)}}}
-	require.NoError(t, WriteArtifact(dir, man, ks, opts, cubins, ptx, images))
-	return dir, ks, opts
+	require.NoError(t, WriteArtifact(dir, man, ks, cubins, ptx, images))
+	return dir, ks
 }
 
 func TestArtifactOpenAndImages(t *testing.T) {
-	dir, ks, opts := fakeArtifact(t, []string{"sm_90a"}, "compute_90", "13.0")
+	dir, ks := fakeArtifact(t, []string{"sm_90a"}, "compute_90", "13.0")
 	a, err := OpenArtifact(dir)
 	require.NoError(t, err)
 	require.Len(t, a.Manifest.Kernels, len(ks))
 	require.Equal(t, "sm_90a", a.Manifest.Target)
 
 	h100 := DeviceInfo{Name: "NVIDIA H100 80GB HBM3", Major: 9, Minor: 0, SMs: 132, DriverVersion: 13000}
-	imgs, err := a.images(ks, opts, h100)
+	imgs, err := a.images(ks, h100)
 	require.NoError(t, err)
 	for _, k := range ks {
 		require.Equal(t, "\x7fELF cubin of "+k.Name+" for sm_90a", string(imgs[k.Name]), "the cubin on its own card")
 	}
 	b200 := DeviceInfo{Name: "NVIDIA B200", Major: 10, Minor: 0, DriverVersion: 13000}
-	imgs, err = a.images(ks, opts, b200)
+	imgs, err = a.images(ks, b200)
 	require.NoError(t, err)
 	require.True(t, bytes.HasSuffix(imgs[ks[0].Name], []byte("()\n\x00")), "PTX elsewhere, NUL-terminated for the driver")
 
 	// a kernel of another configuration, an edited source, other options
 	other := *ks[0]
 	other.Name += "_other"
-	_, err = a.images([]*codegen.Kernel{&other}, opts, h100)
+	_, err = a.images([]*codegen.Kernel{&other}, h100)
 	require.ErrorIs(t, err, ErrArtifact)
 	require.ErrorContains(t, err, "max_seqs 4")
 	edited := *ks[0]
 	edited.Source += "\n// edited\n"
-	_, err = a.images([]*codegen.Kernel{&edited}, opts, h100)
+	_, err = a.images([]*codegen.Kernel{&edited}, h100)
 	require.ErrorIs(t, err, ErrArtifact)
 	require.ErrorContains(t, err, "source")
-	_, err = a.images(ks, func(string) []string { return []string{"-DMEMRA_PDL_EARLY"} }, h100)
+	a.byName[ks[0].Name].Options = []string{"-DMEMRA_PDL_EARLY"} // compiled with options this build never passes
+	_, err = a.images(ks, h100)
 	require.ErrorIs(t, err, ErrArtifact)
 	require.ErrorContains(t, err, "options")
 }
 
 func TestArtifactOpenRefuses(t *testing.T) {
 	edit := func(t *testing.T, change func(dir string, man map[string]any)) error {
-		dir, _, _ := fakeArtifact(t, []string{"sm_90a"}, "compute_90", "13.0")
+		dir, _ := fakeArtifact(t, []string{"sm_90a"}, "compute_90", "13.0")
 		raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
 		require.NoError(t, err)
 		var man map[string]any
@@ -123,7 +124,7 @@ func TestArtifactOpenRefuses(t *testing.T) {
 }
 
 func TestArtifactCheckDevice(t *testing.T) {
-	dir, _, _ := fakeArtifact(t, []string{"sm_90a", "sm_120a"}, "compute_90", "13.1")
+	dir, _ := fakeArtifact(t, []string{"sm_90a", "sm_120a"}, "compute_90", "13.1")
 	a, err := OpenArtifact(dir)
 	require.NoError(t, err)
 	cases := []struct {
@@ -195,11 +196,11 @@ func TestArtifactPicksReplay(t *testing.T) {
 		p, ok := arm[family]
 		return p, ok
 	})
-	_, _, tuned, _, err := ArtifactKernels(m, BackendOptions{MaxSeqs: 4, Pick: rec})
+	_, _, tuned, err := ArtifactKernels(m, BackendOptions{MaxSeqs: 4, Pick: rec})
 	require.NoError(t, err)
 	require.NotEmpty(t, picks(), "the test needs picks to replay")
 	a := &Artifact{Manifest: Manifest{Picks: picks()}}
-	_, _, replayed, _, err := ArtifactKernels(m, BackendOptions{MaxSeqs: 4, Pick: a.Picker()})
+	_, _, replayed, err := ArtifactKernels(m, BackendOptions{MaxSeqs: 4, Pick: a.Picker()})
 	require.NoError(t, err)
 	require.Equal(t, len(tuned), len(replayed))
 	for i := range tuned {
@@ -207,7 +208,7 @@ func TestArtifactPicksReplay(t *testing.T) {
 		require.Equal(t, tuned[i].Source, replayed[i].Source)
 	}
 	// and the picks matter: without them the kernels are others
-	_, _, plain, _, err := ArtifactKernels(m, BackendOptions{MaxSeqs: 4})
+	_, _, plain, err := ArtifactKernels(m, BackendOptions{MaxSeqs: 4})
 	require.NoError(t, err)
 	names := func(ks []*codegen.Kernel) (s []string) {
 		for _, k := range ks {
@@ -222,7 +223,7 @@ func TestArtifactPicksReplay(t *testing.T) {
 }
 
 func TestUseArtifact(t *testing.T) {
-	dir, _, _ := fakeArtifact(t, []string{"sm_90a"}, "compute_90", "13.0")
+	dir, _ := fakeArtifact(t, []string{"sm_90a"}, "compute_90", "13.0")
 	a, err := OpenArtifact(dir)
 	require.NoError(t, err)
 	info := DeviceInfo{Name: "NVIDIA H100", Major: 9, Minor: 0, SMs: 114, DriverVersion: 13000}
@@ -280,7 +281,7 @@ func TestArtifactPTXCompiles(t *testing.T) {
 	nv := nvrtcOrSkip(t)
 	m, err := builtin.Open()
 	require.NoError(t, err)
-	_, _, ks, opts, err := ArtifactKernels(m, BackendOptions{MaxSeqs: 4})
+	_, _, ks, err := ArtifactKernels(m, BackendOptions{MaxSeqs: 4})
 	require.NoError(t, err)
 	cache, err := NewCache(filepath.Join(t.TempDir(), "cubin"), nv)
 	require.NoError(t, err)
@@ -288,15 +289,15 @@ func TestArtifactPTXCompiles(t *testing.T) {
 	if major, _ := nv.Version(); major >= 12 {
 		cubins = []string{"sm_90a"}
 	} else {
-		_, err := CompileImages(cache, ks[:1], opts, []string{"sm_90a"}, "compute_90", nil)
+		_, err := CompileImages(cache, ks[:1], []string{"sm_90a"}, "compute_90", nil)
 		require.ErrorContains(t, err, "NVRTC 12.0 or later", "NVRTC 11 cannot make sm_90a cubins, and says what would")
 	}
-	images, err := CompileImages(cache, ks, opts, cubins, "compute_90", nil)
+	images, err := CompileImages(cache, ks, cubins, "compute_90", nil)
 	require.NoError(t, err)
 	dir := t.TempDir()
 	major, minor := nv.Version()
 	man := &Manifest{NVRTC: fmt.Sprintf("%d.%d", major, minor), Multiprocessors: 132}
-	require.NoError(t, WriteArtifact(dir, man, ks, opts, cubins, "compute_90", images))
+	require.NoError(t, WriteArtifact(dir, man, ks, cubins, "compute_90", images))
 	a, err := OpenArtifact(dir)
 	require.NoError(t, err)
 	for _, k := range ks {

@@ -26,15 +26,6 @@ func envOptions(o *BackendOptions) error {
 	return nil
 }
 
-// compileOptions are the NVRTC options of a kernel of the model
-// (kernelOptions).
-func (b *Backend) compileOptions(kernel string) []string { return kernelOptions(b.opts, kernel) }
-
-// kernelOptions are the NVRTC options of a kernel under o: none. A kernel
-// that triggers the next one early says so in its own source
-// (codegen.Kernel.EarlyTrigger defines the macro MEMRA_PDL_EARLY there).
-func kernelOptions(BackendOptions, string) []string { return nil }
-
 // LoweringEnv lists the environment variables envOptions reads: those
 // that change what a model lowers to or how it launches, recorded in a
 // compiled artifact's manifest.

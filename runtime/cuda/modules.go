@@ -17,7 +17,7 @@ func (b *Backend) compile(target string, extra []*codegen.Kernel) (map[string][]
 	}
 	ks = append(ks, extra...)
 	if a := b.opts.Artifact; a != nil {
-		return a.images(ks, b.compileOptions, b.dev.Info())
+		return a.images(ks, b.dev.Info())
 	}
 	nv, err := LoadNVRTC()
 	if err != nil {
@@ -32,7 +32,7 @@ func (b *Backend) compile(target string, extra []*codegen.Kernel) (map[string][]
 		if _, ok := images[k.Name]; ok {
 			continue
 		}
-		img, _, err := cache.Compile(k.Source, k.Name+".cu", target, b.compileOptions(k.Name))
+		img, _, err := cache.Compile(k.Source, k.Name+".cu", target, nil)
 		if err != nil {
 			return nil, fmt.Errorf("kernel %s: %w", k.Name, err)
 		}
