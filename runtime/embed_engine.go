@@ -58,13 +58,9 @@ func (e *Engine) Embed(ctx context.Context, req EmbedRequest) ([][]float32, erro
 	}
 	job := &embedJob{ctx: ctx, req: req, out: make([][]float32, len(req.Inputs)), done: make(chan error, 1)}
 	e.mu.Lock()
-	switch {
-	case e.closed || e.draining:
+	if err := e.admits(1); err != nil {
 		e.mu.Unlock()
-		return nil, ErrDraining
-	case e.running+len(e.queue)+len(e.embeds.jobs)+1 > e.cfg.MaxRunning+e.cfg.MaxQueue:
-		e.mu.Unlock()
-		return nil, fmt.Errorf("%w: %d running, %d queued", ErrOverloaded, e.cfg.MaxRunning, e.cfg.MaxQueue)
+		return nil, err
 	}
 	e.embeds.jobs = append(e.embeds.jobs, job)
 	e.mu.Unlock()

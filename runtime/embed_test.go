@@ -355,3 +355,18 @@ func toF64(v []float32) []float64 {
 	}
 	return out
 }
+
+// Generation and embedding requests are admitted against the same slots:
+// a queued embedding request counts for a generation request too.
+func TestAdmitsCountsQueuedEmbeddings(t *testing.T) {
+	b := newFakeBackend(16, 64, hashLogits(16))
+	e := newTestEngine(b, hashVocab(16), EngineConfig{MaxRunning: 1, MaxQueue: 1})
+	defer e.Close()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	require.NoError(t, e.admits(2))
+	e.embeds.jobs = append(e.embeds.jobs, &embedJob{})
+	defer func() { e.embeds.jobs = nil }()
+	require.ErrorIs(t, e.admits(2), ErrOverloaded, "the queued embedding takes a slot")
+	require.NoError(t, e.admits(1))
+}

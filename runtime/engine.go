@@ -219,6 +219,19 @@ func (e *Engine) Submit(ctx context.Context, req Request) (<-chan Event, error) 
 	return chans[0], nil
 }
 
+// admits reports (e.mu held) whether n more requests fit beside the
+// running ones and every queued one, generation and embedding alike:
+// ErrDraining while closing, ErrOverloaded past MaxRunning + MaxQueue.
+func (e *Engine) admits(n int) error {
+	switch {
+	case e.closed || e.draining:
+		return ErrDraining
+	case e.running+len(e.queue)+len(e.embeds.jobs)+n > e.cfg.MaxRunning+e.cfg.MaxQueue:
+		return fmt.Errorf("%w: %d running, %d queued", ErrOverloaded, e.cfg.MaxRunning, e.cfg.MaxQueue)
+	}
+	return nil
+}
+
 // SubmitGroup queues reqs (the n choices of one API request) all at once
 // or none of them: ErrOverloaded when the running and queued slots cannot
 // take them all now, ErrTooMany when they could never (more than
@@ -241,13 +254,9 @@ func (e *Engine) SubmitGroup(ctx context.Context, reqs []Request) ([]<-chan Even
 		return nil, err
 	}
 	e.mu.Lock()
-	switch {
-	case e.closed || e.draining:
+	if err := e.admits(len(seqs)); err != nil {
 		e.mu.Unlock()
-		return nil, ErrDraining
-	case e.running+len(e.queue)+len(seqs) > e.cfg.MaxRunning+e.cfg.MaxQueue:
-		e.mu.Unlock()
-		return nil, fmt.Errorf("%w: %d running, %d queued", ErrOverloaded, e.cfg.MaxRunning, e.cfg.MaxQueue)
+		return nil, err
 	}
 	chans := make([]<-chan Event, len(seqs))
 	for i, s := range seqs {
