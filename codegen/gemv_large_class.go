@@ -2,7 +2,6 @@ package codegen
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/memra-ai/memra/ir/dtype"
 )
@@ -25,26 +24,8 @@ func GEMVLargeSpaceFor(t dtype.Type) Space {
 	if mmahTypes[t] {
 		xq, def = []int{3, 4}, DefaultXQHalfArm
 	}
-	s := GEMVSpaceFor(t)
-	s.Knobs = slices.Clone(s.Knobs)
-	for i, k := range s.Knobs {
-		switch k.Name {
-		case "threads":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{256, 512}}
-		case "rows_per_block", "unroll":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{1, 2}}
-		case "layout", "shared_x":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{1}}
-		case "xq":
-			s.Knobs[i] = Knob{Name: k.Name, Values: xq}
-		case "batch_rows":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{16}}
-		case "rows_per_warp":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{2}}
-		case "stages":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{2, 4}}
-		}
-	}
+	s := narrowedGEMVSpace(t, map[string][]int{"threads": {256, 512}, "rows_per_block": {1, 2}, "unroll": {1, 2}, "layout": {1}, "shared_x": {1},
+		"xq": xq, "batch_rows": {16}, "rows_per_warp": {2}, "stages": {2, 4}})
 	check := s.check
 	s.check = func(p Point) error {
 		if a := GEMVArmOf(p); a.XQ != 3 && a.XQ != 4 {

@@ -2,7 +2,6 @@ package codegen
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/memra-ai/memra/ir/dtype"
 )
@@ -103,28 +102,8 @@ func GEMVSmallClass(class string) string { return class + "_small" }
 // or two groups (at most 8 slots). Its default is DefaultXQHalfArm, the
 // arm those steps run untuned, the baseline a small arm must beat.
 func GEMVSmallSpaceFor(t dtype.Type) Space {
-	s := GEMVSpaceFor(t)
-	s.Knobs = slices.Clone(s.Knobs)
-	for i, k := range s.Knobs {
-		switch k.Name {
-		case "threads":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{128, 256, 512}}
-		case "rows_per_block":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{1}}
-		case "unroll":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{1, 2}}
-		case "layout", "shared_x":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{1}}
-		case "xq":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{4}}
-		case "batch_rows":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{8, 16}}
-		case "rows_per_warp":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{0, 2, 4}}
-		case "stages":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{2, 4, 8}}
-		}
-	}
+	s := narrowedGEMVSpace(t, map[string][]int{"threads": {128, 256, 512}, "rows_per_block": {1}, "unroll": {1, 2}, "layout": {1}, "shared_x": {1},
+		"xq": {4}, "batch_rows": {8, 16}, "rows_per_warp": {0, 2, 4}, "stages": {2, 4, 8}})
 	check := s.check
 	s.check = func(p Point) error {
 		if a := GEMVArmOf(p); a.XQ != 4 || a.BatchRows > 16 {

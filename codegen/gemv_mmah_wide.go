@@ -2,7 +2,6 @@ package codegen
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/memra-ai/memra/ir/dtype"
 )
@@ -80,28 +79,8 @@ func GEMVWideClass(class string) string { return class + "_wide" }
 // every XQ 4 arm is a valid point, and a pick of a 16-row arm leaves the
 // steps to the large arm (lowering runs wide arms only).
 func GEMVWideSpaceFor(t dtype.Type) Space {
-	s := GEMVSpaceFor(t)
-	s.Knobs = slices.Clone(s.Knobs)
-	for i, k := range s.Knobs {
-		switch k.Name {
-		case "threads":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{128, 256}}
-		case "rows_per_block":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{1, 2}}
-		case "unroll":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{1, 2}}
-		case "layout", "shared_x":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{1}}
-		case "xq":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{4}}
-		case "batch_rows":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{32, 64}}
-		case "rows_per_warp":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{0, 2}}
-		case "stages":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{2, 4}}
-		}
-	}
+	s := narrowedGEMVSpace(t, map[string][]int{"threads": {128, 256}, "rows_per_block": {1, 2}, "unroll": {1, 2}, "layout": {1}, "shared_x": {1},
+		"xq": {4}, "batch_rows": {32, 64}, "rows_per_warp": {0, 2}, "stages": {2, 4}})
 	check := s.check
 	s.check = func(p Point) error {
 		if GEMVArmOf(p).XQ != 4 {

@@ -262,6 +262,21 @@ func searched(a GEMVArm) bool {
 	return a.XQ != 2 || a.kSplit() == 1 || (a.kSplit() == 2 && a.BatchRows == 1)
 }
 
+// narrowedGEMVSpace is GEMVSpaceFor(t) with the knobs named in values
+// searched over those values instead (the others as they are), in
+// GEMVSpaceFor's knob order: the spaces of the one-row, batch, large,
+// small and wide arms.
+func narrowedGEMVSpace(t dtype.Type, values map[string][]int) Space {
+	s := GEMVSpaceFor(t)
+	s.Knobs = slices.Clone(s.Knobs)
+	for i, k := range s.Knobs {
+		if v, ok := values[k.Name]; ok {
+			s.Knobs[i] = Knob{Name: k.Name, Values: v}
+		}
+	}
+	return s
+}
+
 // GEMVBatchClass is the shape class under which the tunedb keeps the batch
 // arm (steps of two or more rows, Launch.One's other kernel) of the
 // product of class.
@@ -274,18 +289,7 @@ func GEMVBatchClass(class string) string { return class + "_batch" }
 // 2 to GEMVLargeRows-1 rows; from GEMVLargeRows the tensor-core kernel
 // (Arms.GEMVLarge, XQ 3) runs, which measured slower than XQ 2 below that.
 func GEMVBatchSpaceFor(t dtype.Type) Space {
-	s := GEMVSpaceFor(t)
-	s.Knobs = slices.Clone(s.Knobs)
-	for i, k := range s.Knobs {
-		switch k.Name {
-		case "layout", "shared_x":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{1}}
-		case "xq":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{2}}
-		case "batch_rows":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{8, 16}}
-		}
-	}
+	s := narrowedGEMVSpace(t, map[string][]int{"layout": {1}, "shared_x": {1}, "xq": {2}, "batch_rows": {8, 16}})
 	s.Default = DefaultXQGlobalBatchArm.Point()
 	return s
 }
@@ -299,16 +303,7 @@ func GEMVBatchSpaceFor(t dtype.Type) Space {
 // q4_k_m at 420 against 471 tok/s on the H200, without the epilogues; the
 // float-activation arms measured 1.5× the time of the int8 ones.
 func GEMVOneSpaceFor(t dtype.Type) Space {
-	s := GEMVSpaceFor(t)
-	s.Knobs = slices.Clone(s.Knobs)
-	for i, k := range s.Knobs {
-		switch k.Name {
-		case "layout", "shared_x", "batch_rows":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{1}}
-		case "xq":
-			s.Knobs[i] = Knob{Name: k.Name, Values: []int{2}}
-		}
-	}
+	s := narrowedGEMVSpace(t, map[string][]int{"layout": {1}, "shared_x": {1}, "batch_rows": {1}, "xq": {2}})
 	s.Default = DefaultXQGlobalOneArm.Point()
 	return s
 }
