@@ -70,13 +70,19 @@ func (e *apiError) body() errorBody {
 
 // writeError sends e as a JSON error response.
 func writeError(w http.ResponseWriter, e *apiError) {
+	e.setHeaders(w)
+	writeJSON(w, e.Status, e.body())
+}
+
+// setHeaders sets the headers an error response of e carries, whatever
+// its body's shape: Retry-After, and WWW-Authenticate on a 401.
+func (e *apiError) setHeaders(w http.ResponseWriter) {
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="memra"`)
 	}
-	writeJSON(w, e.Status, e.body())
 }
 
 // writeJSON sends v with the given status.

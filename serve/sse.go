@@ -3,7 +3,6 @@ package serve
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
 )
 
 // sseWriter writes server-sent events, one JSON object per "data:" line.
@@ -94,9 +93,7 @@ func startStream(w http.ResponseWriter, sh shape) eventStream {
 // writeShaped sends e as sh's error body (OpenAI's by default).
 func writeShaped(w http.ResponseWriter, sh shape, e *apiError) {
 	if es, ok := sh.(errorShape); ok {
-		if e.RetryAfter > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
-		}
+		e.setHeaders(w)
 		writeJSON(w, e.Status, es.errorBody(e))
 		return
 	}
