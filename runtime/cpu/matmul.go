@@ -32,13 +32,7 @@ func matmul(e *exec, n *ir.Node) error {
 		matmulQ8(e, n, w, x, M)
 		return nil
 	}
-	y := e.out(n)
-	if M <= dotPathMaxTokens {
-		matmulDot(e, w, x, y, M)
-	} else {
-		matmulTiled(e, w, x, y, M)
-	}
-	clearUpper()
+	product(e, w, x, e.out(n), M)
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/memra-ai/memra/ir"
 )
@@ -68,6 +69,7 @@ func moeWeights(e *exec, n *ir.Node) error {
 	x, ids, y := e.in(n, 0), e.i32[n.Args[1].ID], e.out(n)
 	N, k := int(n.Args[0].Shape[1]), int(n.Shape[1])
 	norm := n.Bool("norm")
+	p := make([]float64, k)
 	for t := 0; t < len(y)/k; t++ {
 		row := x[t*N : (t+1)*N]
 		mx := math.Inf(-1)
@@ -79,7 +81,6 @@ func moeWeights(e *exec, n *ir.Node) error {
 			sum += math.Exp(float64(v) - mx)
 		}
 		chosen := 0.0
-		p := make([]float64, k)
 		for j, id := range ids[t*k : (t+1)*k] {
 			if id < 0 || int(id) >= N {
 				return fmt.Errorf("%w: token %d chose expert %d of %d", ErrExpert, t, id, N)
@@ -141,7 +142,8 @@ func moeMatmul(e *exec, n *ir.Node) error {
 			}
 			xg = append(xg, x[r*K:(r+1)*K]...)
 		}
-		yg = append(yg, make([]float32, len(ss)*N)...)
+		yg = slices.Grow(yg, len(ss)*N)[:len(ss)*N]
+		clear(yg)
 		product(e, w.expert(x0, N), xg, yg, len(ss))
 		for i, s := range ss {
 			copy(y[s*N:(s+1)*N], yg[i*N:(i+1)*N])
