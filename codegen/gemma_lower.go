@@ -91,25 +91,13 @@ func (l *lowerer) postNormAdd(n *ir.Node) *ir.Node {
 // which must die at the add.
 func (l *lowerer) postNorm(n *ir.Node) error {
 	add := l.postNormAdd(n)
-	other := add.Args[0]
-	if other == n {
-		other = add.Args[1]
-	}
 	h, err := l.rowValue(n, 0)
 	if err != nil {
 		return err
 	}
-	y, err := l.valueOf(other)
+	y, err := l.inPlaceResidual(add, n, h.width)
 	if err != nil {
 		return err
-	}
-	if !y.contiguous() || y.width != h.width {
-		return fmt.Errorf("residual operand %%%d is not a contiguous row of %d", other.ID, h.width)
-	}
-	for _, u := range l.users[other.ID] {
-		if u.ID > add.ID {
-			return fmt.Errorf("residual operand %%%d is read after the add (%%%d), cannot add in place", other.ID, u.ID)
-		}
 	}
 	k, err := l.kernel(PostNormAdd(h.width, float32(n.Float("eps")), l.arms.Block))
 	if err != nil {

@@ -265,16 +265,8 @@ func (l *lowerer) moeSum(n *ir.Node) error {
 	}
 	rows := n.Shape[0]
 	nodes := []int{n.ID}
-	var y view
-	add := l.moeResidual(n)
+	add, y := l.moeResidual(n)
 	if add != nil {
-		other := add.Args[0]
-		if other == n {
-			other = add.Args[1]
-		}
-		if y, err = l.valueOf(other); err != nil {
-			return err
-		}
 		nodes = append(nodes, add.ID)
 	} else {
 		y = view{buf: l.buffer("moe_out", rows, N), width: N, stride: N}
@@ -293,26 +285,16 @@ func (l *lowerer) moeSum(n *ir.Node) error {
 }
 
 // moeResidual returns the add of the residual stream that is moe_sum n's
-// only reader, when the sum can be added into the stream's buffer in
-// place: a contiguous row of the sum's width that nothing reads after the
-// add.
-func (l *lowerer) moeResidual(n *ir.Node) *ir.Node {
+// only reader and the stream's buffer, when the sum can be added into it
+// in place (inPlaceResidual); nil otherwise.
+func (l *lowerer) moeResidual(n *ir.Node) (*ir.Node, view) {
 	if len(l.users[n.ID]) != 1 || l.users[n.ID][0].Op != ir.OpAdd {
-		return nil
+		return nil, view{}
 	}
 	add := l.users[n.ID][0]
-	other := add.Args[0]
-	if other == n {
-		other = add.Args[1]
+	y, err := l.inPlaceResidual(add, n, int(n.Shape[1]))
+	if err != nil {
+		return nil, view{}
 	}
-	y, ok := l.val[other.ID]
-	if !ok || !y.contiguous() || y.width != int(n.Shape[1]) {
-		return nil
-	}
-	for _, u := range l.users[other.ID] {
-		if u.ID > add.ID {
-			return nil
-		}
-	}
-	return add
+	return add, y
 }

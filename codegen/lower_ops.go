@@ -433,21 +433,9 @@ func (l *lowerer) gateUpQuantised(parts []matPart, x, fused view, rows ir.Dim, n
 // stream the add epilogue reads, which must die at the add.
 func (l *lowerer) residualProduct(p matPart, x view, rows ir.Dim, pro *proIn) error {
 	add := p.residual
-	other := add.Args[0]
-	if other == p.mm {
-		other = add.Args[1]
-	}
-	y, err := l.valueOf(other)
+	y, err := l.inPlaceResidual(add, p.mm, p.n)
 	if err != nil {
 		return err
-	}
-	if !y.contiguous() || y.width != p.n {
-		return fmt.Errorf("residual operand %%%d is not a contiguous row of %d", other.ID, p.n)
-	}
-	for _, u := range l.users[other.ID] {
-		if u.ID > add.ID {
-			return fmt.Errorf("residual operand %%%d is read after the add (%%%d), cannot add in place", other.ID, u.ID)
-		}
 	}
 	padK := x.width
 	if p.k != padK && (padK != roundUp32(p.k) || !floatType(p.t)) {
@@ -471,6 +459,29 @@ func (l *lowerer) residualProduct(p matPart, x view, rows ir.Dim, pro *proIn) er
 	l.val[add.ID] = y
 	l.done[add.ID] = true
 	return nil
+}
+
+// inPlaceResidual returns the buffer of add's operand other than n (the
+// residual stream) for n's kernel to add its rows of width into in place:
+// a contiguous row of that width that nothing reads after the add.
+func (l *lowerer) inPlaceResidual(add, n *ir.Node, width int) (view, error) {
+	other := add.Args[0]
+	if other == n {
+		other = add.Args[1]
+	}
+	y, err := l.valueOf(other)
+	if err != nil {
+		return view{}, err
+	}
+	if !y.contiguous() || y.width != width {
+		return view{}, fmt.Errorf("residual operand %%%d is not a contiguous row of %d", other.ID, width)
+	}
+	for _, u := range l.users[other.ID] {
+		if u.ID > add.ID {
+			return view{}, fmt.Errorf("residual operand %%%d is read after the add (%%%d), cannot add in place", other.ID, u.ID)
+		}
+	}
+	return y, nil
 }
 
 // matmul lowers a product outside a norm group (the attention output and
