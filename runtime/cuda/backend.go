@@ -237,18 +237,10 @@ func Lower(m *load.Model, opts BackendOptions) (decode, prefill *codegen.Program
 
 // lowerStage is Lower for the pipeline stage of layers [first, last).
 func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, prefill *codegen.Program, err error) {
-	cache, err := opts.fill(m.HParams)
+	g, base, err := buildGraph(m, &opts, func() (*ir.Graph, error) { return arch.BuildStage(m.HParams, m, first, last) })
 	if err != nil {
 		return nil, nil, err
 	}
-	g, err := arch.BuildStage(m.HParams, m, first, last)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := ir.RunPasses(g, ir.Passes); err != nil {
-		return nil, nil, err
-	}
-	base := lowerOptions(opts, cache)
 	d := base
 	d.Class = codegen.Decode
 	if decode, err = codegen.Lower(g, d); err != nil {
@@ -260,6 +252,24 @@ func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, pr
 		return nil, nil, err
 	}
 	return decode, prefill, nil
+}
+
+// buildGraph fills *opts for m, builds the graph build returns, runs the
+// IR passes on it and returns it with its lowering options (before the
+// step class): what every program of m starts from.
+func buildGraph(m *load.Model, opts *BackendOptions, build func() (*ir.Graph, error)) (*ir.Graph, codegen.LowerOptions, error) {
+	cache, err := opts.fill(m.HParams)
+	if err != nil {
+		return nil, codegen.LowerOptions{}, err
+	}
+	g, err := build()
+	if err != nil {
+		return nil, codegen.LowerOptions{}, err
+	}
+	if err := ir.RunPasses(g, ir.Passes); err != nil {
+		return nil, codegen.LowerOptions{}, err
+	}
+	return g, lowerOptions(*opts, cache), nil
 }
 
 // lowerOptions are the lowering options of opts (filled) with a KV cache

@@ -35,18 +35,14 @@ type embedState struct {
 // lowerHidden lowers the headless graph of m as a prefill-class program
 // with opts (filled), and returns the final norm the host applies.
 func lowerHidden(m *load.Model, opts BackendOptions) (*codegen.Program, arch.FinalNorm, error) {
-	cache, err := opts.fill(m.HParams)
-	if err != nil {
-		return nil, arch.FinalNorm{}, err
-	}
-	g, fn, err := arch.BuildHidden(m.HParams, m)
+	var fn arch.FinalNorm
+	g, o, err := buildGraph(m, &opts, func() (g *ir.Graph, err error) {
+		g, fn, err = arch.BuildHidden(m.HParams, m)
+		return g, err
+	})
 	if err != nil {
 		return nil, fn, err
 	}
-	if err := ir.RunPasses(g, ir.Passes); err != nil {
-		return nil, fn, err
-	}
-	o := lowerOptions(opts, cache)
 	o.Class, o.MaxTokens = codegen.Prefill, opts.PrefillTokens
 	p, err := codegen.Lower(g, o)
 	if err != nil {
