@@ -143,12 +143,9 @@ func parsePrompt(raw json.RawMessage, tok Tokenizer) ([][]int32, []string, *apiE
 		if len(l) == 0 {
 			return nil, nil, badRequest("prompt", "prompt %d is an empty token list", i)
 		}
-		p := make([]int32, len(l))
-		for j, id := range l {
-			if id < 0 || id >= int64(vocab) {
-				return nil, nil, badRequest("prompt", "prompt %d token %d is %d, not a token id of this model (0 to %d)", i, j, id, vocab-1)
-			}
-			p[j] = int32(id)
+		p, j := tokenIDs(l, vocab)
+		if j >= 0 {
+			return nil, nil, badRequest("prompt", "prompt %d token %d is %d, not a token id of this model (0 to %d)", i, j, l[j], vocab-1)
 		}
 		out = append(out, p)
 		texts = append(texts, tok.Decode(p))
@@ -233,4 +230,17 @@ func completionLogprobs(toks []tokenInfo, offset int) *completionLP {
 		offset += len(t.Bytes)
 	}
 	return lp
+}
+
+// tokenIDs returns ids as token ids of a vocabulary of vocab, and -1; or
+// nil and the index of the first id outside it.
+func tokenIDs(ids []int64, vocab int) ([]int32, int) {
+	out := make([]int32, len(ids))
+	for j, id := range ids {
+		if id < 0 || id >= int64(vocab) {
+			return nil, j
+		}
+		out[j] = int32(id)
+	}
+	return out, -1
 }

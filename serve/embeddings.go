@@ -209,12 +209,9 @@ func parseEmbedInput(raw json.RawMessage, m *Model) ([][]int32, *apiError) {
 		if len(l) == 0 {
 			return nil, badRequest("input", "input %d is an empty token list", i)
 		}
-		p := make([]int32, len(l))
-		for j, id := range l {
-			if id < 0 || id >= int64(vocab) {
-				return nil, badRequest("input", "input %d token %d is %d, not a token id of this model (0 to %d)", i, j, id, vocab-1)
-			}
-			p[j] = int32(id)
+		p, j := tokenIDs(l, vocab)
+		if j >= 0 {
+			return nil, badRequest("input", "input %d token %d is %d, not a token id of this model (0 to %d)", i, j, l[j], vocab-1)
 		}
 		out = append(out, p)
 	}

@@ -380,13 +380,9 @@ func (s *Server) rawGeneration(m *Model, c *commonFields, prompt string) (*genPa
 // contextTokens checks the token ids of a request's context (a previous
 // exchange, prepended to the prompt).
 func contextTokens(ids []int64, m *Model) ([]int32, *apiError) {
-	vocab := m.Engine.Tokenizer().VocabSize()
-	out := make([]int32, len(ids))
-	for i, id := range ids {
-		if id < 0 || id >= int64(vocab) {
-			return nil, badRequest("context", "context[%d] is %d, not a token id of this model", i, id)
-		}
-		out[i] = int32(id)
+	out, i := tokenIDs(ids, m.Engine.Tokenizer().VocabSize())
+	if i >= 0 {
+		return nil, badRequest("context", "context[%d] is %d, not a token id of this model", i, ids[i])
 	}
 	return out, nil
 }
