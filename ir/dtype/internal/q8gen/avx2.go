@@ -16,15 +16,14 @@ func y(i int) string { return fmt.Sprintf("Y%d", i) }
 
 // ymask sets ymm register r to b in every byte (AX scratch: the AVX2
 // kernels have at most 3 tokens, so AX is free).
-func ymask(a *asm, r int, b byte) {
-	a.f("MOVL $0x%02x%02x%02x%02x, AX", b, b, b, b)
-	a.f("VMOVD AX, X%d", r)
-	a.f("VPBROADCASTD X%d, Y%d", r, r)
-}
+func ymask(a *asm, r int, b byte) { ybroadcast(a, r, uint32(b)*0x01010101) }
 
 // yones sets ymm register r to int16 ones (vpmaddwd's pair sums).
-func yones(a *asm, r int) {
-	a.f("MOVL $0x00010001, AX")
+func yones(a *asm, r int) { ybroadcast(a, r, 0x00010001) }
+
+// ybroadcast sets ymm register r to v in every dword (AX scratch).
+func ybroadcast(a *asm, r int, v uint32) {
+	a.f("MOVL $0x%08x, AX", v)
 	a.f("VMOVD AX, X%d", r)
 	a.f("VPBROADCASTD X%d, Y%d", r, r)
 }
@@ -154,7 +153,7 @@ func avx2K(q5 bool) body {
 				if q5 {
 					a.f("VMOVDQU %d(SI), Y13", 320+64*s)
 					for k, r := range []string{"Y9", "Y10"} {
-						yshiftTo4(a, "Y13", "Y15", 2*c+k)
+						shiftTo4(a, "VMOVDQA", "Y13", "Y15", 2*c+k)
 						a.f("VPAND Y14, Y15, Y15")
 						a.f("VPOR Y15, %s, %s", r, r)
 					}
@@ -199,18 +198,6 @@ func avx2K(q5 bool) body {
 	}}
 }
 
-// yshiftTo4 is shiftTo4 for ymm registers.
-func yshiftTo4(a *asm, src, dst string, b int) {
-	switch {
-	case b < 4:
-		a.f("VPSLLW $%d, %s, %s", 4-b, src, dst)
-	case b > 4:
-		a.f("VPSRLW $%d, %s, %s", b-4, src, dst)
-	default:
-		a.f("VMOVDQA %s, %s", src, dst)
-	}
-}
-
 // avx2Q6K, at most 2 tokens, the four groups of a half in two passes of
 // two: Y2+2k+t the sums of the pass's group k, Y6 0x0F, Y7 0x30, Y8 ones,
 // Y9 low-bit bytes, Y10 high bits, Y11 codes, Y12 broadcast codes, Y13
@@ -239,14 +226,7 @@ var avx2Q6K = body{setup: func(a *asm) {
 						}
 						a.f("VPAND Y6, Y9, Y11")
 						// bits 2g..2g+1 of the high-bit byte to bits 4-5
-						switch {
-						case 2*g < 4:
-							a.f("VPSLLW $%d, Y10, Y14", 4-2*g)
-						case 2*g > 4:
-							a.f("VPSRLW $%d, Y10, Y14", 2*g-4)
-						default:
-							a.f("VMOVDQA Y10, Y14")
-						}
+						shiftTo4(a, "VMOVDQA", "Y10", "Y14", 2*g)
 						a.f("VPAND Y7, Y14, Y14")
 						a.f("VPOR Y14, Y11, Y11")
 						for t := range T {

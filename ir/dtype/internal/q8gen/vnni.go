@@ -179,9 +179,9 @@ func vnniK(q5 bool) body {
 				if q5 {
 					as.f("VMOVDQU32 %d(SI), Z28", 320+64*s)
 					// bit 2c to bit 4 for the low codes, 2c+1 for the high
-					shiftTo4(as, "Z28", "Z30", 2*c)
+					shiftTo4(as, "VMOVDQA64", "Z28", "Z30", 2*c)
 					as.f("VPTERNLOGD $0x%02x, Z29, Z30, Z26", orAnd)
-					shiftTo4(as, "Z28", "Z30", 2*c+1)
+					shiftTo4(as, "VMOVDQA64", "Z28", "Z30", 2*c+1)
 					as.f("VPTERNLOGD $0x%02x, Z29, Z30, Z27", orAnd)
 				}
 				for t := range T {
@@ -201,15 +201,16 @@ func vnniK(q5 bool) body {
 }
 
 // shiftTo4 sets dst to src shifted (as words) so that bit b of each byte
-// lands at bit 4.
-func shiftTo4(as *asm, src, dst string, b int) {
+// lands at bit 4; mov copies a register of the kernel's width (VMOVDQA64
+// for zmm, VMOVDQA for ymm) where no shift is needed.
+func shiftTo4(as *asm, mov, src, dst string, b int) {
 	switch {
 	case b < 4:
 		as.f("VPSLLW $%d, %s, %s", 4-b, src, dst)
 	case b > 4:
 		as.f("VPSRLW $%d, %s, %s", b-4, src, dst)
 	default:
-		as.f("VMOVDQA64 %s, %s", src, dst)
+		as.f("%s %s, %s", mov, src, dst)
 	}
 }
 
