@@ -188,27 +188,11 @@ func (db *DB) CPULookup(key CPUKey, class string) (map[string]int, Source) {
 		for _, e := range c.f.Entries {
 			if e.Class == class && validCPUArm(e.Arm) == nil {
 				e := e
-				return e.Arm, Source{Kind: c.kind, Origin: c.origin, Device: c.f.Key, CPUEntry: &e}
+				return e.Arm, Source{Kind: c.kind, Origin: c.origin, Device: c.f.Key}
 			}
 		}
 	}
 	return CPUDefault, Source{Kind: KindDefault}
-}
-
-// CPUFiles lists the CPU files, user before shipped, by key.
-func (db *DB) CPUFiles() []*CPUFile {
-	var out []*CPUFile
-	for _, m := range []map[string]*CPUFile{db.cpuUser, db.cpuShipped} {
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			out = append(out, m[k])
-		}
-	}
-	return out
 }
 
 // PutCPU merges entries for CPU k into the user folder and into db, and
@@ -248,15 +232,9 @@ func (db *DB) putCPU(dir string, files map[string]*CPUFile, k CPUKey, entries []
 	if err != nil {
 		return "", fmt.Errorf("tunedb: encode %s: %w", next.Key, err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("tunedb: %w", err)
-	}
-	path := filepath.Join(dir, next.Key+".json")
-	if err := os.WriteFile(path+".tmp", append(b, '\n'), 0o644); err != nil {
-		return "", fmt.Errorf("tunedb: %w", err)
-	}
-	if err := os.Rename(path+".tmp", path); err != nil {
-		return "", fmt.Errorf("tunedb: %w", err)
+	path, err := writeAtomic(dir, next.Key, append(b, '\n'))
+	if err != nil {
+		return "", err
 	}
 	files[next.Key] = next
 	return path, nil

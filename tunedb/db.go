@@ -223,9 +223,7 @@ type Source struct {
 	Kind   Kind
 	Origin Origin // shipped or user; empty for KindDefault
 	Device string // key of the device whose entry was used; empty for KindDefault
-	Entry  *Entry // the entry used; nil for KindDefault
-	// CPUEntry is the entry a CPULookup used (Entry stays nil).
-	CPUEntry *CPUEntry
+	Entry  *Entry // the entry used; nil for KindDefault (and for a CPU lookup)
 }
 
 // String is a one-line description, e.g. "user entry of nvidia-h200.sm90.132sm.140gib".

@@ -171,10 +171,16 @@ func WriteDir(dir string, f *File) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return writeAtomic(dir, f.Key, b)
+}
+
+// writeAtomic writes b as dir/key.json through a temporary file renamed
+// over it, so a reader never sees half a file; it returns the path.
+func writeAtomic(dir, key string, b []byte) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("tunedb: %w", err)
 	}
-	path := filepath.Join(dir, f.Key+".json")
+	path := filepath.Join(dir, key+".json")
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		return "", fmt.Errorf("tunedb: %w", err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/memra-ai/memra/ir"
 	"github.com/memra-ai/memra/ir/arch"
 	"github.com/memra-ai/memra/ir/dtype"
 	"github.com/memra-ai/memra/runtime"
@@ -93,12 +92,4 @@ func (b *Backend) poolHidden(hidden []float32, batch []runtime.EmbedStep, pool r
 		t0 += len(e.Tokens)
 	}
 	return out
-}
-
-// HiddenGraph returns the graph embeddings run (after passes), or nil.
-func (b *Backend) HiddenGraph() *ir.Graph {
-	if b.emb == nil {
-		return nil
-	}
-	return b.emb.e.g
 }
