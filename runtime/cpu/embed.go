@@ -25,6 +25,7 @@ func (b *Backend) prepareEmbedding(src Source) error {
 		return err
 	}
 	emb.info, emb.pool, emb.own, emb.e.kv = b.info, b.pool, b.own, b.e.kv
+	emb.e.team = b.e.workers() // one team of threads: the engine runs one executor at a time
 	t, ne, ok := src.Lookup(fn.Weight)
 	if !ok || len(ne) != 1 || ne[0] != b.hp.Embedding {
 		return fmt.Errorf("%w: %s: the final norm has shape %v, want [%d]", ErrWeight, fn.Weight, ne, b.hp.Embedding)

@@ -210,11 +210,16 @@ func (e *exec) parallel(n, grain int, f func(w, lo, hi int)) {
 	// Several chunks per worker balance uneven cores; chunks are taken in
 	// order so neighbouring rows stay on one core.
 	chunk := max(grain, (n+4*workers-1)/(4*workers))
+	e.workers().run(n, chunk, f)
+}
+
+// workers returns the executor's team, started on first use.
+func (e *exec) workers() *team {
 	if e.team == nil {
 		e.team = newTeam(e.threads - 1)
 		runtime.AddCleanup(e, func(t *team) { t.stop() }, e.team)
 	}
-	e.team.run(n, chunk, f)
+	return e.team
 }
 
 // newExec prepares an executor for g with the given weights (by node ID).
