@@ -194,11 +194,7 @@ func (c *chatShape) blocking(h *respHeader, res []choiceResult, u usage) any {
 		msg := chatMessage{Role: "assistant", Content: &text}
 		finish := string(res[i].finish)
 		if !c.plain() {
-			reasoning, content := "", text
-			if c.reasoning {
-				reasoning, content = tools.SplitReasoning(text, c.startInside)
-			}
-			content, calls := tools.Parse(c.family, content)
+			reasoning, content, calls := splitOutput(text, c.reasoning, c.startInside, c.family)
 			msg.Content = &content
 			if reasoning != "" {
 				msg.ReasoningContent = &reasoning
@@ -327,4 +323,19 @@ func (*chatShape) usage(h *respHeader, u usage) any {
 	c.Choices = []chatChunkChoice{}
 	c.Usage = &u
 	return c
+}
+
+// splitOutput splits a finished text into its reasoning (where the
+// template reasons; startInside: the prompt opened the block), its content
+// and the tool calls of family in it (none for tools.None): the blocking
+// responses of every API shape.
+func splitOutput(text string, reasoning, startInside bool, family tools.Family) (thinking, content string, calls []tools.Call) {
+	content = text
+	if reasoning {
+		thinking, content = tools.SplitReasoning(text, startInside)
+	}
+	if family != tools.None {
+		content, calls = tools.Parse(family, content)
+	}
+	return thinking, content, calls
 }

@@ -90,18 +90,14 @@ func (o *ollamaShape) final(c map[string]any, reason runtime.FinishReason, u usa
 }
 
 func (o *ollamaShape) blocking(h *respHeader, res []choiceResult, u usage) any {
-	text := res[0].text.String()
-	thinking, content := "", text
-	if o.reasoning {
-		thinking, content = tools.SplitReasoning(text, o.startInside)
+	family := tools.None // /api/generate returns no calls
+	if o.chat {
+		family = o.family
 	}
+	thinking, content, parsed := splitOutput(res[0].text.String(), o.reasoning, o.startInside, family)
 	var calls []ollamaCall
-	if o.chat && o.family != tools.None {
-		var parsed []tools.Call
-		content, parsed = tools.Parse(o.family, content)
-		for _, c := range parsed {
-			calls = append(calls, ollamaCall{Function: ollamaFunction{Name: c.Name, Arguments: argsObject(c.Arguments)}})
-		}
+	for _, c := range parsed {
+		calls = append(calls, ollamaCall{Function: ollamaFunction{Name: c.Name, Arguments: argsObject(c.Arguments)}})
 	}
 	return o.final(o.body(o.chunk(true), content, thinking, calls), res[0].finish, u)
 }

@@ -128,15 +128,7 @@ func (rs *responsesShape) reasoningItem(id, text string) map[string]any {
 }
 
 func (rs *responsesShape) blocking(h *respHeader, res []choiceResult, u usage) any {
-	text := res[0].text.String()
-	reasoning, content := "", text
-	if rs.reasoning {
-		reasoning, content = tools.SplitReasoning(text, rs.startInside)
-	}
-	var calls []tools.Call
-	if rs.family != tools.None {
-		content, calls = tools.Parse(rs.family, content)
-	}
+	reasoning, content, calls := splitOutput(res[0].text.String(), rs.reasoning, rs.startInside, rs.family)
 	status := statusOf(res[0].finish)
 	var out []map[string]any
 	if reasoning != "" {
