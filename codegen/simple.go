@@ -74,7 +74,10 @@ func Embedding(t dtype.Type, dim int, arm BlockArm) (*Kernel, error) {
 		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
 			w.Line("pdl_wait();")
 			w.Line("const int tok = blockIdx.x;")
-			w.Line("const u8* row = table + (size_t)ids[tok] * ROW_BYTES;")
+			w.Comment("a negative id (a pipelined step fed a failed choice: NaN, no candidate) reads row 0;")
+			w.Comment("the host retires its sequence and drops the row's result")
+			w.Line("const int id = ids[tok] < 0 ? 0 : ids[tok];")
+			w.Line("const u8* row = table + (size_t)id * ROW_BYTES;")
 			w.Line("float* o = out + (size_t)tok * DIM;")
 			w.Comment("a row of DIM (a multiple of 32) floats is 16-byte aligned when out is")
 			w.Line("const bool vec = " + aligned16("out") + ";")

@@ -80,7 +80,10 @@ extern "C" __global__ void __launch_bounds__(256) embed_q4_k_d256_t256(
         int n) {
     pdl_wait();
     const int tok = blockIdx.x;
-    const u8* row = table + (size_t)ids[tok] * ROW_BYTES;
+    // a negative id (a pipelined step fed a failed choice: NaN, no candidate) reads row 0;
+    // the host retires its sequence and drops the row's result
+    const int id = ids[tok] < 0 ? 0 : ids[tok];
+    const u8* row = table + (size_t)id * ROW_BYTES;
     float* o = out + (size_t)tok * DIM;
     // a row of DIM (a multiple of 32) floats is 16-byte aligned when out is
     const bool vec = (((size_t)out) & 15) == 0;
