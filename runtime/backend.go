@@ -5,6 +5,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 
 	"github.com/memra-ai/memra/runtime/kv"
 )
@@ -98,6 +99,33 @@ type SamplingStepper interface {
 	// stay valid until the next step.
 	StepSample(ctx context.Context, batch []SeqStep, params []*DeviceSampling) ([]Sampled, error)
 }
+
+// PipelinedStepper is an optional fast path of a GreedyStepper or
+// SamplingStepper backend: it queues a step and returns before the step
+// has run, and it can feed a decode step the tokens the step before it
+// chose without the host seeing them first. The engine launches step n+1
+// before it takes step n's tokens, so the host's work between steps
+// (emitting text, stop strings, the next step's inputs) overlaps the
+// device's.
+type PipelinedStepper interface {
+	// Launch queues one step over batch, as StepGreedy runs it where
+	// params is nil and as StepSample where it is set (then with every
+	// params[i] set), every entry with one token and Logits. With feed,
+	// the step launched before it had as many entries and the same kind
+	// of sampling, and the backend replaces entry i's token with the one
+	// that step chose for its entry i. Launch queues nothing and returns
+	// an error wrapping ErrNotPipelined where it cannot run batch this
+	// way; at most two launched steps wait for Collect.
+	Launch(ctx context.Context, batch []SeqStep, params []*DeviceSampling, feed bool) error
+	// Collect waits for the oldest launched step not yet collected and
+	// returns its results as StepGreedy (greedy launches) or StepSample
+	// would. They stay valid until the next Collect.
+	Collect(ctx context.Context) (greedy []int32, sampled []Sampled, err error)
+}
+
+// ErrNotPipelined is PipelinedStepper.Launch's refusal of a step it can
+// only run as a whole (Step, StepGreedy or StepSample).
+var ErrNotPipelined = errors.New("the step cannot be pipelined")
 
 // DeviceSampling is one entry's sampling as a SamplingStepper takes it:
 // the request's parameters, with what depends on the sequence's history

@@ -116,6 +116,9 @@ type Stats struct {
 	// SpecSteps counts sequence-steps that fed drafts, SpecDrafted their
 	// drafted tokens and SpecAccepted those the target accepted.
 	SpecSteps, SpecDrafted, SpecAccepted int64
+	// FedSteps counts decode steps launched before the host had the
+	// tokens of the step before them (pipelined.go), fed on the device.
+	FedSteps int64
 }
 
 // vocabulary is what the engine needs of a tokenizer.
@@ -163,6 +166,12 @@ type Engine struct {
 	inflight map[kv.Key]*sequence
 
 	embeds embedQueue // embedding requests (embed_engine.go); guarded by mu
+
+	// flight is the step launched on a PipelinedStepper and not yet
+	// collected (pipelined.go; loop goroutine only)
+	flight *flight
+	// collected is when the last pipelined step was collected
+	collected time.Time
 }
 
 func newEngine(b Backend, v vocabulary, tok *tokenizer.Tokenizer, cfg EngineConfig) *Engine {

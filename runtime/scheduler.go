@@ -38,6 +38,7 @@ type sequence struct {
 	published int      // leading pages published to the prefix cache
 	hit       int      // prompt tokens the first admission took from the cache
 	started   bool     // admitted once (a preempted sequence is requeued)
+	retired   bool     // its last event was sent (retire)
 
 	spec specState // speculative decoding (Engine.spec)
 }
@@ -55,6 +56,7 @@ func (e *Engine) loop() {
 	defer close(e.done)
 	var running []*sequence
 	defer func() {
+		e.settle()
 		e.mu.Lock()
 		queued := e.queue
 		e.queue = nil
@@ -72,7 +74,12 @@ func (e *Engine) loop() {
 		}
 		running = e.admit(running)
 		running = e.dropCancelled(running)
-		e.embedStep(len(running)) // embedding requests (embed_engine.go)
+		if len(running) == 0 {
+			e.settle() // a pipelined step of sequences that all ended
+		}
+		if e.flight == nil {
+			e.embedStep(len(running)) // embedding requests (embed_engine.go)
+		}
 		if len(running) == 0 {
 			e.count(running)
 			select {
@@ -144,6 +151,9 @@ func (e *Engine) dropCancelled(running []*sequence) []*sequence {
 // step builds one batch from running, runs it, samples and emits, and
 // returns the sequences that go on.
 func (e *Engine) step(running []*sequence) []*sequence {
+	if e.flight != nil {
+		return e.stepAhead(running) // pipelined.go
+	}
 	start := time.Now()
 	e.draft(running)
 	running = e.growPages(running)
@@ -196,6 +206,11 @@ func (e *Engine) step(running []*sequence) []*sequence {
 			add(s, n)
 		}
 	}
+	if prompt == 0 {
+		if ahead, ok := e.launch(batch, members, running); ok { // pipelined.go
+			return ahead
+		}
+	}
 	var logits [][]float32
 	var greedy []int32
 	var dev []Sampled // tokens chosen on the device, where an entry has no Logits
@@ -237,13 +252,24 @@ func (e *Engine) step(running []*sequence) []*sequence {
 		}
 		return remaining(running, members)
 	}
+	return remaining(running, e.apply(batch, members, groups, greedy, dev, logits))
+}
+
+// apply takes a step's results (greedy ids, the device's choices or
+// logits to sample) for the sequences of batch (members, groups as in
+// step), emits what they release and returns the sequences that finished.
+// A member retired since the step was launched is passed over.
+func (e *Engine) apply(batch []SeqStep, members []*sequence, groups map[int]int, greedy []int32, dev []Sampled, logits [][]float32) []*sequence {
 	var pre []sampled
-	if greedy == nil {
+	if greedy == nil && logits != nil {
 		pre = sampleParallel(batch, members, logits)
 	}
 	var finished []*sequence
 	for i := 0; i < len(members); i++ {
 		s := members[i]
+		if s.retired {
+			continue
+		}
 		if n := groups[i]; n > 0 {
 			if e.verify(s, i, n, greedy, logits) {
 				finished = append(finished, s)
@@ -289,7 +315,7 @@ func (e *Engine) step(running []*sequence) []*sequence {
 			finished = append(finished, s)
 		}
 	}
-	return remaining(running, finished)
+	return finished
 }
 
 // countStep adds a step of rows entries, prompt of them prompt tokens
@@ -554,6 +580,7 @@ func (e *Engine) finish(s *sequence, reason FinishReason, stopped bool) {
 // retire frees s's pages and backend sequence, sends its last event and
 // closes its channel. An Err event is also marked Done.
 func (e *Engine) retire(s *sequence, last Event) {
+	s.retired = true
 	e.dropPages(s)
 	if s.stopWake != nil {
 		s.stopWake()

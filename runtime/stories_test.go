@@ -85,3 +85,41 @@ func TestStoriesBatchedEqualsSolo(t *testing.T) {
 		require.Equal(t, together[i], solo, "request %d", i)
 	}
 }
+
+// TestStoriesPipelined: stories260K on the CPU backend, its decode steps
+// pipelined (fed the tokens of the step before on the "device"), gives
+// the text of plain steps, requests alone and four at a time.
+func TestStoriesPipelined(t *testing.T) {
+	m, err := builtin.Open()
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	prompts := []string{"Once upon a time", "Lily saw a big dog", "The sun was", "Tom had a red ball"}
+	run := func(pipe bool, running int) ([]string, runtime.Backend) {
+		b, err := cpu.New(m, cpu.Options{Threads: 2})
+		require.NoError(t, err)
+		var eb runtime.Backend = b
+		if pipe {
+			eb = runtime.Pipelined(b)
+		}
+		e := runtime.NewEngine(eb, m.Tokenizer, runtime.EngineConfig{MaxRunning: running})
+		defer e.Close()
+		chans := make([]<-chan runtime.Event, len(prompts))
+		for i, p := range prompts {
+			ids := m.Tokenizer.Encode(p, true, false)
+			chans[i], err = e.Submit(context.Background(), runtime.Request{Prompt: ids, MaxTokens: 24 + 6*i})
+			require.NoError(t, err)
+		}
+		out := make([]string, len(prompts))
+		for i, ch := range chans {
+			out[i], _, _ = generate(t, ch)
+		}
+		return out, eb
+	}
+	for _, running := range []int{1, 4} {
+		want, _ := run(false, running)
+		got, b := run(true, running)
+		require.Equal(t, want, got, "running %d", running)
+		_, fed := runtime.PipelineCounts(b)
+		require.Positive(t, fed)
+	}
+}

@@ -50,6 +50,9 @@ type Stats struct {
 	// SpecSteps counts sequence-steps that verified drafts, SpecDrafted
 	// and SpecAccepted their drafted and accepted tokens.
 	SpecSteps, SpecDrafted, SpecAccepted int64
+	// FedSteps counts decode steps launched before the tokens of the step
+	// before them reached the host (fed on the device).
+	FedSteps int64
 }
 
 // Engine is exactly what the server uses of a loaded model's engine

@@ -84,6 +84,8 @@ var (
 		"Entries of the engine's steps by kind (a decode step's mean width: rows ÷ memra_engine_steps_total{kind=\"decode\"}).", []string{"model", "kind"}, nil)
 	descStepKindTime = prometheus.NewDesc("memra_engine_step_seconds_total",
 		"Backend time of the engine's steps by kind: decode (no prompt tokens) or prefill (prompt chunks with the decodes beside them).", []string{"model", "kind"}, nil)
+	descFed = prometheus.NewDesc("memra_engine_fed_steps_total",
+		"Decode steps launched before the host had the tokens of the step before them, which the device fed them (pipelined decode).", []string{"model"}, nil)
 	descSpec = prometheus.NewDesc("memra_spec_tokens_total",
 		"Speculative decoding: tokens drafted and tokens the target accepted (acceptance rate: accepted ÷ drafted).", []string{"model", "kind"}, nil)
 	descSpecSteps = prometheus.NewDesc("memra_spec_steps_total",
@@ -125,6 +127,7 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descComputed
 	ch <- descPreempt
 	ch <- descSteps
+	ch <- descFed
 	ch <- descStepTime
 	ch <- descStepRows
 	ch <- descStepKindTime
@@ -165,6 +168,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descStepRows, prometheus.CounterValue, float64(st.PrefillRows), m.ID, "prefill")
 		ch <- prometheus.MustNewConstMetric(descStepKindTime, prometheus.CounterValue, st.BackendSeconds-st.PrefillSeconds, m.ID, "decode")
 		ch <- prometheus.MustNewConstMetric(descStepKindTime, prometheus.CounterValue, st.PrefillSeconds, m.ID, "prefill")
+		ch <- prometheus.MustNewConstMetric(descFed, prometheus.CounterValue, float64(st.FedSteps), m.ID)
 		ch <- prometheus.MustNewConstMetric(descSpec, prometheus.CounterValue, float64(st.SpecDrafted), m.ID, "drafted")
 		ch <- prometheus.MustNewConstMetric(descSpec, prometheus.CounterValue, float64(st.SpecAccepted), m.ID, "accepted")
 		ch <- prometheus.MustNewConstMetric(descSpecSteps, prometheus.CounterValue, float64(st.SpecSteps), m.ID)
