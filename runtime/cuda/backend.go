@@ -178,6 +178,8 @@ type Backend struct {
 	drop *regexp.Regexp
 
 	emb *embedState // the embedding program (embed.go), or nil
+
+	pipe pipeState // pipelined decode steps (pipeline.go)
 }
 
 var (
@@ -585,7 +587,11 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	err := b.dev.Do(func(c *Ctx) error {
-		errs := []error{b.bpf.close()}
+		var errs []error
+		if b.stream != 0 && b.pipe.ready {
+			errs = append(errs, c.StreamSync(b.stream), b.pipe.close(c)) // launched steps nobody collected
+		}
+		errs = append(errs, b.bpf.close())
 		for _, g := range b.graphs {
 			errs = append(errs, c.DestroyGraphExec(g))
 		}

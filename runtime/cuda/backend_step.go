@@ -69,6 +69,10 @@ func (b *Backend) step(ctx context.Context, batch []runtime.SeqStep, mode stepMo
 	if err := b.check(batch); err != nil {
 		return err
 	}
+	if b.pipe.count > 0 {
+		return fmt.Errorf("%w: a step while %d launched steps wait for Collect", ErrBatch, b.pipe.count)
+	}
+	b.pipe.prevN = -1 // its outputs take the place of a launched step's: nothing may be fed them
 	V := b.info.VocabSize
 	if len(b.logits) < len(batch)*V {
 		b.logits = make([]float32, b.opts.MaxSeqs*V)

@@ -25,6 +25,7 @@ type driver struct {
 	cuFuncSetAttribute, cuLaunchKernel, cuLaunchKernelEx                  uintptr
 	cuStreamBeginCapture, cuStreamEndCapture                              uintptr
 	cuGraphInstantiate, cuGraphLaunch, cuGraphDestroy, cuGraphExecDestroy uintptr
+	cuMemAllocHost, cuMemFreeHost, cuMemcpy2DAsync                        uintptr
 }
 
 var (
@@ -85,6 +86,9 @@ func loadDriver() (*driver, error) {
 			"cuGraphLaunch":                            &d.cuGraphLaunch,
 			"cuGraphDestroy":                           &d.cuGraphDestroy,
 			"cuGraphExecDestroy":                       &d.cuGraphExecDestroy,
+			"cuMemAllocHost_v2":                        &d.cuMemAllocHost,
+			"cuMemFreeHost":                            &d.cuMemFreeHost,
+			"cuMemcpy2DAsync_v2":                       &d.cuMemcpy2DAsync,
 		})
 		if err != nil {
 			drvErr = err

@@ -137,6 +137,9 @@ func (b *Backend) Embed(ctx context.Context, batch []runtime.EmbedStep, pool run
 	if err := b.check(steps); err != nil {
 		return nil, err
 	}
+	if b.pipe.count > 0 {
+		return nil, fmt.Errorf("%w: embeddings while %d launched steps wait for Collect", ErrBatch, b.pipe.count)
+	}
 	tables := make([][]int32, len(batch))
 	need := make([][2]int, len(batch))
 	rows := make([][]float32, len(batch)) // per entry: the rows its pooling reads, one after another
