@@ -76,8 +76,13 @@ func DecodeArms() []DecodeArm {
 // recorded entries stay as they are.
 var DecodeLiveKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 128, 256, 512, 1024}}, {"live", []int{1, 2, 3}}}
 
-// DefaultDecodeLiveArm is the live-length arm used before tuning.
-var DefaultDecodeLiveArm = DecodeArm{Threads: 256, Chunk: 128, Live: 2}
+// DefaultDecodeLiveArm is the live-length arm used before tuning: Live 3,
+// which lowering gives the card's multiprocessors. It won on both cards
+// measured: on the H200 five 128-key splits beat Live 2's twenty at batch 1
+// and 16; on the H100 (llama2-7b q4_k_m at a server's 4,096-position
+// cache, tg128@512) 411.56 tok/s against 384.12 at batch 1 and 3,219.52
+// against 2,404.89 at batch 64 (docs/PERFORMANCE.md, session 21).
+var DefaultDecodeLiveArm = DecodeArm{Threads: 256, Chunk: 128, Live: 3}
 
 // String is the arm's short name used in kernel names and tables.
 func (a DecodeArm) String() string {

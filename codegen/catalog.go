@@ -97,12 +97,19 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 		return nil, err
 	}
 	ks = append(ks, p, c)
-	live := DefaultDecodeLiveArm
-	live.Live = 2 // the runtime's default decode attention
-	if p, c, err = DecodeAttention(s.Attn(cache), live); err != nil {
-		return nil, err
+	// the runtime's default decode attention (Live 3 at the default card's
+	// multiprocessors) and Live 2, its tuned alternative
+	for _, live := range []int{3, 2} {
+		arm := DefaultDecodeLiveArm
+		arm.Live = live
+		if live == 3 {
+			arm.SMs = DefaultMultiprocessors
+		}
+		if p, c, err = DecodeAttention(s.Attn(cache), arm); err != nil {
+			return nil, err
+		}
+		ks = append(ks, p, c)
 	}
-	ks = append(ks, p, c)
 	if err := add(PrefillAttention(s.Attn(cache), DefaultPrefillArm)); err != nil {
 		return nil, err
 	}

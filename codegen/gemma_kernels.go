@@ -239,6 +239,9 @@ func GemmaKernels(s Shape) ([]*Kernel, error) {
 	}
 	live := DefaultDecodeLiveArm
 	live.Preload = true
+	live.SMs = DefaultMultiprocessors // the runtime's default, Live 3
+	live2 := live
+	live2.Live, live2.SMs = 2, 0
 	for _, cache := range []dtype.Type{dtype.F16, CacheQ8} {
 		if CheckCacheRow(cache, s.HeadsKV, s.HeadDim) != nil {
 			continue
@@ -246,7 +249,7 @@ func GemmaKernels(s Shape) ([]*Kernel, error) {
 		for _, cp := range []float32{0, GemmaSoftcap} {
 			as := s.Attn(cache)
 			as.Window, as.Softcap = s.Window, cp
-			for _, arm := range []DecodeArm{DefaultDecodeArm, live} {
+			for _, arm := range []DecodeArm{DefaultDecodeArm, live, live2} {
 				p, c, err := DecodeAttention(as, arm)
 				if err != nil {
 					return nil, err

@@ -84,6 +84,7 @@ func TestGemmaKernelNames(t *testing.T) {
 	w := plain
 	w.Window = 1024
 	live := DefaultDecodeLiveArm
+	live.SMs = DefaultMultiprocessors
 	require.Equal(t, live.Splits(1024), live.Splits(w.KeySpan(32768)))
 	g := p.Launch(Dims{Seqs: 2, KVLen: 32768})
 	pw, _, err := DecodeAttention(w, live)

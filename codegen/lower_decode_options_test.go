@@ -281,7 +281,7 @@ func TestLowerDecodeLive3Pick(t *testing.T) {
 	require.NoError(t, err)
 	for _, k := range p.Kernels {
 		if k.Family == "attn_decode" {
-			require.Contains(t, k.Name, "_l2", "untuned: Live 2")
+			require.Contains(t, k.Name, "t256_c128_l3_m114", "untuned: the default Live 3 arm at the card's multiprocessors")
 		}
 	}
 }

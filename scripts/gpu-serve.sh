@@ -153,12 +153,6 @@ speed)
 	# the same with the server's 4,096 positions a sequence (decode attention's live splits spread
 	# the live length over the splits the context gives)
 	step bench-engine-ctx4096 "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64 --context 4096
-	# and with decode attention's Live 3 (splits sized by the multiprocessors) named by a user
-	# tunedb entry under the shipped sm_90 key the H100 borrows (llama2-7b's class h32_32_d128_f16)
-	live3=$OUT/cfg-live3/memra/tunedb
-	mkdir -p "$live3"
-	printf '{"format": 1, "key": "nvidia-h200.sm90.132sm.140gib", "device": {"Name": "NVIDIA H200", "SMMajor": 9, "SMMinor": 0, "SMs": 132, "MemGiB": 140},\n "entries": [{"family": "attn_decode_live", "class": "h32_32_d128_f16", "arm": {"threads": 256, "chunk": 128, "live": 3}, "arm_name": "t256_c128_l3_m0", "time_us": 1, "tried": 1, "date": "2026-12-06", "memra_version": "dev", "driver": 0}]}\n' >"$live3/nvidia-h200.sm90.132sm.140gib.json"
-	XDG_CONFIG_HOME=$OUT/cfg-live3 step bench-engine-ctx4096-live3 "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64 --context 4096
 	rate64=$(sed -n -E 's/^\| 2.*tg128@512 \| 64 \| [0-9]+ \| ([0-9.]+) .*/\1/p' "$OUT/bench-engine.log" | head -1)
 	speed_serve() { # speed_serve STEP_TOKENS
 		serve_up 8199 --model "l7=$L7" --max-running 64 --max-batch-tokens "$1" || return 1
@@ -178,7 +172,7 @@ speed)
 	for m in ${STEP_TOKENS:-512 2048}; do
 		step "serve-speed-m$m" speed_serve "$m"
 	done
-	grep -H -E '^\| 2.*tg' "$OUT/bench-engine.log" "$OUT/bench-engine-ctx4096.log" "$OUT/bench-engine-ctx4096-live3.log"
+	grep -H -E '^\| 2.*tg' "$OUT/bench-engine.log" "$OUT/bench-engine-ctx4096.log"
 	for d in "$OUT"/speed-*; do echo "== $d"; grep -E '^\| [0-9]' "$d/serve-bench.md"; done
 	for f in "$OUT"/metrics-*.txt; do echo "== $f"; cat "$f"; done
 	;;

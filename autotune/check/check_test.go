@@ -157,7 +157,7 @@ func TestKernelCheckCases(t *testing.T) {
 			require.Equal(t, codegen.DefaultDecodeLiveArm.Splits(capacity), l.Args[0][8].Scalar)
 			name := l.Kernels[0].Name
 			require.Equal(t, strings.Contains(c.Label, "+preload"), strings.HasSuffix(name, "_p") || strings.Contains(name, "_p_"), name)
-			require.Equal(t, c.Label == "attn_decode_live3", strings.Contains(l.Kernels[0].Name, "_l3_m132"), l.Kernels[0].Name)
+			require.Contains(t, l.Kernels[0].Name, "_l3_m132", "the default is Live 3 at the default card's multiprocessors")
 			require.Contains(t, l.Kernels[0].Source, "pdl_wait")
 		}
 	}
