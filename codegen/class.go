@@ -145,6 +145,11 @@ func (l *lowerer) decodeArm(class string) DecodeArm {
 		// by the thousand: spread the live keys instead (DecodeArm.Splits)
 		arm.Live = 2
 	}
+	if arm.Live == 3 && l.o.BatchInvariant {
+		// Live 3 sizes a sequence's splits by the step's sequence count, so
+		// its sums would depend on the batch: Live 2's depend on its length
+		arm.Live = 2
+	}
 	if arm.Live == 3 {
 		arm.SMs = cmp.Or(l.o.Multiprocessors, DefaultMultiprocessors)
 	}

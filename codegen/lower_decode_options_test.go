@@ -284,4 +284,12 @@ func TestLowerDecodeLive3Pick(t *testing.T) {
 			require.Contains(t, k.Name, "t256_c128_l3_m114", "untuned: the default Live 3 arm at the card's multiprocessors")
 		}
 	}
+	o.BatchInvariant = true
+	p, err = Lower(g, o)
+	require.NoError(t, err)
+	for _, k := range p.Kernels {
+		if k.Family == "attn_decode" {
+			require.Contains(t, k.Name, "t256_c128_l2", "batch-invariant: Live 2, whose splits follow the length alone")
+		}
+	}
 }
