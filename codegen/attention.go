@@ -332,7 +332,7 @@ func decodePartial(s AttnShape, arm DecodeArm) (*Kernel, error) {
 		}})
 	})
 	return &Kernel{Family: "attn_decode", Name: pname, Source: psrc, Params: pparams, Launch: func(d Dims) Geometry {
-		return Geometry{Grid: dim3(s.HeadsKV, arm.Splits(s.KeySpan(d.KVLen)), d.Seqs), Block: dim3(arm.Threads, 1, 1)}
+		return Geometry{Grid: dim3(s.HeadsKV, arm.LaunchSplits(arm.Splits(s.KeySpan(d.KVLen)), d.Seqs, s.HeadsKV), d.Seqs), Block: dim3(arm.Threads, 1, 1)}
 	}}, nil
 }
 

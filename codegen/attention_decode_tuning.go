@@ -114,7 +114,8 @@ func (a DecodeArm) liveChunk(w *Writer, nseq string) {
 		w.Line("const int chunk = max(min(CHUNK, max(32, ((len + splits - 1) / splits + 31) & ~31)), ((len + splits - 1) / splits + 31) & ~31);")
 	case 3:
 		w.Linef("const int want = (%d + HKV * %s - 1) / (HKV * %s); // splits that give each multiprocessor a block", a.SMs, nseq, nseq)
-		w.Line("const int chunk = max(min(CHUNK, max(32, (max((len + splits - 1) / splits, (len + want - 1) / want) + 31) & ~31)), ((len + splits - 1) / splits + 31) & ~31);")
+		w.Linef("const int ns = min(splits, (%d + HKV * %s - 1) / (HKV * %s)); // the splits launched (launchSplits)", liveBlocksPerSM*a.SMs, nseq, nseq)
+		w.Line("const int chunk = max(min(CHUNK, max(32, (max((len + ns - 1) / ns, (len + want - 1) / want) + 31) & ~31)), ((len + ns - 1) / ns + 31) & ~31);")
 	default:
 		w.Line("const int chunk = CHUNK;")
 	}
@@ -130,9 +131,30 @@ func (a DecodeArm) ChunkFor(kvLen, splits, seqs, hkv int) int {
 		return max(min(a.Chunk, max(32, up(ceilDiv(kvLen, splits)))), up(ceilDiv(kvLen, splits)))
 	case 3:
 		want := ceilDiv(a.SMs, hkv*seqs)
-		return max(min(a.Chunk, max(32, up(max(ceilDiv(kvLen, splits), ceilDiv(kvLen, want))))), up(ceilDiv(kvLen, splits)))
+		ns := a.LaunchSplits(splits, seqs, hkv)
+		return max(min(a.Chunk, max(32, up(max(ceilDiv(kvLen, ns), ceilDiv(kvLen, want))))), up(ceilDiv(kvLen, ns)))
 	}
 	return a.Chunk
+}
+
+// liveBlocksPerSM is the partial kernel's blocks a multiprocessor that
+// Live 3 launches at most: with many sequences a capacity's splits are
+// mostly empty (64 sequences × 32 kv heads × 32 splits of a 4,096-position
+// cache is 65,536 blocks for about 10,000 that hold keys), so it launches
+// only the splits that give every multiprocessor this many blocks, each
+// split the longer for it.
+const liveBlocksPerSM = 4
+
+// LaunchSplits is the partial kernel's launched splits of a launch whose
+// capacity gives splits (Splits), over seqs sequences of hkv kv heads:
+// splits, or for Live 3 the fewest that give each multiprocessor
+// liveBlocksPerSM blocks. The partials keep the capacity's layout (a
+// sequence's head strides splits); the launched ones cover its keys.
+func (a DecodeArm) LaunchSplits(splits, seqs, hkv int) int {
+	if a.Live != 3 {
+		return splits
+	}
+	return max(1, min(splits, ceilDiv(liveBlocksPerSM*a.SMs, hkv*seqs)))
 }
 
 // liveSplits writes, for the live arms, "const int live": the splits that
@@ -142,7 +164,11 @@ func (a DecodeArm) liveSplits(w *Writer) string {
 	if a.Live == 0 {
 		return "splits"
 	}
-	w.Line("const int live = min(splits, (len + chunk - 1) / chunk); // the splits holding keys; neutral partials (sum 0) are skipped too")
+	n := "splits"
+	if a.Live == 3 {
+		n = "ns"
+	}
+	w.Linef("const int live = min(%s, (len + chunk - 1) / chunk); // the splits holding keys; neutral partials (sum 0) are skipped too", n)
 	return "live"
 }
 

@@ -63,7 +63,7 @@ func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32
 		}
 		chunk := chunkOf(n0 - lo)
 		for kvh := range HKV {
-			for split := range splits {
+			for split := range arm.LaunchSplits(splits, seqs, HKV) { // the launched blocks
 				j0 := lo + split*chunk
 				n := min(chunk, n0-j0)
 				p0 := (seq*HQ+kvh*G)*splits + split
@@ -288,7 +288,7 @@ func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32
 		live := splits
 		if arm.Live != 0 {
 			chunk := chunkOf(n0)
-			live = min(splits, (n0+chunk-1)/chunk)
+			live = min(arm.LaunchSplits(splits, seqs, HKV), (n0+chunk-1)/chunk)
 		}
 		for h := range HQ {
 			p0 := (seq*HQ + h) * splits
@@ -366,7 +366,7 @@ func TestDecodeKernelEmulation(t *testing.T) {
 						chunk = arm.ChunkFor(int(n), splits, len(lens), s.HeadsKV)
 					}
 					for h := range s.Heads {
-						for sp := range splits {
+						for sp := range arm.LaunchSplits(splits, len(lens), s.HeadsKV) { // the others are not launched
 							p := (seq*s.Heads+h)*splits + sp
 							empty := sp*chunk >= int(n)
 							if empty {
@@ -453,7 +453,8 @@ func TestDecodeArmSplits(t *testing.T) {
 	}
 }
 
-// TestDecodeArmChunkFor: Live 3 takes the fewest splits that still give
+// TestDecodeArmChunkFor: Live 3 launches only the splits that give every
+// multiprocessor four blocks and takes the fewest of them that still give
 // every multiprocessor a block (five of 128 keys for llama2-7b's 32 kv
 // heads at 600 keys, whatever the capacity), never more splits than the
 // launch has, and Live 2 spreads the live keys over all of them.
@@ -469,11 +470,12 @@ func TestDecodeArmChunkFor(t *testing.T) {
 		{l2, 600, 32, 1, 32, 32},  // a served 4096-position cache
 		{l3, 600, 5, 1, 32, 128},  // want 5
 		{l3, 600, 32, 1, 32, 128}, // the same five splits
-		{l3, 600, 32, 16, 32, 128},
+		{l3, 600, 32, 16, 32, 320}, // 16 sequences: two splits launched (four blocks a multiprocessor)
+		{l3, 600, 32, 64, 32, 608}, // 64 sequences: one split of all the keys
 		{l3, 100, 32, 1, 32, 32}, // four splits of 32 keys
 		{l3, 600, 32, 1, 8, 64},  // want 17 splits: 36 keys, rounded up to 64
 		{l3, 600, 5, 1, 8, 128},  // no more than the launch's 5 splits
-		{l3, 4000, 32, 1, 32, 128},
+		{l3, 4000, 32, 1, 32, 256}, // 17 splits launched: 4,000 keys in 16 of 256
 		{DecodeArm{Chunk: 128, Live: 1}, 600, 32, 1, 32, 128},
 	} {
 		require.Equal(t, c.want, c.arm.ChunkFor(c.kvLen, c.splits, c.seqs, c.hkv), "%+v", c)
@@ -486,7 +488,8 @@ func TestDecodeArmChunkFor(t *testing.T) {
 		n, seqs, hkv := 1+r.IntN(capacity), 1+r.IntN(64), 1<<r.IntN(6)
 		chunk := arm.ChunkFor(n, splits, seqs, hkv)
 		require.True(t, chunk >= 32 && chunk%32 == 0 || chunk == arm.Chunk, "%+v", arm)
-		require.LessOrEqual(t, ceilDiv(n, chunk), splits, "%+v: %d keys in %d splits of %d (capacity %d)", arm, n, splits, chunk, capacity)
+		launched := arm.LaunchSplits(splits, seqs, hkv)
+		require.LessOrEqual(t, ceilDiv(n, chunk), launched, "%+v: %d keys in %d launched splits of %d (capacity %d)", arm, n, launched, chunk, capacity)
 	}
 }
 

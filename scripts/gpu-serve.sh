@@ -154,15 +154,18 @@ speed)
 	# the live length over the splits the context gives)
 	step bench-engine-ctx4096 "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64 --context 4096
 	rate64=$(sed -n -E 's/^\| 2.*tg128@512 \| 64 \| [0-9]+ \| ([0-9.]+) .*/\1/p' "$OUT/bench-engine.log" | head -1)
+	rate1=$(sed -n -E 's/^\| 2.*tg128@512 \| 1 \| [0-9]+ \| ([0-9.]+) .*/\1/p' "$OUT/bench-engine.log" | head -1)
 	speed_serve() { # speed_serve STEP_TOKENS
 		serve_up 8199 --model "l7=$L7" --max-running 64 --max-batch-tokens "$1" || return 1
 		local c t rc=0 seed=10
 		for lv in 1:1 1:0 64:1 64:0; do
 			c=${lv%:*} t=${lv#*:} seed=$((seed + 1))
+			rate=$rate64
+			[ "$c" = 1 ] && rate=$rate1
 			d=${SPEED_DURATION:-20s}
 			[ "$c" = 64 ] && d=${SPEED64_DURATION:-45s}
 			"$BIN" bench serve --url http://127.0.0.1:8199 --endpoint completions --concurrency $c --prompt-tokens 512 \
-				--max-tokens 128 --temperature $t --duration "$d" --seed $seed ${rate64:+--engine-rate $rate64} \
+				--max-tokens 128 --temperature $t --duration "$d" --seed $seed ${rate:+--engine-rate $rate} \
 				--out "$OUT/speed-m$1-c$c-t$t" || rc=1
 		done
 		curl -s http://127.0.0.1:8199/metrics | grep -E '^memra_(engine|kv_pages|preempt|prefix|prompt)' >"$OUT/metrics-m$1.txt"

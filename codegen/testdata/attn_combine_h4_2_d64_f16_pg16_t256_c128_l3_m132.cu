@@ -64,8 +64,9 @@ extern "C" __global__ void __launch_bounds__(64) attn_combine_h4_2_d64_f16_pg16_
     const size_t p0 = (size_t)(seq * HQ + h) * splits;
     const int len = kv_len[seq];
     const int want = (132 + HKV * gridDim.y - 1) / (HKV * gridDim.y); // splits that give each multiprocessor a block
-    const int chunk = max(min(CHUNK, max(32, (max((len + splits - 1) / splits, (len + want - 1) / want) + 31) & ~31)), ((len + splits - 1) / splits + 31) & ~31);
-    const int live = min(splits, (len + chunk - 1) / chunk); // the splits holding keys; neutral partials (sum 0) are skipped too
+    const int ns = min(splits, (528 + HKV * gridDim.y - 1) / (HKV * gridDim.y)); // the splits launched (launchSplits)
+    const int chunk = max(min(CHUNK, max(32, (max((len + ns - 1) / ns, (len + want - 1) / want) + 31) & ~31)), ((len + ns - 1) / ns + 31) & ~31);
+    const int live = min(ns, (len + chunk - 1) / chunk); // the splits holding keys; neutral partials (sum 0) are skipped too
     // the max over the splits, read in parallel
     float mx = __int_as_float(0xff800000);
     for (int i = threadIdx.x; i < live; i += HD) {

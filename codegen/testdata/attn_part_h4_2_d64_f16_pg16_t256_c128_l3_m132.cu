@@ -104,7 +104,8 @@ extern "C" __global__ void __launch_bounds__(256) attn_part_h4_2_d64_f16_pg16_t2
     pdl_wait();
     const int len = kv_len[seq];
     const int want = (132 + HKV * gridDim.z - 1) / (HKV * gridDim.z); // splits that give each multiprocessor a block
-    const int chunk = max(min(CHUNK, max(32, (max((len + splits - 1) / splits, (len + want - 1) / want) + 31) & ~31)), ((len + splits - 1) / splits + 31) & ~31);
+    const int ns = min(splits, (528 + HKV * gridDim.z - 1) / (HKV * gridDim.z)); // the splits launched (launchSplits)
+    const int chunk = max(min(CHUNK, max(32, (max((len + ns - 1) / ns, (len + want - 1) / want) + 31) & ~31)), ((len + ns - 1) / ns + 31) & ~31);
     const int j0 = split * chunk;
     const int n = min(chunk, len - j0);
     // query head kvh * GROUP + g writes partial po0 + g * splits
