@@ -158,7 +158,7 @@ speed)
 	speed_serve() { # speed_serve STEP_TOKENS
 		serve_up 8199 --model "l7=$L7" --max-running 64 --max-batch-tokens "$1" || return 1
 		local c t rc=0 seed=10
-		for lv in 1:1 1:0 64:1 64:0; do
+		for lv in ${LEVELS:-1:1 1:0 64:1 64:0}; do # concurrency:temperature
 			c=${lv%:*} t=${lv#*:} seed=$((seed + 1))
 			rate=$rate64
 			[ "$c" = 1 ] && rate=$rate1
