@@ -106,6 +106,9 @@ func (e *Engine) stepAhead(running []*sequence) []*sequence {
 	e.flight = e.lookahead(ps, f, running)
 	greedy, dev, err := ps.Collect(e.stepCtx)
 	e.countPipelined(f, len(f.batch))
+	if err == nil && (greedy == nil && len(dev) != len(f.batch) || greedy != nil && len(greedy) != len(f.batch)) {
+		err = fmt.Errorf("the backend returned %d results for %d sequences", max(len(greedy), len(dev)), len(f.batch))
+	}
 	if err != nil {
 		if e.stepCtx.Err() != nil {
 			return running // closing: the loop's exit ends them
@@ -114,16 +117,6 @@ func (e *Engine) stepAhead(running []*sequence) []*sequence {
 		for _, s := range f.members {
 			if !s.retired {
 				e.retire(s, Event{Err: fmt.Errorf("%w: %w", ErrBackend, err)})
-			}
-		}
-		return remaining(running, f.members)
-	}
-	if greedy == nil && len(dev) != len(f.batch) || greedy != nil && len(greedy) != len(f.batch) {
-		e.settle()
-		err := fmt.Errorf("%w: the backend returned %d results for %d sequences", ErrBackend, max(len(greedy), len(dev)), len(f.batch))
-		for _, s := range f.members {
-			if !s.retired {
-				e.retire(s, Event{Err: err})
 			}
 		}
 		return remaining(running, f.members)

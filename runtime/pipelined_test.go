@@ -29,6 +29,8 @@ type eagerPipe struct {
 	last     pipeOut // the last launched step's results
 	launched int
 	fed      int
+	// short drops a collected step's last result (a backend gone wrong)
+	short bool
 }
 
 // eagerSamplePipe is eagerPipe over a SamplingStepper, which it stays.
@@ -164,6 +166,9 @@ func (p *eagerPipe) Collect(ctx context.Context) ([]int32, []Sampled, error) {
 	p.queue = p.queue[1:]
 	if out.err != nil {
 		return nil, nil, out.err
+	}
+	if p.short && len(out.greedy) > 0 {
+		out.greedy = out.greedy[:len(out.greedy)-1]
 	}
 	return out.greedy, out.sampled, nil
 }
@@ -318,4 +323,27 @@ func TestEnginePipelinedEnds(t *testing.T) {
 	require.ErrorIs(t, got[0].final.Err, context.Canceled)
 	require.Equal(t, want[0].toks[:len(got[0].toks)], got[0].toks, "the cancelled request's tokens until then")
 	require.Equal(t, want[1], got[1])
+}
+
+// TestEnginePipelinedShortResults: a pipelined step that comes back with
+// fewer results than entries ends its requests with a backend error
+// naming the counts; the engine goes on serving.
+func TestEnginePipelinedShortResults(t *testing.T) {
+	const vocab = 32
+	p := &eagerPipe{Backend: newFakeBackend(vocab, 64, hashLogits(vocab)), short: true}
+	e := newEngine(p, pipeVocab(vocab), nil, EngineConfig{MaxRunning: 2})
+	defer e.Close()
+	ch, err := e.Submit(context.Background(), Request{Prompt: []int32{1, 2}, MaxTokens: 8, IgnoreEOS: true})
+	require.NoError(t, err)
+	_, _, last := collect(ch)
+	require.ErrorIs(t, last.Err, ErrBackend)
+	require.ErrorContains(t, last.Err, "returned 0 results for 1 sequences")
+	p.mu.Lock()
+	p.short = false
+	p.mu.Unlock()
+	ch, err = e.Submit(context.Background(), Request{Prompt: []int32{1, 2}, MaxTokens: 8, IgnoreEOS: true})
+	require.NoError(t, err)
+	_, toks, last := collect(ch)
+	require.NoError(t, last.Err)
+	require.Len(t, toks, 8)
 }
