@@ -369,4 +369,7 @@ func TestAdmitsCountsQueuedEmbeddings(t *testing.T) {
 	defer func() { e.embeds.jobs = nil }()
 	require.ErrorIs(t, e.admits(2), ErrOverloaded, "the queued embedding takes a slot")
 	require.NoError(t, e.admits(1))
+	e.mu.Unlock()
+	require.Equal(t, 1, e.Stats().Queued, "and counts as queued")
+	e.mu.Lock()
 }

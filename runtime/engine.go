@@ -84,6 +84,8 @@ func (c EngineConfig) withDefaults(info ModelInfo) EngineConfig {
 
 // Stats is a snapshot of the engine for metrics.
 type Stats struct {
+	// Running counts the generating sequences; Queued the requests that
+	// wait, generation and embedding alike.
 	Running, Queued int
 	// KVTokensUsed counts the positions of the KV pages sequences hold;
 	// KVTokensTotal the positions of the whole pool.
@@ -275,7 +277,6 @@ func (e *Engine) SubmitGroup(ctx context.Context, reqs []Request) ([]<-chan Even
 		e.queue = append(e.queue, s)
 		chans[i] = s.out
 	}
-	e.stats.Queued = len(e.queue)
 	e.mu.Unlock()
 	e.poke()
 	return chans, nil
@@ -315,6 +316,7 @@ func (e *Engine) newSequence(ctx context.Context, req Request) (*sequence, error
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	st := e.stats
+	st.Queued = len(e.queue) + len(e.embeds.jobs)
 	e.mu.Unlock()
 	ps := e.pool.Stats()
 	st.KVPagesUsed, st.KVPagesCached = ps.Used, ps.Cached

@@ -120,7 +120,6 @@ func (e *Engine) preempt(s *sequence) {
 	s.cached = 0
 	e.mu.Lock()
 	e.queue = slices.Insert(e.queue, 0, s)
-	e.stats.Queued = len(e.queue)
 	e.stats.Preemptions++
 	e.mu.Unlock()
 }

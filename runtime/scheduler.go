@@ -125,7 +125,6 @@ func (e *Engine) admit(running []*sequence) []*sequence {
 	clear(e.queue[len(keep):])
 	e.queue = keep
 	e.running = len(running)
-	e.stats.Queued = len(keep)
 	e.stats.Running = len(running)
 	e.mu.Unlock()
 	for _, s := range gone {

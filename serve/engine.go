@@ -29,7 +29,7 @@ type Tokenizer interface {
 // Stats is the load an engine reports; the server exports it as metrics.
 type Stats struct {
 	Running       int // sequences generating now
-	Queued        int // requests admitted but not yet running
+	Queued        int // requests waiting to run: generation and embedding
 	KVTokensUsed  int // KV cache positions in use
 	KVTokensTotal int // KV cache positions available in all
 	// KVPagesUsed, KVPagesCached and KVPagesTotal count the KV pool's

@@ -63,7 +63,7 @@ var (
 	descRunning = prometheus.NewDesc("memra_requests_running",
 		"Sequences generating now.", []string{"model"}, nil)
 	descQueued = prometheus.NewDesc("memra_requests_queued",
-		"Requests admitted and waiting for a slot.", []string{"model"}, nil)
+		"Requests waiting to run (generation, and embedding requests waiting for a step between generation steps).", []string{"model"}, nil)
 	descKV = prometheus.NewDesc("memra_kv_cache_usage_ratio",
 		"Fraction of the KV page pool held by running sequences (0–1).", []string{"model"}, nil)
 	descPages = prometheus.NewDesc("memra_kv_pages",
