@@ -192,23 +192,8 @@ func (b *Backend) run(pieces []piece, mode stepMode) error {
 			if err := b.profileLaunches(c, ps, rowsT, rowsS); err != nil {
 				return err
 			}
-		} else if bucket > 0 {
-			g, err := b.graph(c, ps, bucket)
-			if err != nil {
-				return err
-			}
-			if err := c.LaunchGraph(g, b.stream); err != nil {
-				return err
-			}
-		} else {
-			for i := range ps.p.Launches {
-				if b.dropped(ps, i) {
-					continue
-				}
-				if err := b.launch(c, ps, &ps.p.Launches[i], rowsT, rowsS); err != nil {
-					return err
-				}
-			}
+		} else if err := b.launchStep(c, ps, bucket, rowsT, rowsS); err != nil {
+			return err
 		}
 		if err := c.StreamSync(b.stream); err != nil {
 			return err
@@ -294,6 +279,28 @@ func (b *Backend) fillInputs(pieces []piece, rowsT, rowsS int) {
 		kbase[s], klen[s], last[s] = 0, 1, int32(s)
 	}
 	b.hostTab = tab
+}
+
+// launchStep queues ps's launches for a step of rowsT tokens over rowsS
+// sequences: bucket's graph where the step has one (bucket > 0), else
+// one launch after another.
+func (b *Backend) launchStep(c *Ctx, ps *progState, bucket, rowsT, rowsS int) error {
+	if bucket > 0 {
+		g, err := b.graph(c, ps, bucket)
+		if err != nil {
+			return err
+		}
+		return c.LaunchGraph(g, b.stream)
+	}
+	for i := range ps.p.Launches {
+		if b.dropped(ps, i) {
+			continue
+		}
+		if err := b.launch(c, ps, &ps.p.Launches[i], rowsT, rowsS); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // dropped reports whether launch i of ps is left out under MEMRA_DROP

@@ -124,23 +124,8 @@ func (b *Backend) Launch(ctx context.Context, batch []runtime.SeqStep, params []
 				return err
 			}
 		}
-		if bucket > 0 {
-			g, err := b.graph(c, ps, bucket)
-			if err != nil {
-				return err
-			}
-			if err := c.LaunchGraph(g, b.stream); err != nil {
-				return err
-			}
-		} else {
-			for i := range ps.p.Launches {
-				if b.dropped(ps, i) {
-					continue
-				}
-				if err := b.launch(c, ps, &ps.p.Launches[i], rowsT, rowsS); err != nil {
-					return err
-				}
-			}
+		if err := b.launchStep(c, ps, bucket, rowsT, rowsS); err != nil {
+			return err
 		}
 		out, n := ps.p.Argmax, 4*S
 		if mode == stepSample {
@@ -190,15 +175,7 @@ func (b *Backend) Collect(ctx context.Context) ([]int32, []runtime.Sampled, erro
 	out := unsafe.Slice((*uint32)(slot.host), slot.n*codegen.SampleOutWords)
 	b.pipe.sampled = b.pipe.sampled[:0]
 	for s := range slot.n {
-		r := codegen.DecodeSampleOut(out[s*codegen.SampleOutWords:])
-		d := runtime.Sampled{Token: r.Token, Logprob: r.Logprob}
-		if b.drop != nil && (r.Token < 0 || int(r.Token) >= V) {
-			d.Token = 0
-		}
-		for j, id := range r.TopIDs {
-			d.Top = append(d.Top, runtime.TokenLogprob{Token: id, Logprob: r.TopLogprobs[j]})
-		}
-		b.pipe.sampled = append(b.pipe.sampled, d)
+		b.pipe.sampled = append(b.pipe.sampled, b.sampledOf(out[s*codegen.SampleOutWords:], V))
 	}
 	return nil, b.pipe.sampled, nil
 }

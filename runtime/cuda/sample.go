@@ -156,16 +156,21 @@ func (b *Backend) unpackSampled(pieces []piece, out []uint32, vocab int) {
 		if !b.spack.active[s] {
 			continue
 		}
-		r := codegen.DecodeSampleOut(out[s*codegen.SampleOutWords:])
-		d := runtime.Sampled{Token: r.Token, Logprob: r.Logprob}
-		if b.drop != nil && (r.Token < 0 || int(r.Token) >= vocab) {
-			d.Token = 0 // MEMRA_DROP left the logits undefined (timing only)
-		}
-		for j, id := range r.TopIDs {
-			d.Top = append(d.Top, runtime.TokenLogprob{Token: id, Logprob: r.TopLogprobs[j]})
-		}
-		b.sampled[p.entry] = d
+		b.sampled[p.entry] = b.sampledOf(out[s*codegen.SampleOutWords:], vocab)
 	}
+}
+
+// sampledOf is the choice a sequence's sampling output row holds.
+func (b *Backend) sampledOf(row []uint32, vocab int) runtime.Sampled {
+	r := codegen.DecodeSampleOut(row)
+	d := runtime.Sampled{Token: r.Token, Logprob: r.Logprob}
+	if b.drop != nil && (r.Token < 0 || int(r.Token) >= vocab) {
+		d.Token = 0 // MEMRA_DROP left the logits undefined (timing only)
+	}
+	for j, id := range r.TopIDs {
+		d.Top = append(d.Top, runtime.TokenLogprob{Token: id, Logprob: r.TopLogprobs[j]})
+	}
+	return d
 }
 
 // StepSample runs one forward pass and chooses on the device the next
