@@ -466,15 +466,15 @@ func TestDecodeArmChunkFor(t *testing.T) {
 		kvLen, splits, seqs, hkv int
 		want                     int
 	}{
-		{l2, 600, 5, 1, 32, 128},  // bench's 640-position cache
-		{l2, 600, 32, 1, 32, 32},  // a served 4096-position cache
-		{l3, 600, 5, 1, 32, 128},  // want 5
-		{l3, 600, 32, 1, 32, 128}, // the same five splits
+		{l2, 600, 5, 1, 32, 128},   // bench's 640-position cache
+		{l2, 600, 32, 1, 32, 32},   // a served 4096-position cache
+		{l3, 600, 5, 1, 32, 128},   // want 5
+		{l3, 600, 32, 1, 32, 128},  // the same five splits
 		{l3, 600, 32, 16, 32, 320}, // 16 sequences: two splits launched (four blocks a multiprocessor)
 		{l3, 600, 32, 64, 32, 608}, // 64 sequences: one split of all the keys
-		{l3, 100, 32, 1, 32, 32}, // four splits of 32 keys
-		{l3, 600, 32, 1, 8, 64},  // want 17 splits: 36 keys, rounded up to 64
-		{l3, 600, 5, 1, 8, 128},  // no more than the launch's 5 splits
+		{l3, 100, 32, 1, 32, 32},   // four splits of 32 keys
+		{l3, 600, 32, 1, 8, 64},    // want 17 splits: 36 keys, rounded up to 64
+		{l3, 600, 5, 1, 8, 128},    // no more than the launch's 5 splits
 		{l3, 4000, 32, 1, 32, 256}, // 17 splits launched: 4,000 keys in 16 of 256
 		{DecodeArm{Chunk: 128, Live: 1}, 600, 32, 1, 32, 128},
 	} {
