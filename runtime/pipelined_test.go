@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -346,4 +347,41 @@ func TestEnginePipelinedShortResults(t *testing.T) {
 	_, toks, last := collect(ch)
 	require.NoError(t, last.Err)
 	require.Len(t, toks, 8)
+}
+
+// TestEnginePipelinedRandom: random mixes of requests (prompt lengths
+// across prefill chunks, lengths, stop tokens and strings, greedy and
+// seeded device sampling, penalties, logprobs) over random running
+// slots give the same events pipelined as plain.
+func TestEnginePipelinedRandom(t *testing.T) {
+	const vocab = 24
+	r := rand.New(rand.NewPCG(21, 6))
+	fedAll := 0
+	for trial := range 40 {
+		var reqs []Request
+		for range 1 + r.IntN(6) {
+			req := Request{MaxTokens: 1 + r.IntN(20), IgnoreEOS: r.IntN(3) == 0}
+			for range 1 + r.IntN(10) {
+				req.Prompt = append(req.Prompt, int32(1+r.IntN(vocab-1)))
+			}
+			if r.IntN(4) == 0 {
+				req.Stop = []string{fmt.Sprintf("<%d>", r.IntN(vocab))}
+			}
+			if r.IntN(2) == 0 {
+				req.Sampling = SamplingParams{Temperature: 0.5 + r.Float32(), TopK: r.IntN(8), Seed: seed(r.Uint64())}
+				req.Logprobs, req.TopLogprobs = r.IntN(2) == 0, r.IntN(3)
+				if r.IntN(5) == 0 {
+					req.Sampling.FrequencyPenalty = 0.3
+				}
+			}
+			reqs = append(reqs, req)
+		}
+		running := 1 + r.IntN(4)
+		want, _ := runPipe(t, newSamplingFake(vocab, hashLogits(vocab)), false, running, pipeVocab(vocab), reqs, nil)
+		got, b := runPipe(t, newSamplingFake(vocab, hashLogits(vocab)), true, running, pipeVocab(vocab), reqs, nil)
+		require.Equal(t, want, got, "trial %d: %d requests, %d running", trial, len(reqs), running)
+		_, fed := PipelineCounts(b)
+		fedAll += fed
+	}
+	require.Greater(t, fedAll, 40, "the trials pipelined")
 }
