@@ -115,7 +115,8 @@ type PipelinedStepper interface {
 	// of sampling, and the backend replaces entry i's token with the one
 	// that step chose for its entry i. Launch queues nothing and returns
 	// an error wrapping ErrNotPipelined where it cannot run batch this
-	// way; at most two launched steps wait for Collect.
+	// way; at most two launched steps wait for Collect. Launch reads batch
+	// and params before it returns.
 	Launch(ctx context.Context, batch []SeqStep, params []*DeviceSampling, feed bool) error
 	// Collect waits for the oldest launched step not yet collected and
 	// returns its results as StepGreedy (greedy launches) or StepSample

@@ -33,11 +33,18 @@ func (g *greedyFake) StepGreedy(ctx context.Context, batch []SeqStep) ([]int32, 
 	if err != nil {
 		return nil, err
 	}
-	out := make([]int32, len(batch))
+	return greedyIDs(logits), nil
+}
+
+// greedyIDs is the device's argmax of each row of logits: the lowest id
+// on ties, -1 for a row without logits or with a NaN, as the CUDA argmax
+// reports it.
+func greedyIDs(logits [][]float32) []int32 {
+	out := make([]int32, len(logits))
 	for i, l := range logits {
 		out[i] = -1
 		for j, v := range l {
-			if v != v { // a NaN: no token, as the CUDA argmax reports it
+			if v != v {
 				out[i] = -1
 				break
 			}
@@ -46,7 +53,7 @@ func (g *greedyFake) StepGreedy(ctx context.Context, batch []SeqStep) ([]int32, 
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // TestGreedyNaN: on the greedy fast path a sequence whose logits hold a

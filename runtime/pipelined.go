@@ -33,7 +33,6 @@ type flight struct {
 	batch   []SeqStep
 	members []*sequence
 	greedy  bool
-	params  []*DeviceSampling // the step's device sampling (nil when greedy)
 	launch  time.Time
 }
 
@@ -52,13 +51,14 @@ func (e *Engine) launch(batch []SeqStep, members, running []*sequence) (next []*
 		}
 	}
 	f := &flight{batch: batch, members: members, greedy: allPlainGreedy(batch, members)}
+	var params []*DeviceSampling
 	if !f.greedy {
-		if f.params = e.aheadParams(members, 0); f.params == nil {
+		if params = e.aheadParams(members, 0); params == nil {
 			return nil, false
 		}
 	}
 	f.launch = time.Now()
-	err := ps.Launch(e.stepCtx, batch, f.params, false)
+	err := ps.Launch(e.stepCtx, batch, params, false)
 	if errors.Is(err, ErrNotPipelined) {
 		return nil, false
 	}
@@ -76,23 +76,22 @@ func (e *Engine) launch(batch []SeqStep, members, running []*sequence) (next []*
 }
 
 // aheadParams returns the device sampling of members' next tokens, the
-// ahead'th after the tokens they have (0: the step about to run), or nil
-// where one of them cannot be sampled on the device without the host:
+// ahead'th after the tokens they have (0: the step about to run), in each
+// sequence's own DeviceSampling (Launch reads them before it returns), or
+// nil where one of them cannot be sampled on the device without the host:
 // penalties (they count the tokens before it), a mask (it follows them),
 // no device form at all.
 func (e *Engine) aheadParams(members []*sequence, ahead uint64) []*DeviceSampling {
-	if _, ok := e.b.(SamplingStepper); !ok || e.info.VocabSize <= 0 {
+	if _, ok := e.b.(SamplingStepper); !ok {
 		return nil
 	}
 	params := make([]*DeviceSampling, len(members))
 	for i, s := range members {
-		d := new(DeviceSampling)
-		if !s.sampler.Device(d, e.info.VocabSize) || d.Masked || len(d.Penalties) > 0 {
+		if !e.deviceSampling(s) || s.dev.Masked || len(s.dev.Penalties) > 0 {
 			return nil
 		}
-		d.Index += ahead
-		d.Logprobs, d.TopLogprobs = s.req.Logprobs || s.req.TopLogprobs > 0, s.req.TopLogprobs
-		params[i] = d
+		s.dev.Index += ahead
+		params[i] = &s.dev
 	}
 	return params
 }
@@ -154,13 +153,14 @@ func (e *Engine) lookahead(ps PipelinedStepper, f *flight, running []*sequence) 
 		}
 	}
 	next := &flight{batch: batch, members: f.members, greedy: f.greedy}
+	var params []*DeviceSampling
 	if !f.greedy {
-		if next.params = e.aheadParams(f.members, 1); next.params == nil {
+		if params = e.aheadParams(f.members, 1); params == nil {
 			return nil
 		}
 	}
 	next.launch = time.Now()
-	if err := ps.Launch(e.stepCtx, batch, next.params, true); err != nil {
+	if err := ps.Launch(e.stepCtx, batch, params, true); err != nil {
 		return nil // a failing backend fails the plain step after f
 	}
 	e.mu.Lock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -94,21 +93,7 @@ func (p *eagerPipe) greedy(ctx context.Context, batch []SeqStep) ([]int32, error
 	if err != nil {
 		return nil, err
 	}
-	out := make([]int32, len(batch))
-	for i, x := range logits {
-		out[i] = -1
-		best := float32(math.Inf(-1))
-		for j, v := range x {
-			if math.IsNaN(float64(v)) {
-				out[i] = -1
-				break
-			}
-			if out[i] < 0 || v > best {
-				out[i], best = int32(j), v
-			}
-		}
-	}
-	return out, nil
+	return greedyIDs(logits), nil
 }
 
 func (p *eagerPipe) Launch(ctx context.Context, batch []SeqStep, params []*DeviceSampling, feed bool) error {

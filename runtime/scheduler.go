@@ -343,12 +343,22 @@ func (e *Engine) deviceParams(batch []SeqStep, members []*sequence) []*DeviceSam
 	for i, s := range members {
 		// a speculating sequence's entries come back as logits: the host
 		// accepts or rejects its drafts (Sampler.Speculate)
-		if batch[i].Logits && e.info.VocabSize > 0 && len(s.spec.drafts) == 0 && s.sampler.Device(&s.dev, e.info.VocabSize) {
-			s.dev.Logprobs, s.dev.TopLogprobs = s.req.Logprobs || s.req.TopLogprobs > 0, s.req.TopLogprobs
+		if batch[i].Logits && len(s.spec.drafts) == 0 && e.deviceSampling(s) {
 			params[i] = &s.dev
 		}
 	}
 	return params
+}
+
+// deviceSampling fills s.dev with the device form of s's next token's
+// sampling and the logprobs its request asks for; false where the host
+// must sample it (a mask only the host can apply, no vocabulary known).
+func (e *Engine) deviceSampling(s *sequence) bool {
+	if e.info.VocabSize <= 0 || !s.sampler.Device(&s.dev, e.info.VocabSize) {
+		return false
+	}
+	s.dev.Logprobs, s.dev.TopLogprobs = s.req.Logprobs || s.req.TopLogprobs > 0, s.req.TopLogprobs
+	return true
 }
 
 // deviceSampled is sampled for the token d the backend chose on the device.
