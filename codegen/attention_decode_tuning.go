@@ -1,6 +1,9 @@
 package codegen
 
-import "fmt"
+import (
+	"cmp"
+	"fmt"
+)
 
 // DecodeArm is the tuning of split-KV decode attention.
 type DecodeArm struct {
@@ -34,6 +37,19 @@ type DecodeArm struct {
 	// wait reloads only the newest row, the one that kernel wrote. Every
 	// older row was written by an earlier step. Names carry "_p".
 	Preload bool
+}
+
+// OnCard returns a for a card of sms multiprocessors (0: the default
+// card's, DefaultMultiprocessors): a Live 3 arm sizes its splits by them;
+// the others carry none. A tunedb point of Live 3 has no SMs knob: this
+// is where lowering, the catalogs and the kernel-check cases set it.
+func (a DecodeArm) OnCard(sms int) DecodeArm {
+	if a.Live == 3 {
+		a.SMs = cmp.Or(sms, DefaultMultiprocessors)
+	} else {
+		a.SMs = 0
+	}
+	return a
 }
 
 // DefaultDecodeArm is the arm used before tuning.

@@ -102,10 +102,7 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 	for _, live := range []int{3, 2} {
 		arm := DefaultDecodeLiveArm
 		arm.Live = live
-		if live == 3 {
-			arm.SMs = DefaultMultiprocessors
-		}
-		if p, c, err = DecodeAttention(s.Attn(cache), arm); err != nil {
+		if p, c, err = DecodeAttention(s.Attn(cache), arm.OnCard(0)); err != nil {
 			return nil, err
 		}
 		ks = append(ks, p, c)

@@ -1,7 +1,6 @@
 package codegen
 
 import (
-	"cmp"
 	"fmt"
 
 	"github.com/memra-ai/memra/ir/dtype"
@@ -150,9 +149,7 @@ func (l *lowerer) decodeArm(class string) DecodeArm {
 		// its sums would depend on the batch: Live 2's depend on its length
 		arm.Live = 2
 	}
-	if arm.Live == 3 {
-		arm.SMs = cmp.Or(l.o.Multiprocessors, DefaultMultiprocessors)
-	}
+	arm = arm.OnCard(l.o.Multiprocessors)
 	arm.Preload = l.o.DecodePreload
 	return arm
 }

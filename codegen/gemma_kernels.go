@@ -237,11 +237,11 @@ func GemmaKernels(s Shape) ([]*Kernel, error) {
 			return nil, err
 		}
 	}
-	live := DefaultDecodeLiveArm
+	live := DefaultDecodeLiveArm.OnCard(0) // the runtime's default, Live 3
 	live.Preload = true
-	live.SMs = DefaultMultiprocessors // the runtime's default, Live 3
 	live2 := live
-	live2.Live, live2.SMs = 2, 0
+	live2.Live = 2
+	live2 = live2.OnCard(0)
 	for _, cache := range []dtype.Type{dtype.F16, CacheQ8} {
 		if CheckCacheRow(cache, s.HeadsKV, s.HeadDim) != nil {
 			continue

@@ -64,13 +64,9 @@ func decodeCase(shape string, as codegen.AttnShape, lens []int32, xq bool, seed 
 		if xq {
 			attn = codegen.DecodeAttentionXQ
 		}
-		a := codegen.DecodeArmOf(arm)
-		if a.Live == 3 && a.SMs == 0 {
-			// a tunedb point of Live 3 leaves the card's multiprocessors to
-			// lowering; H100 and H200 SXM cards have the default's 132
-			a.SMs = codegen.DefaultMultiprocessors
-		}
-		p, cb, err := attn(as, a)
+		// a tunedb point of Live 3 leaves the card's multiprocessors to
+		// lowering; H100 and H200 SXM cards have the default's 132
+		p, cb, err := attn(as, codegen.DecodeArmOf(arm).OnCard(0))
 		if err != nil {
 			return nil, err
 		}

@@ -63,8 +63,8 @@ func withDecodeArm(c *Case, as codegen.AttnShape, set func(*codegen.DecodeArm)) 
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		a := codegen.DecodeArmOf(arm)
 		set(&a)
-		if a.Live == 3 && a.SMs == 0 {
-			a.SMs = codegen.DefaultMultiprocessors // as decodeCase: lowering sets the card's
+		if a.SMs == 0 {
+			a = a.OnCard(0) // as decodeCase: lowering sets the card's
 		}
 		p, cb, err := codegen.DecodeAttention(as, a)
 		if err != nil {
