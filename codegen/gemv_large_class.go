@@ -24,18 +24,9 @@ func GEMVLargeSpaceFor(t dtype.Type) Space {
 	if mmahTypes[t] {
 		xq, def = []int{3, 4}, DefaultXQHalfArm
 	}
-	s := narrowedGEMVSpace(t, map[string][]int{"threads": {256, 512}, "rows_per_block": {1, 2}, "unroll": {1, 2}, "layout": {1}, "shared_x": {1},
-		"xq": xq, "batch_rows": {16}, "rows_per_warp": {2}, "stages": {2, 4}})
-	check := s.check
-	s.check = func(p Point) error {
-		if a := GEMVArmOf(p); a.XQ != 3 && a.XQ != 4 {
-			return errNotLarge
-		}
-		return check(p)
-	}
-	s.unsearched = nil
-	s.Default = def.Point()
-	return s
+	return classGEMVSpace(t, map[string][]int{"threads": {256, 512}, "rows_per_block": {1, 2}, "unroll": {1, 2}, "layout": {1}, "shared_x": {1},
+		"xq": xq, "batch_rows": {16}, "rows_per_warp": {2}, "stages": {2, 4}}, def,
+		func(a GEMVArm) bool { return a.XQ == 3 || a.XQ == 4 }, errNotLarge)
 }
 
 // errNotLarge refuses an arm of the large space that is not a tensor-core one.

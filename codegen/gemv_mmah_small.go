@@ -102,18 +102,9 @@ func GEMVSmallClass(class string) string { return class + "_small" }
 // or two groups (at most 8 slots). Its default is DefaultXQHalfArm, the
 // arm those steps run untuned, the baseline a small arm must beat.
 func GEMVSmallSpaceFor(t dtype.Type) Space {
-	s := narrowedGEMVSpace(t, map[string][]int{"threads": {128, 256, 512}, "rows_per_block": {1}, "unroll": {1, 2}, "layout": {1}, "shared_x": {1},
-		"xq": {4}, "batch_rows": {8, 16}, "rows_per_warp": {0, 2, 4}, "stages": {2, 4, 8}})
-	check := s.check
-	s.check = func(p Point) error {
-		if a := GEMVArmOf(p); a.XQ != 4 || a.BatchRows > 16 {
-			return errNotSmall
-		}
-		return check(p)
-	}
-	s.unsearched = nil
-	s.Default = DefaultXQHalfArm.Point()
-	return s
+	return classGEMVSpace(t, map[string][]int{"threads": {128, 256, 512}, "rows_per_block": {1}, "unroll": {1, 2}, "layout": {1}, "shared_x": {1},
+		"xq": {4}, "batch_rows": {8, 16}, "rows_per_warp": {0, 2, 4}, "stages": {2, 4, 8}}, DefaultXQHalfArm,
+		func(a GEMVArm) bool { return a.XQ == 4 && a.BatchRows <= 16 }, errNotSmall)
 }
 
 // errNotSmall refuses an arm of the small space that is not an f16 one of

@@ -79,18 +79,9 @@ func GEMVWideClass(class string) string { return class + "_wide" }
 // every XQ 4 arm is a valid point, and a pick of a 16-row arm leaves the
 // steps to the large arm (lowering runs wide arms only).
 func GEMVWideSpaceFor(t dtype.Type) Space {
-	s := narrowedGEMVSpace(t, map[string][]int{"threads": {128, 256}, "rows_per_block": {1, 2}, "unroll": {1, 2}, "layout": {1}, "shared_x": {1},
-		"xq": {4}, "batch_rows": {32, 64}, "rows_per_warp": {0, 2}, "stages": {2, 4}})
-	check := s.check
-	s.check = func(p Point) error {
-		if GEMVArmOf(p).XQ != 4 {
-			return errNotWide
-		}
-		return check(p)
-	}
-	s.unsearched = nil
-	s.Default = DefaultXQHalfArm.Point()
-	return s
+	return classGEMVSpace(t, map[string][]int{"threads": {128, 256}, "rows_per_block": {1, 2}, "unroll": {1, 2}, "layout": {1}, "shared_x": {1},
+		"xq": {4}, "batch_rows": {32, 64}, "rows_per_warp": {0, 2}, "stages": {2, 4}}, DefaultXQHalfArm,
+		func(a GEMVArm) bool { return a.XQ == 4 }, errNotWide)
 }
 
 // errNotWide refuses an arm of the wide space that is not an f16 one.

@@ -277,6 +277,23 @@ func narrowedGEMVSpace(t dtype.Type, values map[string][]int) Space {
 	return s
 }
 
+// classGEMVSpace is narrowedGEMVSpace with values, searched whole (no
+// knob left unsearched), from def, that refuses with refuse every point
+// whose arm keep rejects: the space of one class of a product's arms.
+func classGEMVSpace(t dtype.Type, values map[string][]int, def GEMVArm, keep func(GEMVArm) bool, refuse error) Space {
+	s := narrowedGEMVSpace(t, values)
+	check := s.check
+	s.check = func(p Point) error {
+		if !keep(GEMVArmOf(p)) {
+			return refuse
+		}
+		return check(p)
+	}
+	s.unsearched = nil
+	s.Default = def.Point()
+	return s
+}
+
 // GEMVBatchClass is the shape class under which the tunedb keeps the batch
 // arm (steps of two or more rows, Launch.One's other kernel) of the
 // product of class.

@@ -318,12 +318,33 @@ func Product(shape, family, use string, t dtype.Type, n, k, m int, residual bool
 // codegen.GEMVBatchSpaceFor (the arms that read XQuant rows, as the
 // untuned one-row arm does).
 func ProductBatch(shape, use string, t dtype.Type, n, k, m int, residual bool, seed uint64) *Case {
-	c := Product(shape, "gemv", use, t, n, k, m, residual, seed)
-	c.Class = codegen.GEMVBatchClass(c.Class)
-	c.Label = fmt.Sprintf("gemv/%s×%d", use, m)
-	sp := codegen.GEMVBatchSpaceFor(t)
-	c.space = &sp
+	return productArms(Product(shape, "gemv", use, t, n, k, m, residual, seed), "gemv", m, codegen.GEMVBatchClass, codegen.GEMVBatchSpaceFor(t))
+}
+
+// productArms makes c, a gemv product over m rows, the case of one class
+// of its arms: class of its class, labelled "label/use×m", searched over
+// space.
+func productArms(c *Case, label string, m int, class func(string) string, space codegen.Space) *Case {
+	c.Class = class(c.Class)
+	c.Label = fmt.Sprintf("%s/%s×%d", label, c.Use, m)
+	c.space = &space
 	return c
+}
+
+// withArms returns the cases of cs that exist (a nil one is a product
+// the weight type has no such kernel for), each also run with arms.
+func withArms(arms []codegen.GEMVArm, cs ...*Case) []*Case {
+	var out []*Case
+	for _, c := range cs {
+		if c == nil {
+			continue
+		}
+		for _, a := range arms {
+			c.ExtraArms = append(c.ExtraArms, a.Point())
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // ProductNorm is the decode product with its RMSNorm fused (GEMVNorm):

@@ -1,8 +1,6 @@
 package check
 
 import (
-	"fmt"
-
 	"github.com/memra-ai/memra/codegen"
 	"github.com/memra-ai/memra/ir/dtype"
 )
@@ -28,12 +26,7 @@ func ProductSmall(shape, use string, t dtype.Type, n, k, m int, residual bool, s
 	if !codegen.HalfProduct(t, k) {
 		return nil
 	}
-	c := Product(shape, "gemv", use, t, n, k, m, residual, seed)
-	c.Class = codegen.GEMVSmallClass(c.Class)
-	c.Label = fmt.Sprintf("gemv-small/%s×%d", use, m)
-	sp := codegen.GEMVSmallSpaceFor(t)
-	c.space = &sp
-	return c
+	return productArms(Product(shape, "gemv", use, t, n, k, m, residual, seed), "gemv-small", m, codegen.GEMVSmallClass, codegen.GEMVSmallSpaceFor(t))
 }
 
 // smallCheckCases are kernel-check's cases of the small-row arms at s:
@@ -43,18 +36,8 @@ func ProductSmall(shape, use string, t dtype.Type, n, k, m int, residual bool, s
 func smallCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
 	qkv := (s.Heads + 2*s.HeadsKV) * s.HeadDim
 	var cs []*Case
-	add := func(c *Case) {
-		if c == nil {
-			return
-		}
-		for _, a := range codegen.SmallArms() {
-			c.ExtraArms = append(c.ExtraArms, a.Point())
-		}
-		cs = append(cs, c)
-	}
 	for _, m := range SmallCheckRows {
-		add(ProductSmall(s.Name, "qkv", t, qkv, s.Hidden, m, false, seed))
-		add(ProductSmall(s.Name, "down", t, s.Hidden, s.FFN, m, true, seed))
+		cs = append(cs, ProductSmall(s.Name, "qkv", t, qkv, s.Hidden, m, false, seed), ProductSmall(s.Name, "down", t, s.Hidden, s.FFN, m, true, seed))
 	}
-	return cs
+	return withArms(codegen.SmallArms(), cs...)
 }

@@ -1,8 +1,6 @@
 package check
 
 import (
-	"fmt"
-
 	"github.com/memra-ai/memra/codegen"
 	"github.com/memra-ai/memra/ir/dtype"
 )
@@ -17,10 +15,5 @@ const LargeTuneTokens = 16
 // codegen.GEMVLargeSpaceFor (the f16 and int8 tensor-core arms), whose
 // baseline is the arm lowering runs untuned.
 func ProductLarge(shape, use string, t dtype.Type, n, k, m int, residual bool, seed uint64) *Case {
-	c := Product(shape, "gemv", use, t, n, k, m, residual, seed)
-	c.Class = codegen.GEMVLargeClass(c.Class)
-	c.Label = fmt.Sprintf("gemv-large/%s×%d", use, m)
-	sp := codegen.GEMVLargeSpaceFor(t)
-	c.space = &sp
-	return c
+	return productArms(Product(shape, "gemv", use, t, n, k, m, residual, seed), "gemv-large", m, codegen.GEMVLargeClass, codegen.GEMVLargeSpaceFor(t))
 }

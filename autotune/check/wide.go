@@ -1,8 +1,6 @@
 package check
 
 import (
-	"fmt"
-
 	"github.com/memra-ai/memra/codegen"
 	"github.com/memra-ai/memra/ir/dtype"
 )
@@ -22,12 +20,7 @@ func ProductWide(shape, use string, t dtype.Type, n, k, m int, residual bool, se
 	if !codegen.HalfProduct(t, k) {
 		return nil
 	}
-	c := Product(shape, "gemv", use, t, n, k, m, residual, seed)
-	c.Class = codegen.GEMVWideClass(c.Class)
-	c.Label = fmt.Sprintf("gemv-wide/%s×%d", use, m)
-	sp := codegen.GEMVWideSpaceFor(t)
-	c.space = &sp
-	return c
+	return productArms(Product(shape, "gemv", use, t, n, k, m, residual, seed), "gemv-wide", m, codegen.GEMVWideClass, codegen.GEMVWideSpaceFor(t))
 }
 
 // wideCheckCases are kernel-check's cases of the wide arms at s: the QKV
@@ -37,19 +30,9 @@ func ProductWide(shape, use string, t dtype.Type, n, k, m int, residual bool, se
 func wideCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
 	qkv := (s.Heads + 2*s.HeadsKV) * s.HeadDim
 	var cs []*Case
-	add := func(c *Case) {
-		if c == nil {
-			return
-		}
-		for _, a := range codegen.WideArms() {
-			c.ExtraArms = append(c.ExtraArms, a.Point())
-		}
-		cs = append(cs, c)
-	}
 	for _, m := range []int{32, 64} {
-		add(ProductWide(s.Name, "qkv", t, qkv, s.Hidden, m, true, seed))
-		add(ProductWide(s.Name, "down", t, s.Hidden, s.FFN, m, true, seed))
+		cs = append(cs, ProductWide(s.Name, "qkv", t, qkv, s.Hidden, m, true, seed), ProductWide(s.Name, "down", t, s.Hidden, s.FFN, m, true, seed))
 	}
-	add(ProductWide(s.Name, "gate_up", t, 2*s.FFN, s.Hidden, 40, false, seed))
-	return cs
+	cs = append(cs, ProductWide(s.Name, "gate_up", t, 2*s.FFN, s.Hidden, 40, false, seed))
+	return withArms(codegen.WideArms(), cs...)
 }
