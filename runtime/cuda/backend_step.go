@@ -171,16 +171,8 @@ func (b *Backend) run(pieces []piece, mode stepMode) error {
 	}
 	V := b.info.VocabSize
 	return b.dev.Do(func(c *Ctx) error {
-		if err := c.CopyHtoDAsync(b.inputs, b.host, b.stream); err != nil {
+		if err := b.uploadInputs(c, ps); err != nil {
 			return err
-		}
-		if err := c.CopyHtoDAsync(b.pageTab, i32AsBytes(b.hostTab), b.stream); err != nil {
-			return err
-		}
-		if ps.p.SampleOut >= 0 {
-			if err := b.uploadSampling(c); err != nil {
-				return err
-			}
 		}
 		if b.stage != nil && ps.p.HiddenIn >= 0 {
 			dst := b.arena + DevicePtr(ps.p.Buffers.Buffers[ps.p.HiddenIn].Offset)
@@ -220,10 +212,7 @@ func (b *Backend) run(pieces []piece, mode stepMode) error {
 			}
 			for s, p := range pieces {
 				if p.logits {
-					b.greedy[p.entry] = ids[s]
-					if b.drop != nil && (ids[s] < 0 || int(ids[s]) >= V) {
-						b.greedy[p.entry] = 0 // MEMRA_DROP left the logits undefined (timing only)
-					}
+					b.greedy[p.entry] = b.tokenOf(ids[s], V)
 				}
 			}
 			return nil
@@ -279,6 +268,31 @@ func (b *Backend) fillInputs(pieces []piece, rowsT, rowsS int) {
 		kbase[s], klen[s], last[s] = 0, 1, int32(s)
 	}
 	b.hostTab = tab
+}
+
+// uploadInputs queues the copies of a step's inputs, page tables and (where
+// ps samples) sampling records, as fillInputs and pack left them.
+func (b *Backend) uploadInputs(c *Ctx, ps *progState) error {
+	if err := c.CopyHtoDAsync(b.inputs, b.host, b.stream); err != nil {
+		return err
+	}
+	if err := c.CopyHtoDAsync(b.pageTab, i32AsBytes(b.hostTab), b.stream); err != nil {
+		return err
+	}
+	if ps.p.SampleOut >= 0 {
+		return b.uploadSampling(c)
+	}
+	return nil
+}
+
+// tokenOf is the token of an id the device chose (argmax or sample): under MEMRA_DROP (a timing
+// diagnostic that leaves the logits undefined) an id outside the
+// vocabulary becomes 0.
+func (b *Backend) tokenOf(id int32, vocab int) int32 {
+	if b.drop != nil && (id < 0 || int(id) >= vocab) {
+		return 0
+	}
+	return id
 }
 
 // launchStep queues ps's launches for a step of rowsT tokens over rowsS

@@ -101,16 +101,8 @@ func (b *Backend) Launch(ctx context.Context, batch []runtime.SeqStep, params []
 		if err := b.pipe.alloc(c, b.slotBytes()); err != nil {
 			return err
 		}
-		if err := c.CopyHtoDAsync(b.inputs, b.host, b.stream); err != nil {
+		if err := b.uploadInputs(c, ps); err != nil {
 			return err
-		}
-		if err := c.CopyHtoDAsync(b.pageTab, i32AsBytes(b.hostTab), b.stream); err != nil {
-			return err
-		}
-		if ps.p.SampleOut >= 0 {
-			if err := b.uploadSampling(c); err != nil {
-				return err
-			}
 		}
 		tokens := b.inputs + DevicePtr(int(codegen.InTokens)*b.inCap*4)
 		if feed && mode == stepGreedy {
@@ -162,13 +154,9 @@ func (b *Backend) Collect(ctx context.Context) ([]int32, []runtime.Sampled, erro
 	V := b.info.VocabSize
 	if slot.mode == stepGreedy {
 		ids := unsafe.Slice((*int32)(slot.host), slot.n)
-		b.pipe.greedy = append(b.pipe.greedy[:0], ids...)
-		if b.drop != nil {
-			for i, id := range b.pipe.greedy {
-				if id < 0 || int(id) >= V {
-					b.pipe.greedy[i] = 0 // MEMRA_DROP left the logits undefined (timing only)
-				}
-			}
+		b.pipe.greedy = b.pipe.greedy[:0]
+		for _, id := range ids {
+			b.pipe.greedy = append(b.pipe.greedy, b.tokenOf(id, V))
 		}
 		return b.pipe.greedy, nil, nil
 	}

@@ -164,9 +164,7 @@ func (b *Backend) unpackSampled(pieces []piece, out []uint32, vocab int) {
 func (b *Backend) sampledOf(row []uint32, vocab int) runtime.Sampled {
 	r := codegen.DecodeSampleOut(row)
 	d := runtime.Sampled{Token: r.Token, Logprob: r.Logprob}
-	if b.drop != nil && (r.Token < 0 || int(r.Token) >= vocab) {
-		d.Token = 0 // MEMRA_DROP left the logits undefined (timing only)
-	}
+	d.Token = b.tokenOf(r.Token, vocab)
 	for j, id := range r.TopIDs {
 		d.Top = append(d.Top, runtime.TokenLogprob{Token: id, Logprob: r.TopLogprobs[j]})
 	}
