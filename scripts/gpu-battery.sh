@@ -35,37 +35,11 @@ BIN=${BIN:-.gpu/memra}
 OUT=${OUT:-/tmp/memra-battery}
 MODELS=${MODELS:-/tmp/memra-models}
 TUNEDB_KEY=${TUNEDB_KEY:-nvidia-h200.sm90.132sm.140gib} # the card whose merged tunedb tune exports
-mkdir -p "$OUT" "$MODELS"
-for f in .gpu/memra .gpu/cuda.test; do # carried gzipped: unpack (a binary left by an earlier call is older than its .gz)
-	if [ -e "$f.gz" ] && { [ ! -e "$f" ] || [ "$f.gz" -nt "$f" ]; }; then gunzip -kf "$f.gz" && chmod +x "$f"; fi
-done
-export MEMRA_NVRTC_DIR=${MEMRA_NVRTC_DIR:-/usr/local/cuda/targets/x86_64-linux/lib}
-rows=()
-failed=0
-
-# step NAME CMD…: run CMD with its output in $OUT/NAME.log and record pass/FAIL and seconds;
-# returns CMD's status.
-step() {
-	local name=$1 t0 rc
-	shift
-	t0=$(date +%s)
-	"$@" >"$OUT/$name.log" 2>&1
-	rc=$?
-	local r=pass
-	[ $rc -ne 0 ] && r=FAIL && failed=1
-	rows+=("$(printf '%-34s %-5s %5ss' "$name" "$r" "$(($(date +%s) - t0))")")
-	echo "== $name: $r" >&2
-	return $rc
-}
+STEP_WIDTH=34
+source scripts/gpu-lib.sh
 
 sigma() { # sigma SEQS: gpu-parity's --tie-sigma for 64 steps of SEQS sequences (see the header)
 	if [ "$1" -ge 16 ]; then echo 3.5; else echo 3; fi
-}
-
-synth() { # synth FILE ARGS…: write a synthesized model once
-	local f=$1
-	shift
-	[ -e "$f" ] || "$BIN" synth --quiet "$@" -o "$f"
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv >"$OUT/gpu.txt" 2>&1

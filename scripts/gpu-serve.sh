@@ -38,36 +38,7 @@ BIN=${BIN:-.gpu/memra}
 OLD_BIN=${OLD_BIN:-.gpu/memra-old}
 OUT=${OUT:-/tmp/memra-serve}
 MODELS=${MODELS:-/tmp/memra-models}
-mkdir -p "$OUT" "$MODELS"
-for f in "${GZ_DIR:-.gpu}"/*.gz; do # carried gzipped: unpack into .gpu
-	[ -e "$f" ] || continue
-	d=.gpu/$(basename "$f" .gz)
-	mkdir -p .gpu
-	if [ ! -e "$d" ] || [ "$f" -nt "$d" ]; then gunzip -c "$f" >"$d" && chmod +x "$d"; fi
-done
-export MEMRA_NVRTC_DIR=${MEMRA_NVRTC_DIR:-/usr/local/cuda/targets/x86_64-linux/lib}
-rows=()
-failed=0
-
-# step NAME CMD…: run CMD with its output in $OUT/NAME.log; record pass/FAIL and seconds.
-step() {
-	local name=$1 t0 rc
-	shift
-	t0=$(date +%s)
-	"$@" >"$OUT/$name.log" 2>&1
-	rc=$?
-	local r=pass
-	[ $rc -ne 0 ] && r=FAIL && failed=1
-	rows+=("$(printf '%-40s %-5s %5ss' "$name" "$r" "$(($(date +%s) - t0))")")
-	echo "== $name: $r" >&2
-	return $rc
-}
-
-synth() { # synth FILE ARGS…: write a synthesized model once
-	local f=$1
-	shift
-	[ -e "$f" ] || "$BIN" synth --quiet "$@" -o "$f"
-}
+source scripts/gpu-lib.sh
 
 # serve_up PORT ARGS…: start memra serve on PORT in the background ($SERVE_PID), wait until it
 # listens; fails if it exits first.

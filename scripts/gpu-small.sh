@@ -29,36 +29,8 @@ ARMS=${ARMS:-t256_r1_u2_s1_l1_h8_p4 t512_r1_u2_s1_l1_h8_w2_p2}
 BATCHES=${BATCHES:-1,2,5,8}
 CHECK=${CHECK:-1} # 0 skips the kernel-check step
 TUNEDB_KEY=nvidia-h200.sm90.132sm.140gib # the shipped sm_90 file the entries join
-mkdir -p "$OUT" "$MODELS"
-for f in "${GZ_DIR:-.gpu}"/*.gz; do # carried gzipped: unpack into .gpu
-	[ -e "$f" ] || continue
-	d=.gpu/$(basename "$f" .gz)
-	mkdir -p .gpu
-	if [ ! -e "$d" ] || [ "$f" -nt "$d" ]; then gunzip -c "$f" >"$d" && chmod +x "$d"; fi
-done
-export MEMRA_NVRTC_DIR=${MEMRA_NVRTC_DIR:-/usr/local/cuda/targets/x86_64-linux/lib}
-rows=()
-failed=0
-
-# step NAME CMD…: run CMD with its output in $OUT/NAME.log; record pass/FAIL and seconds.
-step() {
-	local name=$1 t0 rc
-	shift
-	t0=$(date +%s)
-	"$@" >"$OUT/$name.log" 2>&1
-	rc=$?
-	local r=pass
-	[ $rc -ne 0 ] && r=FAIL && failed=1
-	rows+=("$(printf '%-44s %-5s %5ss' "$name" "$r" "$(($(date +%s) - t0))")")
-	echo "== $name: $r" >&2
-	return $rc
-}
-
-synth() { # synth FILE ARGS…: write a synthesized model once
-	local f=$1
-	shift
-	[ -e "$f" ] || "$BIN" synth --quiet "$@" -o "$f"
-}
+STEP_WIDTH=44
+source scripts/gpu-lib.sh
 
 # arm_point NAME: the tunedb point (JSON) of a GEMV arm name such as t256_r1_u2_s1_l1_h8_p4.
 arm_point() {
