@@ -36,22 +36,25 @@ func FlashSupported(s AttnShape) bool {
 // and results of PrefillAttention:
 //
 //	attn_flash(const float* q, const cache_t* kc, const cache_t* vc, const int* pages,
-//	           const int* tok_base, const int* tok_pos, float* out, int ntok)
+//	           const int* tok_base, const int* tok_pos, const int* tiles, float* out, int ntok)
 //
 // (cache_t u16 for the f16 cache; u8 for the 8-bit one, whose rows are
 // staged as f16: each int8 times its block's scale).
 //
-// A block takes 16·Warps consecutive tokens of one query head; each warp
-// holds 16 of them as an m16 tile. For each run of tokens of one sequence
-// (one tok_base: the sequence's page table, pages + tok_base) in the block,
-// the block stages that sequence's keys and
+// A block takes one tile (FlashTiles: up to 16·Warps consecutive tokens of
+// one sequence, tiles[blockIdx.x] its first, -1 for none) of one query
+// head; each warp holds 16 of them as an m16 tile. A step that mixes
+// decodes with prompt chunks thus gives each decode a block of its own,
+// where consecutive tokens would put many sequences in one block, each
+// staged and scored in turn by every warp. The block stages the sequence's
+// (one tok_base: its page table, pages + tok_base) keys and
 // values, flashKeys rows at a time, in shared memory; each warp scores its
 // queries against them (Q·Kᵀ, the B fragments read by ldmatrix), masks
 // the keys past each token's position and those of other sequences, keeps
 // an online softmax per row, and adds P·V (P rounded to f16, V fragments
 // by ldmatrix.trans). Queries are scaled and rounded to f16, so the result
 // differs from PrefillAttention's f32 arithmetic by f16 rounding (kernel-
-// check's tolerance FlashTol). grid (⌈ntok/(16·Warps)⌉, HQ).
+// check's tolerance FlashTol). grid (FlashGrid, HQ).
 func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 	if !FlashSupported(s) {
 		return nil, fmt.Errorf("%w: tensor-core prefill attention for %s", ErrUnsupported, s.tag())
@@ -62,7 +65,7 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 	name := fmt.Sprintf("attn_flash_%s_w%d", s.tag(), arm.Warps)
 	ct := cacheCType(s.Cache)
 	params := []Param{{"const float* __restrict__", "q"}, {"const " + ct + "* __restrict__", "kc"}, {"const " + ct + "* __restrict__", "vc"},
-		{"const int* __restrict__", "pages"}, {"const int* __restrict__", "tok_base"}, {"const int* __restrict__", "tok_pos"}, {"float* __restrict__", "out"}, {"int", "ntok"}}
+		{"const int* __restrict__", "pages"}, {"const int* __restrict__", "tok_base"}, {"const int* __restrict__", "tok_pos"}, {"const int* __restrict__", "tiles"}, {"float* __restrict__", "out"}, {"int", "ntok"}}
 	threads := 32 * arm.Warps
 	q8 := s.Cache == CacheQ8
 	src := source(fmt.Sprintf("causal prefill attention on tensor cores: %s, %d warps", s.tag(), arm.Warps), []string{"types", "pdl"}, func(w *Writer) {
@@ -111,12 +114,14 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 			w.Line("__shared__ __align__(16) u16 Vs[KB * LDK];")
 			w.Line("__shared__ int sb[NW * 16], sp[NW * 16];")
 			w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
-			w.Line("const int h = blockIdx.y, kvh = h / GROUP, t0 = blockIdx.x * (NW * 16);")
+			w.Line("const int h = blockIdx.y, kvh = h / GROUP, t0 = tiles[blockIdx.x];")
 			w.Line("pdl_wait();")
-			w.Comment("the block's tokens: sequence (its page table's offset in pages) and position; -1 past ntok")
+			w.If("t0 < 0", func() { w.Line("return; // past the step's tiles") })
+			w.Comment("the tile's tokens: sequence (its page table's offset in pages) and position; -1 past its run")
+			w.Line("const int tb0 = tok_base[t0];")
 			w.For("i", "threadIdx.x", "NW * 16", "NW * 32", 0, func() {
-				w.Line("const bool ok = t0 + i < ntok;")
-				w.Line("sb[i] = ok ? tok_base[t0 + i] : -1;")
+				w.Line("const bool ok = t0 + i < ntok && tok_base[t0 + i] == tb0;")
+				w.Line("sb[i] = ok ? tb0 : -1;")
 				w.Line("sp[i] = ok ? tok_pos[t0 + i] : -1;")
 			})
 			w.Line("__syncthreads();")
@@ -138,7 +143,7 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 				w.For("e", "0", "4", "1", -1, func() { w.Line("o[n][e] = 0.f;") })
 			})
 			w.Line("float ma = NEG_INF, mb = NEG_INF, la = 0.f, lb = 0.f;")
-			w.Comment("each run of tokens of one sequence (fillInputs keeps a sequence's tokens together)")
+			w.Comment("the tile's run of tokens of one sequence")
 			w.Line("int i0 = 0;")
 			w.Block("while (i0 < NW * 16 && sb[i0] >= 0)", func() {
 				w.Line("const int b = sb[i0];")
@@ -276,10 +281,10 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 			w.Line("lb += __shfl_xor_sync(0xffffffffu, lb, 2);")
 			w.Line("const float ia = 1.f / la, ib = 1.f / lb;")
 			w.For("n", "0", "NTO", "1", -1, func() {
-				w.If("t0 + ra < ntok", func() {
+				w.If("basea >= 0", func() {
 					w.Line("*(float2*)(out + (size_t)(t0 + ra) * HQ * HD + h * HD + 8 * n + 2 * t) = make_float2(o[n][0] * ia, o[n][1] * ia);")
 				})
-				w.If("t0 + rb < ntok", func() {
+				w.If("baseb >= 0", func() {
 					w.Line("*(float2*)(out + (size_t)(t0 + rb) * HQ * HD + h * HD + 8 * n + 2 * t) = make_float2(o[n][2] * ib, o[n][3] * ib);")
 				})
 			})
@@ -287,6 +292,37 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 		}})
 	})
 	return &Kernel{Family: "attn_flash", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
-		return Geometry{Grid: dim3(ceilDiv(d.Tokens, 16*arm.Warps), s.Heads, 1), Block: dim3(threads, 1, 1)}
+		return Geometry{Grid: dim3(FlashGrid(d.Tokens, d.Seqs, arm.Rows()), s.Heads, 1), Block: dim3(threads, 1, 1)}
 	}}, nil
+}
+
+// Rows is the tokens a tile of the arm holds: 16 a warp.
+func (a FlashArm) Rows() int { return 16 * a.Warps }
+
+// FlashGrid is the blocks a query head of FlashPrefillAttention launches for
+// a step of ntok tokens over seqs sequences, tiles of rows tokens: at least
+// its tiles, whatever the sequences' lengths (each run of a sequence, and
+// the padding after them, has one tile more than its whole tiles).
+func FlashGrid(ntok, seqs, rows int) int {
+	return max(1, min(ntok, ceilDiv(ntok, rows)+seqs+1))
+}
+
+// FlashTiles writes the tiles of FlashPrefillAttention over a step whose
+// tokens' page-table offsets are base (InTokBase) into tiles: each run of
+// equal offsets (a sequence's tokens, which the step keeps together, or
+// the padding after them) cut every rows tokens, as the tile's first token,
+// then -1 to the end of tiles. It returns the number of tiles; tiles holds
+// at least len(base) entries.
+func FlashTiles(tiles, base []int32, rows int) int {
+	n := 0
+	for t := 0; t < len(base); t++ {
+		if t == 0 || base[t] != base[t-1] || t-int(tiles[n-1]) == rows {
+			tiles[n] = int32(t)
+			n++
+		}
+	}
+	for i := n; i < len(tiles); i++ {
+		tiles[i] = -1
+	}
+	return n
 }

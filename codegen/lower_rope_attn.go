@@ -217,14 +217,15 @@ func (l *lowerer) attention(att *ir.Node) error {
 		l.launch(kp, ir.S, []int{att.ID}, qa, kc, vc, pagesArg(), inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), constArg(splits))
 		kc2, _ := l.kernel(c, nil)
 		writeDst(kc2, bufArg(pov), bufArg(pmlv), inArg(InKVLen), bufArg(dst), constArg(splits))
-	default:
-		var k int
-		var err error
-		if l.o.FlashPrefill && FlashSupported(s) {
-			k, err = l.kernel(FlashPrefillAttention(s, DefaultFlashArm))
-		} else {
-			k, err = l.kernel(PrefillAttention(s, l.prefillArm(AttnClass(s))))
+	case l.o.FlashPrefill && FlashSupported(s):
+		k, err := l.kernel(FlashPrefillAttention(s, DefaultFlashArm))
+		if err != nil {
+			return err
 		}
+		l.p.FlashRows = DefaultFlashArm.Rows()
+		l.launch(k, rows, []int{att.ID}, qa, kc, vc, pagesArg(), inArg(InTokBase), inArg(InPositions), inArg(InTiles), bufArg(out), rowsArg())
+	default:
+		k, err := l.kernel(PrefillAttention(s, l.prefillArm(AttnClass(s))))
 		if err != nil {
 			return err
 		}

@@ -43,6 +43,10 @@ const (
 	// InTokBase [T]: where the page table of each token's sequence starts
 	// in the step's page tables (ArgPages).
 	InTokBase
+	// InTiles [T]: the first token of each tile of the tensor-core prefill
+	// attention (FlashTiles: a sequence's tokens cut every
+	// Program.FlashRows), then -1.
+	InTiles
 	// InKVBase [S]: where the page table of each sequence starts in the
 	// step's page tables (ArgPages).
 	InKVBase
@@ -54,7 +58,7 @@ const (
 	NumInputs
 )
 
-var inputNames = [NumInputs]string{"tokens", "positions", "slots", "tok_base", "kv_base", "kv_len", "last"}
+var inputNames = [NumInputs]string{"tokens", "positions", "slots", "tok_base", "tiles", "kv_base", "kv_len", "last"}
 
 // String names the input.
 func (in Input) String() string {
@@ -266,6 +270,9 @@ type Program struct {
 	Layers    int
 	KVWidth   int // floats per cached position and layer: HeadsKV·HeadDim
 	Vocab     int
+	// FlashRows is the tokens a tile of the tensor-core prefill attention
+	// holds (InTiles), 0 where the program does not run it.
+	FlashRows int
 	Kernels   []*Kernel
 	Launches  []Launch
 	Buffers   BufferPlan

@@ -148,14 +148,60 @@ func xqRowsErr(data []byte, k int, want []float32) float64 {
 // Prefill is causal prefill attention for ntok tokens of one sequence
 // starting at position p0, its cache in scattered pages (scatterPages).
 func Prefill(shape string, as codegen.AttnShape, ntok, p0 int, seed uint64) *Case {
+	return prefillCase(shape, as, []Span{{ntok, p0}}, false, seed)
+}
+
+// FlashPrefill is Prefill's case for the tensor-core prefill attention
+// (codegen.FlashPrefillAttention, the arm lowering runs), within
+// codegen.FlashTol; nil where it has no kernel for the shape.
+func FlashPrefill(shape string, as codegen.AttnShape, ntok, p0 int, seed uint64) *Case {
+	return FlashMixed(shape, as, []Span{{ntok, p0}}, seed)
+}
+
+// Span is one sequence's tokens in a step of prefill attention: N tokens
+// from position P0 (a decode is one token).
+type Span struct{ N, P0 int }
+
+// FlashMixed is the tensor-core prefill attention over a step of several
+// sequences, as the server's steps mix prompt chunks with decodes: each
+// span a sequence, its tokens after the previous span's, cut into the
+// kernel's tiles as the runtime cuts them (codegen.FlashTiles); nil where
+// it has no kernel for the shape. Its label is attn_flash for one span
+// and attn_flash_mixed for more.
+func FlashMixed(shape string, as codegen.AttnShape, spans []Span, seed uint64) *Case {
+	if !codegen.FlashSupported(as) {
+		return nil
+	}
+	return prefillCase(shape, as, spans, true, seed)
+}
+
+// prefillCase is causal prefill attention over spans, their caches in
+// scattered pages (scatterPages): on tensor cores (flash, within
+// codegen.FlashTol) or on CUDA cores (the arm's PrefillAttention).
+func prefillCase(shape string, as codegen.AttnShape, spans []Span, flash bool, seed uint64) *Case {
 	c := &Case{Family: "attn_prefill", Label: "attn_prefill", Shape: shape, DType: strings.ToLower(as.Cache.String()) + " cache",
 		Class: codegen.AttnClass(as), Tol: 1e-4, seed: seed}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		return one(codegen.PrefillAttention(as, codegen.PrefillArmOf(arm)))
 	}
+	if flash {
+		c.Label, c.Tol = "attn_flash", codegen.FlashTol
+		if len(spans) > 1 {
+			c.Label = "attn_flash_mixed"
+		}
+		c.kernels = func(codegen.Point) ([]*codegen.Kernel, error) {
+			return one(codegen.FlashPrefillAttention(as, codegen.DefaultFlashArm))
+		}
+	}
 	c.setup = func(r *rand.Rand) (*inputs, error) {
 		kvw := as.HeadsKV * as.HeadDim
-		pages, base, rows := scatterPages(r, []int32{int32(p0 + ntok)}, pageSize(as))
+		lens := make([]int32, len(spans))
+		kvLen := 0
+		for i, sp := range spans {
+			lens[i] = int32(sp.P0 + sp.N)
+			kvLen = max(kvLen, sp.P0+sp.N)
+		}
+		pages, base, rows := scatterPages(r, lens, pageSize(as))
 		kcb, kc, err := cacheValues(as.Cache, kvw, randn(r, rows*kvw))
 		if err != nil {
 			return nil, err
@@ -164,10 +210,13 @@ func Prefill(shape string, as codegen.AttnShape, ntok, p0 int, seed uint64) *Cas
 		if err != nil {
 			return nil, err
 		}
-		tb, tp, n := make([]int32, ntok), make([]int32, ntok), make([]int32, ntok)
-		for i := range tb {
-			tb[i], tp[i], n[i] = base[0], int32(p0+i), int32(p0+i+1)
+		var tb, tp, n []int32
+		for i, sp := range spans {
+			for j := range sp.N {
+				tb, tp, n = append(tb, base[i]), append(tp, int32(sp.P0+j)), append(n, int32(sp.P0+j+1))
+			}
 		}
+		ntok := len(tb)
 		q := randn(r, ntok*as.QStride)
 		ref := lazy(func() ([]float32, error) { return codegen.RefAttention(as, q, tb, n, pages, kc, vc), nil })
 		return &inputs{
@@ -177,30 +226,20 @@ func Prefill(shape string, as codegen.AttnShape, ntok, p0 int, seed uint64) *Cas
 					return nil, err
 				}
 				out := fbuf(make([]float32, ntok*as.Heads*as.HeadDim))
-				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: ntok, Seqs: 1, KVLen: p0 + ntok}, Args: [][]Arg{
-					{b(fbuf(q)), b(&Buf{Data: kcb}), b(&Buf{Data: vcb}), b(ibuf(pages)), b(ibuf(tb)), b(ibuf(tp)), b(out), s(ntok)},
-				}, Outs: []*Buf{out}}, nil
+				args := []Arg{b(fbuf(q)), b(&Buf{Data: kcb}), b(&Buf{Data: vcb}), b(ibuf(pages)), b(ibuf(tb)), b(ibuf(tp))}
+				if flash {
+					tiles := make([]int32, ntok)
+					codegen.FlashTiles(tiles, tb, codegen.DefaultFlashArm.Rows())
+					args = append(args, b(ibuf(tiles)))
+				}
+				args = append(args, b(out), s(ntok))
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: ntok, Seqs: len(spans), KVLen: kvLen}, Args: [][]Arg{args}, Outs: []*Buf{out}}, nil
 			},
 			compare: func(outs [][]byte) (float64, error) {
 				want, _ := ref()
 				return codegen.RelErr(bytesF32(outs[0]), want), nil
 			},
 		}, nil
-	}
-	return c
-}
-
-// FlashPrefill is Prefill's case for the tensor-core prefill attention
-// (codegen.FlashPrefillAttention, the arm lowering runs), within
-// codegen.FlashTol; nil where it has no kernel for the shape.
-func FlashPrefill(shape string, as codegen.AttnShape, ntok, p0 int, seed uint64) *Case {
-	if !codegen.FlashSupported(as) {
-		return nil
-	}
-	c := Prefill(shape, as, ntok, p0, seed)
-	c.Label, c.Tol = "attn_flash", codegen.FlashTol
-	c.kernels = func(codegen.Point) ([]*codegen.Kernel, error) {
-		return one(codegen.FlashPrefillAttention(as, codegen.DefaultFlashArm))
 	}
 	return c
 }

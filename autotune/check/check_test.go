@@ -27,10 +27,10 @@ func TestKernelCheckCases(t *testing.T) {
 	}
 	require.Equal(t, []string{"rmsnorm f32", "rope_kv f16 cache", "swiglu f32", "argmax f32", "attn_decode f16 cache", "attn_decode+xq f16 cache",
 		"attn_prefill f16 cache",
-		"attn_decode_live f16 cache", "attn_decode_live+preload f16 cache", "attn_decode_live3 f16 cache", "attn_flash f16 cache", "attn_flash f16 cache",
+		"attn_decode_live f16 cache", "attn_decode_live+preload f16 cache", "attn_decode_live3 f16 cache", "attn_flash f16 cache", "attn_flash f16 cache", "attn_flash_mixed f16 cache",
 		"attn_decode_live+preload@32k f16 cache", "attn_prefill@32k f16 cache", "attn_flash@32k f16 cache",
 		"rope_kv q8_0 cache", "attn_decode q8_0 cache", "attn_decode_live q8_0 cache",
-		"attn_decode_live+preload q8_0 cache", "attn_prefill q8_0 cache", "attn_flash q8_0 cache", "attn_flash q8_0 cache",
+		"attn_decode_live+preload q8_0 cache", "attn_prefill q8_0 cache", "attn_flash q8_0 cache", "attn_flash q8_0 cache", "attn_flash_mixed q8_0 cache",
 		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemm_small/qkv q4_k", "gemv/qkv×12 q4_k",
 		"gemv-wide/qkv×32 q4_k", "gemv-wide/down×32 q4_k", "gemv-wide/qkv×64 q4_k", "gemv-wide/down×64 q4_k", "gemv-wide/gate_up×40 q4_k",
 		"gemv-small/qkv×1 q4_k", "gemv-small/down×1 q4_k", "gemv-small/qkv×2 q4_k", "gemv-small/down×2 q4_k",

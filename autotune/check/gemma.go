@@ -38,6 +38,7 @@ func gemmaCases(s codegen.Shape, tokens int, seed uint64) []*Case {
 			Prefill(s.Name, as, 48, s.Window+500, seed),
 			inside(Prefill(s.Name, as, 48, 16, seed)),
 			FlashPrefill(s.Name, as, 100, s.Window+150, seed),
+			FlashMixed(s.Name, as, []Span{{1, s.Window + 500}, {100, s.Window + 150}, {1, 37}, {70, 0}}, seed),
 		}
 		if codegen.CheckCacheRow(codegen.CacheQ8, s.HeadsKV, s.HeadDim) == nil {
 			q8 := as

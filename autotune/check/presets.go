@@ -27,7 +27,8 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 		DecodeLive3(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1, 20}, 4096, 132, seed),
 	}
 	// tensor-core prefill attention: one block of keys, then several, the first warps done early
-	for _, c := range []*Case{FlashPrefill(s.Name, s.Attn(dtype.F16), 48, 16, seed), FlashPrefill(s.Name, s.Attn(dtype.F16), 100, 150, seed)} {
+	for _, c := range []*Case{FlashPrefill(s.Name, s.Attn(dtype.F16), 48, 16, seed), FlashPrefill(s.Name, s.Attn(dtype.F16), 100, 150, seed),
+		FlashMixed(s.Name, s.Attn(dtype.F16), servingSpans, seed)} {
 		if c != nil {
 			cs = append(cs, c)
 		}
@@ -290,13 +291,18 @@ func cacheQ8Cases(s codegen.Shape, tokens int, seed uint64) []*Case {
 		DecodePreload(s.Name, as, []int32{1100, 333, 1, 20}, 4096, seed),
 		Prefill(s.Name, as, 48, 16, seed),
 	}
-	for _, c := range []*Case{FlashPrefill(s.Name, as, 48, 16, seed), FlashPrefill(s.Name, as, 100, 150, seed)} {
+	for _, c := range []*Case{FlashPrefill(s.Name, as, 48, 16, seed), FlashPrefill(s.Name, as, 100, 150, seed), FlashMixed(s.Name, as, servingSpans, seed)} {
 		if c != nil {
 			cs = append(cs, c)
 		}
 	}
 	return cs
 }
+
+// servingSpans is a serving step's prefill attention: decodes at several
+// positions between prompt chunks of one and two tiles, the first from a
+// sequence's start and the second after its cached prefix.
+var servingSpans = []Span{{1, 511}, {100, 150}, {1, 37}, {1, 1100}, {70, 0}, {1, 5}, {1, 64}}
 
 // longContextCases check attention through the page tables of a 32k
 // context: decode as lowered by default (live splits with the first keys

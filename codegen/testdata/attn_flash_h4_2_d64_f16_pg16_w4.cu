@@ -77,18 +77,23 @@ extern "C" __global__ void __launch_bounds__(128) attn_flash_h4_2_d64_f16_pg16_w
         const int* __restrict__ pages,
         const int* __restrict__ tok_base,
         const int* __restrict__ tok_pos,
+        const int* __restrict__ tiles,
         float* __restrict__ out,
         int ntok) {
     __shared__ __align__(16) u16 Ks[KB * LDK];
     __shared__ __align__(16) u16 Vs[KB * LDK];
     __shared__ int sb[NW * 16], sp[NW * 16];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int h = blockIdx.y, kvh = h / GROUP, t0 = blockIdx.x * (NW * 16);
+    const int h = blockIdx.y, kvh = h / GROUP, t0 = tiles[blockIdx.x];
     pdl_wait();
-    // the block's tokens: sequence (its page table's offset in pages) and position; -1 past ntok
+    if (t0 < 0) {
+        return; // past the step's tiles
+    }
+    // the tile's tokens: sequence (its page table's offset in pages) and position; -1 past its run
+    const int tb0 = tok_base[t0];
     for (int i = threadIdx.x; i < NW * 16; i += NW * 32) {
-        const bool ok = t0 + i < ntok;
-        sb[i] = ok ? tok_base[t0 + i] : -1;
+        const bool ok = t0 + i < ntok && tok_base[t0 + i] == tb0;
+        sb[i] = ok ? tb0 : -1;
         sp[i] = ok ? tok_pos[t0 + i] : -1;
     }
     __syncthreads();
@@ -115,7 +120,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_flash_h4_2_d64_f16_pg16_w
         }
     }
     float ma = NEG_INF, mb = NEG_INF, la = 0.f, lb = 0.f;
-    // each run of tokens of one sequence (fillInputs keeps a sequence's tokens together)
+    // the tile's run of tokens of one sequence
     int i0 = 0;
     while (i0 < NW * 16 && sb[i0] >= 0) {
         const int b = sb[i0];
@@ -235,10 +240,10 @@ extern "C" __global__ void __launch_bounds__(128) attn_flash_h4_2_d64_f16_pg16_w
     const float ia = 1.f / la, ib = 1.f / lb;
     #pragma unroll
     for (int n = 0; n < NTO; ++n) {
-        if (t0 + ra < ntok) {
+        if (basea >= 0) {
             *(float2*)(out + (size_t)(t0 + ra) * HQ * HD + h * HD + 8 * n + 2 * t) = make_float2(o[n][0] * ia, o[n][1] * ia);
         }
-        if (t0 + rb < ntok) {
+        if (baseb >= 0) {
             *(float2*)(out + (size_t)(t0 + rb) * HQ * HD + h * HD + 8 * n + 2 * t) = make_float2(o[n][2] * ib, o[n][3] * ib);
         }
     }

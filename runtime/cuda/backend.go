@@ -140,8 +140,11 @@ type Backend struct {
 	arena   DevicePtr
 	inputs  DevicePtr // codegen.NumInputs arrays of inCap int32
 	inCap   int
-	kc, vc  []DevicePtr // per layer: the pool's pages, then the trash page
-	graphs  map[int]GraphExec
+	// flashRows is the tile of the programs' tensor-core prefill
+	// attention, 0 where none runs it (fillInputs writes InTiles)
+	flashRows int
+	kc, vc    []DevicePtr // per layer: the pool's pages, then the trash page
+	graphs    map[int]GraphExec
 
 	pool    *kv.Pool
 	own     *kv.Tables // pages of sequences stepped without SeqStep.Pages
@@ -382,6 +385,9 @@ func (b *Backend) load(m *load.Model, target string) error {
 		return err
 	}
 	b.inCap = pre.MaxTokens
+	if b.flashRows, err = flashRowsOf(b.programs()); err != nil {
+		return err
+	}
 	weights, wbytes := uniqueWeights(b.programs()...)
 	arena := max(dec.Buffers.ArenaBytes, pre.Buffers.ArenaBytes)
 	if b.emb != nil {

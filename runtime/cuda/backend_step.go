@@ -267,7 +267,27 @@ func (b *Backend) fillInputs(pieces []piece, rowsT, rowsS int) {
 	for s := len(pieces); s < rowsS; s++ {
 		kbase[s], klen[s], last[s] = 0, 1, int32(s)
 	}
+	if b.flashRows > 0 {
+		codegen.FlashTiles(arr(codegen.InTiles)[:rowsT], tbase[:rowsT], b.flashRows)
+	}
 	b.hostTab = tab
+}
+
+// flashRowsOf is the tile rows of ps's tensor-core prefill attention
+// (codegen.Program.FlashRows), which fillInputs cuts each step's tokens by:
+// one for every program that runs it.
+func flashRowsOf(ps []*codegen.Program) (int, error) {
+	rows := 0
+	for _, p := range ps {
+		if p.FlashRows == 0 {
+			continue
+		}
+		if rows != 0 && p.FlashRows != rows {
+			return 0, fmt.Errorf("cuda: the programs' prefill attention tiles differ (%d and %d tokens)", rows, p.FlashRows)
+		}
+		rows = p.FlashRows
+	}
+	return rows, nil
 }
 
 // uploadInputs queues the copies of a step's inputs, page tables and (where

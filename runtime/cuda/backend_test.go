@@ -108,6 +108,13 @@ func TestFillInputs(t *testing.T) {
 	require.Equal(t, []int32{1, 3, 0, 0}, in(codegen.InKVBase, 4))
 	require.Equal(t, []int32{6, 1, 1, 1}, in(codegen.InKVLen, 4))
 	require.Equal(t, []int32{0, 1, 2, 3}, in(codegen.InLast, 4))
+
+	// a prompt chunk of 5 and a decode, the flash attention's tiles of 2 tokens: the chunk in
+	// three, the decode, the padding rows
+	b.flashRows = 2
+	b.fillInputs([]piece{{pages: a, pos: 0, tokens: []int32{1, 2, 3, 4, 5}}, {pages: c, pos: 3, tokens: []int32{9}}}, 8, 2)
+	require.Equal(t, []int32{1, 1, 1, 1, 1, 3, 0, 0}, in(codegen.InTokBase, 8))
+	require.Equal(t, []int32{0, 2, 4, 5, 6, -1, -1, -1}, in(codegen.InTiles, 8))
 }
 
 func TestBucket(t *testing.T) {
