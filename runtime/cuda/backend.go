@@ -140,6 +140,7 @@ type Backend struct {
 	arena   DevicePtr
 	inputs  DevicePtr // codegen.NumInputs arrays of inCap int32
 	inCap   int
+	inRows  int // the rows of each input the last fillInputs wrote
 	// flashRows is the tile of the programs' tensor-core prefill
 	// attention, 0 where none runs it (fillInputs writes InTiles)
 	flashRows int
@@ -183,6 +184,7 @@ type Backend struct {
 	emb *embedState // the embedding program (embed.go), or nil
 
 	pipe pipeState // pipelined decode steps (pipeline.go)
+	up   upState   // page-locked upload slots (upload.go)
 }
 
 var (
@@ -596,6 +598,9 @@ func (b *Backend) Close() error {
 		var errs []error
 		if b.stream != 0 && b.pipe.ready {
 			errs = append(errs, c.StreamSync(b.stream), b.pipe.close(c)) // launched steps nobody collected
+		}
+		if b.stream != 0 {
+			errs = append(errs, c.StreamSync(b.stream), b.up.close(c))
 		}
 		errs = append(errs, b.bpf.close())
 		for _, g := range b.graphs {

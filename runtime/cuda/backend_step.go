@@ -267,6 +267,7 @@ func (b *Backend) fillInputs(pieces []piece, rowsT, rowsS int) {
 	for s := len(pieces); s < rowsS; s++ {
 		kbase[s], klen[s], last[s] = 0, 1, int32(s)
 	}
+	b.inRows = max(rowsT, rowsS)
 	if b.flashRows > 0 {
 		codegen.FlashTiles(arr(codegen.InTiles)[:rowsT], tbase[:rowsT], b.flashRows)
 	}
@@ -288,21 +289,6 @@ func flashRowsOf(ps []*codegen.Program) (int, error) {
 		rows = p.FlashRows
 	}
 	return rows, nil
-}
-
-// uploadInputs queues the copies of a step's inputs, page tables and (where
-// ps samples) sampling records, as fillInputs and pack left them.
-func (b *Backend) uploadInputs(c *Ctx, ps *progState) error {
-	if err := c.CopyHtoDAsync(b.inputs, b.host, b.stream); err != nil {
-		return err
-	}
-	if err := c.CopyHtoDAsync(b.pageTab, i32AsBytes(b.hostTab), b.stream); err != nil {
-		return err
-	}
-	if ps.p.SampleOut >= 0 {
-		return b.uploadSampling(c)
-	}
-	return nil
 }
 
 // tokenOf is the token of an id the device chose (argmax or sample): under MEMRA_DROP (a timing

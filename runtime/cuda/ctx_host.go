@@ -47,13 +47,28 @@ type memcpy2D struct {
 	height     uint64
 }
 
-const memoryTypeDevice = 2 // CU_MEMORYTYPE_DEVICE
+const (
+	memoryTypeHost   = 1 // CU_MEMORYTYPE_HOST
+	memoryTypeDevice = 2 // CU_MEMORYTYPE_DEVICE
+)
 
 // CopyDtoD2DAsync queues a device-to-device copy of rows rows of width
 // bytes, from src every srcPitch bytes to dst every dstPitch bytes, on s.
 func (c *Ctx) CopyDtoD2DAsync(dst DevicePtr, dstPitch int, src DevicePtr, srcPitch int, width, rows int, s Stream) error {
 	m := memcpy2D{
 		srcType: memoryTypeDevice, srcDevice: uint64(src), srcPitch: uint64(srcPitch),
+		dstType: memoryTypeDevice, dstDevice: uint64(dst), dstPitch: uint64(dstPitch),
+		width: uint64(width), height: uint64(rows),
+	}
+	return c.d.check("cuMemcpy2DAsync", call(c.d.cuMemcpy2DAsync, uintptr(unsafe.Pointer(&m)), uintptr(s)))
+}
+
+// CopyHtoD2DAsync queues a copy of rows rows of width bytes from host
+// memory src (page-locked, from AllocHost), every srcPitch bytes, to dst
+// every dstPitch bytes, on s.
+func (c *Ctx) CopyHtoD2DAsync(dst DevicePtr, dstPitch int, src unsafe.Pointer, srcPitch int, width, rows int, s Stream) error {
+	m := memcpy2D{
+		srcType: memoryTypeHost, srcHost: uintptr(src), srcPitch: uint64(srcPitch),
 		dstType: memoryTypeDevice, dstDevice: uint64(dst), dstPitch: uint64(dstPitch),
 		width: uint64(width), height: uint64(rows),
 	}

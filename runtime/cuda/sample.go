@@ -122,20 +122,14 @@ func (b *Backend) pack(pieces []piece, rowsS int, mode stepMode) {
 	}
 }
 
-// uploadSampling copies the packed sampling inputs to the device.
-func (b *Backend) uploadSampling(c *Ctx) error {
-	for _, in := range []struct {
-		dst  codegen.SampleInput
-		data []uint32
-	}{{codegen.SampleRecords, b.spack.rec}, {codegen.SampleBias, b.spack.bias}, {codegen.SamplePenalties, b.spack.pen}, {codegen.SampleMasks, b.spack.mask}} {
-		if len(in.data) == 0 {
-			continue
-		}
-		if err := c.CopyHtoDAsync(b.sampleIn[in.dst], u32AsBytes(in.data), b.stream); err != nil {
-			return fmt.Errorf("sampling %v: %w", in.dst, err)
-		}
-	}
-	return nil
+// samplingBytes returns the packed sampling inputs, by codegen.SampleInput.
+func (b *Backend) samplingBytes() [codegen.NumSampleInputs][]byte {
+	var out [codegen.NumSampleInputs][]byte
+	out[codegen.SampleRecords] = u32AsBytes(b.spack.rec)
+	out[codegen.SampleBias] = u32AsBytes(b.spack.bias)
+	out[codegen.SamplePenalties] = u32AsBytes(b.spack.pen)
+	out[codegen.SampleMasks] = u32AsBytes(b.spack.mask)
+	return out
 }
 
 // sampleBytes returns the device bytes of each sampling input for
