@@ -11,7 +11,8 @@
 #                                # the shared-prefix scenario at 16 streams, each with and without
 #                                # the prefix cache
 #   scripts/gpu-serve.sh chat    # the chat scenario alone, with and without the prefix cache
-#   scripts/gpu-serve.sh speed   # the engine's tg128@512 at batch 1 and 64 against the server at 1 and
+#   scripts/gpu-serve.sh speed   # the engine's tg128@512 at batch 1 and 64 (plain, at the server's
+#                                # 4,096-position cache, and --pipelined) against the server at 1 and
 #                                # 64 streams, temperature 1 and 0, at --max-batch-tokens 512 and 2048
 #                                # (issue 31), with the engine's step counters
 #   scripts/gpu-serve.sh mixed   # the kernels of one serving step of 48 decodes and 1,600 prompt
@@ -124,6 +125,8 @@ speed)
 	# the same with the server's 4,096 positions a sequence (decode attention's live splits spread
 	# the live length over the splits the context gives)
 	step bench-engine-ctx4096 "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64 --context 4096
+	# and decoding as the server's engine does (each step launched before the one before it is read)
+	step bench-engine-pipelined "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64 --context 4096 --pipelined
 	rate64=$(sed -n -E 's/^\| 2.*tg128@512 \| 64 \| [0-9]+ \| ([0-9.]+) .*/\1/p' "$OUT/bench-engine.log" | head -1)
 	rate1=$(sed -n -E 's/^\| 2.*tg128@512 \| 1 \| [0-9]+ \| ([0-9.]+) .*/\1/p' "$OUT/bench-engine.log" | head -1)
 	speed_serve() { # speed_serve STEP_TOKENS
@@ -146,7 +149,7 @@ speed)
 	for m in ${STEP_TOKENS:-512 2048}; do
 		step "serve-speed-m$m" speed_serve "$m"
 	done
-	grep -H -E '^\| 2.*tg' "$OUT/bench-engine.log" "$OUT/bench-engine-ctx4096.log"
+	grep -H -E '^\| 2.*tg' "$OUT/bench-engine.log" "$OUT/bench-engine-ctx4096.log" "$OUT/bench-engine-pipelined.log"
 	for d in "$OUT"/speed-*; do echo "== $d"; grep -E '^\| [0-9]' "$d/serve-bench.md"; done
 	for f in "$OUT"/metrics-*.txt; do echo "== $f"; cat "$f"; done
 	;;

@@ -37,6 +37,7 @@ type benchOptions struct {
 	roofline, untuned bool
 	profile           bool
 	profilePrefill    int
+	pipelined         bool
 	perfRows          bool
 	jsonPath          string
 	plotPath          string
@@ -101,6 +102,7 @@ beside it.`,
 	f.BoolVar(&o.roofline, "roofline", false, "report bandwidth and TFLOP/s against a copy and a matmul measured in the same run (CUDA; always on the CPU unless set false)")
 	f.BoolVar(&o.profile, "profile", false, "after the tests, time every kernel of one decode step per batch size and print where the step's time goes (CUDA)")
 	f.IntVar(&o.profilePrefill, "profile-prefill", 0, "with --profile: the profiled step also carries this many prompt tokens of new sequences, in chunks of 512 (a serving step that admits requests)")
+	f.BoolVar(&o.pipelined, "pipelined", false, "decode as the server does where it can: each step launched before the previous one's tokens are read, the device feeding them (CUDA)")
 	f.BoolVar(&o.untuned, "untuned", false, "use every kernel family's default arm instead of the tunedb (CUDA)")
 	f.BoolVar(&o.perfRows, "perf-rows", false, "print a docs/PERFORMANCE.md row per test")
 	f.StringVar(&o.jsonPath, "json", "", "write the raw results to this JSON file")
@@ -269,12 +271,12 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 		ctx = context.Background()
 	}
 	// Warm-up: page weights in, size buffers, capture graphs.
-	if _, _, err := benchOnce(ctx, b, tokens[:min(max(p, 1), 16)], 2); err != nil {
+	if _, _, err := benchOnce(ctx, b, tokens[:min(max(p, 1), 16)], 2, o.pipelined); err != nil {
 		return err
 	}
 	for _, bs := range batches {
 		if bs > 1 && o.gen > 0 {
-			if _, err := benchBatch(ctx, b, tokens[:min(max(p, 1), 16)], bs, 2); err != nil {
+			if _, err := benchBatch(ctx, b, tokens[:min(max(p, 1), 16)], bs, 2, o.pipelined); err != nil {
 				return err
 			}
 		}
@@ -304,7 +306,7 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 		before = pstats.Stats()
 	}
 	for range o.reps {
-		dpp, dtg, err := benchOnce(ctx, b, tokens[:p], o.gen)
+		dpp, dtg, err := benchOnce(ctx, b, tokens[:p], o.gen, o.pipelined)
 		if err != nil {
 			return err
 		}
@@ -317,7 +319,7 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 			}
 			d := dtg
 			if bs > 1 {
-				if d, err = benchBatch(ctx, b, tokens[:p], bs, o.gen); err != nil {
+				if d, err = benchBatch(ctx, b, tokens[:p], bs, o.gen, o.pipelined); err != nil {
 					return err
 				}
 			}
@@ -420,35 +422,38 @@ func stepNext(ctx context.Context, b runtime.Backend, batch []runtime.SeqStep, n
 }
 
 // benchOnce runs one prefill of prompt (as one step) and then gen
-// single-token steps on a fresh sequence, and returns both durations.
-func benchOnce(ctx context.Context, b runtime.Backend, prompt []int32, gen int) (pp, tg time.Duration, err error) {
+// single-token steps on a fresh sequence (pipelined: as decodeSteps), and
+// returns both durations.
+func benchOnce(ctx context.Context, b runtime.Backend, prompt []int32, gen int, pipelined bool) (pp, tg time.Duration, err error) {
 	const seq runtime.SeqID = 1
 	b.Free(seq)
 	defer b.Free(seq)
+	pages, release, err := benchPages(b, 1, len(prompt)+gen, pipelined)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer release()
 	pos := 0
 	if len(prompt) > 0 {
 		t0 := time.Now()
-		if _, err := b.Step(ctx, []runtime.SeqStep{{Seq: seq, Tokens: prompt, Logits: true}}); err != nil {
+		if _, err := b.Step(ctx, []runtime.SeqStep{{Seq: seq, Tokens: prompt, Logits: true, Pages: pages[0]}}); err != nil {
 			return 0, 0, fmt.Errorf("bench: prompt step: %w", err)
 		}
 		pp = time.Since(t0)
 		pos = len(prompt)
 	}
-	next := []int32{1}
 	t0 := time.Now()
-	for i := range gen {
-		step := []runtime.SeqStep{{Seq: seq, Pos: pos + i, Tokens: []int32{next[0]}, Logits: true}}
-		if err := stepNext(ctx, b, step, next); err != nil {
-			return 0, 0, fmt.Errorf("bench: generation step %d: %w", i, err)
-		}
+	if err := decodeSteps(ctx, b, []runtime.SeqID{seq}, pages, pos, []int32{1}, gen, pipelined); err != nil {
+		return 0, 0, err
 	}
 	tg = time.Since(t0)
 	return pp, tg, nil
 }
 
 // benchBatch prefills prompt into n fresh sequences (one step each, not
-// timed), then times gen steps in which all n decode one token together.
-func benchBatch(ctx context.Context, b runtime.Backend, prompt []int32, n, gen int) (time.Duration, error) {
+// timed), then times gen steps in which all n decode one token together
+// (pipelined: as decodeSteps).
+func benchBatch(ctx context.Context, b runtime.Backend, prompt []int32, n, gen int, pipelined bool) (time.Duration, error) {
 	seqs := make([]runtime.SeqID, n)
 	for i := range seqs {
 		seqs[i] = runtime.SeqID(100 + i)
@@ -459,25 +464,23 @@ func benchBatch(ctx context.Context, b runtime.Backend, prompt []int32, n, gen i
 			b.Free(s)
 		}
 	}()
-	pos := len(prompt)
+	pages, release, err := benchPages(b, n, len(prompt)+gen, pipelined)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
 	next := make([]int32, n)
 	for i, s := range seqs {
 		next[i] = 1
 		if len(prompt) > 0 {
-			if _, err := b.Step(ctx, []runtime.SeqStep{{Seq: s, Tokens: prompt, Logits: false}}); err != nil {
+			if _, err := b.Step(ctx, []runtime.SeqStep{{Seq: s, Tokens: prompt, Logits: false, Pages: pages[i]}}); err != nil {
 				return 0, fmt.Errorf("bench: batch %d: prompt of sequence %d: %w", n, i, err)
 			}
 		}
 	}
-	batch := make([]runtime.SeqStep, n)
 	t0 := time.Now()
-	for g := range gen {
-		for i, s := range seqs {
-			batch[i] = runtime.SeqStep{Seq: s, Pos: pos + g, Tokens: []int32{next[i]}, Logits: true}
-		}
-		if err := stepNext(ctx, b, batch, next); err != nil {
-			return 0, fmt.Errorf("bench: batch %d: generation step %d: %w", n, g, err)
-		}
+	if err := decodeSteps(ctx, b, seqs, pages, len(prompt), next, gen, pipelined); err != nil {
+		return 0, fmt.Errorf("bench: batch %d: %w", n, err)
 	}
 	return time.Since(t0), nil
 }

@@ -163,7 +163,7 @@ func (r *cudaE2E) Step(ctx context.Context, pick codegen.ArmPicker, batch int) (
 	}
 	times := make([]float64, 0, r.reps)
 	for range r.reps {
-		d, err := benchBatch(ctx, b, r.prompt, batch, r.gen)
+		d, err := benchBatch(ctx, b, r.prompt, batch, r.gen, false)
 		if err != nil {
 			return m, err
 		}

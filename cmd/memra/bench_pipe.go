@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/memra-ai/memra/runtime"
+)
+
+// errNoPipelined refuses --pipelined on a backend that cannot launch a
+// step before the previous one's tokens are read.
+var errNoPipelined = errors.New("bench: --pipelined needs a backend with pipelined decode over a page pool (CUDA)")
+
+// benchPages returns n page tables of positions positions from the
+// backend's pool, and their release, for a --pipelined test (a pipelined
+// step takes its sequences' pages from the caller); without pipelined, n
+// nil tables: the backend keeps its own.
+func benchPages(b runtime.Backend, n, positions int, pipelined bool) ([][]int32, func(), error) {
+	pages := make([][]int32, n)
+	if !pipelined {
+		return pages, func() {}, nil
+	}
+	pb, ok := b.(runtime.PagedBackend)
+	if _, pipe := b.(runtime.PipelinedStepper); !ok || !pipe || pb.KVPool() == nil {
+		return nil, nil, errNoPipelined
+	}
+	pool := pb.KVPool()
+	release := func() {
+		for _, p := range pages {
+			if p != nil {
+				pool.Release(p)
+			}
+		}
+	}
+	for i := range pages {
+		p, err := pool.Alloc(pool.PagesFor(positions))
+		if err != nil {
+			release()
+			return nil, nil, fmt.Errorf("bench: pages for %d sequences of %d positions: %w", n, positions, err)
+		}
+		pages[i] = p
+	}
+	return pages, release, nil
+}
+
+// decodeSteps runs gen single-token steps of seqs (pages: their tables,
+// nil for the backend's own) from position pos, next their first tokens.
+// Plain, one step after another, each reading its tokens before the next
+// (stepNext). Pipelined, as the server's engine decodes: each step is
+// launched before the step before it is collected, its tokens fed on the
+// device (runtime.PipelinedStepper), so the host's turn between steps is
+// off the device's path.
+func decodeSteps(ctx context.Context, b runtime.Backend, seqs []runtime.SeqID, pages [][]int32, pos int, next []int32, gen int, pipelined bool) error {
+	batch := make([]runtime.SeqStep, len(seqs))
+	fill := func(g int) {
+		for i, s := range seqs {
+			batch[i] = runtime.SeqStep{Seq: s, Pos: pos + g, Tokens: next[i : i+1 : i+1], Logits: true, Pages: pages[i]}
+		}
+	}
+	if !pipelined {
+		for g := range gen {
+			fill(g)
+			if err := stepNext(ctx, b, batch, next); err != nil {
+				return fmt.Errorf("generation step %d: %w", g, err)
+			}
+		}
+		return nil
+	}
+	ps, ok := b.(runtime.PipelinedStepper)
+	if !ok {
+		return errNoPipelined
+	}
+	launched := 0
+	for g := range gen {
+		fill(g)
+		if err := ps.Launch(ctx, batch, nil, g > 0); err != nil {
+			for ; launched > 0; launched-- {
+				_, _, _ = ps.Collect(ctx)
+			}
+			return fmt.Errorf("generation step %d: %w", g, err)
+		}
+		if launched++; launched == 2 {
+			if _, _, err := ps.Collect(ctx); err != nil {
+				_, _, _ = ps.Collect(ctx)
+				return fmt.Errorf("generation step %d: %w", g-1, err)
+			}
+			launched--
+		}
+	}
+	for ; launched > 0; launched-- {
+		ids, _, err := ps.Collect(ctx)
+		if err != nil {
+			for ; launched > 1; launched-- {
+				_, _, _ = ps.Collect(ctx)
+			}
+			return fmt.Errorf("the last generation step: %w", err)
+		}
+		if launched == 1 {
+			copy(next, ids)
+		}
+	}
+	return nil
+}
