@@ -47,14 +47,15 @@ func DecodePreload(shape string, as codegen.AttnShape, lens []int32, capacity in
 	return withDecodeArm(c, as, func(a *codegen.DecodeArm) { a.Preload = true })
 }
 
-// DecodeLive3 is DecodeLive with the splits sized by a card of sms
-// multiprocessors (codegen.DecodeArm Live 3) instead of the arm's live
-// mode: sequences of 1100, 333, 1 and 20 keys against the capacity's
-// splits.
-func DecodeLive3(shape string, as codegen.AttnShape, lens []int32, capacity, sms int, seed uint64) *Case {
+// DecodeLive2 is DecodeLive with codegen.DecodeArm Live 2, the decode
+// attention of the batch-invariant configuration (its splits depend on the
+// capacity and a sequence's own length, never on the step's width; the
+// default's Live 3 sizes them by the card and the batch): sequences of
+// 1100, 333, 1 and 20 keys against the capacity's splits.
+func DecodeLive2(shape string, as codegen.AttnShape, lens []int32, capacity int, seed uint64) *Case {
 	c := DecodeLive(shape, as, lens, capacity, seed)
-	c.Label, c.Class = "attn_decode_live3", c.Class+"_live3"
-	return withDecodeArm(c, as, func(a *codegen.DecodeArm) { a.Live, a.SMs = 3, sms })
+	c.Label, c.Class = "attn_decode_live2", c.Class+"_live2"
+	return withDecodeArm(c, as, func(a *codegen.DecodeArm) { a.Live = 2 })
 }
 
 // withDecodeArm makes decode case c run the partial and combine pair of
