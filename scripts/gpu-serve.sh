@@ -6,6 +6,8 @@
 #                                # families (32k positions included), CPU parity at 1, 2 and 16
 #                                # sequences, and llama2-7b q4_k_m decode at batch 1, 16 and 64
 #                                # with this build and the one before KV pages (OLD_BIN) in one call
+#   scripts/gpu-serve.sh versus  # only the last part of pages: llama2-7b q4_k_m decode at batch 1, 16
+#                                # and 64 with this build and OLD_BIN in one call (about 3 minutes)
 #   scripts/gpu-serve.sh serve   # memra serve of llama2-7b q4_k_m with --max-running 64: the load
 #                                # test at 64 streams, the chat scenario (8 turns, ~4k history) and
 #                                # the shared-prefix scenario at 16 streams, each with and without
@@ -63,7 +65,21 @@ serve_down() {
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/gpu.txt" 2>&1
 L7=$MODELS/llama2-7b-q4_k_m.gguf
 
+# versus: this build's decode against OLD_BIN's (the build before KV pages), in one call
+bench_versus() {
+	step synth-llama2-7b synth "$L7" --preset llama2-7b --quant q4_k_m --weights blocks
+	for b in new old; do
+		bin=$BIN
+		[ $b = old ] && bin=$OLD_BIN
+		step "bench-$b" "$bin" bench "$L7" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r "${RUNS:-3}" -b 1,16,64
+	done
+	grep -H -E '^\| 2.*tg|^roofline' "$OUT"/bench-*.log
+}
+
 case $MODE in
+versus)
+	bench_versus
+	;;
 pages)
 	cuda_tests() { (cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run "${CUDA_TESTS:-TestGPU}"); }
 	step cuda-tests cuda_tests
@@ -73,13 +89,7 @@ pages)
 		[ $p -ge 16 ] && s=3.5
 		step "parity-p$p" "$BIN" gpu-parity --preset llama3-8b --quant q4_k_m --layers 2 --dim 512 --steps 64 --prompts $p --tie-tol 0.02 --tie-sigma $s
 	done
-	step synth-llama2-7b synth "$L7" --preset llama2-7b --quant q4_k_m --weights blocks
-	for b in new old; do
-		bin=$BIN
-		[ $b = old ] && bin=$OLD_BIN
-		step "bench-$b" "$bin" bench "$L7" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r "${RUNS:-3}" -b 1,16,64
-	done
-	grep -H -E '^\| 2.*tg|^roofline' "$OUT"/bench-*.log
+	bench_versus
 	;;
 serve | chat)
 	step synth-llama2-7b synth "$L7" --preset llama2-7b --quant q4_k_m --weights blocks
@@ -293,8 +303,7 @@ compiled)
 	tail -n 2 "$OUT"/serve-*.log "$OUT"/run-*.txt 2>/dev/null | head -40
 	;;
 *)
-	echo "usage: $0 pages|serve|chat|speed|exact|spec|long" >&2
-	echo "usage: $0 pages|serve|chat|speed|long|compiled" >&2
+	echo "usage: $0 pages|versus|serve|chat|speed|mixed|exact|spec|long|compiled" >&2
 	exit 2
 	;;
 esac
