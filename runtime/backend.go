@@ -6,6 +6,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/memra-ai/memra/runtime/kv"
 )
@@ -122,6 +123,18 @@ type PipelinedStepper interface {
 	// returns its results as StepGreedy (greedy launches) or StepSample
 	// would. They stay valid until the next Collect.
 	Collect(ctx context.Context) (greedy []int32, sampled []Sampled, err error)
+}
+
+// DeviceTimer is a PipelinedStepper that times its launched steps on the
+// device: where the host's time between collections (the step period)
+// exceeds the device's time a step, the device waited between steps.
+type DeviceTimer interface {
+	// DeviceTimes returns, over the launched steps collected so far, how
+	// many were timed and the device's time of their inputs (from the
+	// first input copy to the launches: copies, the fed tokens) and of
+	// the rest (the launches and the copy of the results to the host).
+	// Safe to call from any goroutine.
+	DeviceTimes() (steps int64, inputs, step time.Duration)
 }
 
 // ErrNotPipelined is PipelinedStepper.Launch's refusal of a step it can

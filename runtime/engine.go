@@ -121,6 +121,11 @@ type Stats struct {
 	// FedSteps counts decode steps launched before the host had the
 	// tokens of the step before them (pipelined.go), fed on the device.
 	FedSteps int64
+	// DeviceSteps counts the pipelined steps the backend timed on the
+	// device (DeviceTimer); DeviceInputSeconds and DeviceStepSeconds are
+	// their device time before and from their launches.
+	DeviceSteps                           int64
+	DeviceInputSeconds, DeviceStepSeconds float64
 }
 
 // vocabulary is what the engine needs of a tokenizer.
@@ -318,6 +323,10 @@ func (e *Engine) Stats() Stats {
 	st := e.stats
 	st.Queued = len(e.queue) + len(e.embeds.jobs)
 	e.mu.Unlock()
+	if dt, ok := e.b.(DeviceTimer); ok {
+		n, in, step := dt.DeviceTimes()
+		st.DeviceSteps, st.DeviceInputSeconds, st.DeviceStepSeconds = n, in.Seconds(), step.Seconds()
+	}
 	ps := e.pool.Stats()
 	st.KVPagesUsed, st.KVPagesCached = ps.Used, ps.Cached
 	st.KVTokensUsed = ps.Used * ps.PageSize

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -121,5 +122,39 @@ func TestStoriesPipelined(t *testing.T) {
 		require.Equal(t, want, got, "running %d", running)
 		_, fed := runtime.PipelineCounts(b)
 		require.Positive(t, fed)
+	}
+}
+
+// timedBackend is a backend that reports fixed device times.
+type timedBackend struct{ *cpu.Backend }
+
+func (timedBackend) DeviceTimes() (int64, time.Duration, time.Duration) {
+	return 12, 3 * time.Millisecond, 29 * time.Millisecond
+}
+
+// The engine's Stats carry a DeviceTimer backend's device times, and zero
+// for a backend that times nothing.
+func TestStatsDeviceTimes(t *testing.T) {
+	m, err := builtin.Open()
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	for _, timed := range []bool{false, true} {
+		b, err := cpu.New(m, cpu.Options{Threads: 2})
+		require.NoError(t, err)
+		var be runtime.Backend = b
+		if timed {
+			be = timedBackend{b}
+		}
+		e := runtime.NewEngine(be, m.Tokenizer, runtime.EngineConfig{})
+		st := e.Stats()
+		e.Close()
+		if !timed {
+			require.Zero(t, st.DeviceSteps)
+			require.Zero(t, st.DeviceInputSeconds+st.DeviceStepSeconds)
+			continue
+		}
+		require.Equal(t, int64(12), st.DeviceSteps)
+		require.InDelta(t, 0.003, st.DeviceInputSeconds, 1e-12)
+		require.InDelta(t, 0.029, st.DeviceStepSeconds, 1e-12)
 	}
 }

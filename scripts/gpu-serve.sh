@@ -139,28 +139,34 @@ speed)
 	step bench-engine-pipelined "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64 --context 4096 --pipelined
 	rate64=$(sed -n -E 's/^\| 2.*tg128@512 \| 64 \| [0-9]+ \| ([0-9.]+) .*/\1/p' "$OUT/bench-engine.log" | head -1)
 	rate1=$(sed -n -E 's/^\| 2.*tg128@512 \| 1 \| [0-9]+ \| ([0-9.]+) .*/\1/p' "$OUT/bench-engine.log" | head -1)
-	decode_counts() { # the engine's decode step seconds and steps so far
+	decode_counts() { # the engine's decode step seconds and steps, and the device's timed steps and seconds, so far
 		curl -s http://127.0.0.1:8199/metrics | awk '/^memra_engine_step_seconds_total\{kind="decode"/ {s = $2}
-			/^memra_engine_steps_total\{kind="decode"/ {n = $2} END {print s + 0, n + 0}'
+			/^memra_engine_steps_total\{kind="decode"/ {n = $2}
+			/^memra_engine_device_steps_total/ {dn = $2}
+			/^memra_engine_device_seconds_total/ {ds += $2}
+			END {print s + 0, n + 0, dn + 0, ds + 0}'
 	}
 	speed_serve() { # speed_serve STEP_TOKENS
 		serve_up 8199 --model "l7=$L7" --max-running 64 --max-batch-tokens "$1" || return 1
-		local c t rc=0 seed=10 s0 n0 s1 n1
+		local c t rc=0 seed=10 s0 n0 d0 ds0 s1 n1 d1 ds1
 		for lv in ${LEVELS:-1:1 1:0 64:1 64:0}; do # concurrency:temperature
 			c=${lv%:*} t=${lv#*:} seed=$((seed + 1))
 			rate=$rate64
 			[ "$c" = 1 ] && rate=$rate1
 			d=${SPEED_DURATION:-20s}
 			[ "$c" = 64 ] && d=${SPEED64_DURATION:-45s}
-			read -r s0 n0 < <(decode_counts)
+			read -r s0 n0 d0 ds0 < <(decode_counts)
 			"$BIN" bench serve --url http://127.0.0.1:8199 --endpoint completions --concurrency $c --prompt-tokens 512 \
 				--max-tokens 128 --temperature $t --duration "$d" --seed $seed ${rate:+--engine-rate $rate} \
 				--out "$OUT/speed-m$1-c$c-t$t" || rc=1
 			# the level's decode step period as the engine counts it (a collection to the next),
-			# against bench's seconds a step (1 / its b1 rate)
-			read -r s1 n1 < <(decode_counts)
-			awk -v s="$s1" -v s0="$s0" -v n="$n1" -v n0="$n0" -v lv="m$1 c$c t$t" \
-				'BEGIN {if (n > n0) printf "%s: %d decode steps, %.3f ms a step\n", lv, n - n0, 1000 * (s - s0) / (n - n0)}' |
+			# against bench's seconds a step (1 / its b1 rate), and the device's own time of its
+			# pipelined steps (memra_engine_device_seconds_total): the difference is the device waiting
+			read -r s1 n1 d1 ds1 < <(decode_counts)
+			awk -v s="$s1" -v s0="$s0" -v n="$n1" -v n0="$n0" -v d="$d1" -v d0="$d0" -v ds="$ds1" -v ds0="$ds0" -v lv="m$1 c$c t$t" \
+				'BEGIN {if (n > n0) printf "%s: %d decode steps, %.3f ms a step", lv, n - n0, 1000 * (s - s0) / (n - n0)
+					if (d > d0) printf "; %d timed on the device, %.3f ms a step there", d - d0, 1000 * (ds - ds0) / (d - d0)
+					print ""}' |
 				tee -a "$OUT/periods.txt"
 		done
 		curl -s http://127.0.0.1:8199/metrics | grep -E '^memra_(engine|kv_pages|preempt|prefix|prompt)' >"$OUT/metrics-m$1.txt"

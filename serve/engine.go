@@ -53,6 +53,11 @@ type Stats struct {
 	// FedSteps counts decode steps launched before the tokens of the step
 	// before them reached the host (fed on the device).
 	FedSteps int64
+	// DeviceSteps counts the pipelined steps timed on the device, and
+	// DeviceInputSeconds and DeviceStepSeconds their device time before
+	// and from their launches (runtime.DeviceTimer).
+	DeviceSteps                           int64
+	DeviceInputSeconds, DeviceStepSeconds float64
 }
 
 // Engine is exactly what the server uses of a loaded model's engine

@@ -86,6 +86,11 @@ var (
 		"Backend time of the engine's steps by kind: decode (no prompt tokens) or prefill (prompt chunks with the decodes beside them).", []string{"model", "kind"}, nil)
 	descFed = prometheus.NewDesc("memra_engine_fed_steps_total",
 		"Decode steps launched before the host had the tokens of the step before them, which the device fed them (pipelined decode).", []string{"model"}, nil)
+	descDeviceSteps = prometheus.NewDesc("memra_engine_device_steps_total",
+		"Pipelined decode steps the backend timed on the device (CUDA events).", []string{"model"}, nil)
+	descDeviceTime = prometheus.NewDesc("memra_engine_device_seconds_total",
+		"Device time of the timed pipelined steps: inputs (their input copies and fed tokens) and step (their launches and the copy of their tokens to the host). Less than the host's decode step seconds over the same steps by the time the device waited between steps.",
+		[]string{"model", "part"}, nil)
 	descSpec = prometheus.NewDesc("memra_spec_tokens_total",
 		"Speculative decoding: tokens drafted and tokens the target accepted (acceptance rate: accepted ÷ drafted).", []string{"model", "kind"}, nil)
 	descSpecSteps = prometheus.NewDesc("memra_spec_steps_total",
@@ -128,6 +133,8 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descPreempt
 	ch <- descSteps
 	ch <- descFed
+	ch <- descDeviceSteps
+	ch <- descDeviceTime
 	ch <- descStepTime
 	ch <- descStepRows
 	ch <- descStepKindTime
@@ -169,6 +176,9 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descStepKindTime, prometheus.CounterValue, st.BackendSeconds-st.PrefillSeconds, m.ID, "decode")
 		ch <- prometheus.MustNewConstMetric(descStepKindTime, prometheus.CounterValue, st.PrefillSeconds, m.ID, "prefill")
 		ch <- prometheus.MustNewConstMetric(descFed, prometheus.CounterValue, float64(st.FedSteps), m.ID)
+		ch <- prometheus.MustNewConstMetric(descDeviceSteps, prometheus.CounterValue, float64(st.DeviceSteps), m.ID)
+		ch <- prometheus.MustNewConstMetric(descDeviceTime, prometheus.CounterValue, st.DeviceInputSeconds, m.ID, "inputs")
+		ch <- prometheus.MustNewConstMetric(descDeviceTime, prometheus.CounterValue, st.DeviceStepSeconds, m.ID, "step")
 		ch <- prometheus.MustNewConstMetric(descSpec, prometheus.CounterValue, float64(st.SpecDrafted), m.ID, "drafted")
 		ch <- prometheus.MustNewConstMetric(descSpec, prometheus.CounterValue, float64(st.SpecAccepted), m.ID, "accepted")
 		ch <- prometheus.MustNewConstMetric(descSpecSteps, prometheus.CounterValue, float64(st.SpecSteps), m.ID)

@@ -28,27 +28,11 @@ func TestGatewayMetrics(t *testing.T) {
 	s := newTestServer(t, nil, func(c *Config) {
 		c.Models[0].Engine = statsEngine{newFakeEngine(), busy}
 	})
-	status, _, raw := s.do(t, "GET", "/metrics", "")
-	require.Equal(t, 200, status)
-	p := expfmt.NewTextParser(model.LegacyValidation) // the classic names an older scraper accepts
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(raw))
-	require.NoError(t, err)
+	fams := scrape(t, s, model.LegacyValidation) // the classic names an older scraper accepts
 	gauge := func(name, model string) (float64, map[string]string) {
 		t.Helper()
-		f, ok := fams[name]
-		require.True(t, ok, "%s missing", name)
-		require.Equal(t, dto.MetricType_GAUGE, f.GetType(), name)
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["model_name"] == model {
-				return m.GetGauge().GetValue(), labels
-			}
-		}
-		t.Fatalf("%s has no series of model_name=%q", name, model)
-		return 0, nil
+		m := series(t, fams, name, dto.MetricType_GAUGE, map[string]string{"model_name": model})
+		return m.GetGauge().GetValue(), seriesLabels(m)
 	}
 	for _, c := range []struct {
 		name, memra string
@@ -78,4 +62,61 @@ func TestGatewayMetrics(t *testing.T) {
 			require.False(t, l.GetName() == "model_name" && l.GetValue() == "fake-2", "no pool, no cache config")
 		}
 	}
+}
+
+// TestDeviceTimeMetrics: the device time of pipelined steps (an engine's
+// Stats) is exported as counters by part, beside the timed steps.
+func TestDeviceTimeMetrics(t *testing.T) {
+	st := Stats{DeviceSteps: 40, DeviceInputSeconds: 0.002, DeviceStepSeconds: 0.09}
+	s := newTestServer(t, nil, func(c *Config) {
+		c.Models[0].Engine = statsEngine{newFakeEngine(), st}
+	})
+	fams := scrape(t, s, model.UTF8Validation)
+	counter := func(name, part string) float64 {
+		t.Helper()
+		return series(t, fams, name, dto.MetricType_COUNTER, map[string]string{"model": "fake", "part": part}).GetCounter().GetValue()
+	}
+	require.Equal(t, 40.0, counter("memra_engine_device_steps_total", ""))
+	require.Equal(t, 0.002, counter("memra_engine_device_seconds_total", "inputs"))
+	require.Equal(t, 0.09, counter("memra_engine_device_seconds_total", "step"))
+}
+
+// scrape reads the server's /metrics as metric families.
+func scrape(t *testing.T, s *testServer, v model.ValidationScheme) map[string]*dto.MetricFamily {
+	t.Helper()
+	status, _, raw := s.do(t, "GET", "/metrics", "")
+	require.Equal(t, 200, status)
+	p := expfmt.NewTextParser(v)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(raw))
+	require.NoError(t, err)
+	return fams
+}
+
+// series is the series of family name, of type typ, whose labels are
+// want's (a label absent from the series reads as empty).
+func series(t *testing.T, fams map[string]*dto.MetricFamily, name string, typ dto.MetricType, want map[string]string) *dto.Metric {
+	t.Helper()
+	f, ok := fams[name]
+	require.True(t, ok, "%s missing", name)
+	require.Equal(t, typ, f.GetType(), name)
+	for _, m := range f.GetMetric() {
+		labels, match := seriesLabels(m), true
+		for k, v := range want {
+			match = match && labels[k] == v
+		}
+		if match {
+			return m
+		}
+	}
+	t.Fatalf("%s has no series %v", name, want)
+	return nil
+}
+
+// seriesLabels are a series' labels by name.
+func seriesLabels(m *dto.Metric) map[string]string {
+	labels := map[string]string{}
+	for _, l := range m.GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	return labels
 }

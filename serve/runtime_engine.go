@@ -21,6 +21,6 @@ func (r runtimeEngine) Stats() Stats {
 		CachedTokens: st.CachedTokens, PromptTokens: st.PromptTokens, Preemptions: st.Preemptions,
 		DecodeSteps: st.DecodeSteps, PrefillSteps: st.PrefillSteps, BackendSeconds: st.BackendSeconds, HostSeconds: st.HostSeconds,
 		PrefillSeconds: st.PrefillSeconds, DecodeRows: st.DecodeRows, PrefillRows: st.PrefillRows,
-		FedSteps:  st.FedSteps,
+		FedSteps: st.FedSteps, DeviceSteps: st.DeviceSteps, DeviceInputSeconds: st.DeviceInputSeconds, DeviceStepSeconds: st.DeviceStepSeconds,
 		SpecSteps: st.SpecSteps, SpecDrafted: st.SpecDrafted, SpecAccepted: st.SpecAccepted}
 }

@@ -305,6 +305,7 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 	if isPipe {
 		before = pstats.Stats()
 	}
+	dev := deviceTimesOf(b, o.pipelined)
 	for range o.reps {
 		dpp, dtg, err := benchOnce(ctx, b, tokens[:p], o.gen, o.pipelined)
 		if err != nil {
@@ -335,6 +336,7 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 	if isPipe {
 		reportPipeline(stderr, before, pstats.Stats())
 	}
+	dev.report(stderr)
 	var results []benchResult
 	for _, r := range append([]*benchResult{pp}, tgs...) {
 		if len(r.rates) > 0 {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"time"
 
 	"github.com/memra-ai/memra/runtime"
 )
@@ -101,4 +103,39 @@ func decodeSteps(ctx context.Context, b runtime.Backend, seqs []runtime.SeqID, p
 		}
 	}
 	return nil
+}
+
+// deviceTimes is the device time of a --pipelined bench's steps, read
+// before its timed tests (runtime.DeviceTimer), or nil.
+type deviceTimes struct {
+	dt          runtime.DeviceTimer
+	n           int64
+	input, step time.Duration
+}
+
+// deviceTimesOf starts counting b's device times for a pipelined bench;
+// nil where it is not one or b does not time its steps.
+func deviceTimesOf(b runtime.Backend, pipelined bool) *deviceTimes {
+	dt, ok := b.(runtime.DeviceTimer)
+	if !pipelined || !ok {
+		return nil
+	}
+	n, in, st := dt.DeviceTimes()
+	return &deviceTimes{dt: dt, n: n, input: in, step: st}
+}
+
+// report writes the device's mean time of a step since deviceTimesOf, its
+// inputs and its launches apart: against the tg rate's seconds a step, the
+// difference is the device waiting between steps.
+func (d *deviceTimes) report(w io.Writer) {
+	if d == nil {
+		return
+	}
+	n, in, st := d.dt.DeviceTimes()
+	if n -= d.n; n <= 0 {
+		return
+	}
+	in, st = in-d.input, st-d.step
+	fmt.Fprintf(w, "device: %d pipelined steps timed, %.1f µs a step (inputs %.1f µs, launches and results %.1f µs)\n",
+		n, float64((in+st).Nanoseconds())/1000/float64(n), float64(in.Nanoseconds())/1000/float64(n), float64(st.Nanoseconds())/1000/float64(n))
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -125,4 +126,30 @@ func TestBenchPipelinedNeedsGPU(t *testing.T) {
 	cmd.SetArgs([]string{"--device", "cpu", "-p", "4", "-n", "2", "-r", "1", "--pipelined", "--no-progress", "--roofline=false"})
 	err := cmd.Execute()
 	require.ErrorIs(t, err, errNoPipelined)
+}
+
+// timedPipe is stepPipe reporting fixed device times.
+type timedPipe struct {
+	*stepPipe
+	n int64
+}
+
+func (p *timedPipe) DeviceTimes() (int64, time.Duration, time.Duration) {
+	return p.n, time.Duration(p.n) * 10 * time.Microsecond, time.Duration(p.n) * 2 * time.Millisecond
+}
+
+// The device times of a pipelined bench's steps: their mean since it
+// started, inputs and launches apart; nothing for a plain bench.
+func TestDeviceTimesReport(t *testing.T) {
+	p := &timedPipe{n: 5}
+	require.Nil(t, deviceTimesOf(p, false))
+	d := deviceTimesOf(p, true)
+	require.NotNil(t, d)
+	p.n = 15
+	var out bytes.Buffer
+	d.report(&out)
+	require.Equal(t, "device: 10 pipelined steps timed, 2010.0 µs a step (inputs 10.0 µs, launches and results 2000.0 µs)\n", out.String())
+	var none bytes.Buffer
+	deviceTimesOf(p, true).report(&none)
+	require.Empty(t, none.String(), "no steps since")
 }

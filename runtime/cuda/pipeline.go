@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/memra-ai/memra/codegen"
@@ -19,13 +21,16 @@ import (
 // inputs were uploaded and before its launches: the stream runs them in
 // that order, and the step before it copied its tokens to the host before
 // this step's launches overwrite them. Two slots: at most two steps wait.
+// Each slot's events time its step on the device (runtime.DeviceTimer):
+// t0 before its inputs, t1 before its launches, ev after its results.
 
 // pipeSlot is one launched step waiting for Collect.
 type pipeSlot struct {
-	n    int // entries
-	mode stepMode
-	ev   Event
-	host unsafe.Pointer // page-locked: [n] int32 argmaxes or [n][SampleOutWords] u32
+	n      int // entries
+	mode   stepMode
+	t0, t1 Event
+	ev     Event
+	host   unsafe.Pointer // page-locked: [n] int32 argmaxes or [n][SampleOutWords] u32
 }
 
 // pipeState is the backend's pipelined steps.
@@ -38,9 +43,21 @@ type pipeState struct {
 	prevMode stepMode
 	greedy   []int32
 	sampled  []runtime.Sampled
+	// the device times of the collected steps (DeviceTimes), in
+	// nanoseconds: atomics, as /metrics reads them from another goroutine
+	timed, inputNS, stepNS atomic.Int64
 }
 
-var _ runtime.PipelinedStepper = (*Backend)(nil)
+var (
+	_ runtime.PipelinedStepper = (*Backend)(nil)
+	_ runtime.DeviceTimer      = (*Backend)(nil)
+)
+
+// DeviceTimes reports the device time of the collected pipelined steps;
+// see runtime.DeviceTimer.
+func (b *Backend) DeviceTimes() (steps int64, inputs, step time.Duration) {
+	return b.pipe.timed.Load(), time.Duration(b.pipe.inputNS.Load()), time.Duration(b.pipe.stepNS.Load())
+}
 
 // slotBytes is a slot's size: MaxSeqs entries of the larger output.
 func (b *Backend) slotBytes() int { return 4 * b.opts.MaxSeqs * codegen.SampleOutWords }
@@ -101,6 +118,9 @@ func (b *Backend) Launch(ctx context.Context, batch []runtime.SeqStep, params []
 		if err := b.pipe.alloc(c, b.slotBytes()); err != nil {
 			return err
 		}
+		if err := c.Record(slot.t0, b.stream); err != nil {
+			return err
+		}
 		if err := b.uploadInputs(c, ps); err != nil {
 			return err
 		}
@@ -115,6 +135,9 @@ func (b *Backend) Launch(ctx context.Context, batch []runtime.SeqStep, params []
 			if err := c.CopyDtoD2DAsync(tokens, 4, src, 4*codegen.SampleOutWords, 4, S, b.stream); err != nil {
 				return err
 			}
+		}
+		if err := c.Record(slot.t1, b.stream); err != nil {
+			return err
 		}
 		if err := b.launchStep(c, ps, bucket, rowsT, rowsS); err != nil {
 			return err
@@ -148,9 +171,23 @@ func (b *Backend) Collect(ctx context.Context) ([]int32, []runtime.Sampled, erro
 	slot := &b.pipe.slots[b.pipe.head]
 	b.pipe.head = (b.pipe.head + 1) % len(b.pipe.slots)
 	b.pipe.count--
-	if err := b.dev.Do(func(c *Ctx) error { return c.EventSync(slot.ev) }); err != nil {
+	var inMS, stepMS float32
+	if err := b.dev.Do(func(c *Ctx) error {
+		if err := c.EventSync(slot.ev); err != nil {
+			return err
+		}
+		var err error
+		if inMS, err = c.Elapsed(slot.t0, slot.t1); err != nil {
+			return err
+		}
+		stepMS, err = c.Elapsed(slot.t1, slot.ev)
+		return err
+	}); err != nil {
 		return nil, nil, err
 	}
+	b.pipe.timed.Add(1)
+	b.pipe.inputNS.Add(int64(float64(inMS) * 1e6))
+	b.pipe.stepNS.Add(int64(float64(stepMS) * 1e6))
 	V := b.info.VocabSize
 	if slot.mode == stepGreedy {
 		ids := unsafe.Slice((*int32)(slot.host), slot.n)
@@ -182,10 +219,13 @@ func (p *pipeState) alloc(c *Ctx, bytes int) error {
 				return err
 			}
 		}
-		if s.ev == 0 {
-			if s.ev, err = c.NewSyncEvent(); err != nil {
-				s.ev = 0
-				return err
+		// timing events: Collect reads the step's device time between them
+		for _, ev := range []*Event{&s.t0, &s.t1, &s.ev} {
+			if *ev == 0 {
+				if *ev, err = c.NewEvent(); err != nil {
+					*ev = 0
+					return err
+				}
 			}
 		}
 	}
@@ -202,9 +242,11 @@ func (p *pipeState) close(c *Ctx) error {
 			errs = append(errs, c.FreeHost(s.host))
 			s.host = nil
 		}
-		if s.ev != 0 {
-			errs = append(errs, c.DestroyEvent(s.ev))
-			s.ev = 0
+		for _, ev := range []*Event{&s.t0, &s.t1, &s.ev} {
+			if *ev != 0 {
+				errs = append(errs, c.DestroyEvent(*ev))
+				*ev = 0
+			}
 		}
 	}
 	p.ready, p.count = false, 0

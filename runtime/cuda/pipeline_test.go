@@ -3,6 +3,7 @@ package cuda
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -37,6 +38,7 @@ func (p pipeSteps) Launch(ctx context.Context, batch []runtime.SeqStep, params [
 func (p pipeSteps) Collect(ctx context.Context) ([]int32, []runtime.Sampled, error) {
 	return p.b.Collect(ctx)
 }
+func (p pipeSteps) DeviceTimes() (int64, time.Duration, time.Duration) { return p.b.DeviceTimes() }
 
 // TestGPUPipelinedExact: on the GPU, decode steps launched before the host
 // has the tokens of the step before them (fed on the device: the argmax,
@@ -80,6 +82,10 @@ func TestGPUPipelinedExact(t *testing.T) {
 				require.Equal(t, want, got, "%d requests", len(set))
 				require.Equal(t, wantLP, gotLP, "%d requests: logprobs", len(set))
 				require.Positive(t, st.FedSteps, "steps were fed on the device")
+				// each collected step timed on the device, its launches after its inputs
+				require.GreaterOrEqual(t, st.DeviceSteps, st.FedSteps)
+				require.Positive(t, st.DeviceStepSeconds)
+				require.Less(t, st.DeviceInputSeconds, st.DeviceStepSeconds)
 			}
 		})
 	}
