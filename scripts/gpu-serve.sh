@@ -15,8 +15,9 @@
 #   scripts/gpu-serve.sh chat    # the chat scenario alone, with and without the prefix cache
 #   scripts/gpu-serve.sh speed   # the engine's tg128@512 at batch 1 and 64 (plain, at the server's
 #                                # 4,096-position cache, and --pipelined) against the server at 1 and
-#                                # 64 streams, temperature 1 and 0, at --max-batch-tokens 512 and 2048
-#                                # (issue 31), with the engine's step counters
+#                                # 64 streams, temperature 1 and 0, at --max-batch-tokens 2048 (serve's
+#                                # default; STEP_TOKENS="512 2048" for both), with the engine's step
+#                                # counters and each level's device time a step (issue 31)
 #   scripts/gpu-serve.sh mixed   # the kernels of one serving step of 48 decodes and 1,600 prompt
 #                                # tokens (bench --profile-prefill), beside pp512 and pp2048
 #   scripts/gpu-serve.sh exact   # greedy from the prefix cache as cold, with speculation as without,
@@ -173,7 +174,7 @@ speed)
 		serve_down
 		return $rc
 	}
-	for m in ${STEP_TOKENS:-512 2048}; do
+	for m in ${STEP_TOKENS:-2048}; do
 		step "serve-speed-m$m" speed_serve "$m"
 	done
 	grep -H -E '^\| 2.*tg' "$OUT/bench-engine.log" "$OUT/bench-engine-ctx4096.log" "$OUT/bench-engine-pipelined.log"
