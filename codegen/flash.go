@@ -143,136 +143,131 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 				w.For("e", "0", "4", "1", -1, func() { w.Line("o[n][e] = 0.f;") })
 			})
 			w.Line("float ma = NEG_INF, mb = NEG_INF, la = 0.f, lb = 0.f;")
-			w.Comment("the tile's run of tokens of one sequence")
-			w.Line("int i0 = 0;")
-			w.Block("while (i0 < NW * 16 && sb[i0] >= 0)", func() {
-				w.Line("const int b = sb[i0];")
-				w.Line("int i1 = i0, maxpos = -1;")
+			w.Comment("the tile's tokens, one sequence's: its first rows (row 0 always)")
+			w.Line("const int b = tb0;")
+			w.Line("int maxpos = -1;")
+			if s.Window > 0 {
+				w.Line("int minpos = 0x7fffffff;")
+			}
+			w.Block("for (int i1 = 0; i1 < NW * 16 && sb[i1] == b; ++i1)", func() {
+				w.Line("maxpos = max(maxpos, sp[i1]);")
 				if s.Window > 0 {
-					w.Line("int minpos = 0x7fffffff;")
+					w.Line("minpos = min(minpos, sp[i1]);")
 				}
-				w.Block("while (i1 < NW * 16 && sb[i1] == b)", func() {
-					w.Line("maxpos = max(maxpos, sp[i1]);")
+			})
+			w.Line("int wmax = -1; // the last key any row of this warp reads")
+			if s.Window > 0 {
+				w.Line("int wmin = 0x7fffffff; // the first key any row of this warp reads")
+			}
+			w.For("r", "warp * 16", "warp * 16 + 16", "1", -1, func() {
+				w.If("sb[r] == b", func() {
+					w.Line("wmax = max(wmax, sp[r]);")
 					if s.Window > 0 {
-						w.Line("minpos = min(minpos, sp[i1]);")
+						w.Line("wmin = min(wmin, sp[r] - WINDOW + 1);")
 					}
-					w.Line("++i1;")
 				})
-				w.Line("int wmax = -1; // the last key any row of this warp reads in this run")
-				if s.Window > 0 {
-					w.Line("int wmin = 0x7fffffff; // the first key any row of this warp reads in this run")
-				}
-				w.For("r", "warp * 16", "warp * 16 + 16", "1", -1, func() {
-					w.If("sb[r] == b", func() {
-						w.Line("wmax = max(wmax, sp[r]);")
-						if s.Window > 0 {
-							w.Line("wmin = min(wmin, sp[r] - WINDOW + 1);")
+			})
+			from := "0"
+			if s.Window > 0 {
+				w.Comment("the block of keys holding the tile's first key in a window: earlier blocks are skipped")
+				w.Line("const int cfirst = max(0, minpos - WINDOW + 1) / KB * KB;")
+				from = "cfirst"
+			}
+			w.Block(fmt.Sprintf("for (int c0 = %s; c0 <= maxpos; c0 += KB)", from), func() {
+				w.Line("__syncthreads(); // the previous keys are read")
+				w.For("idx", "threadIdx.x", "KB * (HD / 8)", "NW * 32", 0, func() {
+					w.Line("const int r = idx / (HD / 8), seg = idx % (HD / 8);")
+					w.Line("uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;")
+					w.If("c0 + r <= maxpos", func() {
+						w.Line("const size_t row = PROW(pages + b, c0 + r);")
+						w.Line("const size_t off = row * CROW + kvh * HD + 8 * seg;")
+						if q8 {
+							w.Line("const size_t so = row * CROW + HKV * HD + 4 * ((kvh * HD + 8 * seg) >> 5); // the block's scale")
+							w.Line("kv = q8_h8(*(const uint2*)(kc + off), *(const float*)(kc + so));")
+							w.Line("vv = q8_h8(*(const uint2*)(vc + off), *(const float*)(vc + so));")
+						} else {
+							w.Line("kv = *(const uint4*)(kc + off);")
+							w.Line("vv = *(const uint4*)(vc + off);")
 						}
 					})
+					w.Line("*(uint4*)(Ks + r * LDK + 8 * seg) = kv;")
+					w.Line("*(uint4*)(Vs + r * LDK + 8 * seg) = vv;")
 				})
-				from := "0"
+				w.Line("__syncthreads();")
+				w.If("c0 > wmax", func() { w.Line("continue; // causal: none of these keys for this warp") })
 				if s.Window > 0 {
-					w.Comment("the block of keys holding the run's first key in a window: earlier blocks are skipped")
-					w.Line("const int cfirst = max(0, minpos - WINDOW + 1) / KB * KB;")
-					from = "cfirst"
+					w.If("c0 + KB <= wmin", func() { w.Line("continue; // every key before the windows of this warp's rows") })
 				}
-				w.Block(fmt.Sprintf("for (int c0 = %s; c0 <= maxpos; c0 += KB)", from), func() {
-					w.Line("__syncthreads(); // the previous keys are read")
-					w.For("idx", "threadIdx.x", "KB * (HD / 8)", "NW * 32", 0, func() {
-						w.Line("const int r = idx / (HD / 8), seg = idx % (HD / 8);")
-						w.Line("uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;")
-						w.If("c0 + r <= maxpos", func() {
-							w.Line("const size_t row = PROW(pages + b, c0 + r);")
-							w.Line("const size_t off = row * CROW + kvh * HD + 8 * seg;")
-							if q8 {
-								w.Line("const size_t so = row * CROW + HKV * HD + 4 * ((kvh * HD + 8 * seg) >> 5); // the block's scale")
-								w.Line("kv = q8_h8(*(const uint2*)(kc + off), *(const float*)(kc + so));")
-								w.Line("vv = q8_h8(*(const uint2*)(vc + off), *(const float*)(vc + so));")
-							} else {
-								w.Line("kv = *(const uint4*)(kc + off);")
-								w.Line("vv = *(const uint4*)(vc + off);")
-							}
-						})
-						w.Line("*(uint4*)(Ks + r * LDK + 8 * seg) = kv;")
-						w.Line("*(uint4*)(Vs + r * LDK + 8 * seg) = vv;")
-					})
-					w.Line("__syncthreads();")
-					w.If("c0 > wmax", func() { w.Line("continue; // causal: none of these keys for this warp") })
-					if s.Window > 0 {
-						w.If("c0 + KB <= wmin", func() { w.Line("continue; // every key before the windows of this warp's rows") })
-					}
-					w.Comment("S = Q·Kᵀ over the staged keys: n tile j holds keys 8j .. 8j+7")
-					w.Line("float s[KB / 8][4];")
-					w.For("j", "0", "KB / 8", "1", -1, func() {
-						w.For("e", "0", "4", "1", -1, func() { w.Line("s[j][e] = 0.f;") })
-					})
-					w.For("ks", "0", "D16", "1", -1, func() {
-						w.For("jp", "0", "KB / 16", "1", -1, func() {
-							w.Line("u32 kf[4]; // keys 16jp.. (dims 16ks.., +8), keys 16jp+8.. (the same)")
-							w.Line("ldsm_x4(Ks + (16 * jp + (lane & 7) + 8 * (lane >> 4)) * LDK + 16 * ks + 8 * ((lane >> 3) & 1), kf);")
-							w.Line("mma_f16(s[2 * jp], qf[ks], kf[0], kf[1]);")
-							w.Line("mma_f16(s[2 * jp + 1], qf[ks], kf[2], kf[3]);")
-						})
-					})
-					if s.Softcap > 0 {
-						w.For("j", "0", "KB / 8", "1", -1, func() {
-							w.For("e", "0", "4", "1", -1, func() { s.capScore(w, "s[j][e]") })
-						})
-					}
-					w.Comment("mask: keys past the row's position or of another sequence")
-					past := func(pos string) string {
-						if s.Window > 0 {
-							return fmt.Sprintf("key > %s || key <= %s - WINDOW", pos, pos)
-						}
-						return "key > " + pos
-					}
-					w.Line("float xa = NEG_INF, xb = NEG_INF;")
-					w.For("j", "0", "KB / 8", "1", -1, func() {
-						w.For("e", "0", "2", "1", -1, func() {
-							w.Line("const int key = c0 + 8 * j + 2 * t + e;")
-							w.If("basea != b || "+past("posa"), func() { w.Line("s[j][e] = NEG_INF;") })
-							w.If("baseb != b || "+past("posb"), func() { w.Line("s[j][2 + e] = NEG_INF;") })
-							w.Line("xa = fmaxf(xa, s[j][e]);")
-							w.Line("xb = fmaxf(xb, s[j][2 + e]);")
-						})
-					})
-					w.Line("xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));")
-					w.Line("xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));")
-					w.Line("xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));")
-					w.Line("xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));")
-					w.Line("const float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);")
-					w.Line("const float ua = na == NEG_INF ? 0.f : na, ub = nb == NEG_INF ? 0.f : nb; // rows with no key yet")
-					w.Line("const float ca = __expf(ma - ua), cb = __expf(mb - ub);")
-					w.Line("la *= ca;")
-					w.Line("lb *= cb;")
-					w.For("n", "0", "NTO", "1", -1, func() {
-						w.Line("o[n][0] *= ca;")
-						w.Line("o[n][1] *= ca;")
-						w.Line("o[n][2] *= cb;")
-						w.Line("o[n][3] *= cb;")
-					})
-					w.Line("ma = na;")
-					w.Line("mb = nb;")
-					w.Comment("P as A fragments of P·V: k step kk is n tiles 2kk (a0, a1) and 2kk+1 (a2, a3)")
-					w.Line("u32 pf[KB / 16][4];")
-					w.For("j", "0", "KB / 8", "1", -1, func() {
-						w.Line("const float p0 = __expf(s[j][0] - ua), p1 = __expf(s[j][1] - ua);")
-						w.Line("const float p2 = __expf(s[j][2] - ub), p3 = __expf(s[j][3] - ub);")
-						w.Line("la += p0 + p1;")
-						w.Line("lb += p2 + p3;")
-						w.Line("pf[j >> 1][2 * (j & 1)] = pack_h2(p0, p1);")
-						w.Line("pf[j >> 1][2 * (j & 1) + 1] = pack_h2(p2, p3);")
-					})
-					w.For("kk", "0", "KB / 16", "1", -1, func() {
-						w.For("np", "0", "NTO / 2", "1", -1, func() {
-							w.Line("u32 vf[4]; // keys 16kk.. and 16kk+8.. of dims 16np.., then of dims 16np+8..")
-							w.Line("ldsm_x4_t(Vs + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * LDK + 16 * np + 8 * (lane >> 4), vf);")
-							w.Line("mma_f16(o[2 * np], pf[kk], vf[0], vf[1]);")
-							w.Line("mma_f16(o[2 * np + 1], pf[kk], vf[2], vf[3]);")
-						})
+				w.Comment("S = Q·Kᵀ over the staged keys: n tile j holds keys 8j .. 8j+7")
+				w.Line("float s[KB / 8][4];")
+				w.For("j", "0", "KB / 8", "1", -1, func() {
+					w.For("e", "0", "4", "1", -1, func() { w.Line("s[j][e] = 0.f;") })
+				})
+				w.For("ks", "0", "D16", "1", -1, func() {
+					w.For("jp", "0", "KB / 16", "1", -1, func() {
+						w.Line("u32 kf[4]; // keys 16jp.. (dims 16ks.., +8), keys 16jp+8.. (the same)")
+						w.Line("ldsm_x4(Ks + (16 * jp + (lane & 7) + 8 * (lane >> 4)) * LDK + 16 * ks + 8 * ((lane >> 3) & 1), kf);")
+						w.Line("mma_f16(s[2 * jp], qf[ks], kf[0], kf[1]);")
+						w.Line("mma_f16(s[2 * jp + 1], qf[ks], kf[2], kf[3]);")
 					})
 				})
-				w.Line("i0 = i1;")
+				if s.Softcap > 0 {
+					w.For("j", "0", "KB / 8", "1", -1, func() {
+						w.For("e", "0", "4", "1", -1, func() { s.capScore(w, "s[j][e]") })
+					})
+				}
+				w.Comment("mask: keys past the row's position or of another sequence")
+				past := func(pos string) string {
+					if s.Window > 0 {
+						return fmt.Sprintf("key > %s || key <= %s - WINDOW", pos, pos)
+					}
+					return "key > " + pos
+				}
+				w.Line("float xa = NEG_INF, xb = NEG_INF;")
+				w.For("j", "0", "KB / 8", "1", -1, func() {
+					w.For("e", "0", "2", "1", -1, func() {
+						w.Line("const int key = c0 + 8 * j + 2 * t + e;")
+						w.If("basea != b || "+past("posa"), func() { w.Line("s[j][e] = NEG_INF;") })
+						w.If("baseb != b || "+past("posb"), func() { w.Line("s[j][2 + e] = NEG_INF;") })
+						w.Line("xa = fmaxf(xa, s[j][e]);")
+						w.Line("xb = fmaxf(xb, s[j][2 + e]);")
+					})
+				})
+				w.Line("xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));")
+				w.Line("xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));")
+				w.Line("xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));")
+				w.Line("xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));")
+				w.Line("const float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);")
+				w.Line("const float ua = na == NEG_INF ? 0.f : na, ub = nb == NEG_INF ? 0.f : nb; // rows with no key yet")
+				w.Line("const float ca = __expf(ma - ua), cb = __expf(mb - ub);")
+				w.Line("la *= ca;")
+				w.Line("lb *= cb;")
+				w.For("n", "0", "NTO", "1", -1, func() {
+					w.Line("o[n][0] *= ca;")
+					w.Line("o[n][1] *= ca;")
+					w.Line("o[n][2] *= cb;")
+					w.Line("o[n][3] *= cb;")
+				})
+				w.Line("ma = na;")
+				w.Line("mb = nb;")
+				w.Comment("P as A fragments of P·V: k step kk is n tiles 2kk (a0, a1) and 2kk+1 (a2, a3)")
+				w.Line("u32 pf[KB / 16][4];")
+				w.For("j", "0", "KB / 8", "1", -1, func() {
+					w.Line("const float p0 = __expf(s[j][0] - ua), p1 = __expf(s[j][1] - ua);")
+					w.Line("const float p2 = __expf(s[j][2] - ub), p3 = __expf(s[j][3] - ub);")
+					w.Line("la += p0 + p1;")
+					w.Line("lb += p2 + p3;")
+					w.Line("pf[j >> 1][2 * (j & 1)] = pack_h2(p0, p1);")
+					w.Line("pf[j >> 1][2 * (j & 1) + 1] = pack_h2(p2, p3);")
+				})
+				w.For("kk", "0", "KB / 16", "1", -1, func() {
+					w.For("np", "0", "NTO / 2", "1", -1, func() {
+						w.Line("u32 vf[4]; // keys 16kk.. and 16kk+8.. of dims 16np.., then of dims 16np+8..")
+						w.Line("ldsm_x4_t(Vs + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * LDK + 16 * np + 8 * (lane >> 4), vf);")
+						w.Line("mma_f16(o[2 * np], pf[kk], vf[0], vf[1]);")
+						w.Line("mma_f16(o[2 * np + 1], pf[kk], vf[2], vf[3]);")
+					})
+				})
 			})
 			w.Comment("the rows' sums over the quad, then the normalised output")
 			w.Line("la += __shfl_xor_sync(0xffffffffu, la, 1);")

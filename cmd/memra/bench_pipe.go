@@ -73,35 +73,42 @@ func decodeSteps(ctx context.Context, b runtime.Backend, seqs []runtime.SeqID, p
 	if !ok {
 		return errNoPipelined
 	}
-	launched := 0
+	pending := 0 // launched, not yet collected
+	var last []int32
+	drain := func() {
+		for ; pending > 0; pending-- {
+			_, _, _ = ps.Collect(ctx)
+		}
+	}
+	collect := func(g int) error {
+		ids, _, err := ps.Collect(ctx)
+		pending--
+		if err != nil {
+			drain()
+			return fmt.Errorf("generation step %d: %w", g, err)
+		}
+		last = ids
+		return nil
+	}
 	for g := range gen {
 		fill(g)
 		if err := ps.Launch(ctx, batch, nil, g > 0); err != nil {
-			for ; launched > 0; launched-- {
-				_, _, _ = ps.Collect(ctx)
-			}
+			drain()
 			return fmt.Errorf("generation step %d: %w", g, err)
 		}
-		if launched++; launched == 2 {
-			if _, _, err := ps.Collect(ctx); err != nil {
-				_, _, _ = ps.Collect(ctx)
-				return fmt.Errorf("generation step %d: %w", g-1, err)
+		// at most two launched steps wait: collect the older one
+		if pending++; pending == 2 {
+			if err := collect(g - 1); err != nil {
+				return err
 			}
-			launched--
 		}
 	}
-	for ; launched > 0; launched-- {
-		ids, _, err := ps.Collect(ctx)
-		if err != nil {
-			for ; launched > 1; launched-- {
-				_, _, _ = ps.Collect(ctx)
-			}
-			return fmt.Errorf("the last generation step: %w", err)
-		}
-		if launched == 1 {
-			copy(next, ids)
+	for pending > 0 {
+		if err := collect(gen - pending); err != nil {
+			return err
 		}
 	}
+	copy(next, last)
 	return nil
 }
 

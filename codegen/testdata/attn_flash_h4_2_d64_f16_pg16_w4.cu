@@ -120,117 +120,112 @@ extern "C" __global__ void __launch_bounds__(128) attn_flash_h4_2_d64_f16_pg16_w
         }
     }
     float ma = NEG_INF, mb = NEG_INF, la = 0.f, lb = 0.f;
-    // the tile's run of tokens of one sequence
-    int i0 = 0;
-    while (i0 < NW * 16 && sb[i0] >= 0) {
-        const int b = sb[i0];
-        int i1 = i0, maxpos = -1;
-        while (i1 < NW * 16 && sb[i1] == b) {
-            maxpos = max(maxpos, sp[i1]);
-            ++i1;
+    // the tile's tokens, one sequence's: its first rows (row 0 always)
+    const int b = tb0;
+    int maxpos = -1;
+    for (int i1 = 0; i1 < NW * 16 && sb[i1] == b; ++i1) {
+        maxpos = max(maxpos, sp[i1]);
+    }
+    int wmax = -1; // the last key any row of this warp reads
+    #pragma unroll
+    for (int r = warp * 16; r < warp * 16 + 16; ++r) {
+        if (sb[r] == b) {
+            wmax = max(wmax, sp[r]);
         }
-        int wmax = -1; // the last key any row of this warp reads in this run
+    }
+    for (int c0 = 0; c0 <= maxpos; c0 += KB) {
+        __syncthreads(); // the previous keys are read
+        for (int idx = threadIdx.x; idx < KB * (HD / 8); idx += NW * 32) {
+            const int r = idx / (HD / 8), seg = idx % (HD / 8);
+            uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
+            if (c0 + r <= maxpos) {
+                const size_t row = PROW(pages + b, c0 + r);
+                const size_t off = row * CROW + kvh * HD + 8 * seg;
+                kv = *(const uint4*)(kc + off);
+                vv = *(const uint4*)(vc + off);
+            }
+            *(uint4*)(Ks + r * LDK + 8 * seg) = kv;
+            *(uint4*)(Vs + r * LDK + 8 * seg) = vv;
+        }
+        __syncthreads();
+        if (c0 > wmax) {
+            continue; // causal: none of these keys for this warp
+        }
+        // S = Q·Kᵀ over the staged keys: n tile j holds keys 8j .. 8j+7
+        float s[KB / 8][4];
         #pragma unroll
-        for (int r = warp * 16; r < warp * 16 + 16; ++r) {
-            if (sb[r] == b) {
-                wmax = max(wmax, sp[r]);
+        for (int j = 0; j < KB / 8; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                s[j][e] = 0.f;
             }
         }
-        for (int c0 = 0; c0 <= maxpos; c0 += KB) {
-            __syncthreads(); // the previous keys are read
-            for (int idx = threadIdx.x; idx < KB * (HD / 8); idx += NW * 32) {
-                const int r = idx / (HD / 8), seg = idx % (HD / 8);
-                uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
-                if (c0 + r <= maxpos) {
-                    const size_t row = PROW(pages + b, c0 + r);
-                    const size_t off = row * CROW + kvh * HD + 8 * seg;
-                    kv = *(const uint4*)(kc + off);
-                    vv = *(const uint4*)(vc + off);
-                }
-                *(uint4*)(Ks + r * LDK + 8 * seg) = kv;
-                *(uint4*)(Vs + r * LDK + 8 * seg) = vv;
-            }
-            __syncthreads();
-            if (c0 > wmax) {
-                continue; // causal: none of these keys for this warp
-            }
-            // S = Q·Kᵀ over the staged keys: n tile j holds keys 8j .. 8j+7
-            float s[KB / 8][4];
+        #pragma unroll
+        for (int ks = 0; ks < D16; ++ks) {
             #pragma unroll
-            for (int j = 0; j < KB / 8; ++j) {
-                #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    s[j][e] = 0.f;
-                }
-            }
-            #pragma unroll
-            for (int ks = 0; ks < D16; ++ks) {
-                #pragma unroll
-                for (int jp = 0; jp < KB / 16; ++jp) {
-                    u32 kf[4]; // keys 16jp.. (dims 16ks.., +8), keys 16jp+8.. (the same)
-                    ldsm_x4(Ks + (16 * jp + (lane & 7) + 8 * (lane >> 4)) * LDK + 16 * ks + 8 * ((lane >> 3) & 1), kf);
-                    mma_f16(s[2 * jp], qf[ks], kf[0], kf[1]);
-                    mma_f16(s[2 * jp + 1], qf[ks], kf[2], kf[3]);
-                }
-            }
-            // mask: keys past the row's position or of another sequence
-            float xa = NEG_INF, xb = NEG_INF;
-            #pragma unroll
-            for (int j = 0; j < KB / 8; ++j) {
-                #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int key = c0 + 8 * j + 2 * t + e;
-                    if (basea != b || key > posa) {
-                        s[j][e] = NEG_INF;
-                    }
-                    if (baseb != b || key > posb) {
-                        s[j][2 + e] = NEG_INF;
-                    }
-                    xa = fmaxf(xa, s[j][e]);
-                    xb = fmaxf(xb, s[j][2 + e]);
-                }
-            }
-            xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
-            xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
-            xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
-            xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
-            const float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
-            const float ua = na == NEG_INF ? 0.f : na, ub = nb == NEG_INF ? 0.f : nb; // rows with no key yet
-            const float ca = __expf(ma - ua), cb = __expf(mb - ub);
-            la *= ca;
-            lb *= cb;
-            #pragma unroll
-            for (int n = 0; n < NTO; ++n) {
-                o[n][0] *= ca;
-                o[n][1] *= ca;
-                o[n][2] *= cb;
-                o[n][3] *= cb;
-            }
-            ma = na;
-            mb = nb;
-            // P as A fragments of P·V: k step kk is n tiles 2kk (a0, a1) and 2kk+1 (a2, a3)
-            u32 pf[KB / 16][4];
-            #pragma unroll
-            for (int j = 0; j < KB / 8; ++j) {
-                const float p0 = __expf(s[j][0] - ua), p1 = __expf(s[j][1] - ua);
-                const float p2 = __expf(s[j][2] - ub), p3 = __expf(s[j][3] - ub);
-                la += p0 + p1;
-                lb += p2 + p3;
-                pf[j >> 1][2 * (j & 1)] = pack_h2(p0, p1);
-                pf[j >> 1][2 * (j & 1) + 1] = pack_h2(p2, p3);
-            }
-            #pragma unroll
-            for (int kk = 0; kk < KB / 16; ++kk) {
-                #pragma unroll
-                for (int np = 0; np < NTO / 2; ++np) {
-                    u32 vf[4]; // keys 16kk.. and 16kk+8.. of dims 16np.., then of dims 16np+8..
-                    ldsm_x4_t(Vs + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * LDK + 16 * np + 8 * (lane >> 4), vf);
-                    mma_f16(o[2 * np], pf[kk], vf[0], vf[1]);
-                    mma_f16(o[2 * np + 1], pf[kk], vf[2], vf[3]);
-                }
+            for (int jp = 0; jp < KB / 16; ++jp) {
+                u32 kf[4]; // keys 16jp.. (dims 16ks.., +8), keys 16jp+8.. (the same)
+                ldsm_x4(Ks + (16 * jp + (lane & 7) + 8 * (lane >> 4)) * LDK + 16 * ks + 8 * ((lane >> 3) & 1), kf);
+                mma_f16(s[2 * jp], qf[ks], kf[0], kf[1]);
+                mma_f16(s[2 * jp + 1], qf[ks], kf[2], kf[3]);
             }
         }
-        i0 = i1;
+        // mask: keys past the row's position or of another sequence
+        float xa = NEG_INF, xb = NEG_INF;
+        #pragma unroll
+        for (int j = 0; j < KB / 8; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int key = c0 + 8 * j + 2 * t + e;
+                if (basea != b || key > posa) {
+                    s[j][e] = NEG_INF;
+                }
+                if (baseb != b || key > posb) {
+                    s[j][2 + e] = NEG_INF;
+                }
+                xa = fmaxf(xa, s[j][e]);
+                xb = fmaxf(xb, s[j][2 + e]);
+            }
+        }
+        xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
+        xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
+        xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
+        xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
+        const float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
+        const float ua = na == NEG_INF ? 0.f : na, ub = nb == NEG_INF ? 0.f : nb; // rows with no key yet
+        const float ca = __expf(ma - ua), cb = __expf(mb - ub);
+        la *= ca;
+        lb *= cb;
+        #pragma unroll
+        for (int n = 0; n < NTO; ++n) {
+            o[n][0] *= ca;
+            o[n][1] *= ca;
+            o[n][2] *= cb;
+            o[n][3] *= cb;
+        }
+        ma = na;
+        mb = nb;
+        // P as A fragments of P·V: k step kk is n tiles 2kk (a0, a1) and 2kk+1 (a2, a3)
+        u32 pf[KB / 16][4];
+        #pragma unroll
+        for (int j = 0; j < KB / 8; ++j) {
+            const float p0 = __expf(s[j][0] - ua), p1 = __expf(s[j][1] - ua);
+            const float p2 = __expf(s[j][2] - ub), p3 = __expf(s[j][3] - ub);
+            la += p0 + p1;
+            lb += p2 + p3;
+            pf[j >> 1][2 * (j & 1)] = pack_h2(p0, p1);
+            pf[j >> 1][2 * (j & 1) + 1] = pack_h2(p2, p3);
+        }
+        #pragma unroll
+        for (int kk = 0; kk < KB / 16; ++kk) {
+            #pragma unroll
+            for (int np = 0; np < NTO / 2; ++np) {
+                u32 vf[4]; // keys 16kk.. and 16kk+8.. of dims 16np.., then of dims 16np+8..
+                ldsm_x4_t(Vs + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * LDK + 16 * np + 8 * (lane >> 4), vf);
+                mma_f16(o[2 * np], pf[kk], vf[0], vf[1]);
+                mma_f16(o[2 * np + 1], pf[kk], vf[2], vf[3]);
+            }
+        }
     }
     // the rows' sums over the quad, then the normalised output
     la += __shfl_xor_sync(0xffffffffu, la, 1);

@@ -140,12 +140,9 @@ type Backend struct {
 	arena   DevicePtr
 	inputs  DevicePtr // codegen.NumInputs arrays of inCap int32
 	inCap   int
-	inRows  int // the rows of each input the last fillInputs wrote
-	// flashRows is the tile of the programs' tensor-core prefill
-	// attention, 0 where none runs it (fillInputs writes InTiles)
-	flashRows int
-	kc, vc    []DevicePtr // per layer: the pool's pages, then the trash page
-	graphs    map[int]GraphExec
+	inRows  int         // the rows of each input the last fillInputs wrote
+	kc, vc  []DevicePtr // per layer: the pool's pages, then the trash page
+	graphs  map[int]GraphExec
 
 	pool    *kv.Pool
 	own     *kv.Tables // pages of sequences stepped without SeqStep.Pages
@@ -387,9 +384,6 @@ func (b *Backend) load(m *load.Model, target string) error {
 		return err
 	}
 	b.inCap = pre.MaxTokens
-	if b.flashRows, err = flashRowsOf(b.programs()); err != nil {
-		return err
-	}
 	weights, wbytes := uniqueWeights(b.programs()...)
 	arena := max(dec.Buffers.ArenaBytes, pre.Buffers.ArenaBytes)
 	if b.emb != nil {
@@ -596,11 +590,12 @@ func (b *Backend) Close() error {
 	b.closed = true
 	err := b.dev.Do(func(c *Ctx) error {
 		var errs []error
-		if b.stream != 0 && b.pipe.ready {
-			errs = append(errs, c.StreamSync(b.stream), b.pipe.close(c)) // launched steps nobody collected
-		}
 		if b.stream != 0 {
+			// launched steps nobody collected, copies from the upload slots
 			errs = append(errs, c.StreamSync(b.stream), b.up.close(c))
+			if b.pipe.ready {
+				errs = append(errs, b.pipe.close(c))
+			}
 		}
 		errs = append(errs, b.bpf.close())
 		for _, g := range b.graphs {

@@ -165,7 +165,7 @@ func (b *Backend) run(pieces []piece, mode stepMode) error {
 			rowsT, rowsS = bucket, bucket
 		}
 	}
-	b.fillInputs(pieces, rowsT, rowsS)
+	b.fillInputs(pieces, rowsT, rowsS, ps.p.FlashRows)
 	if ps.p.SampleOut >= 0 {
 		b.pack(pieces, rowsS, mode)
 	}
@@ -236,8 +236,10 @@ func (b *Backend) run(pieces []piece, mode stepMode) error {
 // fillInputs writes the step inputs of pieces, padded to rowsT tokens and
 // rowsS sequences, into b.host, and their page tables one after another
 // into b.hostTab: entry 0 is the trash page, which padding rows write to
-// and padding sequences read.
-func (b *Backend) fillInputs(pieces []piece, rowsT, rowsS int) {
+// and padding sequences read. flash is the running program's
+// codegen.Program.FlashRows: where it runs the tensor-core prefill
+// attention, InTiles holds the step's tiles of that many tokens.
+func (b *Backend) fillInputs(pieces []piece, rowsT, rowsS, flash int) {
 	size := int(codegen.NumInputs) * b.inCap
 	if len(b.host) != 4*size {
 		b.host = make([]byte, 4*size)
@@ -268,27 +270,10 @@ func (b *Backend) fillInputs(pieces []piece, rowsT, rowsS int) {
 		kbase[s], klen[s], last[s] = 0, 1, int32(s)
 	}
 	b.inRows = max(rowsT, rowsS)
-	if b.flashRows > 0 {
-		codegen.FlashTiles(arr(codegen.InTiles)[:rowsT], tbase[:rowsT], b.flashRows)
+	if flash > 0 {
+		codegen.FlashTiles(arr(codegen.InTiles)[:rowsT], tbase[:rowsT], flash)
 	}
 	b.hostTab = tab
-}
-
-// flashRowsOf is the tile rows of ps's tensor-core prefill attention
-// (codegen.Program.FlashRows), which fillInputs cuts each step's tokens by:
-// one for every program that runs it.
-func flashRowsOf(ps []*codegen.Program) (int, error) {
-	rows := 0
-	for _, p := range ps {
-		if p.FlashRows == 0 {
-			continue
-		}
-		if rows != 0 && p.FlashRows != rows {
-			return 0, fmt.Errorf("cuda: the programs' prefill attention tiles differ (%d and %d tokens)", rows, p.FlashRows)
-		}
-		rows = p.FlashRows
-	}
-	return rows, nil
 }
 
 // tokenOf is the token of an id the device chose (argmax or sample): under MEMRA_DROP (a timing

@@ -89,7 +89,7 @@ func TestFillInputs(t *testing.T) {
 	require.NoError(t, err)
 	b := &Backend{opts: BackendOptions{Context: 100, MaxSeqs: 4}, inCap: 8, trash: 10, pool: pool}
 	a, c := []int32{3, 7, 1}, []int32{2, 5}
-	b.fillInputs([]piece{{pages: a, pos: 5, tokens: []int32{7}}, {pages: c, pos: 0, tokens: []int32{9}}}, 4, 4)
+	b.fillInputs([]piece{{pages: a, pos: 5, tokens: []int32{7}}, {pages: c, pos: 0, tokens: []int32{9}}}, 4, 4, 0)
 	in := func(i codegen.Input, n int) []int32 {
 		out := make([]int32, n)
 		for j := range out {
@@ -111,8 +111,7 @@ func TestFillInputs(t *testing.T) {
 
 	// a prompt chunk of 5 and a decode, the flash attention's tiles of 2 tokens: the chunk in
 	// three, the decode, the padding rows
-	b.flashRows = 2
-	b.fillInputs([]piece{{pages: a, pos: 0, tokens: []int32{1, 2, 3, 4, 5}}, {pages: c, pos: 3, tokens: []int32{9}}}, 8, 2)
+	b.fillInputs([]piece{{pages: a, pos: 0, tokens: []int32{1, 2, 3, 4, 5}}, {pages: c, pos: 3, tokens: []int32{9}}}, 8, 2, 2)
 	require.Equal(t, []int32{1, 1, 1, 1, 1, 3, 0, 0}, in(codegen.InTokBase, 8))
 	require.Equal(t, []int32{0, 2, 4, 5, 6, -1, -1, -1}, in(codegen.InTiles, 8))
 }

@@ -55,22 +55,20 @@ const (
 // CopyDtoD2DAsync queues a device-to-device copy of rows rows of width
 // bytes, from src every srcPitch bytes to dst every dstPitch bytes, on s.
 func (c *Ctx) CopyDtoD2DAsync(dst DevicePtr, dstPitch int, src DevicePtr, srcPitch int, width, rows int, s Stream) error {
-	m := memcpy2D{
-		srcType: memoryTypeDevice, srcDevice: uint64(src), srcPitch: uint64(srcPitch),
-		dstType: memoryTypeDevice, dstDevice: uint64(dst), dstPitch: uint64(dstPitch),
-		width: uint64(width), height: uint64(rows),
-	}
-	return c.d.check("cuMemcpy2DAsync", call(c.d.cuMemcpy2DAsync, uintptr(unsafe.Pointer(&m)), uintptr(s)))
+	return c.copy2DAsync(memcpy2D{srcType: memoryTypeDevice, srcDevice: uint64(src), srcPitch: uint64(srcPitch)}, dst, dstPitch, width, rows, s)
 }
 
 // CopyHtoD2DAsync queues a copy of rows rows of width bytes from host
 // memory src (page-locked, from AllocHost), every srcPitch bytes, to dst
 // every dstPitch bytes, on s.
 func (c *Ctx) CopyHtoD2DAsync(dst DevicePtr, dstPitch int, src unsafe.Pointer, srcPitch int, width, rows int, s Stream) error {
-	m := memcpy2D{
-		srcType: memoryTypeHost, srcHost: uintptr(src), srcPitch: uint64(srcPitch),
-		dstType: memoryTypeDevice, dstDevice: uint64(dst), dstPitch: uint64(dstPitch),
-		width: uint64(width), height: uint64(rows),
-	}
+	return c.copy2DAsync(memcpy2D{srcType: memoryTypeHost, srcHost: uintptr(src), srcPitch: uint64(srcPitch)}, dst, dstPitch, width, rows, s)
+}
+
+// copy2DAsync queues m, its source set, to device memory dst every
+// dstPitch bytes: rows rows of width bytes.
+func (c *Ctx) copy2DAsync(m memcpy2D, dst DevicePtr, dstPitch int, width, rows int, s Stream) error {
+	m.dstType, m.dstDevice, m.dstPitch = memoryTypeDevice, uint64(dst), uint64(dstPitch)
+	m.width, m.height = uint64(width), uint64(rows)
 	return c.d.check("cuMemcpy2DAsync", call(c.d.cuMemcpy2DAsync, uintptr(unsafe.Pointer(&m)), uintptr(s)))
 }

@@ -235,20 +235,15 @@ func (b *Backend) runEmbed(pieces []piece, copies []rowCopy, rows [][]float32) e
 		T += len(p.tokens)
 	}
 	S := len(pieces)
-	b.fillInputs(pieces, T, S)
+	b.fillInputs(pieces, T, S, ps.p.FlashRows)
 	E := b.emb.width
 	hidden := b.arena + DevicePtr(ps.p.Buffers.Buffers[ps.p.HiddenOut].Offset)
 	return b.dev.Do(func(c *Ctx) error {
-		if err := c.CopyHtoDAsync(b.inputs, b.host, b.stream); err != nil {
+		if err := b.uploadInputs(c, ps); err != nil {
 			return err
 		}
-		if err := c.CopyHtoDAsync(b.pageTab, i32AsBytes(b.hostTab), b.stream); err != nil {
+		if err := b.launchStep(c, ps, 0, T, S); err != nil {
 			return err
-		}
-		for i := range ps.p.Launches {
-			if err := b.launch(c, ps, &ps.p.Launches[i], T, S); err != nil {
-				return err
-			}
 		}
 		if err := c.StreamSync(b.stream); err != nil {
 			return err

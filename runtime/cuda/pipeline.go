@@ -107,7 +107,7 @@ func (b *Backend) Launch(ctx context.Context, batch []runtime.SeqStep, params []
 	if bucket > 0 {
 		rowsT, rowsS = bucket, bucket
 	}
-	b.fillInputs(pieces, rowsT, rowsS)
+	b.fillInputs(pieces, rowsT, rowsS, ps.p.FlashRows)
 	if ps.p.SampleOut >= 0 {
 		b.params = params
 		b.pack(pieces, rowsS, mode)

@@ -157,8 +157,7 @@ func (b *Backend) unpackSampled(pieces []piece, out []uint32, vocab int) {
 // sampledOf is the choice a sequence's sampling output row holds.
 func (b *Backend) sampledOf(row []uint32, vocab int) runtime.Sampled {
 	r := codegen.DecodeSampleOut(row)
-	d := runtime.Sampled{Token: r.Token, Logprob: r.Logprob}
-	d.Token = b.tokenOf(r.Token, vocab)
+	d := runtime.Sampled{Token: b.tokenOf(r.Token, vocab), Logprob: r.Logprob}
 	for j, id := range r.TopIDs {
 		d.Top = append(d.Top, runtime.TokenLogprob{Token: id, Logprob: r.TopLogprobs[j]})
 	}
