@@ -348,20 +348,28 @@ func sampleSteps(w *Writer) {
 	}})
 	w.Comment("Steps 6-10: temperature, top-k, top-p, min-p and the draw; -1 when no")
 	w.Comment("candidate is left.")
+	w.Comment("known: the working logits are the raw ones and 1/temperature is finite and")
+	w.Comment("positive, so step 1's candidates (n1) and largest logit (rmax) give the")
+	w.Comment("candidates and their largest scaled logit (rounding is monotonic) without")
+	w.Comment("a pass of their own.")
 	w.Emit(Func{Name: "sample_draw", Return: "int", Params: []Param{{"sample_state&", "s"}, {"const u32*", "r"}, {"u64*", "red"},
-		{"float*", "redf"}, {"int*", "redi"}, {"int*", "found"}}, Body: func(w *Writer) {
+		{"float*", "redf"}, {"int*", "redi"}, {"int*", "found"}, {"bool", "known"}, {"u64", "n1"}, {"float", "rmax"}}, Body: func(w *Writer) {
 		w.Line("const int lane = threadIdx.x & 31, base = (threadIdx.x >> 5) * CHUNK;")
 		w.Comment("the candidates (neither -Inf nor NaN) and their largest scaled logit")
-		w.Line("u64 n = 0;")
-		w.Line("float ymax = NEG_INF;")
-		sampleLoop(w, "s.src", func() {
-			w.If("v > NEG_INF", func() {
-				w.Line("++n;")
-				w.Line("ymax = fmaxf(ymax, __fmul_rn(v, s.inv_t));")
+		w.Line("u64 n = n1;")
+		w.Line("s.ymax = n1 > 0ull ? __fmul_rn(rmax, s.inv_t) : NEG_INF;")
+		w.If("!known", func() {
+			w.Line("n = 0;")
+			w.Line("float ymax = NEG_INF;")
+			sampleLoop(w, "s.src", func() {
+				w.If("v > NEG_INF", func() {
+					w.Line("++n;")
+					w.Line("ymax = fmaxf(ymax, __fmul_rn(v, s.inv_t));")
+				})
 			})
+			w.Line("n = block_sum_u64(n, red);")
+			w.Line("s.ymax = block_max_f(ymax, redf);")
 		})
-		w.Line("n = block_sum_u64(n, red);")
-		w.Line("s.ymax = block_max_f(ymax, redf);")
 		w.If("n == 0ull", func() { w.Line("return -1;") })
 		w.Comment("top-k: the TopK largest keys, ties by id")
 		w.Line("const int k = (int)r[R_TOP_K];")
@@ -381,6 +389,7 @@ func sampleSteps(w *Writer) {
 			w.Line("s.w[i] = e;")
 			w.Line("total += weight_fx(e);")
 		})
+		w.Line("const u64 own = total;")
 		w.Line("total = block_sum_u64(total, red);")
 		w.Comment("top-p: the weight level where the weight from the top reaches TopP of the total")
 		w.Line("const float top_p = __uint_as_float(r[R_TOP_P]);")
@@ -389,11 +398,16 @@ func sampleSteps(w *Writer) {
 			w.Line("s.tp = search(s, KEY_W, need, __float_as_uint(1.f), red);")
 			w.Line("s.cp = tie_cut(s, KEY_W, s.tp, need, red, found);")
 		})
-		w.Comment("min-p, then a point of [0, the survivors' weight) from the sequence's stream")
-		w.Line("u64 mass = 0;")
-		sampleLoop(w, "s.w", func() { w.Line("mass += drawn(s, v, i);") })
+		w.Comment("min-p, then a point of [0, the survivors' weight) from the sequence's stream;")
+		w.Comment("when neither top-p nor min-p cut, every weight is drawn: the mass is the total")
+		w.Line("u64 mass = own;")
+		w.Line("const bool cut = s.tp != 0u || s.cp < VOCAB - 1 || !(s.min_p <= 0.f);")
+		w.If("cut", func() {
+			w.Line("mass = 0;")
+			sampleLoop(w, "s.w", func() { w.Line("mass += drawn(s, v, i);") })
+		})
 		w.Line("const u64 wmass = warp_sum_u64(mass);")
-		w.Line("mass = block_sum_u64(mass, red);")
+		w.Line("mass = cut ? block_sum_u64(mass, red) : total;")
 		w.If("mass == 0ull", func() {
 			w.Comment("no weight survived (an infinite logit): the lowest-id largest candidate")
 			w.Line("float best = NEG_INF;")
@@ -501,12 +515,17 @@ if (threadIdx.x == 0) {
     o[O_TOP_N] = 0;
 }
 // step 1: the raw row (a NaN? a finite logit? its largest) and the working copy, masked
+// and, for a working row that is the raw one, the candidates and the argmax
 int nan = 0, fin = 0;
-float rmax = NEG_INF;`)
+float rmax = NEG_INF, best = NEG_INF;
+int bi = -1;
+u64 n1 = 0;`)
 		sampleLoop(w, "s.x", func() {
 			w.Line("nan |= v != v;")
 			w.Line("fin |= fabsf(v) < __int_as_float(0x7f800000);")
 			w.Line("rmax = fmaxf(rmax, v);")
+			w.Line("n1 += v > NEG_INF ? 1ull : 0ull;")
+			w.If("v > best", func() { w.Line("best = v;"); w.Line("bi = i;") })
 			w.If("edit", func() { w.Line("s.w[i] = !masked || allowed(mrow, mwords, i) ? v : NEG_INF;") })
 		})
 		lines(w, `
@@ -532,7 +551,14 @@ if (!nan) {
         __syncthreads();
     }
     s.src = edit ? s.w : s.x;
-    tok = (flags & F_GREEDY) ? sample_greedy(s, redf, redi) : sample_draw(s, r, red, redf, redi, &found);
+    if (flags & F_GREEDY) {
+        // the argmax of step 1 when the working row is the raw one
+        tok = edit ? sample_greedy(s, redf, redi) : block_argmax(best, bi, redf, redi);
+    } else {
+        const bool known = !edit && s.inv_t > 0.f && s.inv_t < __int_as_float(0x7f800000);
+        if (known) n1 = block_sum_u64(n1, red);
+        tok = sample_draw(s, r, red, redf, redi, &found, known, n1, rmax);
+    }
     if (tok < 0) tok = fin ? SAMPLE_NONE : SAMPLE_NO_FINITE;
     if ((flags & F_LOGPROBS) || r[R_TOP_N] > 0u) sample_logprobs(s, r, tok, rmax, o, red, redf, &found, topv, topi, &ntop);
 }

@@ -488,38 +488,49 @@ static __device__ __forceinline__ int sample_greedy(const sample_state& s, float
 
 // Steps 6-10: temperature, top-k, top-p, min-p and the draw; -1 when no
 // candidate is left.
+// known: the working logits are the raw ones and 1/temperature is finite and
+// positive, so step 1's candidates (n1) and largest logit (rmax) give the
+// candidates and their largest scaled logit (rounding is monotonic) without
+// a pass of their own.
 static __device__ __forceinline__ int sample_draw(
         sample_state& s,
         const u32* r,
         u64* red,
         float* redf,
         int* redi,
-        int* found) {
+        int* found,
+        bool known,
+        u64 n1,
+        float rmax) {
     const int lane = threadIdx.x & 31, base = (threadIdx.x >> 5) * CHUNK;
     // the candidates (neither -Inf nor NaN) and their largest scaled logit
-    u64 n = 0;
-    float ymax = NEG_INF;
-    for (int r0 = 0; r0 < ROUNDS; r0 += SAMPLE_U) {
-        float vs[SAMPLE_U];
-        #pragma unroll
-        for (int u = 0; u < SAMPLE_U; ++u) {
-            const int i = base + (r0 + u) * 32 + lane;
-            vs[u] = i < VOCAB ? s.src[i] : 0.f;
-        }
-        #pragma unroll
-        for (int u = 0; u < SAMPLE_U; ++u) {
-            const int i = base + (r0 + u) * 32 + lane;
-            if (i < VOCAB) {
-                const float v = vs[u];
-                if (v > NEG_INF) {
-                    ++n;
-                    ymax = fmaxf(ymax, __fmul_rn(v, s.inv_t));
+    u64 n = n1;
+    s.ymax = n1 > 0ull ? __fmul_rn(rmax, s.inv_t) : NEG_INF;
+    if (!known) {
+        n = 0;
+        float ymax = NEG_INF;
+        for (int r0 = 0; r0 < ROUNDS; r0 += SAMPLE_U) {
+            float vs[SAMPLE_U];
+            #pragma unroll
+            for (int u = 0; u < SAMPLE_U; ++u) {
+                const int i = base + (r0 + u) * 32 + lane;
+                vs[u] = i < VOCAB ? s.src[i] : 0.f;
+            }
+            #pragma unroll
+            for (int u = 0; u < SAMPLE_U; ++u) {
+                const int i = base + (r0 + u) * 32 + lane;
+                if (i < VOCAB) {
+                    const float v = vs[u];
+                    if (v > NEG_INF) {
+                        ++n;
+                        ymax = fmaxf(ymax, __fmul_rn(v, s.inv_t));
+                    }
                 }
             }
         }
+        n = block_sum_u64(n, red);
+        s.ymax = block_max_f(ymax, redf);
     }
-    n = block_sum_u64(n, red);
-    s.ymax = block_max_f(ymax, redf);
     if (n == 0ull) {
         return -1;
     }
@@ -556,6 +567,7 @@ static __device__ __forceinline__ int sample_draw(
             }
         }
     }
+    const u64 own = total;
     total = block_sum_u64(total, red);
     // top-p: the weight level where the weight from the top reaches TopP of the total
     const float top_p = __uint_as_float(r[R_TOP_P]);
@@ -564,26 +576,31 @@ static __device__ __forceinline__ int sample_draw(
         s.tp = search(s, KEY_W, need, __float_as_uint(1.f), red);
         s.cp = tie_cut(s, KEY_W, s.tp, need, red, found);
     }
-    // min-p, then a point of [0, the survivors' weight) from the sequence's stream
-    u64 mass = 0;
-    for (int r0 = 0; r0 < ROUNDS; r0 += SAMPLE_U) {
-        float vs[SAMPLE_U];
-        #pragma unroll
-        for (int u = 0; u < SAMPLE_U; ++u) {
-            const int i = base + (r0 + u) * 32 + lane;
-            vs[u] = i < VOCAB ? s.w[i] : 0.f;
-        }
-        #pragma unroll
-        for (int u = 0; u < SAMPLE_U; ++u) {
-            const int i = base + (r0 + u) * 32 + lane;
-            if (i < VOCAB) {
-                const float v = vs[u];
-                mass += drawn(s, v, i);
+    // min-p, then a point of [0, the survivors' weight) from the sequence's stream;
+    // when neither top-p nor min-p cut, every weight is drawn: the mass is the total
+    u64 mass = own;
+    const bool cut = s.tp != 0u || s.cp < VOCAB - 1 || !(s.min_p <= 0.f);
+    if (cut) {
+        mass = 0;
+        for (int r0 = 0; r0 < ROUNDS; r0 += SAMPLE_U) {
+            float vs[SAMPLE_U];
+            #pragma unroll
+            for (int u = 0; u < SAMPLE_U; ++u) {
+                const int i = base + (r0 + u) * 32 + lane;
+                vs[u] = i < VOCAB ? s.w[i] : 0.f;
+            }
+            #pragma unroll
+            for (int u = 0; u < SAMPLE_U; ++u) {
+                const int i = base + (r0 + u) * 32 + lane;
+                if (i < VOCAB) {
+                    const float v = vs[u];
+                    mass += drawn(s, v, i);
+                }
             }
         }
     }
     const u64 wmass = warp_sum_u64(mass);
-    mass = block_sum_u64(mass, red);
+    mass = cut ? block_sum_u64(mass, red) : total;
     if (mass == 0ull) {
         // no weight survived (an infinite logit): the lowest-id largest candidate
         float best = NEG_INF;
@@ -757,8 +774,11 @@ extern "C" __global__ void __launch_bounds__(1024) sample_v1000_t1024(
             o[O_TOP_N] = 0;
         }
         // step 1: the raw row (a NaN? a finite logit? its largest) and the working copy, masked
+        // and, for a working row that is the raw one, the candidates and the argmax
         int nan = 0, fin = 0;
-        float rmax = NEG_INF;
+        float rmax = NEG_INF, best = NEG_INF;
+        int bi = -1;
+        u64 n1 = 0;
         for (int r0 = 0; r0 < ROUNDS; r0 += SAMPLE_U) {
             float vs[SAMPLE_U];
             #pragma unroll
@@ -774,6 +794,11 @@ extern "C" __global__ void __launch_bounds__(1024) sample_v1000_t1024(
                     nan |= v != v;
                     fin |= fabsf(v) < __int_as_float(0x7f800000);
                     rmax = fmaxf(rmax, v);
+                    n1 += v > NEG_INF ? 1ull : 0ull;
+                    if (v > best) {
+                        best = v;
+                        bi = i;
+                    }
                     if (edit) {
                         s.w[i] = !masked || allowed(mrow, mwords, i) ? v : NEG_INF;
                     }
@@ -802,7 +827,14 @@ extern "C" __global__ void __launch_bounds__(1024) sample_v1000_t1024(
                 __syncthreads();
             }
             s.src = edit ? s.w : s.x;
-            tok = (flags & F_GREEDY) ? sample_greedy(s, redf, redi) : sample_draw(s, r, red, redf, redi, &found);
+            if (flags & F_GREEDY) {
+                // the argmax of step 1 when the working row is the raw one
+                tok = edit ? sample_greedy(s, redf, redi) : block_argmax(best, bi, redf, redi);
+            } else {
+                const bool known = !edit && s.inv_t > 0.f && s.inv_t < __int_as_float(0x7f800000);
+                if (known) n1 = block_sum_u64(n1, red);
+                tok = sample_draw(s, r, red, redf, redi, &found, known, n1, rmax);
+            }
             if (tok < 0) tok = fin ? SAMPLE_NONE : SAMPLE_NO_FINITE;
             if ((flags & F_LOGPROBS) || r[R_TOP_N] > 0u) sample_logprobs(s, r, tok, rmax, o, red, redf, &found, topv, topi, &ntop);
         }

@@ -440,14 +440,19 @@ func (g *gpuSampler) time(t *testing.T, logits []float32, p *samplePack, reps in
 	return 1000 * float64(ms) / float64(reps)
 }
 
-// TestGPUSampleKernelTime logs the sampling kernel's time at a 128k
-// vocabulary for 1, 16 and 64 sequences under the common settings (a
-// measurement for docs/PERFORMANCE.md; it checks nothing but that the
+// TestGPUSampleKernelTime logs the sampling kernel's time at 32k and
+// 128k vocabularies for 1, 16 and 64 sequences under the common settings
+// (a measurement for docs/PERFORMANCE.md; it checks nothing but that the
 // kernel runs).
 func TestGPUSampleKernelTime(t *testing.T) {
 	gpuOrSkip(t)
 	dev := deviceOrSkip(t)
-	const vocab = 128256
+	for _, vocab := range []int{32000, 128256} {
+		sampleKernelTimes(t, dev, vocab)
+	}
+}
+
+func sampleKernelTimes(t *testing.T, dev *Device, vocab int) {
 	g := newGPUSampler(t, dev, vocab, codegen.DefaultSampleArm)
 	rng := rand.New(rand.NewPCG(47, 48))
 	row := make([]float32, vocab)
@@ -473,7 +478,7 @@ func TestGPUSampleKernelTime(t *testing.T) {
 					p.set(s, &c.d)
 				}
 			}
-			t.Logf("%-36s %2d sequences: %8.1f µs", c.name, rows, g.time(t, slices.Repeat(row, rows), &p, 20))
+			t.Logf("vocab %6d %-36s %2d sequences: %8.1f µs", vocab, c.name, rows, g.time(t, slices.Repeat(row, rows), &p, 20))
 		}
 	}
 }
