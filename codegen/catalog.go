@@ -64,7 +64,7 @@ func (s Shape) Attn(cache dtype.Type) AttnShape {
 
 // DefaultKernels returns every family's kernels with default arms for shape
 // s: the dtype-independent ones (norm, RoPE, SwiGLU, attention with an F16
-// cache, argmax, sampling) and, for each weight type in types, embedding, GEMV (the
+// cache, argmax, sampling, step inputs) and, for each weight type in types, embedding, GEMV (the
 // QKV product, N = (Heads+2·HeadsKV)·HeadDim, K = Hidden) and the MMA
 // product. A type a family cannot take for the shape is skipped.
 func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
@@ -90,6 +90,9 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 		return nil, err
 	}
 	if err := add(Sample(s.Vocab, DefaultSampleArm)); err != nil {
+		return nil, err
+	}
+	if err := add(StepInputs(DefaultBlockArm)); err != nil {
 		return nil, err
 	}
 	p, c, err := DecodeAttention(s.Attn(cache), DefaultDecodeArm)

@@ -340,7 +340,7 @@ func lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 	l.p = &Program{Model: g.Name, Arch: g.Arch, Class: opts.Class, MaxTokens: opts.MaxTokens, MaxSeqs: opts.MaxSeqs,
 		Context: opts.Context, PageSize: opts.PageSize, Cache: opts.Cache, Layers: g.Consts["layers"],
 		KVWidth: g.Consts["heads_kv"] * g.Consts["head_dim"], Vocab: g.Consts["vocab"], Logits: -1, Argmax: -1,
-		SampleOut: -1, HiddenIn: -1, HiddenOut: -1}
+		SampleOut: -1, HiddenIn: -1, HiddenOut: -1, StepInputs: -1}
 	for _, n := range g.Nodes {
 		if l.done[n.ID] {
 			continue
@@ -351,6 +351,14 @@ func lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 	}
 	l.splitLayouts()
 	l.pruneKernels()
+	// the kernel that writes the step's inputs, launched before the
+	// others by the runtime (not a Launch: pruneKernels has run)
+	k, err := StepInputs(DefaultBlockArm)
+	if err != nil {
+		return nil, err
+	}
+	l.p.Kernels = append(l.p.Kernels, k)
+	l.p.StepInputs = len(l.p.Kernels) - 1
 	if l.p.Logits < 0 && l.p.HiddenOut < 0 {
 		return nil, fmt.Errorf("%w: graph has no output", ErrLower)
 	}

@@ -288,6 +288,11 @@ type Program struct {
 	// HiddenOut is the [T][E] buffer holding a pipeline stage's hidden_out
 	// after the launches (a stage before the last: Logits is -1), or -1.
 	HiddenOut int
+	// StepInputs is the kernel (StepInputs) that writes the step's inputs,
+	// page tables and sampling records from page-locked host memory before
+	// the launches, or -1 (the runtime copies them). It has no Launch: the
+	// runtime launches it with the words of each step.
+	StepInputs int
 }
 
 // Dims returns the symbolic sizes of launch l in a step of T tokens over S
@@ -391,6 +396,9 @@ func (p *Program) String() string {
 	}
 	if p.SampleOut >= 0 {
 		fmt.Fprintf(&b, ", sample b%d", p.SampleOut)
+	}
+	if p.StepInputs >= 0 {
+		fmt.Fprintf(&b, ", step inputs k%d", p.StepInputs)
 	}
 	b.WriteString("\n")
 	return b.String()
