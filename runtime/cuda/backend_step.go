@@ -171,7 +171,7 @@ func (b *Backend) run(pieces []piece, mode stepMode) error {
 	}
 	V := b.info.VocabSize
 	return b.dev.Do(func(c *Ctx) error {
-		if err := b.uploadInputs(c, ps); err != nil {
+		if err := b.uploadInputs(c, ps, nil); err != nil {
 			return err
 		}
 		if b.stage != nil && ps.p.HiddenIn >= 0 {

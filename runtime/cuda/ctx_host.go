@@ -4,7 +4,8 @@ import "unsafe"
 
 // Page-locked host memory, events without timing and strided copies: what
 // a pipelined step (pipeline.go) needs to copy its results to the host
-// while the host goes on.
+// while the host goes on, and the device address of the upload slots
+// (upload.go) the step inputs kernel reads.
 
 // AllocHost allocates n bytes of page-locked host memory, which
 // CopyDtoHAsync fills without holding the host until the copy is done.
@@ -12,6 +13,15 @@ func (c *Ctx) AllocHost(n int) (unsafe.Pointer, error) {
 	var p unsafe.Pointer
 	err := c.d.check("cuMemAllocHost", call(c.d.cuMemAllocHost, uintptr(unsafe.Pointer(&p)), uintptr(n)))
 	return p, err
+}
+
+// HostDevicePtr returns the device address of page-locked memory p from
+// AllocHost, which kernels read in place (mapped into the device's
+// address space: with unified addressing it is p itself).
+func (c *Ctx) HostDevicePtr(p unsafe.Pointer) (DevicePtr, error) {
+	var d DevicePtr
+	err := c.d.check("cuMemHostGetDevicePointer", call(c.d.cuMemHostGetDevicePointer, uintptr(unsafe.Pointer(&d)), uintptr(p), 0))
+	return d, err
 }
 
 // FreeHost releases memory from AllocHost.

@@ -26,6 +26,7 @@ type driver struct {
 	cuStreamBeginCapture, cuStreamEndCapture                              uintptr
 	cuGraphInstantiate, cuGraphLaunch, cuGraphDestroy, cuGraphExecDestroy uintptr
 	cuMemAllocHost, cuMemFreeHost, cuMemcpy2DAsync                        uintptr
+	cuMemHostGetDevicePointer                                             uintptr
 }
 
 var (
@@ -88,6 +89,7 @@ func loadDriver() (*driver, error) {
 			"cuGraphExecDestroy":                       &d.cuGraphExecDestroy,
 			"cuMemAllocHost_v2":                        &d.cuMemAllocHost,
 			"cuMemFreeHost":                            &d.cuMemFreeHost,
+			"cuMemHostGetDevicePointer_v2":             &d.cuMemHostGetDevicePointer,
 			"cuMemcpy2DAsync_v2":                       &d.cuMemcpy2DAsync,
 		})
 		if err != nil {

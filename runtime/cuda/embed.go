@@ -239,7 +239,7 @@ func (b *Backend) runEmbed(pieces []piece, copies []rowCopy, rows [][]float32) e
 	E := b.emb.width
 	hidden := b.arena + DevicePtr(ps.p.Buffers.Buffers[ps.p.HiddenOut].Offset)
 	return b.dev.Do(func(c *Ctx) error {
-		if err := b.uploadInputs(c, ps); err != nil {
+		if err := b.uploadInputs(c, ps, nil); err != nil {
 			return err
 		}
 		if err := b.launchStep(c, ps, 0, T, S); err != nil {

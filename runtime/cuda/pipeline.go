@@ -16,13 +16,15 @@ import (
 // decode step's inputs, its launches (a graph where the step has one),
 // the copy of its tokens (the argmaxes, or the sampling output) into a
 // page-locked slot and an event, and returns; Collect waits for the event
-// of the oldest step and reads its slot. A fed step copies the tokens the
-// step before it chose into its own token input on the device, after its
-// inputs were uploaded and before its launches: the stream runs them in
-// that order, and the step before it copied its tokens to the host before
-// this step's launches overwrite them. Two slots: at most two steps wait.
-// Each slot's events time its step on the device (runtime.DeviceTimer):
-// t0 before its inputs, t1 before its launches, ev after its results.
+// of the oldest step and reads its slot. A fed step takes the tokens the
+// step before it chose into its own token input on the device as its
+// inputs are uploaded (the step inputs kernel reads them from the step
+// before's output; without it, a device copy after the upload's copies),
+// before its launches: the stream runs them in that order, and the step
+// before it copied its tokens to the host before this step's launches
+// overwrite them. Two slots: at most two steps wait. Each slot's events
+// time its step on the device (runtime.DeviceTimer): t0 before its
+// inputs, t1 before its launches, ev after its results.
 
 // pipeSlot is one launched step waiting for Collect.
 type pipeSlot struct {
@@ -121,20 +123,17 @@ func (b *Backend) Launch(ctx context.Context, batch []runtime.SeqStep, params []
 		if err := c.Record(slot.t0, b.stream); err != nil {
 			return err
 		}
-		if err := b.uploadInputs(c, ps); err != nil {
-			return err
+		var fd *upFeed
+		if feed {
+			// the tokens the step before chose: its argmaxes, or word 0 of each sampling output row
+			out, stride := ps.p.Argmax, 1
+			if mode == stepSample {
+				out, stride = ps.p.SampleOut, codegen.SampleOutWords
+			}
+			fd = &upFeed{src: b.arena + DevicePtr(ps.p.Buffers.Buffers[out].Offset), stride: stride, n: S}
 		}
-		tokens := b.inputs + DevicePtr(int(codegen.InTokens)*b.inCap*4)
-		if feed && mode == stepGreedy {
-			src := b.arena + DevicePtr(ps.p.Buffers.Buffers[ps.p.Argmax].Offset)
-			if err := c.CopyDtoDAsync(tokens, src, 4*S, b.stream); err != nil {
-				return err
-			}
-		} else if feed {
-			src := b.arena + DevicePtr(ps.p.Buffers.Buffers[ps.p.SampleOut].Offset) // the token is word 0 of a row
-			if err := c.CopyDtoD2DAsync(tokens, 4, src, 4*codegen.SampleOutWords, 4, S, b.stream); err != nil {
-				return err
-			}
+		if err := b.uploadInputs(c, ps, fd); err != nil {
+			return err
 		}
 		if err := c.Record(slot.t1, b.stream); err != nil {
 			return err
