@@ -17,7 +17,8 @@
 #                                # 4,096-position cache, and --pipelined) against the server at 1 and
 #                                # 64 streams, temperature 1 and 0, at --max-batch-tokens 2048 (serve's
 #                                # default; STEP_TOKENS="512 2048" for both), with the engine's step
-#                                # counters and each level's device time a step (issue 31)
+#                                # counters and each level's device time a step (issue 31);
+#                                # SPEED_PRESET=qwen3-8b for another synthesized model
 #   scripts/gpu-serve.sh mixed   # the kernels of one serving step of 48 decodes and 1,600 prompt
 #                                # tokens (bench --profile-prefill), beside pp512 and pp2048
 #   scripts/gpu-serve.sh exact   # greedy from the prefix cache as cold, with speculation as without,
@@ -131,13 +132,16 @@ speed)
 	# step), loaded at 1 stream (temperature 1 and 0) and 64 streams (temperature 1, then 0) with
 	# 512-token prompts as fast as slots free up; each level its own prompts (--seed), so no level
 	# finds another's in the prefix cache; the engine's step counters after each server
-	step synth-llama2-7b synth "$L7" --preset llama2-7b --quant q4_k_m --weights blocks
-	step bench-engine "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64
+	# SPEED_PRESET names another synthesized model (qwen3-8b: issue 31's second model)
+	SP=${SPEED_PRESET:-llama2-7b}
+	SM=$MODELS/$SP-q4_k_m.gguf
+	step "synth-$SP" synth "$SM" --preset "$SP" --quant q4_k_m --weights blocks
+	step bench-engine "$BIN" bench "$SM" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64
 	# the same with the server's 4,096 positions a sequence (decode attention's live splits spread
 	# the live length over the splits the context gives)
-	step bench-engine-ctx4096 "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64 --context 4096
+	step bench-engine-ctx4096 "$BIN" bench "$SM" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64 --context 4096
 	# and decoding as the server's engine does (each step launched before the one before it is read)
-	step bench-engine-pipelined "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64 --context 4096 --pipelined
+	step bench-engine-pipelined "$BIN" bench "$SM" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64 --context 4096 --pipelined
 	rate64=$(sed -n -E 's/^\| 2.*tg128@512 \| 64 \| [0-9]+ \| ([0-9.]+) .*/\1/p' "$OUT/bench-engine.log" | head -1)
 	rate1=$(sed -n -E 's/^\| 2.*tg128@512 \| 1 \| [0-9]+ \| ([0-9.]+) .*/\1/p' "$OUT/bench-engine.log" | head -1)
 	decode_counts() { # the engine's decode step seconds and steps, and the device's timed steps and seconds, so far
@@ -148,7 +152,7 @@ speed)
 			END {print s + 0, n + 0, dn + 0, ds + 0}'
 	}
 	speed_serve() { # speed_serve STEP_TOKENS
-		serve_up 8199 --model "l7=$L7" --max-running 64 --max-batch-tokens "$1" || return 1
+		serve_up 8199 --model "m=$SM" --max-running 64 --max-batch-tokens "$1" || return 1
 		local c t rc=0 seed=10 s0 n0 d0 ds0 s1 n1 d1 ds1
 		for lv in ${LEVELS:-1:1 1:0 64:1 64:0}; do # concurrency:temperature
 			c=${lv%:*} t=${lv#*:} seed=$((seed + 1))
