@@ -136,12 +136,13 @@ speed)
 	SP=${SPEED_PRESET:-llama2-7b}
 	SM=$MODELS/$SP-q4_k_m.gguf
 	step "synth-$SP" synth "$SM" --preset "$SP" --quant q4_k_m --weights blocks
-	step bench-engine "$BIN" bench "$SM" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64
+	# SPEED_BATCHES: the engine's batches (the levels' rates come from them)
+	step bench-engine "$BIN" bench "$SM" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b "${SPEED_BATCHES:-1,64}"
 	# the same with the server's 4,096 positions a sequence (decode attention's live splits spread
 	# the live length over the splits the context gives)
-	step bench-engine-ctx4096 "$BIN" bench "$SM" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64 --context 4096
+	step bench-engine-ctx4096 "$BIN" bench "$SM" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b "${SPEED_BATCHES:-1,64}" --context 4096
 	# and decoding as the server's engine does (each step launched before the one before it is read)
-	step bench-engine-pipelined "$BIN" bench "$SM" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,64 --context 4096 --pipelined
+	step bench-engine-pipelined "$BIN" bench "$SM" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b "${SPEED_BATCHES:-1,64}" --context 4096 --pipelined
 	rate64=$(sed -n -E 's/^\| 2.*tg128@512 \| 64 \| [0-9]+ \| ([0-9.]+) .*/\1/p' "$OUT/bench-engine.log" | head -1)
 	rate1=$(sed -n -E 's/^\| 2.*tg128@512 \| 1 \| [0-9]+ \| ([0-9.]+) .*/\1/p' "$OUT/bench-engine.log" | head -1)
 	decode_counts() { # the engine's decode step seconds and steps, and the device's timed steps and seconds, so far
