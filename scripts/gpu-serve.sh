@@ -18,7 +18,8 @@
 #                                # 64 streams, temperature 1 and 0, at --max-batch-tokens 2048 (serve's
 #                                # default; STEP_TOKENS="512 2048" for both), with the engine's step
 #                                # counters and each level's device time a step (issue 31);
-#                                # SPEED_PRESET=qwen3-8b for another synthesized model
+#                                # SPEED_PRESET=qwen3-8b for another synthesized model, SPEED_BATCHES
+#                                # the engine's batches, SPEED_MAX_RUNNING the server's --max-running
 #   scripts/gpu-serve.sh mixed   # the kernels of one serving step of 48 decodes and 1,600 prompt
 #                                # tokens (bench --profile-prefill), beside pp512 and pp2048
 #   scripts/gpu-serve.sh exact   # greedy from the prefix cache as cold, with speculation as without,
@@ -153,7 +154,7 @@ speed)
 			END {print s + 0, n + 0, dn + 0, ds + 0}'
 	}
 	speed_serve() { # speed_serve STEP_TOKENS
-		serve_up 8199 --model "m=$SM" --max-running 64 --max-batch-tokens "$1" || return 1
+		serve_up 8199 --model "m=$SM" --max-running "${SPEED_MAX_RUNNING:-64}" --max-batch-tokens "$1" || return 1
 		local c t rc=0 seed=10 s0 n0 d0 ds0 s1 n1 d1 ds1
 		for lv in ${LEVELS:-1:1 1:0 64:1 64:0}; do # concurrency:temperature
 			c=${lv%:*} t=${lv#*:} seed=$((seed + 1))
