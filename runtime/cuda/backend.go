@@ -133,6 +133,7 @@ type Backend struct {
 	cache  dtype.Type
 	pdl    bool
 	progs  [2]*progState // by codegen.StepClass
+	one    *progState    // the one-sequence decode program (one.go), or nil
 	stream Stream
 
 	allocs  []DevicePtr
@@ -142,7 +143,7 @@ type Backend struct {
 	inCap   int
 	inRows  int         // the rows of each input the last fillInputs wrote
 	kc, vc  []DevicePtr // per layer: the pool's pages, then the trash page
-	graphs  map[int]GraphExec
+	graphs  map[graphKey]GraphExec
 
 	pool    *kv.Pool
 	own     *kv.Tables // pages of sequences stepped without SeqStep.Pages
@@ -334,7 +335,7 @@ func newBackend(m *load.Model, opts BackendOptions, first, last int) (*Backend, 
 		return nil, errors.Join(err, dev.Close())
 	}
 	cache, _ := opts.fill(m.HParams)
-	b := &Backend{dev: dev, opts: opts, cache: cache, pdl: info.Major >= 9 && !opts.NoPDL, graphs: map[int]GraphExec{}}
+	b := &Backend{dev: dev, opts: opts, cache: cache, pdl: info.Major >= 9 && !opts.NoPDL, graphs: map[graphKey]GraphExec{}}
 	if v := os.Getenv("MEMRA_DROP"); v != "" {
 		if b.drop, err = regexp.Compile(v); err != nil {
 			return nil, errors.Join(fmt.Errorf("%w: MEMRA_DROP=%q: %v", ErrArg, v, err), dev.Close())
@@ -345,6 +346,15 @@ func newBackend(m *load.Model, opts BackendOptions, first, last int) (*Backend, 
 	}
 	b.progs[codegen.Decode] = &progState{p: decode}
 	b.progs[codegen.Prefill] = &progState{p: prefill}
+	if first == 0 && last == m.HParams.Layers {
+		one, err := lowerOne(m, opts, decode)
+		if err != nil {
+			return nil, errors.Join(err, dev.Close())
+		}
+		if one != nil {
+			b.one = &progState{p: one}
+		}
+	}
 	if opts.Embedding && first == 0 && last == m.HParams.Layers {
 		if b.emb, err = newEmbedState(m, opts); err != nil {
 			return nil, errors.Join(err, dev.Close())
@@ -386,8 +396,8 @@ func (b *Backend) load(m *load.Model, target string) error {
 	b.inCap = pre.MaxTokens
 	weights, wbytes := uniqueWeights(b.programs()...)
 	arena := max(dec.Buffers.ArenaBytes, pre.Buffers.ArenaBytes)
-	if b.emb != nil {
-		arena = max(arena, b.emb.ps.p.Buffers.ArenaBytes)
+	for _, ps := range b.states() {
+		arena = max(arena, ps.p.Buffers.ArenaBytes)
 	}
 	cached := cacheLayers(dec) // a pipeline stage caches only its own layers
 	size := b.opts.PageSize

@@ -159,6 +159,9 @@ func (b *Backend) run(pieces []piece, mode stepMode) error {
 	}
 	S := len(pieces)
 	ps := b.progs[cls]
+	if cls == codegen.Decode {
+		ps = b.decodeState(S)
+	}
 	rowsT, rowsS, bucket := T, S, 0
 	if cls == codegen.Decode {
 		if bucket = b.bucket(S); bucket > 0 {
@@ -311,7 +314,7 @@ func (b *Backend) launchStep(c *Ctx, ps *progState, bucket, rowsT, rowsS int) er
 // dropped reports whether launch i of ps is left out under MEMRA_DROP
 // (decode launches only; the kernel of a one-row step names it).
 func (b *Backend) dropped(ps *progState, i int) bool {
-	if b.drop == nil || ps != b.progs[codegen.Decode] {
+	if b.drop == nil || !b.isDecode(ps) {
 		return false
 	}
 	l := &ps.p.Launches[i]
@@ -363,8 +366,15 @@ func (b *Backend) launch(c *Ctx, ps *progState, l *codegen.Launch, T, S int) err
 }
 
 // graph returns the decode graph of a bucket, capturing it on first use.
+// graphKey names a captured decode graph: its program and bucket.
+type graphKey struct {
+	ps     *progState
+	bucket int
+}
+
 func (b *Backend) graph(c *Ctx, ps *progState, bucket int) (GraphExec, error) {
-	if g, ok := b.graphs[bucket]; ok {
+	key := graphKey{ps, bucket}
+	if g, ok := b.graphs[key]; ok {
 		return g, nil
 	}
 	if err := c.BeginCapture(b.stream); err != nil {
@@ -390,7 +400,7 @@ func (b *Backend) graph(c *Ctx, ps *progState, bucket int) (GraphExec, error) {
 	if err != nil {
 		return 0, err
 	}
-	b.graphs[bucket] = exec
+	b.graphs[key] = exec
 	return exec, nil
 }
 

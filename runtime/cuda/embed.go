@@ -79,9 +79,9 @@ func newEmbedState(m *load.Model, opts BackendOptions) (*embedState, error) {
 // programs returns the programs the backend loads: decode, prefill and,
 // with embeddings, the embedding program.
 func (b *Backend) programs() []*codegen.Program {
-	ps := []*codegen.Program{b.progs[0].p, b.progs[1].p}
-	if b.emb != nil {
-		ps = append(ps, b.emb.ps.p)
+	var ps []*codegen.Program
+	for _, s := range b.states() {
+		ps = append(ps, s.p)
 	}
 	return ps
 }
@@ -91,6 +91,9 @@ func (b *Backend) states() []*progState {
 	ps := []*progState{b.progs[0], b.progs[1]}
 	if b.emb != nil {
 		ps = append(ps, b.emb.ps)
+	}
+	if b.one != nil {
+		ps = append(ps, b.one)
 	}
 	return ps
 }

@@ -85,8 +85,8 @@ func (b *Backend) Launch(ctx context.Context, batch []runtime.SeqStep, params []
 	if err := b.check(batch); err != nil {
 		return err
 	}
-	ps := b.progs[codegen.Decode]
 	S := len(batch)
+	ps := b.decodeState(S)
 	switch {
 	case S > b.opts.MaxSeqs:
 		return fmt.Errorf("%w: %d entries, %d sequences a launch", runtime.ErrNotPipelined, S, b.opts.MaxSeqs)

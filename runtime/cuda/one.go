@@ -1,0 +1,78 @@
+package cuda
+
+import (
+	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/ir"
+	"github.com/memra-ai/memra/ir/arch"
+	"github.com/memra-ai/memra/runtime/load"
+)
+
+// A decode program lowered for two or more sequences runs its one-row
+// steps with the one-row kernels but the batch's launches: the activation
+// rows quantised by launches of their own, RoPE and the KV write apart
+// from the QKV product (the epilogues that fuse them lost at batch,
+// docs/AUTOTUNE.md). A one-sequence program fuses them: about a third
+// fewer launches a layer. On the H100, llama2-7b q4_k_m, a server with
+// --max-running 64 took 2.48 ms of device time a one-stream step, one
+// with --max-running 1 2.29 ms (docs/PERFORMANCE.md, session 23). So a
+// backend of two or more sequences also lowers a one-sequence decode
+// program (Backend.one) and runs every one-row decode step on it, plain,
+// graphed or pipelined alike. It shares the decode program's weights:
+// its gate/up products keep the concatenated rows and a separate SwiGLU
+// quantisation (QuantOutSwiGLU off), and a program that would need any
+// weight of its own is not used. Not for --batch-invariant (one row must
+// run the batch's kernels there), pipeline stages or compiled artifacts
+// (which hold the decode and prefill programs only).
+
+// lowerOne returns the one-sequence decode program of a whole-model
+// backend of opts beside decode, or nil where there is none (see above).
+func lowerOne(m *load.Model, opts BackendOptions, decode *codegen.Program) (*codegen.Program, error) {
+	if opts.MaxSeqs < 2 || opts.BatchInvariant || opts.Artifact != nil {
+		return nil, nil
+	}
+	g, base, err := buildGraph(m, &opts, func() (*ir.Graph, error) { return arch.BuildStage(m.HParams, m, 0, m.HParams.Layers) })
+	if err != nil {
+		return nil, err
+	}
+	base.Class, base.MaxSeqs = codegen.Decode, 1
+	base.RopeInProduct = true
+	base.NoQuantOut = codegen.QuantOutSwiGLU // interleaved gate/up rows would be weights of its own
+	one, err := codegen.Lower(g, base)
+	if err != nil {
+		return nil, err
+	}
+	if !sharesWeights(one, decode) {
+		if opts.Logf != nil {
+			opts.Logf("the one-sequence decode program needs weights of its own: one-row steps run the decode program")
+		}
+		return nil, nil
+	}
+	return one, nil
+}
+
+// sharesWeights reports whether every weight of p is one of q's.
+func sharesWeights(p, q *codegen.Program) bool {
+	have := map[string]bool{}
+	for i := range q.Weights {
+		have[weightKey(&q.Weights[i])] = true
+	}
+	for i := range p.Weights {
+		if !have[weightKey(&p.Weights[i])] {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeState is the program a decode step of S sequences runs.
+func (b *Backend) decodeState(S int) *progState {
+	if S == 1 && b.one != nil {
+		return b.one
+	}
+	return b.progs[codegen.Decode]
+}
+
+// isDecode reports whether ps is a decode program.
+func (b *Backend) isDecode(ps *progState) bool {
+	return ps == b.progs[codegen.Decode] || (ps != nil && ps == b.one)
+}

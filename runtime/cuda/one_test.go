@@ -1,0 +1,58 @@
+package cuda
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/runtime/synth"
+)
+
+// TestLowerOne lowers the one-sequence decode program beside a batch
+// decode program (no GPU needed): it fuses what the batch program
+// launches apart (fewer launches), shares every weight, and is not made
+// for one-sequence backends or --batch-invariant.
+func TestLowerOne(t *testing.T) {
+	for _, c := range []struct{ preset, quant string }{{"llama3-8b", "q4_k_m"}, {"qwen3-8b", "q4_k_m"}, {"qwen2.5-7b", "q8_0"}} {
+		m := synthModel(t, c.preset, c.quant, synth.WeightsBlocks)
+		opts := BackendOptions{MaxSeqs: 8}
+		dec, _, err := lowerStage(m, opts, 0, m.HParams.Layers)
+		require.NoError(t, err)
+		one, err := lowerOne(m, opts, dec)
+		require.NoError(t, err)
+		require.NotNil(t, one, c.preset)
+		require.Equal(t, 1, one.MaxSeqs)
+		require.Less(t, len(one.Launches), len(dec.Launches), "%s: one %d launches, batch %d", c.preset, len(one.Launches), len(dec.Launches))
+		require.True(t, sharesWeights(one, dec), c.preset)
+		_, wb := uniqueWeights(dec)
+		_, both := uniqueWeights(dec, one)
+		require.Equal(t, wb, both, "%s: no weight bytes of its own", c.preset)
+		require.GreaterOrEqual(t, one.Argmax, 0)
+		require.GreaterOrEqual(t, one.SampleOut, 0)
+		require.GreaterOrEqual(t, one.StepInputs, 0)
+
+		single, err := lowerOne(m, BackendOptions{MaxSeqs: 1}, dec)
+		require.NoError(t, err)
+		require.Nil(t, single, "a one-sequence backend's decode program is the one")
+		inv, err := lowerOne(m, BackendOptions{MaxSeqs: 8, BatchInvariant: true}, dec)
+		require.NoError(t, err)
+		require.Nil(t, inv, "--batch-invariant runs one row on the batch's kernels")
+	}
+}
+
+// TestDecodeState: one-row decode steps run the one-sequence program where
+// there is one, every other step the decode program.
+func TestDecodeState(t *testing.T) {
+	dec, one := &progState{}, &progState{}
+	b := &Backend{}
+	b.progs[codegen.Decode] = dec
+	require.Same(t, dec, b.decodeState(1))
+	require.Same(t, dec, b.decodeState(4))
+	b.one = one
+	require.Same(t, one, b.decodeState(1))
+	require.Same(t, dec, b.decodeState(2))
+	require.True(t, b.isDecode(one))
+	require.True(t, b.isDecode(dec))
+	require.False(t, b.isDecode(&progState{}))
+}
