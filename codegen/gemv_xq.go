@@ -201,7 +201,7 @@ func emitXQPack(w *Writer, q, meta string) {
 // emitXQRows writes the start of an int8-activation GEMV: the warp's
 // first row r0, its lane, and per weight row the row pointers and the
 // weight registers (and their second buffer buf, if not empty).
-func emitXQRows(w *Writer, rt rpType, n int, arm GEMVArm, buf string) {
+func emitXQRows(w *Writer, rt rpType, n int, arm GEMVArm, buf string, gateUp bool) {
 	rw := arm.rowsPerWarp()
 	if arm.kSplit() > 1 {
 		w.Line("const int wr = (threadIdx.x >> 5) % RPB, ks = (threadIdx.x >> 5) / RPB; // the warp's row set, its share of K")
@@ -214,11 +214,17 @@ func emitXQRows(w *Writer, rt rpType, n int, arm GEMVArm, buf string) {
 	if clamp {
 		w.Comment("rows past N (last block only) read row N-1 and store nothing")
 	}
+	row := "r0 + %d"
+	if gateUp {
+		w.Comment("the warp's rows of the [gate | up] halves: 32 gate rows, then the same 32 up rows (GateUpRow)")
+		w.Line("#define GU_ROW(r) ((((r) >> 5) & 1) * (N / 2) + ((r) >> 6) * 32 + ((r) & 31))")
+		row = "GU_ROW(r0 + %d)"
+	}
 	for r := range rw {
 		if clamp {
-			w.Linef("const int rr%d = min(r0 + %d, N - 1);", r, r)
+			w.Linef("const int rr%d = min("+row+", N - 1);", r, r)
 		} else {
-			w.Linef("const int rr%d = r0 + %d;", r, r)
+			w.Linef("const int rr%d = "+row+";", r, r)
 		}
 		for _, p := range rt.ptrs {
 			w.Line(xqRename(p, r))
@@ -363,7 +369,7 @@ func gemvXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, pro Prologue, ys
 			w.Raw(ysDefine(ystride))
 			w.Blank()
 			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
-				emitXQRows(w, rt, n, arm, "")
+				emitXQRows(w, rt, n, arm, "", false)
 				load := func() {
 					w.For("i", "0", "U", "1", -1, func() {
 						w.Line("const int uu = u + i * 32;")

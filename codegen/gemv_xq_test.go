@@ -226,28 +226,21 @@ func TestXQDeferredNorm(t *testing.T) {
 	}
 }
 
-// TestInterleaveRows: 32 gate rows, then the same 32 up rows, and so on;
-// odd row counts are refused.
-func TestInterleaveRows(t *testing.T) {
-	const n, rb = 128, 3
-	data := make([]byte, n*rb)
-	for r := range n {
-		for b := range rb {
-			data[r*rb+b] = byte(r)
-		}
-	}
-	out, err := InterleaveRows(data, n, rb)
-	require.NoError(t, err)
+// TestGateUpRow: a SwiGLUOut product takes 32 gate rows, then the same
+// 32 up rows, and so on, each row once.
+func TestGateUpRow(t *testing.T) {
+	const n = 128
+	seen := map[int]bool{}
 	for i := range n {
 		q, j := i/64, i%64
 		want := 32*q + j // gate row
 		if j >= 32 {
 			want = n/2 + 32*q + j - 32 // up row
 		}
-		require.Equal(t, byte(want), out[i*rb], "row %d", i)
+		require.Equal(t, want, GateUpRow(i, n), "row %d", i)
+		seen[GateUpRow(i, n)] = true
 	}
-	_, err = InterleaveRows(data[:96*rb], 96, rb)
-	require.ErrorIs(t, err, ErrUnsupported)
+	require.Len(t, seen, n)
 }
 
 // TestGEMVXQRopeEnds: the RoPE epilogue is generated for XQ 2 arms with

@@ -48,12 +48,6 @@ func (l *lowerer) part(mm *ir.Node) (matPart, error) {
 // matrix registers the device weight of parts (rows concatenated), rows of
 // k elements padded to padK.
 func (l *lowerer) matrix(parts []matPart, padK int) (int, error) {
-	return l.matrixInterleaved(parts, padK, 0)
-}
-
-// matrixInterleaved is matrix with the rows of two parts interleaved by il
-// (WeightRef.Interleave; 0: concatenated).
-func (l *lowerer) matrixInterleaved(parts []matPart, padK, il int) (int, error) {
 	t := parts[0].t
 	if padK != parts[0].k && !floatType(t) {
 		return 0, fmt.Errorf("%s: rows of %d %v cannot be padded to %d", parts[0].name, parts[0].k, t, padK)
@@ -69,10 +63,7 @@ func (l *lowerer) matrixInterleaved(parts []matPart, padK, il int) (int, error) 
 	for _, p := range wp {
 		key += fmt.Sprintf("/%d", p.PadRows)
 	}
-	if il > 0 {
-		key += fmt.Sprintf("/interleave%d", il)
-	}
-	return l.weight(key, WeightRef{Name: name, Kind: WeightMatrix, Type: t, Parts: wp, Cols: parts[0].k, PadCols: padK, Interleave: il}), nil
+	return l.weight(key, WeightRef{Name: name, Kind: WeightMatrix, Type: t, Parts: wp, Cols: parts[0].k, PadCols: padK}), nil
 }
 
 // normGroup lowers an rms_norm prologue and the products of its group.
@@ -400,7 +391,7 @@ func (l *lowerer) swigluOut(parts []matPart, k int) (swigluOutArms, bool) {
 // product's XQ 2 rows; the float [gate | up] row fused is not written.
 func (l *lowerer) gateUpQuantised(parts []matPart, x, fused view, rows ir.Dim, norm *proIn, so swigluOutArms) error {
 	t, n, k := parts[0].t, 2*parts[0].n, x.width
-	w, err := l.matrixInterleaved(parts, k, 32)
+	w, err := l.matrix(parts, k)
 	if err != nil {
 		return err
 	}

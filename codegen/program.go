@@ -210,10 +210,6 @@ type WeightRef struct {
 	// Layout is the matrix's device layout: 0 the file's rows, 1 the
 	// planes of Repack (read by layout-1 GEMV arms). Same size either way.
 	Layout int
-	// Interleave, when 32, orders the rows of a two-part [gate | up]
-	// matrix 32 gate rows, the same 32 up rows, and so on (InterleaveRows),
-	// for a SwiGLUOut product; layout 1 only.
-	Interleave int
 }
 
 // Rows returns the rows (or elements, for vectors) on the device.
@@ -455,9 +451,6 @@ func (w *WeightRef) describe() string {
 		rp := ""
 		if w.Layout == 1 {
 			rp = " repacked"
-		}
-		if w.Interleave > 0 {
-			rp += fmt.Sprintf(" interleaved by %d", w.Interleave)
 		}
 		return fmt.Sprintf("%v%s matrix %d×%s = %s, %d bytes", w.Type, rp, w.Rows(), cols, strings.Join(parts, " + "), w.Bytes())
 	case WeightRope:

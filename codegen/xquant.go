@@ -277,10 +277,12 @@ type XQEnds struct {
 	// with the groups' sums of squares) into xo, so that the next products
 	// need no XQuant launch. Needs whole groups of 32 rows a block.
 	QuantOut bool
-	// SwiGLUOut (gate/up products, XQ 2): W's rows are [gate | up]
-	// interleaved by 32 (InterleaveRows), and instead of y the epilogue
-	// writes silu(gate)·up quantised into xo, rows of n/2, for the down
-	// product. Needs whole pairs of 32 gate and 32 up rows a block.
+	// SwiGLUOut (gate/up products, XQ 2): W's rows are [gate | up] (the
+	// two halves concatenated, as every other product of them reads them),
+	// taken in pairs of 32 gate rows and the same 32 up rows (GateUpRow),
+	// and instead of y the epilogue writes silu(gate)·up quantised into
+	// xo, rows of n/2, for the down product. Needs whole pairs of 32 gate
+	// and 32 up rows a block.
 	SwiGLUOut bool
 	// Rope (XQ 2 with two or four weight rows a warp, no residual): the
 	// product's rows are columns RopeCol0… of a decode step's fused
@@ -352,21 +354,12 @@ func FitQuantOut(arm GEMVArm, n int, e XQEnds) (GEMVArm, bool) {
 	return arm, QuantOutFits(arm, n, e)
 }
 
-// InterleaveRows returns the rows of a [gate | up] matrix (two halves of
-// n/2 rows of rb bytes each) in the order a SwiGLUOut product reads them:
-// 32 gate rows, the same 32 up rows, the next 32 gate rows, and so on.
-func InterleaveRows(data []byte, n, rb int) ([]byte, error) {
-	h := n / 2
-	if n%64 != 0 || len(data) != n*rb {
-		return nil, fmt.Errorf("%w: interleaving %d rows of %d bytes (%d bytes given)", ErrUnsupported, n, rb, len(data))
-	}
-	out := make([]byte, 0, len(data))
-	for g := 0; g < h; g += 32 {
-		out = append(out, data[g*rb:(g+32)*rb]...)
-		out = append(out, data[(h+g)*rb:(h+g+32)*rb]...)
-	}
-	return out, nil
-}
+// GateUpRow is the row of a [gate | up] matrix of n rows (two halves of
+// n/2) that a SwiGLUOut product takes as its row r: rows are taken in
+// pairs of groups, 32 gate rows and the same 32 up rows, so that a block
+// holding whole pairs computes silu(gate)·up of its outputs. The kernels'
+// GU_ROW.
+func GateUpRow(r, n int) int { return (r>>5&1)*(n/2) + r>>6*32 + r&31 }
 
 // xqGlobalParams are the parameters of an XQ 2 product.
 var xqGlobalParams = []Param{{"const u8* __restrict__", "W"}, {"const u8* __restrict__", "xq"}, {"float* __restrict__", "y"}, {"int", "m"}}
@@ -632,7 +625,7 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 			w.Raw(ysDefine(ystride))
 			w.Blank()
 			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
-				emitXQRows(w, rt, n, arm, "b")
+				emitXQRows(w, rt, n, arm, "b", e.SwiGLUOut)
 				// load writes the loads of buffer buf ("" or "b") of the U
 				// units from base on.
 				load := func(buf, base string) {

@@ -158,17 +158,7 @@ func ProductSwiGLUOut(shape string, t dtype.Type, ffn, k int, td dtype.Type, m i
 			}
 			return refMatMul(td, k, ffn, Wd, codegen.RefSwiGLU(ffn, gu), m, y0, false)
 		})
-		packed := lazy(func() ([]byte, error) {
-			rb, err := t.RowBytes(k)
-			if err != nil {
-				return nil, err
-			}
-			il, err := codegen.InterleaveRows(W, n, rb)
-			if err != nil {
-				return nil, err
-			}
-			return codegen.Repack(t, n, k, il)
-		})
+		packed := lazy(func() ([]byte, error) { return codegen.Repack(t, n, k, W) })
 		wd := armWeights(td, k, ffn, Wd)
 		return &inputs{
 			launch: func(arm codegen.Point) (*Launch, error) {

@@ -11,7 +11,7 @@ import (
 
 // weightKey identifies a device weight across programs.
 func weightKey(w *codegen.WeightRef) string {
-	return fmt.Sprintf("%d|%s|%v|%d|%+v|%s|%v|%d|%d", w.Kind, w.Name, w.Type, w.PadCols, w.Parts, w.Factors, w.Rope, w.Layout, w.Interleave)
+	return fmt.Sprintf("%d|%s|%v|%d|%+v|%s|%v|%d", w.Kind, w.Name, w.Type, w.PadCols, w.Parts, w.Factors, w.Rope, w.Layout)
 }
 
 // uniqueWeights returns the distinct weights of the programs and their bytes.
@@ -156,18 +156,6 @@ func (b *Backend) uploadRepacked(c *Ctx, m *load.Model, w *codegen.WeightRef, p 
 			return err
 		}
 		host = append(host, data...)
-	}
-	if w.Interleave > 0 {
-		rb, err := w.Type.RowBytes(w.Cols)
-		if err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrWeight, w.Name, err)
-		}
-		if len(w.Parts) != 2 || w.Parts[0].Rows != w.Parts[1].Rows || w.Interleave != 32 {
-			return fmt.Errorf("%w: %s: interleaving by %d needs two parts of equal rows", ErrWeight, w.Name, w.Interleave)
-		}
-		if host, err = codegen.InterleaveRows(host, w.Rows(), rb); err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrWeight, w.Name, err)
-		}
 	}
 	packed, err := codegen.Repack(w.Type, w.Rows(), w.Cols, host)
 	if err != nil {

@@ -17,10 +17,10 @@ import (
 // with --max-running 1 2.29 ms (docs/PERFORMANCE.md, session 23). So a
 // backend of two or more sequences also lowers a one-sequence decode
 // program (Backend.one) and runs every one-row decode step on it, plain,
-// graphed or pipelined alike. It shares the decode program's weights:
-// its gate/up products keep the concatenated rows and a separate SwiGLU
-// quantisation (QuantOutSwiGLU off), and a program that would need any
-// weight of its own is not used. Not for --batch-invariant (one row must
+// graphed or pipelined alike. It shares the decode program's weights (its
+// SwiGLU-output gate/up product reads the same [gate | up] rows,
+// codegen.GateUpRow); a program that would need any weight of its own is
+// not used. Not for --batch-invariant (one row must
 // run the batch's kernels there), pipeline stages or compiled artifacts
 // (which hold the decode and prefill programs only).
 
@@ -36,7 +36,6 @@ func lowerOne(m *load.Model, opts BackendOptions, decode *codegen.Program) (*cod
 	}
 	base.Class, base.MaxSeqs = codegen.Decode, 1
 	base.RopeInProduct = true
-	base.NoQuantOut = codegen.QuantOutSwiGLU // interleaved gate/up rows would be weights of its own
 	one, err := codegen.Lower(g, base)
 	if err != nil {
 		return nil, err
