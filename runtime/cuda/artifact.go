@@ -368,6 +368,19 @@ func (a *Artifact) images(ks []*codegen.Kernel, info DeviceInfo) (map[string][]b
 	return out, nil
 }
 
+// holds reports whether the artifact has an image of every kernel of ks
+// that images would take (its name, its source, no compile options).
+func (a *Artifact) holds(ks []*codegen.Kernel) bool {
+	for _, k := range ks {
+		rec := a.byName[k.Name]
+		sum := sha256.Sum256([]byte(k.Source))
+		if rec == nil || rec.SourceSHA256 != hex.EncodeToString(sum[:]) || len(rec.Options) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // configuration describes what the artifact was compiled for, for errors.
 func (a *Artifact) configuration() string {
 	m := &a.Manifest

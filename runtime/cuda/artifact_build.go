@@ -19,9 +19,9 @@ import (
 
 // ArtifactKernels lowers m as NewBackend would with opts (the environment
 // switches applied) and returns both programs, every kernel a backend of
-// that configuration may load (the programs', the embedding program's
-// with opts.Embedding, and the cuBLASLt prefill arm's helpers, each once,
-// in first-use order). Kernels compile with no NVRTC options: a kernel
+// that configuration may load (the programs', the one-sequence decode
+// program's (one.go), the embedding program's with opts.Embedding, and the
+// cuBLASLt prefill arm's helpers, each once, in first-use order). Kernels compile with no NVRTC options: a kernel
 // that triggers the next one early says so in its own source.
 func ArtifactKernels(m *load.Model, opts BackendOptions) (dec, pre *codegen.Program, ks []*codegen.Kernel, err error) {
 	if err := envOptions(&opts); err != nil {
@@ -29,6 +29,14 @@ func ArtifactKernels(m *load.Model, opts BackendOptions) (dec, pre *codegen.Prog
 	}
 	if dec, pre, err = lowerStage(m, opts, 0, m.HParams.Layers); err != nil {
 		return nil, nil, nil, err
+	}
+	one, err := lowerOne(m, opts, dec)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var oneKs []*codegen.Kernel
+	if one != nil {
+		oneKs = one.Kernels
 	}
 	plan, err := planPrefill(pre, opts.PrefillTokens)
 	if err != nil {
@@ -45,7 +53,7 @@ func ArtifactKernels(m *load.Model, opts BackendOptions) (dec, pre *codegen.Prog
 		emb = p.Kernels
 	}
 	seen := map[string]bool{}
-	for _, k := range slices.Concat(dec.Kernels, pre.Kernels, emb, helpers) {
+	for _, k := range slices.Concat(dec.Kernels, oneKs, pre.Kernels, emb, helpers) {
 		if !seen[k.Name] {
 			seen[k.Name] = true
 			ks = append(ks, k)

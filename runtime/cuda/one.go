@@ -20,14 +20,15 @@ import (
 // graphed or pipelined alike. It shares the decode program's weights (its
 // SwiGLU-output gate/up product reads the same [gate | up] rows,
 // codegen.GateUpRow); a program that would need any weight of its own is
-// not used. Not for --batch-invariant (one row must
-// run the batch's kernels there), pipeline stages or compiled artifacts
-// (which hold the decode and prefill programs only).
+// not used. Not for --batch-invariant (one row must run the batch's
+// kernels there), pipeline stages, or a compiled artifact that does not
+// hold its kernels (one compiled before it; memra compile includes them,
+// ArtifactKernels).
 
 // lowerOne returns the one-sequence decode program of a whole-model
 // backend of opts beside decode, or nil where there is none (see above).
 func lowerOne(m *load.Model, opts BackendOptions, decode *codegen.Program) (*codegen.Program, error) {
-	if opts.MaxSeqs < 2 || opts.BatchInvariant || opts.Artifact != nil {
+	if opts.MaxSeqs < 2 || opts.BatchInvariant {
 		return nil, nil
 	}
 	g, base, err := buildGraph(m, &opts, func() (*ir.Graph, error) { return arch.BuildStage(m.HParams, m, 0, m.HParams.Layers) })
@@ -40,9 +41,16 @@ func lowerOne(m *load.Model, opts BackendOptions, decode *codegen.Program) (*cod
 	if err != nil {
 		return nil, err
 	}
-	if !sharesWeights(one, decode) {
+	why := ""
+	switch {
+	case !sharesWeights(one, decode):
+		why = "it needs weights of its own"
+	case opts.Artifact != nil && !opts.Artifact.holds(one.Kernels):
+		why = "the artifact in " + opts.Artifact.Dir + " does not hold its kernels (compiled before it: compile again to have it)"
+	}
+	if why != "" {
 		if opts.Logf != nil {
-			opts.Logf("the one-sequence decode program needs weights of its own: one-row steps run the decode program")
+			opts.Logf("no one-sequence decode program: %s; one-row steps run the decode program", why)
 		}
 		return nil, nil
 	}

@@ -1,6 +1,9 @@
 package cuda
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -55,4 +58,34 @@ func TestDecodeState(t *testing.T) {
 	require.True(t, b.isDecode(one))
 	require.True(t, b.isDecode(dec))
 	require.False(t, b.isDecode(&progState{}))
+}
+
+// TestArtifactHoldsOne: memra compile's kernels include the one-sequence
+// program's, and an artifact without them (one compiled before it, or of
+// another source) is found out, so the backend runs without the program
+// instead of refusing the artifact.
+func TestArtifactHoldsOne(t *testing.T) {
+	m := synthModel(t, "llama3-8b", "q4_k_m", synth.WeightsBlocks)
+	opts := BackendOptions{MaxSeqs: 4}
+	dec, _, ks, err := ArtifactKernels(m, opts)
+	require.NoError(t, err)
+	one, err := lowerOne(m, opts, dec)
+	require.NoError(t, err)
+	require.NotNil(t, one)
+	a := &Artifact{Dir: "art", byName: map[string]*KernelImages{}}
+	for _, k := range ks {
+		sum := sha256.Sum256([]byte(k.Source))
+		a.byName[k.Name] = &KernelImages{SourceSHA256: hex.EncodeToString(sum[:])}
+	}
+	require.True(t, a.holds(one.Kernels), "memra compile includes the one-sequence program's kernels")
+	last := one.Kernels[len(one.Kernels)-1].Name
+	for _, k := range one.Kernels {
+		if !slices.ContainsFunc(dec.Kernels, func(d *codegen.Kernel) bool { return d.Name == k.Name }) {
+			last = k.Name // a kernel of its own
+		}
+	}
+	a.byName[last].SourceSHA256 = "0"
+	require.False(t, a.holds(one.Kernels), "another source")
+	delete(a.byName, last)
+	require.False(t, a.holds(one.Kernels), "compiled before it")
 }
