@@ -20,6 +20,10 @@
 #                                # counters and each level's device time a step (issue 31);
 #                                # SPEED_PRESET=qwen3-8b for another synthesized model, SPEED_BATCHES
 #                                # the engine's batches, SPEED_MAX_RUNNING the server's --max-running
+#   scripts/gpu-serve.sh one     # the one-sequence decode program (session 23, not yet run on a
+#                                # GPU): kernel-check of the SwiGLU-output product that reads the
+#                                # [gate | up] rows through GateUpRow, the CUDA tests, then speed's
+#                                # one-stream levels at --max-running 64 against bench -b 1
 #   scripts/gpu-serve.sh mixed   # the kernels of one serving step of 48 decodes and 1,600 prompt
 #                                # tokens (bench --profile-prefill), beside pp512 and pp2048
 #   scripts/gpu-serve.sh exact   # greedy from the prefix cache as cold, with speculation as without,
@@ -188,6 +192,14 @@ speed)
 	for f in "$OUT"/metrics-*.txt; do echo "== $f"; cat "$f"; done
 	cat "$OUT/periods.txt"
 	;;
+one)
+	step kernel-check-swiglu-out "$BIN" kernel-check --shapes llama3-8b,qwen2.5-7b --only swiglu-out --reps 3
+	one_tests() { (cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run "${CUDA_TESTS:-TestGPU}"); }
+	step cuda-tests one_tests
+	grep -h -E '^(--- |ok|FAIL)' "$OUT/cuda-tests.log"
+	grep -h -E 'swiglu|FAIL' "$OUT/kernel-check-swiglu-out.log"
+	OUT="$OUT/speed" SPEED_BATCHES=1 LEVELS="1:1 1:0" "$0" speed || failed=1
+	;;
 mixed)
 	# where a serving step that admits requests goes: the kernels of one step of 48 decodes at
 	# position 512 and 1,600 prompt tokens of new sequences (the prefill program), against pp of
@@ -328,7 +340,7 @@ compiled)
 	tail -n 2 "$OUT"/serve-*.log "$OUT"/run-*.txt 2>/dev/null | head -40
 	;;
 *)
-	echo "usage: $0 pages|versus|serve|chat|speed|mixed|exact|spec|long|compiled" >&2
+	echo "usage: $0 pages|versus|serve|chat|speed|one|mixed|exact|spec|long|compiled" >&2
 	exit 2
 	;;
 esac
