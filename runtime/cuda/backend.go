@@ -81,6 +81,12 @@ type BackendOptions struct {
 	// found), "" the default (DefaultPrefillBLAS; mma where cuBLASLt is not
 	// found). Tests set it to compare the two.
 	PrefillBLAS string
+	// PrefillWeights, for the cuBLASLt arm: "resident" keeps the bf16 rows
+	// of every quantised prefill weight from load (no dequantising pass a
+	// step), "dequant" makes them at each product, "" the default:
+	// resident where they take at most a quarter of the memory left for
+	// the KV cache (prefill.go).
+	PrefillWeights string
 	// PrefillGEMV uses the float32 GEMV for prefill products instead of the
 	// bf16 tensor-core product (exact against the CPU, slower).
 	PrefillGEMV bool
@@ -416,13 +422,25 @@ func (b *Backend) load(m *load.Model, target string) error {
 		need += int64(n)
 	}
 	b.spack = newSamplePack(dec.Vocab)
-	if plan != nil {
-		need += plan.bytes()
-	}
 	return b.dev.Do(func(c *Ctx) error {
 		free, total, err := c.MemInfo()
 		if err != nil {
 			return err
+		}
+		resident := false
+		if plan != nil {
+			left := free - need - plan.bytes() - poolMargin(total)
+			if resident, err = residentWeights(b.opts.PrefillWeights, plan.deqBytes, left); err != nil {
+				return err
+			}
+			if b.opts.PrefillWeights == "" && b.opts.KVMemory > 0 && plan.deqBytes > left-b.opts.KVMemory {
+				resident = false // not at the cost of the KV memory asked for
+			}
+			if resident {
+				plan.wbytes = 0 // every dequantised weight is resident: no scratch
+				need += plan.deqBytes
+			}
+			need += plan.bytes()
 		}
 		pages, err := b.poolPages(free, total, need, pageBytes, perSeq)
 		if err != nil {
@@ -463,6 +481,18 @@ func (b *Backend) load(m *load.Model, target string) error {
 		for _, ps := range b.states() {
 			for i := range ps.p.Weights {
 				ps.weights = append(ps.weights, ptrs[weightKey(&ps.p.Weights[i])])
+			}
+		}
+		if resident {
+			// the weights' copies from pageable memory may still be in flight
+			if err := c.Synchronize(); err != nil {
+				return err
+			}
+			if err := b.bpf.keepResident(c, b, plan, b.progs[codegen.Prefill].weights, b.stream); err != nil {
+				return fmt.Errorf("cuBLASLt prefill: %w", err)
+			}
+			if b.opts.Logf != nil {
+				b.opts.Logf("prefill products multiply bf16 weights kept from load (%.2f GiB)", gib(plan.deqBytes))
 			}
 		}
 		if b.arena, err = b.alloc(c, int(arena)); err != nil {
@@ -506,8 +536,7 @@ func (b *Backend) load(m *load.Model, target string) error {
 // take, limited to what is free after need and a margin; an error when not
 // one page fits.
 func (b *Backend) poolPages(free, total, need, pageBytes int64, perSeq int) (int, error) {
-	margin := int64(512<<20) + total/32
-	left := free - need - margin
+	left := free - need - poolMargin(total)
 	var budget int64
 	switch {
 	case b.opts.KVMemory > 0:
@@ -526,6 +555,9 @@ func (b *Backend) poolPages(free, total, need, pageBytes int64, perSeq int) (int
 	}
 	return int(min(pages, 1<<30)), nil
 }
+
+// poolMargin is the device memory the KV pool leaves free by default.
+func poolMargin(total int64) int64 { return int64(512<<20) + total/32 }
 
 // KVPool returns the backend's KV page pool (runtime.PagedBackend).
 func (b *Backend) KVPool() *kv.Pool { return b.pool }

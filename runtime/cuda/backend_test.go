@@ -351,6 +351,16 @@ func TestGPUPrefillBLAS(t *testing.T) {
 			}
 			require.True(t, rep.Pass(minCos, 0, 3), "mismatches %d, min cosine %.6f, worst %.2f×", rep.Mismatches, rep.MinCosine, rep.MaxGapSigma)
 			t.Logf("cuBLASLt against the generated product: %d of %d greedy tokens differ, min cosine %.7f", rep.Mismatches, 4*8, rep.MinCosine)
+			if q != "q4_k_m" {
+				return
+			}
+			// bf16 rows kept from load (the default at this size) are the
+			// operands each product dequantises: the same logits, bit for bit
+			require.NotEmpty(t, bl.bpf.resident)
+			dq := gpuBackend(t, m, BackendOptions{MaxSeqs: 4, PrefillBLAS: "blas", PrefillWeights: "dequant"})
+			require.Empty(t, dq.bpf.resident)
+			ps := prompts(m.HParams.VocabSize, 4, 40, 3)
+			require.Equal(t, trace(t, dq, ps, rep.Tokens[:], 4, 100), trace(t, bl, ps, rep.Tokens[:], 4, 100))
 		})
 	}
 }
