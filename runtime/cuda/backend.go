@@ -437,7 +437,7 @@ func (b *Backend) load(m *load.Model, target string) error {
 				resident = false // not at the cost of the KV memory asked for
 			}
 			if resident {
-				plan.wbytes = 0 // every dequantised weight is resident: no scratch
+				// the scratch stays: a product of another program (embeddings) may read weights the prefill program does not
 				need += plan.deqBytes
 			}
 			need += plan.bytes()
