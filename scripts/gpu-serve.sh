@@ -80,7 +80,7 @@ bench_versus() {
 		[ $b = old ] && bin=$OLD_BIN
 		step "bench-$b" "$bin" bench "$L7" --device cuda --roofline --no-progress --perf-rows -p 512 -n 128 -r "${RUNS:-3}" -b 1,16,64
 	done
-	grep -H -E '^\| 2.*tg|^roofline' "$OUT"/bench-*.log
+	grep -H -E '^\| 2.*(tg|pp)|^roofline' "$OUT"/bench-*.log
 }
 
 case $MODE in
