@@ -72,7 +72,8 @@ serve_down() {
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/gpu.txt" 2>&1
 L7=$MODELS/llama2-7b-q4_k_m.gguf
 
-# versus: this build's decode against OLD_BIN's (the build before KV pages), in one call
+# versus: this build's prefill and decode against OLD_BIN's (the build before KV pages, or any
+# older build), in one call
 bench_versus() {
 	step synth-llama2-7b synth "$L7" --preset llama2-7b --quant q4_k_m --weights blocks
 	for b in new old; do
