@@ -87,7 +87,7 @@ func decodePartial(s AttnShape, arm DecodeArm) (*Kernel, error) {
 		w.Emit(Func{Name: pname, Global: true, LaunchBounds: arm.Threads, Params: pparams, Body: func(w *Writer) {
 			w.Line("__shared__ float so[NW][HT][HD]; // each warp's output accumulator")
 			w.Line("__shared__ float sm[NW][HT], sl[NW][HT], sw[NW][HT]; // each warp's max and sum; merge weights")
-			w.Line("const int kvh = blockIdx.x, split = blockIdx.y, seq = blockIdx.z;")
+			w.Line("const int kvh = blockIdx.x, seq = blockIdx.z;")
 			w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;")
 			w.Line("const int grp = lane / LPK, gl = lane % LPK; // the lane's key slot in the warp step, its place in the row")
 			if !arm.Preload {
@@ -104,229 +104,250 @@ func decodePartial(s AttnShape, arm DecodeArm) (*Kernel, error) {
 			} else {
 				w.Line("const int len = kv_len[seq];")
 			}
-			if arm.Live == 0 {
-				w.Linef("const int j0 = %ssplit * CHUNK;", first)
-				w.Linef("const int n = min(CHUNK, %s - j0);", end)
-			} else {
-				arm.liveChunk(w, "gridDim.z")
-				w.Linef("const int j0 = %ssplit * chunk;", first)
-				w.Linef("const int n = min(chunk, %s - j0);", end)
-			}
-			w.Comment("query head kvh * GROUP + g writes partial po0 + g * splits")
-			w.Line("const size_t po0 = (size_t)(seq * HQ + kvh * GROUP) * splits + split;")
-			w.If("n <= 0", func() {
-				if arm.Preload {
-					w.Line("pdl_wait();")
-				}
+			// perSplit writes the work of one split: its keys, its partials
+			perSplit := func() {
 				if arm.Live == 0 {
-					w.For("e", "threadIdx.x", "GROUP * HD", "THREADS", 0, func() { w.Line("part_o[(po0 + (size_t)(e / HD) * splits) * HD + e % HD] = 0.f;") })
+					w.Linef("const int j0 = %ssplit * CHUNK;", first)
+					w.Linef("const int n = min(CHUNK, %s - j0);", end)
 				} else {
-					w.Comment("past the live length: neutral partials (the combine never reads their outputs)")
-				}
-				w.For("g", "threadIdx.x", "GROUP", "THREADS", 0, func() {
-					w.Linef("part_ml[2 * (po0 + (size_t)g * splits)] = %s;", cfloat(float32(math.Inf(-1))))
-					w.Line("part_ml[2 * (po0 + (size_t)g * splits) + 1] = 0.f;")
-				})
-				w.Line("return;")
-			})
-			w.Comment("the sequence's page table, and this lane's first element within a key row")
-			w.Line("const int* __restrict__ pt = pages + kv_base[seq];")
-			w.Line("const int e0 = kvh * HD + gl * VEC;")
-			if q8 {
-				w.Comment("from a lane's first element r of a row to the row's scales (16-byte aligned)")
-				w.Line("const int to_scales = HKV * HD - kvh * HD - gl * VEC;")
-			}
-			// decl declares the raw key and value vectors kr and vr of U
-			// slots (and, for the 8-bit cache, their scales kr_s and vr_s)
-			decl := func(kr, vr string) {
-				w.Linef("%s %s[U][NV], %s[U][NV];", raw, kr, vr)
-				if q8 {
-					w.Linef("float %s_s[U][NV], %s_s[U][NV];", kr, vr)
-				}
-			}
-			// rowLoads writes the loads of slot u's key and value vectors at
-			// cache element r into kr and vr (their scales into kr_s and
-			// vr_s); ld formats the load of a pointer ("*%s", or
-			// "__ldcg(%s)" past L1)
-			rowLoads := func(kr, vr, ld string) {
-				w.For("i", "0", "NV", "1", -1, func() {
-					for _, c := range [][2]string{{kr, "kc"}, {vr, "vc"}} {
-						w.Linef("%s[u][i] = %s;", c[0], fmt.Sprintf(ld, fmt.Sprintf("(const %s*)(%s + r + i * (LPK * VEC))", raw, c[1])))
-						if q8 {
-							w.Linef("%s_s[u][i] = %s;", c[0], fmt.Sprintf(ld, fmt.Sprintf("((const float*)(%s + r + to_scales) + ((kvh * HD + (i * LPK + gl) * VEC) >> 5))", c[1])))
-						}
+					if arm.Live != 4 { // Live 4's chunk is the sequence's, before the loop
+						arm.liveChunk(w, "gridDim.z")
 					}
-				})
-			}
-			// load writes the loads of the key and value rows of step jb into kr and vr
-			load := func(jb, kr, vr string) {
-				w.For("u", "0", "U", "1", -1, func() {
-					w.Comment("slots past the split's end reload its last key (in bounds) and are masked below")
-					w.Linef("const size_t r = PROW(pt, j0 + min(%s + u * KPW + grp, n - 1)) * CROW + e0;", jb)
-					rowLoads(kr, vr, "*%s")
-				})
-			}
-			if arm.Preload {
-				w.Comment("the warp's first step of keys and values before the wait: the rows before len - 1 are")
-				w.Comment("earlier steps'; the newest, the previous kernel's, is read again after the wait (only")
-				w.Comment("a split of at most one step can hold it in its first step, as a key or as the")
-				w.Comment("masked slots' repeat of its last key)")
-				w.Line("const int jf = warp * (KPW * U);")
-				decl("kp", "vp")
-				w.If("jf < n", func() { load("jf", "kp", "vp") })
-				w.Line("pdl_wait();")
-				w.If("jf < n", func() {
-					w.For("u", "0", "U", "1", -1, func() {
-						w.Line("const int j = min(jf + u * KPW + grp, n - 1);")
-						w.If(fmt.Sprintf("j0 + j == %s - 1", end), func() {
-							w.Comment("past L1, which may hold the line as it was before the wait")
-							w.Line("const size_t r = PROW(pt, j0 + j) * CROW + e0;")
-							rowLoads("kp", "vp", "__ldcg(%s)")
-						})
-					})
-				})
-			}
-			pass := func() {
-				w.Line("float qr[HT][EPL], acc[HT][EPL], m[HT], l[HT];")
-				w.For("hh", "0", "HT", "1", -1, func() {
-					w.Line("const float* qh = q + (size_t)seq * QSTRIDE + (kvh * GROUP + hp + hh) * HD;")
-					w.For("i", "0", "NV", "1", -1, func() {
-						w.For("t", "0", "VEC", "1", -1, func() {
-							w.Line("qr[hh][i * VEC + t] = qh[(i * LPK + gl) * VEC + t] * SCALE;")
-							w.Line("acc[hh][i * VEC + t] = 0.f;")
-						})
-					})
-					w.Line("m[hh] = MNEG;")
-					w.Line("l[hh] = 0.f;")
-				})
-				w.Comment("key slots of the warp: jb + u * KPW + grp; the bound is warp-uniform, so every lane reaches each shuffle")
-				w.For("jb", "warp * (KPW * U)", "n", "NW * KPW * U", 0, func() {
-					decl("kr", "vr")
+					w.Linef("const int j0 = %ssplit * chunk;", first)
+					w.Linef("const int n = min(chunk, %s - j0);", end)
+				}
+				w.Comment("query head kvh * GROUP + g writes partial po0 + g * splits")
+				w.Line("const size_t po0 = (size_t)(seq * HQ + kvh * GROUP) * splits + split;")
+				emptySplit := func() {
 					if arm.Preload {
-						w.IfElse("jb == jf", func() {
-							w.For("u", "0", "U", "1", -1, func() {
-								w.For("i", "0", "NV", "1", -1, func() {
-									w.Line("kr[u][i] = kp[u][i];")
-									w.Line("vr[u][i] = vp[u][i];")
-									if q8 {
-										w.Line("kr_s[u][i] = kp_s[u][i];")
-										w.Line("vr_s[u][i] = vp_s[u][i];")
-									}
-								})
-							})
-						}, func() { load("jb", "kr", "vr") })
-					} else {
-						load("jb", "kr", "vr")
+						w.Line("pdl_wait();")
 					}
-					w.Line("float sc[U][HT];")
-					w.For("u", "0", "U", "1", -1, func() {
-						w.Line("float kf[EPL];")
-						w.For("i", "0", "NV", "1", -1, func() { w.Line("ld_vec(kr[u][i], kf + i * VEC);") })
-						w.For("hh", "0", "HT", "1", -1, func() {
-							w.Line("float a = 0.f;")
-							if q8 {
-								w.Comment("each vector's block scale once, on its partial dot")
-								w.For("i", "0", "NV", "1", -1, func() {
-									w.Line("float ai = 0.f;")
-									w.For("t", "0", "VEC", "1", -1, func() { w.Line("ai += qr[hh][i * VEC + t] * kf[i * VEC + t];") })
-									w.Line("a += ai * kr_s[u][i];")
-								})
-							} else {
-								w.For("e", "0", "EPL", "1", -1, func() { w.Line("a += qr[hh][e] * kf[e];") })
-							}
-							w.Line("#pragma unroll")
-							w.Block("for (int o = LPK / 2; o > 0; o >>= 1)", func() { w.Line("a += __shfl_xor_sync(0xffffffffu, a, o);") })
-							s.capScore(w, "a")
-							w.Linef("sc[u][hh] = jb + u * KPW + grp < n ? a : %s;", cfloat(float32(math.Inf(-1))))
-						})
+					if arm.Live == 0 {
+						w.For("e", "threadIdx.x", "GROUP * HD", "THREADS", 0, func() { w.Line("part_o[(po0 + (size_t)(e / HD) * splits) * HD + e % HD] = 0.f;") })
+					} else {
+						w.Comment("past the live length: neutral partials (the combine never reads their outputs)")
+					}
+					w.For("g", "threadIdx.x", "GROUP", "THREADS", 0, func() {
+						w.Linef("part_ml[2 * (po0 + (size_t)g * splits)] = %s;", cfloat(float32(math.Inf(-1))))
+						w.Line("part_ml[2 * (po0 + (size_t)g * splits) + 1] = 0.f;")
 					})
-					w.Comment("online softmax: rescale the running sum and output to the new max")
-					w.For("hh", "0", "HT", "1", -1, func() {
-						w.Line("float mx = m[hh];")
-						w.For("u", "0", "U", "1", -1, func() { w.Line("mx = fmaxf(mx, sc[u][hh]);") })
-						w.Line("const float corr = expf(m[hh] - mx);")
-						w.Line("m[hh] = mx;")
-						w.Line("l[hh] *= corr;")
-						w.For("e", "0", "EPL", "1", -1, func() { w.Line("acc[hh][e] *= corr;") })
+					w.Line("return;")
+				}
+				if arm.Live != 4 { // Live 4's loop visits live splits only
+					w.If("n <= 0", emptySplit)
+				}
+				w.Comment("the sequence's page table, and this lane's first element within a key row")
+				w.Line("const int* __restrict__ pt = pages + kv_base[seq];")
+				w.Line("const int e0 = kvh * HD + gl * VEC;")
+				if q8 {
+					w.Comment("from a lane's first element r of a row to the row's scales (16-byte aligned)")
+					w.Line("const int to_scales = HKV * HD - kvh * HD - gl * VEC;")
+				}
+				// decl declares the raw key and value vectors kr and vr of U
+				// slots (and, for the 8-bit cache, their scales kr_s and vr_s)
+				decl := func(kr, vr string) {
+					w.Linef("%s %s[U][NV], %s[U][NV];", raw, kr, vr)
+					if q8 {
+						w.Linef("float %s_s[U][NV], %s_s[U][NV];", kr, vr)
+					}
+				}
+				// rowLoads writes the loads of slot u's key and value vectors at
+				// cache element r into kr and vr (their scales into kr_s and
+				// vr_s); ld formats the load of a pointer ("*%s", or
+				// "__ldcg(%s)" past L1)
+				rowLoads := func(kr, vr, ld string) {
+					w.For("i", "0", "NV", "1", -1, func() {
+						for _, c := range [][2]string{{kr, "kc"}, {vr, "vc"}} {
+							w.Linef("%s[u][i] = %s;", c[0], fmt.Sprintf(ld, fmt.Sprintf("(const %s*)(%s + r + i * (LPK * VEC))", raw, c[1])))
+							if q8 {
+								w.Linef("%s_s[u][i] = %s;", c[0], fmt.Sprintf(ld, fmt.Sprintf("((const float*)(%s + r + to_scales) + ((kvh * HD + (i * LPK + gl) * VEC) >> 5))", c[1])))
+							}
+						}
+					})
+				}
+				// load writes the loads of the key and value rows of step jb into kr and vr
+				load := func(jb, kr, vr string) {
+					w.For("u", "0", "U", "1", -1, func() {
+						w.Comment("slots past the split's end reload its last key (in bounds) and are masked below")
+						w.Linef("const size_t r = PROW(pt, j0 + min(%s + u * KPW + grp, n - 1)) * CROW + e0;", jb)
+						rowLoads(kr, vr, "*%s")
+					})
+				}
+				if arm.Preload {
+					w.Comment("the warp's first step of keys and values before the wait: the rows before len - 1 are")
+					w.Comment("earlier steps'; the newest, the previous kernel's, is read again after the wait (only")
+					w.Comment("a split of at most one step can hold it in its first step, as a key or as the")
+					w.Comment("masked slots' repeat of its last key)")
+					w.Line("const int jf = warp * (KPW * U);")
+					decl("kp", "vp")
+					w.If("jf < n", func() { load("jf", "kp", "vp") })
+					w.Line("pdl_wait();")
+					w.If("jf < n", func() {
 						w.For("u", "0", "U", "1", -1, func() {
-							w.Line("sc[u][hh] = expf(sc[u][hh] - mx);")
-							w.Line("l[hh] += sc[u][hh];")
+							w.Line("const int j = min(jf + u * KPW + grp, n - 1);")
+							w.If(fmt.Sprintf("j0 + j == %s - 1", end), func() {
+								w.Comment("past L1, which may hold the line as it was before the wait")
+								w.Line("const size_t r = PROW(pt, j0 + j) * CROW + e0;")
+								rowLoads("kp", "vp", "__ldcg(%s)")
+							})
 						})
 					})
-					w.For("u", "0", "U", "1", -1, func() {
-						w.Line("float vf[EPL];")
-						w.For("i", "0", "NV", "1", -1, func() { w.Line("ld_vec(vr[u][i], vf + i * VEC);") })
-						w.For("hh", "0", "HT", "1", -1, func() {
-							if q8 {
-								w.For("i", "0", "NV", "1", -1, func() {
-									w.Line("const float p = sc[u][hh] * vr_s[u][i]; // the probability times the block's scale")
-									w.For("t", "0", "VEC", "1", -1, func() { w.Line("acc[hh][i * VEC + t] += p * vf[i * VEC + t];") })
-								})
-								return
-							}
-							w.For("e", "0", "EPL", "1", -1, func() { w.Line("acc[hh][e] += sc[u][hh] * vf[e];") })
-						})
-					})
-				})
-				w.Comment("merge the warp's lane groups (all lanes take part); each group then holds the warp's state")
-				w.Line("#pragma unroll")
-				w.Block("for (int o = LPK; o < 32; o <<= 1)", func() {
+				}
+				pass := func() {
+					w.Line("float qr[HT][EPL], acc[HT][EPL], m[HT], l[HT];")
 					w.For("hh", "0", "HT", "1", -1, func() {
-						w.Line("const float mo = __shfl_xor_sync(0xffffffffu, m[hh], o), lo = __shfl_xor_sync(0xffffffffu, l[hh], o);")
-						w.Line("const float mx = fmaxf(m[hh], mo), a = expf(m[hh] - mx), b = expf(mo - mx);")
-						w.Line("m[hh] = mx;")
-						w.Line("l[hh] = l[hh] * a + lo * b;")
-						w.For("e", "0", "EPL", "1", -1, func() {
-							w.Line("acc[hh][e] = acc[hh][e] * a + __shfl_xor_sync(0xffffffffu, acc[hh][e], o) * b;")
-						})
-					})
-				})
-				w.If("lane < LPK", func() {
-					w.For("hh", "0", "HT", "1", -1, func() {
+						w.Line("const float* qh = q + (size_t)seq * QSTRIDE + (kvh * GROUP + hp + hh) * HD;")
 						w.For("i", "0", "NV", "1", -1, func() {
-							w.For("t", "0", "VEC", "1", -1, func() { w.Line("so[warp][hh][(i * LPK + gl) * VEC + t] = acc[hh][i * VEC + t];") })
+							w.For("t", "0", "VEC", "1", -1, func() {
+								w.Line("qr[hh][i * VEC + t] = qh[(i * LPK + gl) * VEC + t] * SCALE;")
+								w.Line("acc[hh][i * VEC + t] = 0.f;")
+							})
+						})
+						w.Line("m[hh] = MNEG;")
+						w.Line("l[hh] = 0.f;")
+					})
+					w.Comment("key slots of the warp: jb + u * KPW + grp; the bound is warp-uniform, so every lane reaches each shuffle")
+					w.For("jb", "warp * (KPW * U)", "n", "NW * KPW * U", 0, func() {
+						decl("kr", "vr")
+						if arm.Preload {
+							w.IfElse("jb == jf", func() {
+								w.For("u", "0", "U", "1", -1, func() {
+									w.For("i", "0", "NV", "1", -1, func() {
+										w.Line("kr[u][i] = kp[u][i];")
+										w.Line("vr[u][i] = vp[u][i];")
+										if q8 {
+											w.Line("kr_s[u][i] = kp_s[u][i];")
+											w.Line("vr_s[u][i] = vp_s[u][i];")
+										}
+									})
+								})
+							}, func() { load("jb", "kr", "vr") })
+						} else {
+							load("jb", "kr", "vr")
+						}
+						w.Line("float sc[U][HT];")
+						w.For("u", "0", "U", "1", -1, func() {
+							w.Line("float kf[EPL];")
+							w.For("i", "0", "NV", "1", -1, func() { w.Line("ld_vec(kr[u][i], kf + i * VEC);") })
+							w.For("hh", "0", "HT", "1", -1, func() {
+								w.Line("float a = 0.f;")
+								if q8 {
+									w.Comment("each vector's block scale once, on its partial dot")
+									w.For("i", "0", "NV", "1", -1, func() {
+										w.Line("float ai = 0.f;")
+										w.For("t", "0", "VEC", "1", -1, func() { w.Line("ai += qr[hh][i * VEC + t] * kf[i * VEC + t];") })
+										w.Line("a += ai * kr_s[u][i];")
+									})
+								} else {
+									w.For("e", "0", "EPL", "1", -1, func() { w.Line("a += qr[hh][e] * kf[e];") })
+								}
+								w.Line("#pragma unroll")
+								w.Block("for (int o = LPK / 2; o > 0; o >>= 1)", func() { w.Line("a += __shfl_xor_sync(0xffffffffu, a, o);") })
+								s.capScore(w, "a")
+								w.Linef("sc[u][hh] = jb + u * KPW + grp < n ? a : %s;", cfloat(float32(math.Inf(-1))))
+							})
+						})
+						w.Comment("online softmax: rescale the running sum and output to the new max")
+						w.For("hh", "0", "HT", "1", -1, func() {
+							w.Line("float mx = m[hh];")
+							w.For("u", "0", "U", "1", -1, func() { w.Line("mx = fmaxf(mx, sc[u][hh]);") })
+							w.Line("const float corr = expf(m[hh] - mx);")
+							w.Line("m[hh] = mx;")
+							w.Line("l[hh] *= corr;")
+							w.For("e", "0", "EPL", "1", -1, func() { w.Line("acc[hh][e] *= corr;") })
+							w.For("u", "0", "U", "1", -1, func() {
+								w.Line("sc[u][hh] = expf(sc[u][hh] - mx);")
+								w.Line("l[hh] += sc[u][hh];")
+							})
+						})
+						w.For("u", "0", "U", "1", -1, func() {
+							w.Line("float vf[EPL];")
+							w.For("i", "0", "NV", "1", -1, func() { w.Line("ld_vec(vr[u][i], vf + i * VEC);") })
+							w.For("hh", "0", "HT", "1", -1, func() {
+								if q8 {
+									w.For("i", "0", "NV", "1", -1, func() {
+										w.Line("const float p = sc[u][hh] * vr_s[u][i]; // the probability times the block's scale")
+										w.For("t", "0", "VEC", "1", -1, func() { w.Line("acc[hh][i * VEC + t] += p * vf[i * VEC + t];") })
+									})
+									return
+								}
+								w.For("e", "0", "EPL", "1", -1, func() { w.Line("acc[hh][e] += sc[u][hh] * vf[e];") })
+							})
 						})
 					})
-				})
-				w.If("lane == 0", func() {
-					w.For("hh", "0", "HT", "1", -1, func() {
-						w.Line("sm[warp][hh] = m[hh];")
-						w.Line("sl[warp][hh] = l[hh];")
+					w.Comment("merge the warp's lane groups (all lanes take part); each group then holds the warp's state")
+					w.Line("#pragma unroll")
+					w.Block("for (int o = LPK; o < 32; o <<= 1)", func() {
+						w.For("hh", "0", "HT", "1", -1, func() {
+							w.Line("const float mo = __shfl_xor_sync(0xffffffffu, m[hh], o), lo = __shfl_xor_sync(0xffffffffu, l[hh], o);")
+							w.Line("const float mx = fmaxf(m[hh], mo), a = expf(m[hh] - mx), b = expf(mo - mx);")
+							w.Line("m[hh] = mx;")
+							w.Line("l[hh] = l[hh] * a + lo * b;")
+							w.For("e", "0", "EPL", "1", -1, func() {
+								w.Line("acc[hh][e] = acc[hh][e] * a + __shfl_xor_sync(0xffffffffu, acc[hh][e], o) * b;")
+							})
+						})
 					})
-				})
-				w.Line("__syncthreads();")
-				w.Comment("merge the warps: warp 0 holds key 0, so the max is finite and the sum positive")
-				w.If("threadIdx.x < HT", func() {
-					w.Line("const int hh = threadIdx.x;")
-					w.Line("float mx = sm[0][hh], sum = 0.f;")
-					w.For("v", "1", "NW", "1", -1, func() { w.Line("mx = fmaxf(mx, sm[v][hh]);") })
-					w.For("v", "0", "NW", "1", -1, func() {
-						w.Line("sw[v][hh] = expf(sm[v][hh] - mx);")
-						w.Line("sum += sl[v][hh] * sw[v][hh];")
+					w.If("lane < LPK", func() {
+						w.For("hh", "0", "HT", "1", -1, func() {
+							w.For("i", "0", "NV", "1", -1, func() {
+								w.For("t", "0", "VEC", "1", -1, func() { w.Line("so[warp][hh][(i * LPK + gl) * VEC + t] = acc[hh][i * VEC + t];") })
+							})
+						})
 					})
-					w.For("v", "0", "NW", "1", -1, func() { w.Line("sw[v][hh] /= sum;") })
-					w.Line("const size_t po = po0 + (size_t)(hp + hh) * splits;")
-					w.Line("part_ml[2 * po] = mx;")
-					w.Line("part_ml[2 * po + 1] = sum;")
-				})
-				w.Line("__syncthreads();")
-				w.For("e", "threadIdx.x", "HT * HD", "THREADS", 0, func() {
-					w.Line("const int hh = e / HD, d = e % HD;")
-					w.Line("float o = 0.f;")
-					w.For("v", "0", "NW", "1", -1, func() { w.Line("o += so[v][hh][d] * sw[v][hh];") })
-					w.Line("part_o[(po0 + (size_t)(hp + hh) * splits) * HD + d] = o;")
-				})
-			}
-			if tl.ht == group {
-				w.Line("const int hp = 0; // one pass: all GROUP heads")
-				pass()
-			} else {
-				w.Comment("GROUP / HT passes over the split's keys (the repeat reads hit L2)")
-				w.Line("#pragma unroll 1")
-				w.Block("for (int hp = 0; hp < GROUP; hp += HT)", func() {
+					w.If("lane == 0", func() {
+						w.For("hh", "0", "HT", "1", -1, func() {
+							w.Line("sm[warp][hh] = m[hh];")
+							w.Line("sl[warp][hh] = l[hh];")
+						})
+					})
+					w.Line("__syncthreads();")
+					w.Comment("merge the warps: warp 0 holds key 0, so the max is finite and the sum positive")
+					w.If("threadIdx.x < HT", func() {
+						w.Line("const int hh = threadIdx.x;")
+						w.Line("float mx = sm[0][hh], sum = 0.f;")
+						w.For("v", "1", "NW", "1", -1, func() { w.Line("mx = fmaxf(mx, sm[v][hh]);") })
+						w.For("v", "0", "NW", "1", -1, func() {
+							w.Line("sw[v][hh] = expf(sm[v][hh] - mx);")
+							w.Line("sum += sl[v][hh] * sw[v][hh];")
+						})
+						w.For("v", "0", "NW", "1", -1, func() { w.Line("sw[v][hh] /= sum;") })
+						w.Line("const size_t po = po0 + (size_t)(hp + hh) * splits;")
+						w.Line("part_ml[2 * po] = mx;")
+						w.Line("part_ml[2 * po + 1] = sum;")
+					})
+					w.Line("__syncthreads();")
+					w.For("e", "threadIdx.x", "HT * HD", "THREADS", 0, func() {
+						w.Line("const int hh = e / HD, d = e % HD;")
+						w.Line("float o = 0.f;")
+						w.For("v", "0", "NW", "1", -1, func() { w.Line("o += so[v][hh][d] * sw[v][hh];") })
+						w.Line("part_o[(po0 + (size_t)(hp + hh) * splits) * HD + d] = o;")
+					})
+				}
+				if tl.ht == group {
+					w.Line("const int hp = 0; // one pass: all GROUP heads")
 					pass()
-					w.Line("__syncthreads(); // shared memory is reused by the next pass")
+				} else {
+					w.Comment("GROUP / HT passes over the split's keys (the repeat reads hit L2)")
+					w.Line("#pragma unroll 1")
+					w.Block("for (int hp = 0; hp < GROUP; hp += HT)", func() {
+						pass()
+						w.Line("__syncthreads(); // shared memory is reused by the next pass")
+					})
+				}
+			}
+			if arm.Live == 4 {
+				arm.liveChunk(w, "gridDim.z")
+				live := arm.liveSplits(w)
+				w.Comment("the launched splits take the live ones in turn (a sequence's sums never depend on how many blocks ran)")
+				w.Line("#pragma unroll 1")
+				w.Block("for (int split = blockIdx.y; split < "+live+"; split += gridDim.y)", func() {
+					perSplit()
+					w.Line("__syncthreads(); // the next split reuses shared memory")
 				})
+			} else {
+				w.Line("const int split = blockIdx.y;")
+				perSplit()
 			}
 			w.Line("pdl_launch();")
 		}})

@@ -26,6 +26,14 @@ type DecodeArm struct {
 	//      128-key splits of llama2-7b's 32 kv heads (160 blocks) beat
 	//      twenty of 32 keys and three of ~200, at batch 1 and 16; Live 2
 	//      gives a served 4096-position cache the twenty at 600 keys.
+	//   4: splits of a length that depends on the sequence alone, chunk =
+	//      max(CHUNK, ⌈len/MaxLiveSplits⌉ rounded up to 32), so a sequence's
+	//      sums never depend on the step's width (batch invariant, as Live
+	//      2), launched as Live 3 launches them (the splits that give each
+	//      multiprocessor liveBlocksPerSM blocks): a block takes split y,
+	//      y + launched, … (no Preload). Where Live 3 would give a sequence
+	//      one split of 600 keys at 64 sequences, Live 4 gives it five of
+	//      CHUNK 128 in one block, and at one sequence the same five.
 	Live int
 	// SMs (Live 3 only; not a tuned knob: lowering sets it from
 	// LowerOptions.Multiprocessors) is the card's multiprocessor count.
@@ -44,7 +52,7 @@ type DecodeArm struct {
 // the others carry none. A tunedb point of Live 3 has no SMs knob: this
 // is where lowering, the catalogs and the kernel-check cases set it.
 func (a DecodeArm) OnCard(sms int) DecodeArm {
-	if a.Live == 3 {
+	if a.Live >= 3 {
 		a.SMs = cmp.Or(sms, DefaultMultiprocessors)
 	} else {
 		a.SMs = 0
@@ -62,8 +70,8 @@ var DecodeKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 1
 // 0 (a tunedb entry: lowering sets the card's); its kernels need them
 // (validKernel).
 func (a DecodeArm) Validate() error {
-	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.Chunk < 32 || a.Chunk > 4096 || a.Live < 0 || a.Live > 3 ||
-		(a.Live != 3 && a.SMs != 0) || a.SMs < 0 || a.SMs > 1024 {
+	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.Chunk < 32 || a.Chunk > 4096 || a.Live < 0 || a.Live > 4 ||
+		(a.Live < 3 && a.SMs != 0) || a.SMs < 0 || a.SMs > 1024 {
 		return fmt.Errorf("%w: decode attention arm %+v", ErrUnsupported, a)
 	}
 	return nil
@@ -75,8 +83,11 @@ func (a DecodeArm) validKernel() error {
 	if err := a.Validate(); err != nil {
 		return err
 	}
-	if a.Live == 3 && a.SMs == 0 {
-		return fmt.Errorf("%w: decode attention arm %v: Live 3 needs the card's multiprocessors (SMs)", ErrUnsupported, a)
+	if a.Live >= 3 && a.SMs == 0 {
+		return fmt.Errorf("%w: decode attention arm %v: Live %d needs the card's multiprocessors (SMs)", ErrUnsupported, a, a.Live)
+	}
+	if a.Live == 4 && a.Preload {
+		return fmt.Errorf("%w: decode attention arm %v: Live 4 blocks take several splits, so none preloads", ErrUnsupported, a)
 	}
 	return nil
 }
@@ -90,7 +101,7 @@ func DecodeArms() []DecodeArm {
 // 2 and 3; a Live 3 point has no SMs knob: lowering sets the card's), tuned
 // as family "attn_decode_live" so that the attn_decode space and its
 // recorded entries stay as they are.
-var DecodeLiveKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 128, 256, 512, 1024}}, {"live", []int{1, 2, 3}}}
+var DecodeLiveKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 128, 256, 512, 1024}}, {"live", []int{1, 2, 3, 4}}}
 
 // DefaultDecodeLiveArm is the live-length arm used before tuning: Live 3,
 // which lowering gives the card's multiprocessors. It won on both cards
@@ -106,7 +117,7 @@ func (a DecodeArm) String() string {
 	if a.Live != 0 {
 		s += fmt.Sprintf("_l%d", a.Live)
 	}
-	if a.Live == 3 {
+	if a.Live >= 3 {
 		s += fmt.Sprintf("_m%d", a.SMs)
 	}
 	if a.Preload {
@@ -132,6 +143,9 @@ func (a DecodeArm) liveChunk(w *Writer, nseq string) {
 		w.Linef("const int want = (%d + HKV * %s - 1) / (HKV * %s); // splits that give each multiprocessor a block", a.SMs, nseq, nseq)
 		w.Linef("const int ns = min(splits, (%d + HKV * %s - 1) / (HKV * %s)); // the splits launched (launchSplits)", liveBlocksPerSM*a.SMs, nseq, nseq)
 		w.Line("const int chunk = max(min(CHUNK, max(32, (max((len + ns - 1) / ns, (len + want - 1) / want) + 31) & ~31)), ((len + ns - 1) / ns + 31) & ~31);")
+	case 4:
+		w.Comment("the sequence's own length alone sets its splits (batch invariant)")
+		w.Linef("const int chunk = max(CHUNK, ((len + %d) / %d + 31) & ~31);", MaxLiveSplits-1, MaxLiveSplits)
 	default:
 		w.Line("const int chunk = CHUNK;")
 	}
@@ -149,6 +163,8 @@ func (a DecodeArm) ChunkFor(kvLen, splits, seqs, hkv int) int {
 		want := ceilDiv(a.SMs, hkv*seqs)
 		ns := a.LaunchSplits(splits, seqs, hkv)
 		return max(min(a.Chunk, max(32, up(max(ceilDiv(kvLen, ns), ceilDiv(kvLen, want))))), up(ceilDiv(kvLen, ns)))
+	case 4:
+		return max(a.Chunk, up(ceilDiv(kvLen, MaxLiveSplits)))
 	}
 	return a.Chunk
 }
@@ -163,11 +179,12 @@ const liveBlocksPerSM = 4
 
 // LaunchSplits is the partial kernel's launched splits of a launch whose
 // capacity gives splits (Splits), over seqs sequences of hkv kv heads:
-// splits, or for Live 3 the fewest that give each multiprocessor
+// splits, or for Live 3 and 4 the fewest that give each multiprocessor
 // liveBlocksPerSM blocks. The partials keep the capacity's layout (a
-// sequence's head strides splits); the launched ones cover its keys.
+// sequence's head strides splits); the launched ones cover its keys
+// (Live 4: a block takes every launched-th split).
 func (a DecodeArm) LaunchSplits(splits, seqs, hkv int) int {
-	if a.Live != 3 {
+	if a.Live < 3 {
 		return splits
 	}
 	return max(1, min(splits, ceilDiv(liveBlocksPerSM*a.SMs, hkv*seqs)))
@@ -179,6 +196,10 @@ func (a DecodeArm) LaunchSplits(splits, seqs, hkv int) int {
 func (a DecodeArm) liveSplits(w *Writer) string {
 	if a.Live == 0 {
 		return "splits"
+	}
+	if a.Live == 4 {
+		w.Line("const int live = (len + chunk - 1) / chunk; // the splits holding keys, at most MaxLiveSplits")
+		return "live"
 	}
 	n := "splits"
 	if a.Live == 3 {

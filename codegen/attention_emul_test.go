@@ -62,8 +62,12 @@ func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32
 			lo = max(0, n0-s.Window)
 		}
 		chunk := chunkOf(n0 - lo)
+		visit := arm.LaunchSplits(splits, seqs, HKV) // the launched blocks
+		if arm.Live == 4 {
+			visit = (n0 - lo + chunk - 1) / chunk // the launched blocks take the live splits in turn
+		}
 		for kvh := range HKV {
-			for split := range arm.LaunchSplits(splits, seqs, HKV) { // the launched blocks
+			for split := range visit {
 				j0 := lo + split*chunk
 				n := min(chunk, n0-j0)
 				p0 := (seq*HQ+kvh*G)*splits + split
@@ -288,7 +292,10 @@ func emuDecode(t *testing.T, s AttnShape, arm DecodeArm, splits int, q []float32
 		live := splits
 		if arm.Live != 0 {
 			chunk := chunkOf(n0)
-			live = min(arm.LaunchSplits(splits, seqs, HKV), (n0+chunk-1)/chunk)
+			live = (n0 + chunk - 1) / chunk
+			if arm.Live != 4 {
+				live = min(arm.LaunchSplits(splits, seqs, HKV), live)
+			}
 		}
 		for h := range HQ {
 			p0 := (seq*HQ + h) * splits
@@ -331,7 +338,7 @@ func TestDecodeKernelEmulation(t *testing.T) {
 		{1, 128, 128, CacheQ8}, {4, 64, 128, CacheQ8}, {8, 128, 256, CacheQ8}, {1, 256, 256, CacheQ8},
 	}
 	arms := []DecodeArm{{Chunk: 32}, {Chunk: 64}, {Chunk: 256}, {Chunk: 64, Live: 1}, {Chunk: 64, Live: 2}, {Chunk: 256, Live: 2},
-		{Chunk: 128, Live: 3, SMs: 132}, {Chunk: 256, Live: 3, SMs: 16}}
+		{Chunk: 128, Live: 3, SMs: 132}, {Chunk: 256, Live: 3, SMs: 16}, {Chunk: 128, Live: 4, SMs: 132}, {Chunk: 64, Live: 4, SMs: 16}}
 	for _, c := range cfgs {
 		s := AttnShape{Heads: 2 * c.group, HeadsKV: 2, HeadDim: c.hd, QStride: 2*c.group*c.hd + 64, Cache: c.cache}
 		for _, a := range arms {
@@ -369,6 +376,11 @@ func TestDecodeKernelEmulation(t *testing.T) {
 						for sp := range arm.LaunchSplits(splits, len(lens), s.HeadsKV) { // the others are not launched
 							p := (seq*s.Heads+h)*splits + sp
 							empty := sp*chunk >= int(n)
+							if empty && arm.Live == 4 {
+								// a Live 4 block visits live splits only: nothing else is written
+								require.True(t, math.IsNaN(float64(pml[2*p])) && math.IsNaN(float64(po[p*s.HeadDim])), "split %d past the live keys written", sp)
+								continue
+							}
 							if empty {
 								require.True(t, math.IsInf(float64(pml[2*p]), -1) && pml[2*p+1] == 0, "neutral pair")
 							} else {
@@ -393,8 +405,8 @@ func TestDecodeKernelEmulation(t *testing.T) {
 	}
 	// a sequence with no keys yields zeros, not NaN
 	s := AttnShape{Heads: 4, HeadsKV: 1, HeadDim: 64, QStride: 256, Cache: dtype.F16}
-	for _, live := range []int{0, 2} {
-		arm := DecodeArm{Threads: 128, Chunk: 64, Live: live}
+	for _, live := range []int{0, 2, 4} {
+		arm := DecodeArm{Threads: 128, Chunk: 64, Live: live}.OnCard(132)
 		z, _, _ := emuDecode(t, s, arm, 8, make([]float32, s.QStride), []int32{0}, []int32{0}, []int32{0}, nil, nil, nil, nil)
 		for _, v := range z {
 			require.Zero(t, v)
@@ -515,4 +527,34 @@ func requireQ8ScaleLoads(t *testing.T, s AttnShape, arm DecodeArm) {
 		n++
 	}
 	require.GreaterOrEqual(t, n, 2, "a key and a value scale load")
+}
+
+// TestDecodeLive4: Live 4 sizes a sequence's splits by its own length
+// alone (the same for one sequence and 64, and on any card), launches as
+// Live 3 does, never preloads, and its live splits fit the capacity's.
+func TestDecodeLive4(t *testing.T) {
+	a := DecodeArm{Threads: 256, Chunk: 128, Live: 4}
+	require.ErrorIs(t, a.validKernel(), ErrUnsupported, "Live 4 needs the card's multiprocessors")
+	a = a.OnCard(132)
+	require.NoError(t, a.validKernel())
+	require.Equal(t, "t256_c128_l4_m132", a.String())
+	p := a
+	p.Preload = true
+	require.ErrorIs(t, p.validKernel(), ErrUnsupported)
+	for _, capacity := range []int{640, 4096, 32768} {
+		splits := a.Splits(capacity)
+		for _, n := range []int{1, 37, 128, 600, 4096, capacity} {
+			if n > capacity {
+				continue
+			}
+			c := a.ChunkFor(n, splits, 1, 32)
+			for _, seqs := range []int{2, 3, 8, 64} {
+				require.Equal(t, c, a.ChunkFor(n, splits, seqs, 32), "capacity %d, %d keys, %d sequences", capacity, n, seqs)
+			}
+			require.Equal(t, c, a.OnCard(16).ChunkFor(n, splits, 1, 32), "another card")
+			require.LessOrEqual(t, ceilDiv(n, c), splits, "capacity %d, %d keys: live splits past the partials", capacity, n)
+		}
+	}
+	require.Equal(t, a.OnCard(132).LaunchSplits(32, 64, 32), DecodeArm{Chunk: 128, Live: 3, SMs: 132}.LaunchSplits(32, 64, 32))
+	require.Equal(t, 5, ceilDiv(600, a.ChunkFor(600, 32, 64, 32)), "five 128-key splits at 600 keys")
 }

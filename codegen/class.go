@@ -150,7 +150,7 @@ func (l *lowerer) decodeArm(class string) DecodeArm {
 		arm.Live = 2
 	}
 	arm = arm.OnCard(l.o.Multiprocessors)
-	arm.Preload = l.o.DecodePreload
+	arm.Preload = l.o.DecodePreload && arm.Live != 4 // a Live 4 block takes several splits
 	return arm
 }
 

@@ -27,7 +27,7 @@ func TestKernelCheckCases(t *testing.T) {
 	}
 	require.Equal(t, []string{"rmsnorm f32", "rope_kv f16 cache", "swiglu f32", "argmax f32", "attn_decode f16 cache", "attn_decode+xq f16 cache",
 		"attn_prefill f16 cache",
-		"attn_decode_live f16 cache", "attn_decode_live+preload f16 cache", "attn_decode_live2 f16 cache", "attn_flash f16 cache", "attn_flash f16 cache", "attn_flash_mixed f16 cache",
+		"attn_decode_live f16 cache", "attn_decode_live+preload f16 cache", "attn_decode_live2 f16 cache", "attn_decode_live4 f16 cache", "attn_flash f16 cache", "attn_flash f16 cache", "attn_flash_mixed f16 cache",
 		"attn_decode_live+preload@32k f16 cache", "attn_prefill@32k f16 cache", "attn_flash@32k f16 cache",
 		"rope_kv q8_0 cache", "attn_decode q8_0 cache", "attn_decode_live q8_0 cache",
 		"attn_decode_live+preload q8_0 cache", "attn_prefill q8_0 cache", "attn_flash q8_0 cache", "attn_flash q8_0 cache", "attn_flash_mixed q8_0 cache",
@@ -157,9 +157,12 @@ func TestKernelCheckCases(t *testing.T) {
 			require.Equal(t, codegen.DefaultDecodeLiveArm.Splits(capacity), l.Args[0][8].Scalar)
 			name := l.Kernels[0].Name
 			require.Equal(t, strings.Contains(c.Label, "+preload"), strings.HasSuffix(name, "_p") || strings.Contains(name, "_p_"), name)
-			if c.Label == "attn_decode_live2" {
+			switch c.Label {
+			case "attn_decode_live2":
 				require.Contains(t, l.Kernels[0].Name, "_l2", "the batch-invariant configuration's Live 2")
-			} else {
+			case "attn_decode_live4":
+				require.Contains(t, l.Kernels[0].Name, "_l4_m132", "Live 4 at the default card's multiprocessors")
+			default:
 				require.Contains(t, l.Kernels[0].Name, "_l3_m132", "the default is Live 3 at the default card's multiprocessors")
 			}
 			require.Contains(t, l.Kernels[0].Source, "pdl_wait")

@@ -58,6 +58,16 @@ func DecodeLive2(shape string, as codegen.AttnShape, lens []int32, capacity int,
 	return withDecodeArm(c, as, func(a *codegen.DecodeArm) { a.Live = 2 })
 }
 
+// DecodeLive4 is DecodeLive with codegen.DecodeArm Live 4 (no Preload):
+// splits of a sequence's own length launched as Live 3 launches them, a
+// block taking several in turn (five sequences from 1 to 4,096 keys: up to
+// 32 live splits for the launched few).
+func DecodeLive4(shape string, as codegen.AttnShape, lens []int32, capacity int, seed uint64) *Case {
+	c := DecodeLive(shape, as, lens, capacity, seed)
+	c.Label, c.Class = "attn_decode_live4", c.Class+"_live4"
+	return withDecodeArm(c, as, func(a *codegen.DecodeArm) { a.Live, a.Preload, a.SMs = 4, false, 0 })
+}
+
 // withDecodeArm makes decode case c run the partial and combine pair of
 // each arm as set changes it (the options lowering sets, not knobs).
 func withDecodeArm(c *Case, as codegen.AttnShape, set func(*codegen.DecodeArm)) *Case {
