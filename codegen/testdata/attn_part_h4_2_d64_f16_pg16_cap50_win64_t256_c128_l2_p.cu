@@ -100,12 +100,13 @@ extern "C" __global__ void __launch_bounds__(256) attn_part_h4_2_d64_f16_pg16_ca
         int splits) {
     __shared__ float so[NW][HT][HD]; // each warp's output accumulator
     __shared__ float sm[NW][HT], sl[NW][HT], sw[NW][HT]; // each warp's max and sum; merge weights
-    const int kvh = blockIdx.x, split = blockIdx.y, seq = blockIdx.z;
+    const int kvh = blockIdx.x, seq = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int grp = lane / LPK, gl = lane % LPK; // the lane's key slot in the warp step, its place in the row
     const int kv_end = kv_len[seq]; // the sequence's keys
     const int lo = max(0, kv_end - WINDOW); // the first key in the window
     const int len = kv_end - lo; // the keys the splits cover
+    const int split = blockIdx.y;
     // at least the keys that cover len in splits (more than CHUNK where the splits were capped, MaxLiveSplits)
     const int chunk = max(min(CHUNK, max(32, ((len + splits - 1) / splits + 31) & ~31)), ((len + splits - 1) / splits + 31) & ~31);
     const int j0 = lo + split * chunk;

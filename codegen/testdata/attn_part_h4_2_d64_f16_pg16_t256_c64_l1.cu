@@ -98,11 +98,12 @@ extern "C" __global__ void __launch_bounds__(256) attn_part_h4_2_d64_f16_pg16_t2
         int splits) {
     __shared__ float so[NW][HT][HD]; // each warp's output accumulator
     __shared__ float sm[NW][HT], sl[NW][HT], sw[NW][HT]; // each warp's max and sum; merge weights
-    const int kvh = blockIdx.x, split = blockIdx.y, seq = blockIdx.z;
+    const int kvh = blockIdx.x, seq = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int grp = lane / LPK, gl = lane % LPK; // the lane's key slot in the warp step, its place in the row
     pdl_wait();
     const int len = kv_len[seq];
+    const int split = blockIdx.y;
     const int chunk = CHUNK;
     const int j0 = split * chunk;
     const int n = min(chunk, len - j0);
