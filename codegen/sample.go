@@ -233,6 +233,11 @@ const sampleU = 8
 // interval of 32-bit keys to a (samplePivots+1)th.
 const samplePivots = 3
 
+// sampleCompact is the most candidate weights top-p's search takes into
+// shared memory (top_p_search, refSampler.topPSearch); more, and it
+// searches the row.
+const sampleCompact = 8192
+
 // sampleFxBits is the fixed-point scale of the weights: a candidate's
 // weight is ⌊e·2^40⌋ for e = exp(y − ymax) ≤ 1, so sums over any
 // vocabulary up to 2^23 fit 64 bits and are exact (no order dependence).
@@ -324,6 +329,7 @@ func sampleDefines(w *Writer, lay SampleLayout, arm BlockArm) {
 	w.Linef("#define SPLIT %d // rounds of one chunk a warp takes when the block splits it", lay.Split)
 	w.Linef("#define SAMPLE_U %d // rounds of loads in flight", sampleU)
 	w.Linef("#define PIV %d // keys a search pass tests", samplePivots)
+	w.Linef("#define COMPACT %d // top-p candidates searched in shared memory", sampleCompact)
 	w.Linef("#define FX_ONE %s // the fixed-point weight of exp(0)", cfloat(float32(uint64(1)<<sampleFxBits)))
 	w.Line("#define NEG_INF __int_as_float(0xff800000)")
 	w.Line("#define FULL 0xffffffffu")

@@ -278,33 +278,36 @@ static __device__ int find_rank(const sample_state& s, int what, u64 target, u64
 func sampleSearch(w *Writer) {
 	w.Comment("The largest key t (mode) such that the elements with keys of at least t")
 	w.Comment("hold quantity need or more; keys above hi hold less. PIV keys a pass.")
-	w.Emit(Func{Name: "search", Return: "u32", Params: []Param{{"const sample_state&", "s"}, {"int", "mode"}, {"u64", "need"}, {"u32", "hi"}, {"u64*", "red"}}, Body: func(w *Writer) {
+	emitSearch(w, "search", []Param{{"const sample_state&", "s"}, {"int", "mode"}, {"u64", "need"}, {"u32", "hi"}, {"u64*", "red"}}, func() {
 		w.Line("const int lane = threadIdx.x & 31, base = (threadIdx.x >> 5) * CHUNK;")
 		w.Line("const float* row = sample_row(s, mode);")
-		w.Line("u32 lo = 0;")
-		w.Block("while (lo < hi)", func() {
-			w.Line("const u64 size = (u64)(hi - lo) + 1ull;")
-			w.Line("u32 p[PIV];")
-			w.Line("u64 c[PIV];")
-			w.For("j", "0", "PIV", "1", -1, func() {
-				w.Line("p[j] = lo + (u32)(size * (u64)(j + 1) / (PIV + 1));")
-				w.Line("c[j] = 0;")
-			})
-			sampleLoop(w, "row", func() {
-				w.Line("u64 q;")
-				w.Line("const u32 k = sample_key(s, mode, v, q);")
-				w.For("j", "0", "PIV", "1", -1, func() { w.Line("c[j] += k >= p[j] ? q : 0ull;") })
-			})
-			w.Line("block_sum_piv(c, red);")
-			w.Comment("the last pivot that still holds need is the new low end, the first that does not bounds the high end")
-			w.Line("u32 nlo = lo, nhi = hi;")
-			w.For("j", "0", "PIV", "1", -1, func() {
-				w.IfElse("c[j] >= need", func() { w.Line("nlo = p[j] > nlo ? p[j] : nlo;") }, func() { w.Line("nhi = p[j] - 1u < nhi ? p[j] - 1u : nhi;") })
-			})
-			w.Line("lo = nlo;")
-			w.Line("hi = nhi;")
+	}, func(body func()) { sampleLoop(w, "row", body) })
+	w.Comment("search over the cnt values of vals (shared memory), in any order")
+	emitSearch(w, "search_in", []Param{{"const sample_state&", "s"}, {"int", "mode"}, {"const float*", "vals"}, {"int", "cnt"}, {"u64", "need"}, {"u32", "hi"}, {"u64*", "red"}}, func() {}, func(body func()) {
+		w.For("i", "threadIdx.x", "cnt", "NT", 0, func() {
+			w.Line("const float v = vals[i];")
+			body()
 		})
-		w.Line("return lo;")
+	})
+	w.Comment("top-p's search (mode KEY_W, need of total): weights below (total - need) / VOCAB hold less")
+	w.Comment("than total - need together, so the threshold is among the others; they go to shared")
+	w.Comment("memory, and the passes read them there, unless more than COMPACT are (the row then)")
+	w.Emit(Func{Name: "top_p_search", Return: "u32", Params: []Param{{"const sample_state&", "s"}, {"u64", "need"}, {"u64", "total"}, {"float*", "cvals"}, {"int*", "ccount"}, {"u64*", "red"}}, Body: func(w *Writer) {
+		w.Line("const int lane = threadIdx.x & 31, base = (threadIdx.x >> 5) * CHUNK;")
+		w.Line("const u64 lq = (total - need) / (u64)VOCAB;")
+		w.Line("__syncthreads();")
+		w.If("threadIdx.x == 0", func() { w.Line("*ccount = 0;") })
+		w.Line("__syncthreads();")
+		sampleLoop(w, "s.w", func() {
+			w.If("weight_fx(v) >= lq", func() {
+				w.Line("const int slot = atomicAdd(ccount, 1);")
+				w.If("slot < COMPACT", func() { w.Line("cvals[slot] = v;") })
+			})
+		})
+		w.Line("__syncthreads();")
+		w.Line("const int cnt = *ccount;")
+		w.If("cnt > COMPACT", func() { w.Line("return search(s, KEY_W, need, __float_as_uint(1.f), red);") })
+		w.Line("return search_in(s, KEY_W, cvals, cnt, need, __float_as_uint(1.f), red);")
 	}})
 	w.Comment("The id through which the elements whose key (mode) is t are kept: those")
 	w.Comment("above t and the lowest-id ties reach quantity need (VOCAB: every tie).")
@@ -333,6 +336,38 @@ func sampleSearch(w *Writer) {
 	sampleSteps(w)
 }
 
+// emitSearch writes a search function (see sampleSearch): pro its first
+// lines, loop the pass over its elements (v in scope in body).
+func emitSearch(w *Writer, name string, params []Param, pro func(), loop func(body func())) {
+	w.Emit(Func{Name: name, Return: "u32", Params: params, Body: func(w *Writer) {
+		pro()
+		w.Line("u32 lo = 0;")
+		w.Block("while (lo < hi)", func() {
+			w.Line("const u64 size = (u64)(hi - lo) + 1ull;")
+			w.Line("u32 p[PIV];")
+			w.Line("u64 c[PIV];")
+			w.For("j", "0", "PIV", "1", -1, func() {
+				w.Line("p[j] = lo + (u32)(size * (u64)(j + 1) / (PIV + 1));")
+				w.Line("c[j] = 0;")
+			})
+			loop(func() {
+				w.Line("u64 q;")
+				w.Line("const u32 k = sample_key(s, mode, v, q);")
+				w.For("j", "0", "PIV", "1", -1, func() { w.Line("c[j] += k >= p[j] ? q : 0ull;") })
+			})
+			w.Line("block_sum_piv(c, red);")
+			w.Comment("the last pivot that still holds need is the new low end, the first that does not bounds the high end")
+			w.Line("u32 nlo = lo, nhi = hi;")
+			w.For("j", "0", "PIV", "1", -1, func() {
+				w.IfElse("c[j] >= need", func() { w.Line("nlo = p[j] > nlo ? p[j] : nlo;") }, func() { w.Line("nhi = p[j] - 1u < nhi ? p[j] - 1u : nhi;") })
+			})
+			w.Line("lo = nlo;")
+			w.Line("hi = nhi;")
+		})
+		w.Line("return lo;")
+	}})
+}
+
 // sampleSteps writes the greedy choice, the draw and the logprobs.
 func sampleSteps(w *Writer) {
 	w.Comment("Step 5: the argmax of the working logits, lowest id on ties; -1 when")
@@ -353,7 +388,8 @@ func sampleSteps(w *Writer) {
 	w.Comment("candidates and their largest scaled logit (rounding is monotonic) without")
 	w.Comment("a pass of their own.")
 	w.Emit(Func{Name: "sample_draw", Return: "int", Params: []Param{{"sample_state&", "s"}, {"const u32*", "r"}, {"u64*", "red"},
-		{"float*", "redf"}, {"int*", "redi"}, {"int*", "found"}, {"bool", "known"}, {"u64", "n1"}, {"float", "rmax"}}, Body: func(w *Writer) {
+		{"float*", "redf"}, {"int*", "redi"}, {"int*", "found"}, {"bool", "known"}, {"u64", "n1"}, {"float", "rmax"},
+		{"float*", "cvals"}, {"int*", "ccount"}}, Body: func(w *Writer) {
 		w.Line("const int lane = threadIdx.x & 31, base = (threadIdx.x >> 5) * CHUNK;")
 		w.Comment("the candidates (neither -Inf nor NaN) and their largest scaled logit")
 		w.Line("u64 n = n1;")
@@ -395,7 +431,7 @@ func sampleSteps(w *Writer) {
 		w.Line("const float top_p = __uint_as_float(r[R_TOP_P]);")
 		w.If("top_p > 0.f && top_p < 1.f && total > 0ull", func() {
 			w.Line("const u64 need = ceil_frac(top_p, total);")
-			w.Line("s.tp = search(s, KEY_W, need, __float_as_uint(1.f), red);")
+			w.Line("s.tp = top_p_search(s, need, total, cvals, ccount, red);")
 			w.Line("s.cp = tie_cut(s, KEY_W, s.tp, need, red, found);")
 		})
 		w.Comment("min-p, then a point of [0, the survivors' weight) from the sequence's stream;")
@@ -483,7 +519,8 @@ func sampleBody(w *Writer) {
 __shared__ u64 red[NW * PIV];
 __shared__ float redf[NW];
 __shared__ int redi[NW];
-__shared__ int found, ntop;
+__shared__ int found, ntop, ccount;
+__shared__ float cvals[COMPACT]; // top-p's candidate weights (top_p_search)
 __shared__ float topv[MAX_TOP];
 __shared__ int topi[MAX_TOP];
 pdl_wait();
@@ -557,7 +594,7 @@ if (!nan) {
     } else {
         const bool known = !edit && s.inv_t > 0.f && s.inv_t < __int_as_float(0x7f800000);
         if (known) n1 = block_sum_u64(n1, red);
-        tok = sample_draw(s, r, red, redf, redi, &found, known, n1, rmax);
+        tok = sample_draw(s, r, red, redf, redi, &found, known, n1, rmax, cvals, &ccount);
     }
     if (tok < 0) tok = fin ? SAMPLE_NONE : SAMPLE_NO_FINITE;
     if ((flags & F_LOGPROBS) || r[R_TOP_N] > 0u) sample_logprobs(s, r, tok, rmax, o, red, redf, &found, topv, topi, &ntop);

@@ -244,8 +244,30 @@ func (s *refSampler) warpOf(i int) int { return i / s.lay.Chunk() }
 
 // search is the kernel's search: PIV pivots a pass over the row.
 func (s *refSampler) search(mode int, need uint64, hi uint32) uint32 {
+	return s.searchIn(s.row(mode), mode, need, hi)
+}
+
+// topPSearch is the kernel's top_p_search: the search over the weights of
+// at least (total - need) / VOCAB, where at most sampleCompact are, else
+// over the row. The weights below that bound hold less than total - need
+// together, so the threshold is the same either way.
+func (s *refSampler) topPSearch(need, total uint64) uint32 {
+	lq := (total - need) / uint64(len(s.w))
+	var c []float32
+	for _, e := range s.w {
+		if weightFx(e) >= lq {
+			if len(c) == sampleCompact {
+				return s.search(keyW, need, math.Float32bits(1))
+			}
+			c = append(c, e)
+		}
+	}
+	return s.searchIn(c, keyW, need, math.Float32bits(1))
+}
+
+// searchIn is search over the values of row, in any order.
+func (s *refSampler) searchIn(row []float32, mode int, need uint64, hi uint32) uint32 {
 	lo := uint32(0)
-	row := s.row(mode)
 	for lo < hi {
 		size := uint64(hi-lo) + 1
 		var p [samplePivots]uint32
@@ -388,7 +410,7 @@ func (s *refSampler) draw() int32 {
 	}
 	if tp := r.TopP; tp > 0 && tp < 1 && total > 0 {
 		need := ceilFrac(tp, total)
-		s.tp = s.search(keyW, need, math.Float32bits(1))
+		s.tp = s.topPSearch(need, total)
 		s.cp = s.tieCut(keyW, s.tp, need)
 	}
 	var mass uint64

@@ -177,3 +177,44 @@ func TestSampleLayout(t *testing.T) {
 	_, err = Sample(1000, BlockArm{Threads: 48})
 	require.ErrorIs(t, err, ErrUnsupported)
 }
+
+// TestSampleTopPCompact: top-p's search over the weights that can hold its
+// threshold finds the row-wide search's threshold, for peaked and flat
+// rows, top-p from 0.05 to 0.999, with the candidates in shared memory and
+// with too many of them (the row searched).
+func TestSampleTopPCompact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	compacted, fell := 0, 0
+	for _, vocab := range []int{1000, 32000} {
+		for _, spread := range []float64{0.01, 0.5, 2, 8} {
+			w := make([]float32, vocab)
+			for i := range w {
+				w[i] = expf(float32(-math.Abs(rng.NormFloat64() * spread * 4)))
+			}
+			w[rng.IntN(vocab)] = 1
+			s := &refSampler{lay: SampleLayoutOf(vocab, DefaultSampleArm), w: w, ck: vocab, cp: vocab}
+			var total uint64
+			for _, e := range w {
+				total += weightFx(e)
+			}
+			for _, p := range []float32{0.05, 0.5, 0.9, 0.95, 0.999} {
+				need := ceilFrac(p, total)
+				want := s.search(keyW, need, math.Float32bits(1))
+				require.Equal(t, want, s.topPSearch(need, total), "vocab %d spread %g top-p %g", vocab, spread, p)
+				n := 0
+				for _, e := range w {
+					if weightFx(e) >= (total-need)/uint64(vocab) {
+						n++
+					}
+				}
+				if n <= sampleCompact {
+					compacted++
+				} else {
+					fell++
+				}
+			}
+		}
+	}
+	require.Positive(t, compacted, "some searches in shared memory")
+	require.Positive(t, fell, "some rows with too many candidates")
+}

@@ -51,6 +51,7 @@ typedef unsigned long long u64;
 #define SPLIT 1 // rounds of one chunk a warp takes when the block splits it
 #define SAMPLE_U 8 // rounds of loads in flight
 #define PIV 3 // keys a search pass tests
+#define COMPACT 8192 // top-p candidates searched in shared memory
 #define FX_ONE 1.09951163e+12f // the fixed-point weight of exp(0)
 #define NEG_INF __int_as_float(0xff800000)
 #define FULL 0xffffffffu
@@ -410,6 +411,97 @@ static __device__ __forceinline__ u32 search(const sample_state& s, int mode, u6
     return lo;
 }
 
+// search over the cnt values of vals (shared memory), in any order
+static __device__ __forceinline__ u32 search_in(
+        const sample_state& s,
+        int mode,
+        const float* vals,
+        int cnt,
+        u64 need,
+        u32 hi,
+        u64* red) {
+    u32 lo = 0;
+    while (lo < hi) {
+        const u64 size = (u64)(hi - lo) + 1ull;
+        u32 p[PIV];
+        u64 c[PIV];
+        #pragma unroll
+        for (int j = 0; j < PIV; ++j) {
+            p[j] = lo + (u32)(size * (u64)(j + 1) / (PIV + 1));
+            c[j] = 0;
+        }
+        for (int i = threadIdx.x; i < cnt; i += NT) {
+            const float v = vals[i];
+            u64 q;
+            const u32 k = sample_key(s, mode, v, q);
+            #pragma unroll
+            for (int j = 0; j < PIV; ++j) {
+                c[j] += k >= p[j] ? q : 0ull;
+            }
+        }
+        block_sum_piv(c, red);
+        // the last pivot that still holds need is the new low end, the first that does not bounds the high end
+        u32 nlo = lo, nhi = hi;
+        #pragma unroll
+        for (int j = 0; j < PIV; ++j) {
+            if (c[j] >= need) {
+                nlo = p[j] > nlo ? p[j] : nlo;
+            } else {
+                nhi = p[j] - 1u < nhi ? p[j] - 1u : nhi;
+            }
+        }
+        lo = nlo;
+        hi = nhi;
+    }
+    return lo;
+}
+
+// top-p's search (mode KEY_W, need of total): weights below (total - need) / VOCAB hold less
+// than total - need together, so the threshold is among the others; they go to shared
+// memory, and the passes read them there, unless more than COMPACT are (the row then)
+static __device__ __forceinline__ u32 top_p_search(
+        const sample_state& s,
+        u64 need,
+        u64 total,
+        float* cvals,
+        int* ccount,
+        u64* red) {
+    const int lane = threadIdx.x & 31, base = (threadIdx.x >> 5) * CHUNK;
+    const u64 lq = (total - need) / (u64)VOCAB;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        *ccount = 0;
+    }
+    __syncthreads();
+    for (int r0 = 0; r0 < ROUNDS; r0 += SAMPLE_U) {
+        float vs[SAMPLE_U];
+        #pragma unroll
+        for (int u = 0; u < SAMPLE_U; ++u) {
+            const int i = base + (r0 + u) * 32 + lane;
+            vs[u] = i < VOCAB ? s.w[i] : 0.f;
+        }
+        #pragma unroll
+        for (int u = 0; u < SAMPLE_U; ++u) {
+            const int i = base + (r0 + u) * 32 + lane;
+            if (i < VOCAB) {
+                const float v = vs[u];
+                if (weight_fx(v) >= lq) {
+                    const int slot = atomicAdd(ccount, 1);
+                    if (slot < COMPACT) {
+                        cvals[slot] = v;
+                    }
+                }
+            }
+        }
+    }
+    __syncthreads();
+    const int cnt = *ccount;
+    if (cnt > COMPACT) {
+        return search(s, KEY_W, need, __float_as_uint(1.f), red);
+    }
+    return search_in(s, KEY_W, cvals, cnt, need, __float_as_uint(1.f), red);
+}
+
 // The id through which the elements whose key (mode) is t are kept: those
 // above t and the lowest-id ties reach quantity need (VOCAB: every tie).
 static __device__ __forceinline__ int tie_cut(
@@ -501,7 +593,9 @@ static __device__ __forceinline__ int sample_draw(
         int* found,
         bool known,
         u64 n1,
-        float rmax) {
+        float rmax,
+        float* cvals,
+        int* ccount) {
     const int lane = threadIdx.x & 31, base = (threadIdx.x >> 5) * CHUNK;
     // the candidates (neither -Inf nor NaN) and their largest scaled logit
     u64 n = n1;
@@ -573,7 +667,7 @@ static __device__ __forceinline__ int sample_draw(
     const float top_p = __uint_as_float(r[R_TOP_P]);
     if (top_p > 0.f && top_p < 1.f && total > 0ull) {
         const u64 need = ceil_frac(top_p, total);
-        s.tp = search(s, KEY_W, need, __float_as_uint(1.f), red);
+        s.tp = top_p_search(s, need, total, cvals, ccount, red);
         s.cp = tie_cut(s, KEY_W, s.tp, need, red, found);
     }
     // min-p, then a point of [0, the survivors' weight) from the sequence's stream;
@@ -743,7 +837,8 @@ extern "C" __global__ void __launch_bounds__(1024) sample_v1000_t1024(
     __shared__ u64 red[NW * PIV];
     __shared__ float redf[NW];
     __shared__ int redi[NW];
-    __shared__ int found, ntop;
+    __shared__ int found, ntop, ccount;
+    __shared__ float cvals[COMPACT]; // top-p's candidate weights (top_p_search)
     __shared__ float topv[MAX_TOP];
     __shared__ int topi[MAX_TOP];
     pdl_wait();
@@ -833,7 +928,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_v1000_t1024(
             } else {
                 const bool known = !edit && s.inv_t > 0.f && s.inv_t < __int_as_float(0x7f800000);
                 if (known) n1 = block_sum_u64(n1, red);
-                tok = sample_draw(s, r, red, redf, redi, &found, known, n1, rmax);
+                tok = sample_draw(s, r, red, redf, redi, &found, known, n1, rmax, cvals, &ccount);
             }
             if (tok < 0) tok = fin ? SAMPLE_NONE : SAMPLE_NO_FINITE;
             if ((flags & F_LOGPROBS) || r[R_TOP_N] > 0u) sample_logprobs(s, r, tok, rmax, o, red, redf, &found, topv, topi, &ntop);
