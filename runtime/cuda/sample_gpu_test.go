@@ -481,4 +481,17 @@ func sampleKernelTimes(t *testing.T, dev *Device, vocab int) {
 			t.Logf("vocab %6d %-36s %2d sequences: %8.1f µs", vocab, c.name, rows, g.time(t, slices.Repeat(row, rows), &p, 20))
 		}
 	}
+	// a row peaked as a model's: a few dozen likely tokens over a low, narrow rest, where
+	// top-p's candidates fit shared memory (top_p_search)
+	peaked := make([]float32, vocab)
+	for i := range peaked {
+		peaked[i] = float32(rng.NormFloat64())
+	}
+	for range 40 {
+		peaked[rng.IntN(vocab)] = float32(8 + 4*rng.Float64())
+	}
+	p := newSamplePack(vocab)
+	p.reset(1)
+	p.set(0, &runtime.DeviceSampling{Params: runtime.SamplingParams{Temperature: 1, TopP: 0.9}})
+	t.Logf("vocab %6d %-36s %2d sequences: %8.1f µs", vocab, "top-p 0.9, a peaked row", 1, g.time(t, peaked, &p, 20))
 }
