@@ -485,10 +485,10 @@ func sampleKernelTimes(t *testing.T, dev *Device, vocab int) {
 	// top-p's candidates fit shared memory (top_p_search)
 	peaked := make([]float32, vocab)
 	for i := range peaked {
-		peaked[i] = float32(rng.NormFloat64())
+		peaked[i] = float32(2 * rng.NormFloat64())
 	}
 	for range 40 {
-		peaked[rng.IntN(vocab)] = float32(8 + 4*rng.Float64())
+		peaked[rng.IntN(vocab)] = float32(16 + 4*rng.Float64())
 	}
 	p := newSamplePack(vocab)
 	p.reset(1)
