@@ -233,10 +233,15 @@ const sampleU = 8
 // interval of 32-bit keys to a (samplePivots+1)th.
 const samplePivots = 3
 
-// sampleCompact is the most candidate weights top-p's search takes into
-// shared memory (top_p_search, refSampler.topPSearch); more, and it
-// searches the row.
+// sampleCompact is the most candidates a search takes into shared memory
+// (compact_search, refSampler.compactSearch); more, and it searches the
+// row.
 const sampleCompact = 8192
+
+// sampleCompactSpan is how far below the largest (scaled or raw) logit
+// top-k's and the top logprobs' candidates reach: where the k largest are
+// within it (a model's usually are), they are searched in shared memory.
+const sampleCompactSpan float32 = 16
 
 // sampleFxBits is the fixed-point scale of the weights: a candidate's
 // weight is ⌊e·2^40⌋ for e = exp(y − ymax) ≤ 1, so sums over any
@@ -329,7 +334,8 @@ func sampleDefines(w *Writer, lay SampleLayout, arm BlockArm) {
 	w.Linef("#define SPLIT %d // rounds of one chunk a warp takes when the block splits it", lay.Split)
 	w.Linef("#define SAMPLE_U %d // rounds of loads in flight", sampleU)
 	w.Linef("#define PIV %d // keys a search pass tests", samplePivots)
-	w.Linef("#define COMPACT %d // top-p candidates searched in shared memory", sampleCompact)
+	w.Linef("#define COMPACT %d // a search's candidates in shared memory (compact_search)", sampleCompact)
+	w.Linef("#define COMPACT_SPAN %s // top-k's and top logprobs' candidates: within this of the largest", cfloat(sampleCompactSpan))
 	w.Linef("#define FX_ONE %s // the fixed-point weight of exp(0)", cfloat(float32(uint64(1)<<sampleFxBits)))
 	w.Line("#define NEG_INF __int_as_float(0xff800000)")
 	w.Line("#define FULL 0xffffffffu")

@@ -289,25 +289,31 @@ func sampleSearch(w *Writer) {
 			body()
 		})
 	})
-	w.Comment("top-p's search (mode KEY_W, need of total): weights below (total - need) / VOCAB hold less")
-	w.Comment("than total - need together, so the threshold is among the others; they go to shared")
-	w.Comment("memory, and the passes read them there, unless more than COMPACT are (the row then)")
-	w.Emit(Func{Name: "top_p_search", Return: "u32", Params: []Param{{"const sample_state&", "s"}, {"u64", "need"}, {"u64", "total"}, {"float*", "cvals"}, {"int*", "ccount"}, {"u64*", "red"}}, Body: func(w *Writer) {
+	w.Comment("search (mode, need, hi) over the elements that can hold its threshold: keys of at least")
+	w.Comment("kl (KEY_W: weights of at least lq). Where they hold need, the threshold is among them,")
+	w.Comment("so they go to shared memory and the passes read them there, unless more than COMPACT")
+	w.Comment("are (or they hold less than need: the row then)")
+	w.Emit(Func{Name: "compact_search", Return: "u32", Params: []Param{{"const sample_state&", "s"}, {"int", "mode"}, {"u64", "need"}, {"u32", "hi"},
+		{"u32", "kl"}, {"u64", "lq"}, {"float*", "cvals"}, {"int*", "ccount"}, {"u64*", "red"}}, Body: func(w *Writer) {
 		w.Line("const int lane = threadIdx.x & 31, base = (threadIdx.x >> 5) * CHUNK;")
-		w.Line("const u64 lq = (total - need) / (u64)VOCAB;")
+		w.Line("const float* row = sample_row(s, mode);")
 		w.Line("__syncthreads();")
 		w.If("threadIdx.x == 0", func() { w.Line("*ccount = 0;") })
 		w.Line("__syncthreads();")
-		sampleLoop(w, "s.w", func() {
-			w.If("weight_fx(v) >= lq", func() {
+		w.Line("u64 held = 0;")
+		sampleLoop(w, "row", func() {
+			w.Line("u64 q;")
+			w.Line("const u32 k = sample_key(s, mode, v, q);")
+			w.If("q > 0ull && (mode == KEY_W ? q >= lq : k >= kl)", func() {
+				w.Line("held += q;")
 				w.Line("const int slot = atomicAdd(ccount, 1);")
 				w.If("slot < COMPACT", func() { w.Line("cvals[slot] = v;") })
 			})
 		})
-		w.Line("__syncthreads();")
+		w.Line("held = block_sum_u64(held, red); // its barriers also order the slots' writes")
 		w.Line("const int cnt = *ccount;")
-		w.If("cnt > COMPACT", func() { w.Line("return search(s, KEY_W, need, __float_as_uint(1.f), red);") })
-		w.Line("return search_in(s, KEY_W, cvals, cnt, need, __float_as_uint(1.f), red);")
+		w.If("cnt > COMPACT || held < need", func() { w.Line("return search(s, mode, need, hi, red);") })
+		w.Line("return search_in(s, mode, cvals, cnt, need, hi, red);")
 	}})
 	w.Comment("The id through which the elements whose key (mode) is t are kept: those")
 	w.Comment("above t and the lowest-id ties reach quantity need (VOCAB: every tie).")
@@ -410,7 +416,7 @@ func sampleSteps(w *Writer) {
 		w.Comment("top-k: the TopK largest keys, ties by id")
 		w.Line("const int k = (int)r[R_TOP_K];")
 		w.If("k > 0 && (u64)k < n", func() {
-			w.Line("s.tk = search(s, KEY_Y, (u64)k, ord_key(s.ymax), red);")
+			w.Line("s.tk = compact_search(s, KEY_Y, (u64)k, ord_key(s.ymax), ord_key(__fsub_rn(s.ymax, COMPACT_SPAN)), 0ull, cvals, ccount, red);")
 			w.Line("s.ck = tie_cut(s, KEY_Y, s.tk, (u64)k, red, found);")
 		})
 		w.Comment("the top-k survivors' weights e = exp(y - ymax) into w (0 elsewhere), and their sum")
@@ -431,7 +437,8 @@ func sampleSteps(w *Writer) {
 		w.Line("const float top_p = __uint_as_float(r[R_TOP_P]);")
 		w.If("top_p > 0.f && top_p < 1.f && total > 0ull", func() {
 			w.Line("const u64 need = ceil_frac(top_p, total);")
-			w.Line("s.tp = top_p_search(s, need, total, cvals, ccount, red);")
+			w.Comment("weights below (total - need) / VOCAB hold less than total - need together")
+			w.Line("s.tp = compact_search(s, KEY_W, need, __float_as_uint(1.f), 0u, (total - need) / (u64)VOCAB, cvals, ccount, red);")
 			w.Line("s.cp = tie_cut(s, KEY_W, s.tp, need, red, found);")
 		})
 		w.Comment("min-p, then a point of [0, the survivors' weight) from the sequence's stream;")
@@ -461,7 +468,8 @@ func sampleSteps(w *Writer) {
 	w.Comment("The logprob of tok and the top logprobs (TopN, ties by id) under the")
 	w.Comment("log-softmax of the raw logits.")
 	w.Emit(Func{Name: "sample_logprobs", Params: []Param{{"sample_state&", "s"}, {"const u32*", "r"}, {"int", "tok"}, {"float", "rmax"}, {"int*", "o"},
-		{"u64*", "red"}, {"float*", "redf"}, {"int*", "found"}, {"float*", "topv"}, {"int*", "topi"}, {"int*", "ntop"}}, Body: func(w *Writer) {
+		{"u64*", "red"}, {"float*", "redf"}, {"int*", "found"}, {"float*", "topv"}, {"int*", "topi"}, {"int*", "ntop"},
+		{"float*", "cvals"}, {"int*", "ccount"}}, Body: func(w *Writer) {
 		w.Line("const int lane = threadIdx.x & 31, base = (threadIdx.x >> 5) * CHUNK;")
 		w.Line("float sum = 0.f;")
 		sampleLoop(w, "s.x", func() { w.Line("sum = __fadd_rn(sum, expf(__fsub_rn(v, rmax)));") })
@@ -474,7 +482,7 @@ func sampleSteps(w *Writer) {
 		w.Line("u32 t = 0;")
 		w.Line("int cut = VOCAB;")
 		w.If("k < VOCAB", func() {
-			w.Line("t = search(s, KEY_RAW, (u64)k, ord_key(rmax), red);")
+			w.Line("t = compact_search(s, KEY_RAW, (u64)k, ord_key(rmax), ord_key(__fsub_rn(rmax, COMPACT_SPAN)), 0ull, cvals, ccount, red);")
 			w.Line("cut = tie_cut(s, KEY_RAW, t, (u64)k, red, found);")
 		})
 		w.If("threadIdx.x == 0", func() { w.Line("*ntop = 0;") })
@@ -520,7 +528,7 @@ __shared__ u64 red[NW * PIV];
 __shared__ float redf[NW];
 __shared__ int redi[NW];
 __shared__ int found, ntop, ccount;
-__shared__ float cvals[COMPACT]; // top-p's candidate weights (top_p_search)
+__shared__ float cvals[COMPACT]; // a search's candidates (compact_search)
 __shared__ float topv[MAX_TOP];
 __shared__ int topi[MAX_TOP];
 pdl_wait();
@@ -597,7 +605,7 @@ if (!nan) {
         tok = sample_draw(s, r, red, redf, redi, &found, known, n1, rmax, cvals, &ccount);
     }
     if (tok < 0) tok = fin ? SAMPLE_NONE : SAMPLE_NO_FINITE;
-    if ((flags & F_LOGPROBS) || r[R_TOP_N] > 0u) sample_logprobs(s, r, tok, rmax, o, red, redf, &found, topv, topi, &ntop);
+    if ((flags & F_LOGPROBS) || r[R_TOP_N] > 0u) sample_logprobs(s, r, tok, rmax, o, red, redf, &found, topv, topi, &ntop, cvals, &ccount);
 }
 if (threadIdx.x == 0) o[O_TOKEN] = tok;`)
 	})

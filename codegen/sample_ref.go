@@ -247,22 +247,24 @@ func (s *refSampler) search(mode int, need uint64, hi uint32) uint32 {
 	return s.searchIn(s.row(mode), mode, need, hi)
 }
 
-// topPSearch is the kernel's top_p_search: the search over the weights of
-// at least (total - need) / VOCAB, where at most sampleCompact are, else
-// over the row. The weights below that bound hold less than total - need
-// together, so the threshold is the same either way.
-func (s *refSampler) topPSearch(need, total uint64) uint32 {
-	lq := (total - need) / uint64(len(s.w))
+// compactSearch is the kernel's compact_search: the search over the
+// elements with keys of at least kl (keyW: weights of at least lq), where
+// they hold need and are at most sampleCompact, else over the row. Where
+// they hold need, the threshold is among them, so it is the same either way.
+func (s *refSampler) compactSearch(mode int, need uint64, hi, kl uint32, lq uint64) uint32 {
 	var c []float32
-	for _, e := range s.w {
-		if weightFx(e) >= lq {
-			if len(c) == sampleCompact {
-				return s.search(keyW, need, math.Float32bits(1))
-			}
-			c = append(c, e)
+	var held uint64
+	for _, v := range s.row(mode) {
+		k, q := s.key(mode, v)
+		if q > 0 && ((mode == keyW && q >= lq) || (mode != keyW && k >= kl)) {
+			held += q
+			c = append(c, v)
 		}
 	}
-	return s.searchIn(c, keyW, need, math.Float32bits(1))
+	if len(c) > sampleCompact || held < need {
+		return s.search(mode, need, hi)
+	}
+	return s.searchIn(c, mode, need, hi)
 }
 
 // searchIn is search over the values of row, in any order.
@@ -393,7 +395,7 @@ func (s *refSampler) draw() int32 {
 		return -1
 	}
 	if k := r.TopK; k > 0 && uint64(k) < n {
-		s.tk = s.search(keyY, uint64(k), ordKey(s.ymax))
+		s.tk = s.compactSearch(keyY, uint64(k), ordKey(s.ymax), ordKey(float32(s.ymax-sampleCompactSpan)), 0)
 		s.ck = s.tieCut(keyY, s.tk, uint64(k))
 	}
 	var total uint64
@@ -410,7 +412,7 @@ func (s *refSampler) draw() int32 {
 	}
 	if tp := r.TopP; tp > 0 && tp < 1 && total > 0 {
 		need := ceilFrac(tp, total)
-		s.tp = s.topPSearch(need, total)
+		s.tp = s.compactSearch(keyW, need, math.Float32bits(1), 0, (total-need)/uint64(len(s.w)))
 		s.cp = s.tieCut(keyW, s.tp, need)
 	}
 	var mass uint64
@@ -446,7 +448,7 @@ func (s *refSampler) logprobs(out []uint32, tok int32) {
 	k := min(n, s.lay.Vocab)
 	t, cut := uint32(0), s.lay.Vocab
 	if k < s.lay.Vocab {
-		t = s.search(keyRaw, uint64(k), ordKey(s.rmax))
+		t = s.compactSearch(keyRaw, uint64(k), ordKey(s.rmax), ordKey(float32(s.rmax-sampleCompactSpan)), 0)
 		cut = s.tieCut(keyRaw, t, uint64(k))
 	}
 	var top []int

@@ -178,43 +178,66 @@ func TestSampleLayout(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnsupported)
 }
 
-// TestSampleTopPCompact: top-p's search over the weights that can hold its
-// threshold finds the row-wide search's threshold, for peaked and flat
-// rows, top-p from 0.05 to 0.999, with the candidates in shared memory and
-// with too many of them (the row searched).
-func TestSampleTopPCompact(t *testing.T) {
+// TestSampleCompactSearch: a search over the elements that can hold its
+// threshold (top-p: weights of at least (total - need) / vocab; top-k and
+// the top logprobs: within sampleCompactSpan of the largest) finds the
+// row-wide search's threshold, for peaked and flat rows, in shared memory
+// and with the row searched instead (too many candidates, or too few).
+func TestSampleCompactSearch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	compacted, fell := 0, 0
+	compacted, fell := map[int]int{}, map[int]int{}
 	for _, vocab := range []int{1000, 32000} {
 		for _, spread := range []float64{0.01, 0.5, 2, 8} {
-			w := make([]float32, vocab)
-			for i := range w {
-				w[i] = expf(float32(-math.Abs(rng.NormFloat64() * spread * 4)))
+			x := make([]float32, vocab)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64() * spread * 4)
 			}
-			w[rng.IntN(vocab)] = 1
-			s := &refSampler{lay: SampleLayoutOf(vocab, DefaultSampleArm), w: w, ck: vocab, cp: vocab}
+			if spread > 0.1 {
+				x[rng.IntN(vocab)] = 40 // a peak: the rest within the span or far below it
+			}
+			w := make([]float32, vocab)
+			ymax := slices.Max(x)
 			var total uint64
-			for _, e := range w {
-				total += weightFx(e)
+			for i, v := range x {
+				w[i] = expf(v - ymax)
+				total += weightFx(w[i])
+			}
+			s := &refSampler{lay: SampleLayoutOf(vocab, DefaultSampleArm), r: SampleRecord{InvTemp: 1}, x: x, src: x, w: w, ck: vocab, cp: vocab}
+			count := func(mode int, kl uint32, lq uint64) (n int, held uint64) {
+				for _, v := range s.row(mode) {
+					if k, q := s.key(mode, v); q > 0 && ((mode == keyW && q >= lq) || (mode != keyW && k >= kl)) {
+						n, held = n+1, held+q
+					}
+				}
+				return n, held
+			}
+			note := func(mode int, need uint64, kl uint32, lq uint64) {
+				if n, held := count(mode, kl, lq); n <= sampleCompact && held >= need {
+					compacted[mode]++
+				} else {
+					fell[mode]++
+				}
 			}
 			for _, p := range []float32{0.05, 0.5, 0.9, 0.95, 0.999} {
 				need := ceilFrac(p, total)
+				lq := (total - need) / uint64(vocab)
 				want := s.search(keyW, need, math.Float32bits(1))
-				require.Equal(t, want, s.topPSearch(need, total), "vocab %d spread %g top-p %g", vocab, spread, p)
-				n := 0
-				for _, e := range w {
-					if weightFx(e) >= (total-need)/uint64(vocab) {
-						n++
-					}
-				}
-				if n <= sampleCompact {
-					compacted++
-				} else {
-					fell++
+				require.Equal(t, want, s.compactSearch(keyW, need, math.Float32bits(1), 0, lq), "top-p: vocab %d spread %g p %g", vocab, spread, p)
+				note(keyW, need, 0, lq)
+			}
+			for _, mode := range []int{keyY, keyRaw} {
+				hi := ordKey(ymax)
+				kl := ordKey(float32(ymax - sampleCompactSpan))
+				for _, k := range []uint64{1, 20, 40, 500, uint64(vocab) - 1} {
+					want := s.search(mode, k, hi)
+					require.Equal(t, want, s.compactSearch(mode, k, hi, kl, 0), "mode %d: vocab %d spread %g k %d", mode, vocab, spread, k)
+					note(mode, k, kl, 0)
 				}
 			}
 		}
 	}
-	require.Positive(t, compacted, "some searches in shared memory")
-	require.Positive(t, fell, "some rows with too many candidates")
+	for _, mode := range []int{keyW, keyY, keyRaw} {
+		require.Positive(t, compacted[mode], "mode %d: some searches in shared memory", mode)
+		require.Positive(t, fell[mode], "mode %d: some rows searched whole", mode)
+	}
 }

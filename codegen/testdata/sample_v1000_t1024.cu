@@ -51,7 +51,8 @@ typedef unsigned long long u64;
 #define SPLIT 1 // rounds of one chunk a warp takes when the block splits it
 #define SAMPLE_U 8 // rounds of loads in flight
 #define PIV 3 // keys a search pass tests
-#define COMPACT 8192 // top-p candidates searched in shared memory
+#define COMPACT 8192 // a search's candidates in shared memory (compact_search)
+#define COMPACT_SPAN 16.0f // top-k's and top logprobs' candidates: within this of the largest
 #define FX_ONE 1.09951163e+12f // the fixed-point weight of exp(0)
 #define NEG_INF __int_as_float(0xff800000)
 #define FULL 0xffffffffu
@@ -456,36 +457,44 @@ static __device__ __forceinline__ u32 search_in(
     return lo;
 }
 
-// top-p's search (mode KEY_W, need of total): weights below (total - need) / VOCAB hold less
-// than total - need together, so the threshold is among the others; they go to shared
-// memory, and the passes read them there, unless more than COMPACT are (the row then)
-static __device__ __forceinline__ u32 top_p_search(
+// search (mode, need, hi) over the elements that can hold its threshold: keys of at least
+// kl (KEY_W: weights of at least lq). Where they hold need, the threshold is among them,
+// so they go to shared memory and the passes read them there, unless more than COMPACT
+// are (or they hold less than need: the row then)
+static __device__ __forceinline__ u32 compact_search(
         const sample_state& s,
+        int mode,
         u64 need,
-        u64 total,
+        u32 hi,
+        u32 kl,
+        u64 lq,
         float* cvals,
         int* ccount,
         u64* red) {
     const int lane = threadIdx.x & 31, base = (threadIdx.x >> 5) * CHUNK;
-    const u64 lq = (total - need) / (u64)VOCAB;
+    const float* row = sample_row(s, mode);
     __syncthreads();
     if (threadIdx.x == 0) {
         *ccount = 0;
     }
     __syncthreads();
+    u64 held = 0;
     for (int r0 = 0; r0 < ROUNDS; r0 += SAMPLE_U) {
         float vs[SAMPLE_U];
         #pragma unroll
         for (int u = 0; u < SAMPLE_U; ++u) {
             const int i = base + (r0 + u) * 32 + lane;
-            vs[u] = i < VOCAB ? s.w[i] : 0.f;
+            vs[u] = i < VOCAB ? row[i] : 0.f;
         }
         #pragma unroll
         for (int u = 0; u < SAMPLE_U; ++u) {
             const int i = base + (r0 + u) * 32 + lane;
             if (i < VOCAB) {
                 const float v = vs[u];
-                if (weight_fx(v) >= lq) {
+                u64 q;
+                const u32 k = sample_key(s, mode, v, q);
+                if (q > 0ull && (mode == KEY_W ? q >= lq : k >= kl)) {
+                    held += q;
                     const int slot = atomicAdd(ccount, 1);
                     if (slot < COMPACT) {
                         cvals[slot] = v;
@@ -494,12 +503,12 @@ static __device__ __forceinline__ u32 top_p_search(
             }
         }
     }
-    __syncthreads();
+    held = block_sum_u64(held, red); // its barriers also order the slots' writes
     const int cnt = *ccount;
-    if (cnt > COMPACT) {
-        return search(s, KEY_W, need, __float_as_uint(1.f), red);
+    if (cnt > COMPACT || held < need) {
+        return search(s, mode, need, hi, red);
     }
-    return search_in(s, KEY_W, cvals, cnt, need, __float_as_uint(1.f), red);
+    return search_in(s, mode, cvals, cnt, need, hi, red);
 }
 
 // The id through which the elements whose key (mode) is t are kept: those
@@ -631,7 +640,7 @@ static __device__ __forceinline__ int sample_draw(
     // top-k: the TopK largest keys, ties by id
     const int k = (int)r[R_TOP_K];
     if (k > 0 && (u64)k < n) {
-        s.tk = search(s, KEY_Y, (u64)k, ord_key(s.ymax), red);
+        s.tk = compact_search(s, KEY_Y, (u64)k, ord_key(s.ymax), ord_key(__fsub_rn(s.ymax, COMPACT_SPAN)), 0ull, cvals, ccount, red);
         s.ck = tie_cut(s, KEY_Y, s.tk, (u64)k, red, found);
     }
     // the top-k survivors' weights e = exp(y - ymax) into w (0 elsewhere), and their sum
@@ -667,7 +676,8 @@ static __device__ __forceinline__ int sample_draw(
     const float top_p = __uint_as_float(r[R_TOP_P]);
     if (top_p > 0.f && top_p < 1.f && total > 0ull) {
         const u64 need = ceil_frac(top_p, total);
-        s.tp = top_p_search(s, need, total, cvals, ccount, red);
+        // weights below (total - need) / VOCAB hold less than total - need together
+        s.tp = compact_search(s, KEY_W, need, __float_as_uint(1.f), 0u, (total - need) / (u64)VOCAB, cvals, ccount, red);
         s.cp = tie_cut(s, KEY_W, s.tp, need, red, found);
     }
     // min-p, then a point of [0, the survivors' weight) from the sequence's stream;
@@ -739,7 +749,9 @@ static __device__ __forceinline__ void sample_logprobs(
         int* found,
         float* topv,
         int* topi,
-        int* ntop) {
+        int* ntop,
+        float* cvals,
+        int* ccount) {
     const int lane = threadIdx.x & 31, base = (threadIdx.x >> 5) * CHUNK;
     float sum = 0.f;
     for (int r0 = 0; r0 < ROUNDS; r0 += SAMPLE_U) {
@@ -771,7 +783,7 @@ static __device__ __forceinline__ void sample_logprobs(
     u32 t = 0;
     int cut = VOCAB;
     if (k < VOCAB) {
-        t = search(s, KEY_RAW, (u64)k, ord_key(rmax), red);
+        t = compact_search(s, KEY_RAW, (u64)k, ord_key(rmax), ord_key(__fsub_rn(rmax, COMPACT_SPAN)), 0ull, cvals, ccount, red);
         cut = tie_cut(s, KEY_RAW, t, (u64)k, red, found);
     }
     if (threadIdx.x == 0) {
@@ -838,7 +850,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_v1000_t1024(
     __shared__ float redf[NW];
     __shared__ int redi[NW];
     __shared__ int found, ntop, ccount;
-    __shared__ float cvals[COMPACT]; // top-p's candidate weights (top_p_search)
+    __shared__ float cvals[COMPACT]; // a search's candidates (compact_search)
     __shared__ float topv[MAX_TOP];
     __shared__ int topi[MAX_TOP];
     pdl_wait();
@@ -931,7 +943,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_v1000_t1024(
                 tok = sample_draw(s, r, red, redf, redi, &found, known, n1, rmax, cvals, &ccount);
             }
             if (tok < 0) tok = fin ? SAMPLE_NONE : SAMPLE_NO_FINITE;
-            if ((flags & F_LOGPROBS) || r[R_TOP_N] > 0u) sample_logprobs(s, r, tok, rmax, o, red, redf, &found, topv, topi, &ntop);
+            if ((flags & F_LOGPROBS) || r[R_TOP_N] > 0u) sample_logprobs(s, r, tok, rmax, o, red, redf, &found, topv, topi, &ntop, cvals, &ccount);
         }
         if (threadIdx.x == 0) o[O_TOKEN] = tok;
     }
