@@ -44,7 +44,7 @@ func DecodeLive(shape string, as codegen.AttnShape, lens []int32, capacity int, 
 func DecodePreload(shape string, as codegen.AttnShape, lens []int32, capacity int, seed uint64) *Case {
 	c := DecodeLive(shape, as, lens, capacity, seed)
 	c.Label, c.Class = "attn_decode_live+preload", c.Class+"_preload"
-	return withDecodeArm(c, as, func(a *codegen.DecodeArm) { a.Preload = true })
+	return withDecodeArm(c, as, func(a *codegen.DecodeArm) { a.Preload = a.Live != 4 }) // as lowering: Live 4 never preloads
 }
 
 // DecodeLive2 is DecodeLive with codegen.DecodeArm Live 2, the decode
