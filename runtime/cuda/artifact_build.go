@@ -27,16 +27,14 @@ func ArtifactKernels(m *load.Model, opts BackendOptions) (dec, pre *codegen.Prog
 	if err := envOptions(&opts); err != nil {
 		return nil, nil, nil, err
 	}
-	if dec, pre, err = lowerStage(m, opts, 0, m.HParams.Layers); err != nil {
-		return nil, nil, nil, err
-	}
-	one, err := lowerOne(m, opts, dec)
+	progs, err := lowerPrograms(m, opts, 0, m.HParams.Layers)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	dec, pre = progs.decode, progs.prefill
 	var oneKs []*codegen.Kernel
-	if one != nil {
-		oneKs = one.Kernels
+	if progs.one != nil {
+		oneKs = progs.one.Kernels
 	}
 	plan, err := planPrefill(pre, opts.PrefillTokens)
 	if err != nil {

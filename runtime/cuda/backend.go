@@ -248,21 +248,37 @@ func Lower(m *load.Model, opts BackendOptions) (decode, prefill *codegen.Program
 
 // lowerStage is Lower for the pipeline stage of layers [first, last).
 func lowerStage(m *load.Model, opts BackendOptions, first, last int) (decode, prefill *codegen.Program, err error) {
+	ps, err := lowerPrograms(m, opts, first, last)
+	return ps.decode, ps.prefill, err
+}
+
+// programSet is a backend's programs: decode, prefill and, for a whole
+// model, the one-sequence decode program where there is one (one.go).
+type programSet struct{ decode, prefill, one *codegen.Program }
+
+// lowerPrograms lowers the stage of layers [first, last) for each program
+// of a backend of opts, from one graph.
+func lowerPrograms(m *load.Model, opts BackendOptions, first, last int) (ps programSet, err error) {
 	g, base, err := buildGraph(m, &opts, func() (*ir.Graph, error) { return arch.BuildStage(m.HParams, m, first, last) })
 	if err != nil {
-		return nil, nil, err
+		return ps, err
 	}
 	d := base
 	d.Class = codegen.Decode
-	if decode, err = codegen.Lower(g, d); err != nil {
-		return nil, nil, err
+	if ps.decode, err = codegen.Lower(g, d); err != nil {
+		return programSet{}, err
 	}
 	p := base
 	p.Class, p.MaxTokens = codegen.Prefill, opts.PrefillTokens
-	if prefill, err = codegen.Lower(g, p); err != nil {
-		return nil, nil, err
+	if ps.prefill, err = codegen.Lower(g, p); err != nil {
+		return programSet{}, err
 	}
-	return decode, prefill, nil
+	if first == 0 && last == m.HParams.Layers {
+		if ps.one, err = lowerOne(g, base, opts, ps.decode); err != nil {
+			return programSet{}, err
+		}
+	}
+	return ps, nil
 }
 
 // buildGraph fills *opts for m, builds the graph build returns, runs the
@@ -336,7 +352,7 @@ func newBackend(m *load.Model, opts BackendOptions, first, last int) (*Backend, 
 	} else if !opts.Untuned && opts.Pick == nil {
 		opts.Pick = tunedPicker(opts.Tunedb, DeviceKey(info), opts.Logf)
 	}
-	decode, prefill, err := lowerStage(m, opts, first, last)
+	progs, err := lowerPrograms(m, opts, first, last)
 	if err != nil {
 		return nil, errors.Join(err, dev.Close())
 	}
@@ -350,23 +366,17 @@ func newBackend(m *load.Model, opts BackendOptions, first, last int) (*Backend, 
 			opts.Logf("MEMRA_DROP=%q: decode steps leave out the launches of matching kernels; their outputs are wrong (timing only)", v)
 		}
 	}
-	b.progs[codegen.Decode] = &progState{p: decode}
-	b.progs[codegen.Prefill] = &progState{p: prefill}
-	if first == 0 && last == m.HParams.Layers {
-		one, err := lowerOne(m, opts, decode)
-		if err != nil {
-			return nil, errors.Join(err, dev.Close())
-		}
-		if one != nil {
-			b.one = &progState{p: one}
-		}
+	b.progs[codegen.Decode] = &progState{p: progs.decode}
+	b.progs[codegen.Prefill] = &progState{p: progs.prefill}
+	if progs.one != nil {
+		b.one = &progState{p: progs.one}
 	}
 	if opts.Embedding && first == 0 && last == m.HParams.Layers {
 		if b.emb, err = newEmbedState(m, opts); err != nil {
 			return nil, errors.Join(err, dev.Close())
 		}
 	}
-	b.info = runtime.ModelInfo{Name: m.HParams.Name, Arch: m.HParams.Arch, VocabSize: decode.Vocab, ContextLength: opts.Context,
+	b.info = runtime.ModelInfo{Name: m.HParams.Name, Arch: m.HParams.Arch, VocabSize: progs.decode.Vocab, ContextLength: opts.Context,
 		MaxBatchTokens: opts.PrefillTokens, Device: fmt.Sprintf("cuda:%d", opts.Device)}
 	if err := b.load(m, info.Arch()); err != nil {
 		_ = b.Close()
@@ -401,7 +411,7 @@ func (b *Backend) load(m *load.Model, target string) error {
 	}
 	b.inCap = pre.MaxTokens
 	weights, wbytes := uniqueWeights(b.programs()...)
-	arena := max(dec.Buffers.ArenaBytes, pre.Buffers.ArenaBytes)
+	var arena int64
 	for _, ps := range b.states() {
 		arena = max(arena, ps.p.Buffers.ArenaBytes)
 	}
@@ -430,11 +440,8 @@ func (b *Backend) load(m *load.Model, target string) error {
 		resident := false
 		if plan != nil {
 			left := free - need - plan.bytes() - poolMargin(total)
-			if resident, err = residentWeights(b.opts.PrefillWeights, plan.deqBytes, left); err != nil {
+			if resident, err = residentWeights(b.opts.PrefillWeights, plan.deqBytes, left, b.opts.KVMemory); err != nil {
 				return err
-			}
-			if b.opts.PrefillWeights == "" && b.opts.KVMemory > 0 && plan.deqBytes > left-b.opts.KVMemory {
-				resident = false // not at the cost of the KV memory asked for
 			}
 			if resident {
 				// the scratch stays: a product of another program (embeddings) may read weights the prefill program does not

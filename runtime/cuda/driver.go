@@ -25,8 +25,7 @@ type driver struct {
 	cuFuncSetAttribute, cuLaunchKernel, cuLaunchKernelEx                  uintptr
 	cuStreamBeginCapture, cuStreamEndCapture                              uintptr
 	cuGraphInstantiate, cuGraphLaunch, cuGraphDestroy, cuGraphExecDestroy uintptr
-	cuMemAllocHost, cuMemFreeHost, cuMemcpy2DAsync                        uintptr
-	cuMemHostGetDevicePointer                                             uintptr
+	cuMemAllocHost, cuMemFreeHost, cuMemHostGetDevicePointer              uintptr
 }
 
 var (
@@ -90,7 +89,6 @@ func loadDriver() (*driver, error) {
 			"cuMemAllocHost_v2":                        &d.cuMemAllocHost,
 			"cuMemFreeHost":                            &d.cuMemFreeHost,
 			"cuMemHostGetDevicePointer_v2":             &d.cuMemHostGetDevicePointer,
-			"cuMemcpy2DAsync_v2":                       &d.cuMemcpy2DAsync,
 		})
 		if err != nil {
 			drvErr = err

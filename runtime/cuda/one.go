@@ -3,8 +3,6 @@ package cuda
 import (
 	"github.com/memra-ai/memra/codegen"
 	"github.com/memra-ai/memra/ir"
-	"github.com/memra-ai/memra/ir/arch"
-	"github.com/memra-ai/memra/runtime/load"
 )
 
 // A decode program lowered for two or more sequences runs its one-row
@@ -26,14 +24,11 @@ import (
 // ArtifactKernels).
 
 // lowerOne returns the one-sequence decode program of a whole-model
-// backend of opts beside decode, or nil where there is none (see above).
-func lowerOne(m *load.Model, opts BackendOptions, decode *codegen.Program) (*codegen.Program, error) {
+// backend of opts beside decode, lowered from decode's graph g and options
+// base, or nil where there is none (see above).
+func lowerOne(g *ir.Graph, base codegen.LowerOptions, opts BackendOptions, decode *codegen.Program) (*codegen.Program, error) {
 	if opts.MaxSeqs < 2 || opts.BatchInvariant {
 		return nil, nil
-	}
-	g, base, err := buildGraph(m, &opts, func() (*ir.Graph, error) { return arch.BuildStage(m.HParams, m, 0, m.HParams.Layers) })
-	if err != nil {
-		return nil, err
 	}
 	base.Class, base.MaxSeqs = codegen.Decode, 1
 	base.RopeInProduct = true

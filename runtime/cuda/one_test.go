@@ -20,10 +20,9 @@ func TestLowerOne(t *testing.T) {
 	for _, c := range []struct{ preset, quant string }{{"llama3-8b", "q4_k_m"}, {"qwen3-8b", "q4_k_m"}, {"qwen2.5-7b", "q8_0"}} {
 		m := synthModel(t, c.preset, c.quant, synth.WeightsBlocks)
 		opts := BackendOptions{MaxSeqs: 8}
-		dec, _, err := lowerStage(m, opts, 0, m.HParams.Layers)
+		progs, err := lowerPrograms(m, opts, 0, m.HParams.Layers)
 		require.NoError(t, err)
-		one, err := lowerOne(m, opts, dec)
-		require.NoError(t, err)
+		dec, one := progs.decode, progs.one
 		require.NotNil(t, one, c.preset)
 		require.Equal(t, 1, one.MaxSeqs)
 		require.Less(t, len(one.Launches), len(dec.Launches), "%s: one %d launches, batch %d", c.preset, len(one.Launches), len(dec.Launches))
@@ -35,12 +34,12 @@ func TestLowerOne(t *testing.T) {
 		require.GreaterOrEqual(t, one.SampleOut, 0)
 		require.GreaterOrEqual(t, one.StepInputs, 0)
 
-		single, err := lowerOne(m, BackendOptions{MaxSeqs: 1}, dec)
+		single, err := lowerPrograms(m, BackendOptions{MaxSeqs: 1}, 0, m.HParams.Layers)
 		require.NoError(t, err)
-		require.Nil(t, single, "a one-sequence backend's decode program is the one")
-		inv, err := lowerOne(m, BackendOptions{MaxSeqs: 8, BatchInvariant: true}, dec)
+		require.Nil(t, single.one, "a one-sequence backend's decode program is the one")
+		inv, err := lowerPrograms(m, BackendOptions{MaxSeqs: 8, BatchInvariant: true}, 0, m.HParams.Layers)
 		require.NoError(t, err)
-		require.Nil(t, inv, "--batch-invariant runs one row on the batch's kernels")
+		require.Nil(t, inv.one, "--batch-invariant runs one row on the batch's kernels")
 	}
 }
 
@@ -69,8 +68,9 @@ func TestArtifactHoldsOne(t *testing.T) {
 	opts := BackendOptions{MaxSeqs: 4}
 	dec, _, ks, err := ArtifactKernels(m, opts)
 	require.NoError(t, err)
-	one, err := lowerOne(m, opts, dec)
+	progs, err := lowerPrograms(m, opts, 0, m.HParams.Layers)
 	require.NoError(t, err)
+	one := progs.one
 	require.NotNil(t, one)
 	a := &Artifact{Dir: "art", byName: map[string]*KernelImages{}}
 	for _, k := range ks {

@@ -19,8 +19,7 @@ import (
 // of the oldest step and reads its slot. A fed step takes the tokens the
 // step before it chose into its own token input on the device as its
 // inputs are uploaded (the step inputs kernel reads them from the step
-// before's output; without it, a device copy after the upload's copies),
-// before its launches: the stream runs them in that order, and the step
+// before's output), before its launches: the stream runs them in that order, and the step
 // before it copied its tokens to the host before this step's launches
 // overwrite them. Two slots: at most two steps wait. Each slot's events
 // time its step on the device (runtime.DeviceTimer): t0 before its

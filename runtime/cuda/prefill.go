@@ -97,15 +97,16 @@ func planPrefill(p *codegen.Program, maxTokens int) (*prefillPlan, error) {
 // residentWeights decides whether the plan's dequantised weights are kept
 // resident: PrefillWeights "resident" yes, "dequant" no, and by default
 // where their bf16 bytes are at most a quarter of what is left for the KV
-// cache (left: free memory less everything else the backend needs).
-func residentWeights(mode string, deqBytes, left int64) (bool, error) {
+// cache (left: free memory less everything else the backend needs), and
+// fit beside the KV memory asked for (kvMemory, BackendOptions.KVMemory).
+func residentWeights(mode string, deqBytes, left, kvMemory int64) (bool, error) {
 	switch mode {
 	case "resident":
 		return deqBytes > 0, nil
 	case "dequant":
 		return false, nil
 	case "":
-		return deqBytes > 0 && 4*deqBytes <= left, nil
+		return deqBytes > 0 && 4*deqBytes <= left && (kvMemory <= 0 || deqBytes <= left-kvMemory), nil
 	}
 	return false, fmt.Errorf("%w: PrefillWeights %q: want resident, dequant or empty", ErrArg, mode)
 }

@@ -56,7 +56,7 @@ func TestResidentWeightsPolicy(t *testing.T) {
 		{"dequant", 1, 100, false, false},
 		{"bf16", 1, 100, false, true},
 	} {
-		got, err := residentWeights(c.mode, c.deq, c.left)
+		got, err := residentWeights(c.mode, c.deq, c.left, 0)
 		if c.error {
 			require.ErrorIs(t, err, ErrArg)
 			continue

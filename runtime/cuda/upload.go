@@ -17,15 +17,15 @@ import (
 // after the work that reads it: a slot is written again only once that
 // work is done.
 //
-// Where the program has one (codegen.Program.StepInputs), a single launch
-// of the step inputs kernel does what were up to four copies a step (the
+// A single launch of the program's step inputs kernel
+// (codegen.Program.StepInputs) does what were up to four copies a step (the
 // rows of the inputs, the page tables, the records and a fed step's
 // tokens, 18.9 µs of device time a step on the H100): it reads the slot in
 // place through its device address (page-locked memory is mapped under
 // unified addressing), packed as codegen.PackStepInputs lays it out, and
 // takes a fed step's tokens from the step before's output on the device.
 // Bias, penalties and masks, rare, keep their copies after it, from the
-// slot past the packed words. A program without the kernel gets the copies.
+// slot past the packed words.
 
 // upSlot is one slot of page-locked upload memory.
 type upSlot struct {
@@ -109,15 +109,15 @@ type upFeed struct {
 
 // uploadInputs queues the upload of a step's inputs (the rows fillInputs
 // wrote of each), page tables and (where ps samples) sampling records,
-// through an upload slot: the step inputs kernel where ps has one, else
-// copies. With feed, the first feed.n tokens come from the device instead.
+// through an upload slot and one launch of ps's step inputs kernel. With
+// feed, the first feed.n tokens come from the device instead.
 func (b *Backend) uploadInputs(c *Ctx, ps *progState, feed *upFeed) error {
 	var sampling [codegen.NumSampleInputs][]byte
 	if ps.p.SampleOut >= 0 {
 		sampling = b.samplingBytes()
 	}
-	if ps.p.StepInputs < 0 {
-		return b.copyInputs(c, sampling, feed)
+	if ps.p.StepInputs < 0 { // every lowered program has one (codegen.Lower)
+		return errors.New("cuda: BUG: a program without its step inputs kernel")
 	}
 	width := b.inRows
 	tab := i32AsU32(b.hostTab)
@@ -161,57 +161,6 @@ func (b *Backend) uploadInputs(c *Ctx, ps *progState, feed *upFeed) error {
 			return err
 		}
 		off += len(d)
-	}
-	return c.Record(s.ev, b.stream)
-}
-
-// copyInputs is uploadInputs without the step inputs kernel: a 2D copy of
-// the inputs' rows, a copy of the page tables and of each non-empty
-// sampling input, then the fed tokens' device copy.
-func (b *Backend) copyInputs(c *Ctx, sampling [codegen.NumSampleInputs][]byte, feed *upFeed) error {
-	pitch := 4 * b.inCap
-	width := 4 * b.inRows
-	tab := i32AsBytes(b.hostTab)
-	n := int(codegen.NumInputs)*pitch + len(tab)
-	for _, d := range sampling {
-		n += len(d)
-	}
-	s, err := b.up.take(c, n)
-	if err != nil {
-		return err
-	}
-	buf := s.bytes()
-	for i := range int(codegen.NumInputs) {
-		copy(buf[i*pitch:i*pitch+width], b.host[i*pitch:i*pitch+width])
-	}
-	// queued is set before the first copy: a failure after it waits for what was queued
-	s.queued = true
-	if width > 0 {
-		err = c.CopyHtoD2DAsync(b.inputs, pitch, s.host, pitch, width, int(codegen.NumInputs), b.stream)
-	}
-	off := int(codegen.NumInputs) * pitch
-	put := func(dst DevicePtr, data []byte) {
-		if err != nil || len(data) == 0 {
-			return
-		}
-		copy(buf[off:], data)
-		err = c.CopyHtoDAsync(dst, buf[off:off+len(data)], b.stream)
-		off += len(data)
-	}
-	put(b.pageTab, tab)
-	for i, d := range sampling {
-		put(b.sampleIn[i], d)
-	}
-	if err == nil && feed != nil {
-		tokens := b.inputs + DevicePtr(int(codegen.InTokens)*pitch)
-		if feed.stride == 1 {
-			err = c.CopyDtoDAsync(tokens, feed.src, 4*feed.n, b.stream)
-		} else {
-			err = c.CopyDtoD2DAsync(tokens, 4, feed.src, 4*feed.stride, 4, feed.n, b.stream)
-		}
-	}
-	if err != nil {
-		return err
 	}
 	return c.Record(s.ev, b.stream)
 }
