@@ -146,8 +146,9 @@ func (l *lowerer) decodeArm(class string) DecodeArm {
 	}
 	if arm.Live == 3 && l.o.BatchInvariant {
 		// Live 3 sizes a sequence's splits by the step's sequence count, so
-		// its sums would depend on the batch: Live 2's depend on its length
-		arm.Live = 2
+		// its sums would depend on the batch: Live 4's depend on its length
+		// alone and launch as Live 3's do
+		arm.Live = 4
 	}
 	arm = arm.OnCard(l.o.Multiprocessors)
 	arm.Preload = l.o.DecodePreload && arm.Live != 4 // a Live 4 block takes several splits

@@ -290,6 +290,6 @@ func TestLowerDecodeLive3Pick(t *testing.T) {
 	}
 	o.BatchInvariant = true
 	for _, n := range attn() {
-		require.Contains(t, n, "t256_c128_l2", "batch-invariant: Live 2, whose splits follow the length alone")
+		require.Contains(t, n, "t256_c128_l4_m114", "batch-invariant: Live 4, whose splits follow the length alone")
 	}
 }
