@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# The common part of the GPU suites (gpu-battery.sh, gpu-serve.sh, gpu-small.sh), sourced from the
+# The common part of the GPU suites (gpu-battery.sh, gpu-serve.sh), sourced from the
 # repository root after a suite sets BIN, OUT and MODELS (and STEP_WIDTH, its table's first
 # column): makes OUT and MODELS, unpacks the carried .gz files of ${GZ_DIR:-.gpu} into .gpu (a
 # binary older than its .gz is replaced), points MEMRA_NVRTC_DIR at the CUDA toolkit's NVRTC, and

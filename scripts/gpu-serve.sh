@@ -20,12 +20,6 @@
 #                                # counters and each level's device time a step (issue 31);
 #                                # SPEED_PRESET=qwen3-8b for another synthesized model, SPEED_BATCHES
 #                                # the engine's batches, SPEED_MAX_RUNNING the server's --max-running
-#   scripts/gpu-serve.sh one     # session 23's unmeasured commits: kernel-check of the SwiGLU-output
-#                                # product that reads the [gate | up] rows through GateUpRow and of
-#                                # decode attention Live 4, the CUDA tests (the resident prefill
-#                                # weights, the sampler's top-p search and its times among them),
-#                                # then speed's one-stream levels at --max-running 64 (the one-
-#                                # sequence decode program) against bench -b 1
 #   scripts/gpu-serve.sh mixed   # the kernels of one serving step of 48 decodes and 1,600 prompt
 #                                # tokens (bench --profile-prefill), beside pp512 and pp2048
 #   scripts/gpu-serve.sh exact   # greedy from the prefix cache as cold, with speculation as without,
@@ -194,16 +188,6 @@ speed)
 	for d in "$OUT"/speed-*; do echo "== $d"; grep -E '^\| [0-9]' "$d/serve-bench.md"; done
 	for f in "$OUT"/metrics-*.txt; do echo "== $f"; cat "$f"; done
 	cat "$OUT/periods.txt"
-	;;
-one)
-	step kernel-check-swiglu-out "$BIN" kernel-check --shapes llama3-8b,qwen2.5-7b --only swiglu-out --reps 3
-	step kernel-check-live4 "$BIN" kernel-check --shapes llama3-8b,qwen2.5-7b --only attn_decode_live4 --reps 3
-	one_tests() { (cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run "${CUDA_TESTS:-TestGPU}"); }
-	step cuda-tests one_tests
-	grep -h -E '^(--- |ok|FAIL)' "$OUT/cuda-tests.log"
-	grep -h -E 'swiglu|live4|FAIL' "$OUT/kernel-check-swiglu-out.log" "$OUT/kernel-check-live4.log"
-	grep -h -E 'sequences:' "$OUT/cuda-tests.log" | sed 's/.*_test.go:[0-9]*: //'
-	OUT="$OUT/speed" SPEED_BATCHES=1 LEVELS="1:1 1:0" "$0" speed || failed=1
 	;;
 mixed)
 	# where a serving step that admits requests goes: the kernels of one step of 48 decodes at
