@@ -208,9 +208,16 @@ fi
 # gemma2-9b (2 layers: one sliding, one global) and gemma3-12b (6 layers: five sliding, one
 # global) with a window of 32 (the 144 positions of a sequence cross it), in the exact and the
 # default configuration, and transformers' Gemma2ForCausalLM/Gemma3ForCausalLM on the same
-# weights (real width, bf16; hf_parity.py takes eager attention for them).
+# weights (real width, bf16; hf_parity.py takes eager attention for them), and batch 1 of the whole
+# gemma3-12b q4_k_m with the roofline (issue 34: 55 % of it). GEMMA_PARTS picks parts: check parity
+# hf bench (all four by default).
 if [ "$MODE" = gemma ]; then
+	gparts=${GEMMA_PARTS:-"check parity hf bench"}
+	case " $gparts " in *" check "*)
 	step gemma-kernel-check "$BIN" kernel-check --shapes gemma3-12b --types q4_k,q8_0 --reps 0
+	;;
+	esac
+	case " $gparts " in *" parity "*)
 	for g in gemma2-9b:2 gemma3-12b:6; do
 		p=${g%:*} l=${g#*:}
 		for q in q4_k_m bf16; do
@@ -220,6 +227,8 @@ if [ "$MODE" = gemma ]; then
 			step "gemma-parity-default-$p-$q" "$BIN" gpu-parity "$f" --steps 128 --prompts 2 --tie-tol 0.02 --tie-sigma 3
 		done
 	done
+	;;
+	esac
 	gemma_hf() {
 		local dirs=()
 		for g in gemma2-9b:2 gemma3-12b:6; do
@@ -229,8 +238,16 @@ if [ "$MODE" = gemma ]; then
 		done
 		python3 scripts/hf_parity.py --memra "$BIN" --device cuda --steps 64 --prompt-ids "2 651 4320 8426 25341 36271 1163 573 27894 5929" "$@" "${dirs[@]}"
 	}
+	case " $gparts " in *" hf "*)
 	step gemma-hf-exact gemma_hf --exact
 	step gemma-hf-default gemma_hf --tie-tol 0.02 --tie-sigma 3
+	;;
+	esac
+	case " $gparts " in *" bench "*)
+	step gemma-bench-gemma3-12b model_bench gemma3-12b q4_k_m 3 1
+	grep -H -E '^\| 2.*tg|^roofline' "$OUT"/gemma-bench-*.log 2>/dev/null
+	;;
+	esac
 fi
 
 # Mixture of experts (qwen3moe, mixtral): kernel-check of the MoE kernels at the Qwen3-30B-A3B and
