@@ -33,7 +33,8 @@ type DecodeArm struct {
 	//      multiprocessor liveBlocksPerSM blocks): a block takes split y,
 	//      y + launched, … (no Preload). Where Live 3 would give a sequence
 	//      one split of 600 keys at 64 sequences, Live 4 gives it five of
-	//      CHUNK 128 in one block, and at one sequence the same five.
+	//      CHUNK 128 in one block, and at one sequence the same five. The
+	//      --batch-invariant configuration's (decodeArm maps Live 3 to it).
 	Live int
 	// SMs (Live 3 only; not a tuned knob: lowering sets it from
 	// LowerOptions.Multiprocessors) is the card's multiprocessor count.
