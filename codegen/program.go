@@ -286,8 +286,8 @@ type Program struct {
 	HiddenOut int
 	// StepInputs is the kernel (StepInputs) that writes the step's inputs,
 	// page tables and sampling records from page-locked host memory before
-	// the launches, or -1 (the runtime copies them). It has no Launch: the
-	// runtime launches it with the words of each step.
+	// the launches: every program from Lower has one (-1 otherwise). It has
+	// no Launch: the runtime launches it with the words of each step.
 	StepInputs int
 }
 

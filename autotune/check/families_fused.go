@@ -114,7 +114,7 @@ func xqLaunch(ks []*codegen.Kernel, m, k int, x, nw *Buf, wb []byte, y *Buf) *La
 
 // ProductSwiGLUOut is a gate/up product of m rows after a norm that
 // computes the SwiGLU and quantises it for the down product in its
-// epilogue (codegen.XQEnds.SwiGLUOut, rows interleaved by 32), then the
+// epilogue (codegen.XQEnds.SwiGLUOut, the [gate | up] rows taken in pairs of 32 through codegen.GateUpRow), then the
 // down product reading them, as lowering chains them:
 // y = y0 + Wd·swiglu(Wgu·rmsnorm(x, nw)), checked against the CPU norm,
 // products and SwiGLU. The arm is the gate/up product's (default: the

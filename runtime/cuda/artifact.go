@@ -353,28 +353,34 @@ func (a *Artifact) images(ks []*codegen.Kernel, info DeviceInfo) (map[string][]b
 		if _, done := out[k.Name]; done {
 			continue
 		}
-		rec := a.byName[k.Name]
-		sum := sha256.Sum256([]byte(k.Source))
-		switch {
-		case rec == nil:
-			return nil, fmt.Errorf("%w: kernel %s of this configuration is not in %s; %s", ErrArtifact, k.Name, a.Dir, a.configuration())
-		case rec.SourceSHA256 != hex.EncodeToString(sum[:]):
-			return nil, fmt.Errorf("%w: kernel %s's source is not the one compiled into %s (another memra version or configuration); %s", ErrArtifact, k.Name, a.Dir, a.configuration())
-		case len(rec.Options) > 0:
-			return nil, fmt.Errorf("%w: kernel %s is compiled with options %q in %s, this run wants none; %s", ErrArtifact, k.Name, rec.Options, a.Dir, a.configuration())
+		if err := a.has(k); err != nil {
+			return nil, err
 		}
 		out[k.Name] = a.data[k.Name][t]
 	}
 	return out, nil
 }
 
-// holds reports whether the artifact has an image of every kernel of ks
-// that images would take (its name, its source, no compile options).
+// has returns nil where the artifact holds k as images takes it (its
+// name, its source, no compile options), else an error saying which.
+func (a *Artifact) has(k *codegen.Kernel) error {
+	rec := a.byName[k.Name]
+	sum := sha256.Sum256([]byte(k.Source))
+	switch {
+	case rec == nil:
+		return fmt.Errorf("%w: kernel %s of this configuration is not in %s; %s", ErrArtifact, k.Name, a.Dir, a.configuration())
+	case rec.SourceSHA256 != hex.EncodeToString(sum[:]):
+		return fmt.Errorf("%w: kernel %s's source is not the one compiled into %s (another memra version or configuration); %s", ErrArtifact, k.Name, a.Dir, a.configuration())
+	case len(rec.Options) > 0:
+		return fmt.Errorf("%w: kernel %s is compiled with options %q in %s, this run wants none; %s", ErrArtifact, k.Name, rec.Options, a.Dir, a.configuration())
+	}
+	return nil
+}
+
+// holds reports whether the artifact holds every kernel of ks (has).
 func (a *Artifact) holds(ks []*codegen.Kernel) bool {
 	for _, k := range ks {
-		rec := a.byName[k.Name]
-		sum := sha256.Sum256([]byte(k.Source))
-		if rec == nil || rec.SourceSHA256 != hex.EncodeToString(sum[:]) || len(rec.Options) > 0 {
+		if a.has(k) != nil {
 			return false
 		}
 	}

@@ -365,13 +365,14 @@ func (b *Backend) launch(c *Ctx, ps *progState, l *codegen.Launch, T, S int) err
 	return nil
 }
 
-// graph returns the decode graph of a bucket, capturing it on first use.
 // graphKey names a captured decode graph: its program and bucket.
 type graphKey struct {
 	ps     *progState
 	bucket int
 }
 
+// graph returns the decode graph of ps and a bucket, capturing it on first
+// use.
 func (b *Backend) graph(c *Ctx, ps *progState, bucket int) (GraphExec, error) {
 	key := graphKey{ps, bucket}
 	if g, ok := b.graphs[key]; ok {

@@ -18,7 +18,6 @@ import (
 // F16 weights are the exception: they are multiplied as they are, against
 // activations rounded to f16 (finer than bf16, with f16's range), which
 // saves rewriting every weight at each prefill.
-
 //
 // Dequantising is a pass over every quantised weight at each prefill step
 // (llama2-7b q4_k_m: 4 GB read, 13.5 GB of bf16 written, about 6 ms on
@@ -124,9 +123,8 @@ func (bpf *blasPrefill) keepResident(c *Ctx, b *Backend, plan *prefillPlan, ws [
 		if err != nil {
 			return err
 		}
-		g := bp.deq.Launch(codegen.Dims{Seqs: 1})
-		if err := c.Launch(bp.fdeq, LaunchConfig{Grid: g.Grid, Block: g.Block, Stream: s}, w, buf); err != nil {
-			return fmt.Errorf("kernel %s: %w", bp.deq.Name, err)
+		if err := bp.dequant(c, w, buf, s); err != nil {
+			return err
 		}
 		bpf.resident[w] = buf
 	}
@@ -191,23 +189,33 @@ func (b *Backend) newBLASPrefill(c *Ctx, plan *prefillPlan, images map[string][]
 // kernel before them, and the scratch they write may still be read by
 // the previous product.
 func (bpf *blasPrefill) run(c *Ctx, bp *blasProduct, w, x, y DevicePtr, m int, s Stream) error {
-	d := codegen.Dims{Tokens: m, Seqs: 1}
-	if r, ok := bpf.resident[w]; ok && bp.deq != nil {
-		w = r
-	} else if bp.deq != nil {
-		g := bp.deq.Launch(d)
-		if err := c.Launch(bp.fdeq, LaunchConfig{Grid: g.Grid, Block: g.Block, Stream: s}, w, bpf.wbuf); err != nil {
-			return fmt.Errorf("kernel %s: %w", bp.deq.Name, err)
+	if bp.deq != nil {
+		if r, ok := bpf.resident[w]; ok {
+			w = r
+		} else {
+			if err := bp.dequant(c, w, bpf.wbuf, s); err != nil {
+				return err
+			}
+			w = bpf.wbuf
 		}
-		w = bpf.wbuf
 	}
-	g := bp.round.Launch(d)
+	g := bp.round.Launch(codegen.Dims{Tokens: m, Seqs: 1})
 	if err := c.Launch(bp.fround, LaunchConfig{Grid: g.Grid, Block: g.Block, Stream: s}, x, bpf.xbuf, int32(m)); err != nil {
 		return fmt.Errorf("kernel %s: %w", bp.round.Name, err)
 	}
 	key := blasKey{m: m, n: bp.shape.N, k: bp.shape.K, residual: bp.shape.Residual, f16: bp.op == dtype.F16}
 	if err := bpf.bl.matmul(key, w, bpf.xbuf, y, s); err != nil {
 		return fmt.Errorf("prefill product %v %d×%d×%d: %w", bp.shape.Type, m, bp.shape.N, bp.shape.K, err)
+	}
+	return nil
+}
+
+// dequant queues the dequantisation of bp's weight w into bf16 rows at
+// dst, on s.
+func (bp *blasProduct) dequant(c *Ctx, w, dst DevicePtr, s Stream) error {
+	g := bp.deq.Launch(codegen.Dims{Seqs: 1})
+	if err := c.Launch(bp.fdeq, LaunchConfig{Grid: g.Grid, Block: g.Block, Stream: s}, w, dst); err != nil {
+		return fmt.Errorf("kernel %s: %w", bp.deq.Name, err)
 	}
 	return nil
 }

@@ -112,15 +112,15 @@ type upFeed struct {
 // through an upload slot and one launch of ps's step inputs kernel. With
 // feed, the first feed.n tokens come from the device instead.
 func (b *Backend) uploadInputs(c *Ctx, ps *progState, feed *upFeed) error {
+	if ps.p.StepInputs < 0 { // every lowered program has one (codegen.Lower)
+		return errors.New("cuda: BUG: a program without its step inputs kernel")
+	}
 	var sampling [codegen.NumSampleInputs][]byte
 	if ps.p.SampleOut >= 0 {
 		sampling = b.samplingBytes()
 	}
-	if ps.p.StepInputs < 0 { // every lowered program has one (codegen.Lower)
-		return errors.New("cuda: BUG: a program without its step inputs kernel")
-	}
 	width := b.inRows
-	tab := i32AsU32(b.hostTab)
+	tab := bytesAsU32(i32AsBytes(b.hostTab))
 	rec := bytesAsU32(sampling[codegen.SampleRecords])
 	words := codegen.StepInputsWords(width, len(tab), len(rec))
 	n := 4 * words
@@ -171,12 +171,4 @@ func bytesAsU32(b []byte) []uint32 {
 		return nil
 	}
 	return unsafe.Slice((*uint32)(unsafe.Pointer(&b[0])), len(b)/4)
-}
-
-// i32AsU32 is v's words.
-func i32AsU32(v []int32) []uint32 {
-	if len(v) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*uint32)(unsafe.Pointer(&v[0])), len(v))
 }
