@@ -163,6 +163,18 @@ func (l *lowerer) gemmSmallArm(class string) GemmSmallArm {
 	return l.arms.GemmSmall
 }
 
+// flashArm is the tensor-core prefill attention's arm for s: the tunedb's
+// pick of its class where that arm has a kernel for s, else
+// DefaultFlashArm.
+func (l *lowerer) flashArm(s AttnShape) FlashArm {
+	if p, ok := l.picked("attn_flash", AttnClass(s)); ok {
+		if a := FlashArmOf(p); a.stages() == 1 || s.Cache == dtype.F16 {
+			return a
+		}
+	}
+	return DefaultFlashArm
+}
+
 func (l *lowerer) prefillArm(class string) PrefillArm {
 	if p, ok := l.picked("attn_prefill", class); ok {
 		return PrefillArmOf(p)

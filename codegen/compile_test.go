@@ -53,6 +53,18 @@ func TestCompileGate(t *testing.T) {
 			ks = append(ks, fl)
 		}
 	}
+	// the tensor-core prefill attention's cp.async ring (f16 cache only), with a sliding window too
+	for _, arm := range []codegen.FlashArm{{Warps: 2, Stages: 2}, {Warps: 4, Stages: 2}, {Warps: 8, Stages: 2}} {
+		as := s.Attn(dtype.F16)
+		fl, err := codegen.FlashPrefillAttention(as, arm)
+		require.NoError(t, err)
+		as.Window = 32
+		fw, err := codegen.FlashPrefillAttention(as, arm)
+		require.NoError(t, err)
+		ks = append(ks, fl, fw)
+		_, err = codegen.FlashPrefillAttention(s.Attn(codegen.CacheQ8), arm)
+		require.ErrorIs(t, err, codegen.ErrUnsupported, "the 8-bit cache has no ring")
+	}
 	for _, t2 := range []dtype.Type{dtype.Q4_K, dtype.Q6_K, dtype.BF16} {
 		g, err := codegen.GEMV(t2, 1000, 512, true, codegen.GEMVArm{Threads: 128, RowsPerBlock: 1, Unroll: 2, SharedX: 0})
 		require.NoError(t, err)

@@ -10,10 +10,55 @@ import (
 // FlashArm is the tuning of the tensor-core prefill attention.
 type FlashArm struct {
 	Warps int // warps per block, 16 queries each
+	// Stages is how a block stages keys and values in shared memory: 1
+	// through registers, a block of keys at a time (load, wait, score);
+	// 2 by cp.async into a ring of two blocks of keys, the next copied
+	// while the present one is scored (f16 cache only: the 8-bit cache's
+	// rows become f16 on the way). 0 means 1.
+	Stages int
 }
 
-// DefaultFlashArm is the arm lowering uses: 64 queries a block.
-var DefaultFlashArm = FlashArm{Warps: 4}
+// DefaultFlashArm is the arm lowering uses where the tunedb has no pick
+// (family attn_flash): 64 queries a block, staged through registers.
+var DefaultFlashArm = FlashArm{Warps: 4, Stages: 1}
+
+// FlashKnobs is the search space of FlashArm.
+var FlashKnobs = []Knob{{"warps", []int{2, 4, 8}}, {"stages", []int{1, 2}}}
+
+// Validate reports whether a is well formed.
+func (a FlashArm) Validate() error {
+	if a.Warps < 1 || a.Warps > 16 || a.Stages < 0 || a.Stages > 2 {
+		return fmt.Errorf("%w: flash attention arm %+v", ErrUnsupported, a)
+	}
+	return nil
+}
+
+// String is the arm's short name used in kernel names and tables: w4,
+// or w4_s2 for the cp.async ring.
+func (a FlashArm) String() string {
+	if a.stages() == 2 {
+		return fmt.Sprintf("w%d_s2", a.Warps)
+	}
+	return fmt.Sprintf("w%d", a.Warps)
+}
+
+func (a FlashArm) stages() int { return max(1, a.Stages) }
+
+// Point is the arm as a search-space point.
+func (a FlashArm) Point() Point { return Point{"warps": a.Warps, "stages": a.stages()} }
+
+// FlashArmOf returns the FlashArm p describes (missing knobs are zero).
+func FlashArmOf(p Point) FlashArm { return FlashArm{Warps: p["warps"], Stages: p["stages"]} }
+
+// flashShared is the dynamic shared memory of arm's blocks at s: the ring
+// of two blocks of keys and values (none for one stage, whose staging is
+// static).
+func (a FlashArm) flashShared(s AttnShape) int {
+	if a.stages() == 1 {
+		return 0
+	}
+	return 2 * 2 * flashKeys * (s.HeadDim + 8) * 2
+}
 
 // FlashTol is the check tolerance (relative L2 error against the f32
 // reference) of FlashPrefillAttention: its queries and probabilities are
@@ -59,16 +104,24 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 	if !FlashSupported(s) {
 		return nil, fmt.Errorf("%w: tensor-core prefill attention for %s", ErrUnsupported, s.tag())
 	}
-	if arm.Warps < 1 || arm.Warps > 16 {
-		return nil, fmt.Errorf("%w: flash attention arm %+v", ErrUnsupported, arm)
+	if err := arm.Validate(); err != nil {
+		return nil, err
 	}
-	name := fmt.Sprintf("attn_flash_%s_w%d", s.tag(), arm.Warps)
+	ring := arm.stages() == 2
+	if ring && s.Cache != dtype.F16 {
+		return nil, fmt.Errorf("%w: flash attention arm %v (a cp.async ring) over the %v cache", ErrUnsupported, arm, s.Cache)
+	}
+	name := fmt.Sprintf("attn_flash_%s_%s", s.tag(), arm)
 	ct := cacheCType(s.Cache)
 	params := []Param{{"const float* __restrict__", "q"}, {"const " + ct + "* __restrict__", "kc"}, {"const " + ct + "* __restrict__", "vc"},
 		{"const int* __restrict__", "pages"}, {"const int* __restrict__", "tok_base"}, {"const int* __restrict__", "tok_pos"}, {"const int* __restrict__", "tiles"}, {"float* __restrict__", "out"}, {"int", "ntok"}}
 	threads := 32 * arm.Warps
 	q8 := s.Cache == CacheQ8
-	src := source(fmt.Sprintf("causal prefill attention on tensor cores: %s, %d warps", s.tag(), arm.Warps), []string{"types", "pdl"}, func(w *Writer) {
+	what := fmt.Sprintf("causal prefill attention on tensor cores: %s, %d warps", s.tag(), arm.Warps)
+	if ring {
+		what += ", keys and values copied by cp.async into a ring of two blocks"
+	}
+	src := source(what, []string{"types", "pdl"}, func(w *Writer) {
 		s.defines(w)
 		w.Linef("#define NW %d // warps, 16 queries each", arm.Warps)
 		w.Linef("#define KB %d // keys staged at a time", flashKeys)
@@ -101,6 +154,9 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 			w.Line(`asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));`)
 			w.Line("return a;")
 		}})
+		if ring {
+			emitCPAsync(w)
+		}
 		w.Emit(Func{Name: "ldsm_x4", Params: []Param{{"const u16*", "p"}, {"u32*", "r"}}, Body: func(w *Writer) {
 			w.Line(`asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"`)
 			w.Line(`    : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));`)
@@ -110,8 +166,12 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 			w.Line(`    : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));`)
 		}})
 		w.Emit(Func{Name: name, Global: true, LaunchBounds: threads, Params: params, Body: func(w *Writer) {
-			w.Line("__shared__ __align__(16) u16 Ks[KB * LDK];")
-			w.Line("__shared__ __align__(16) u16 Vs[KB * LDK];")
+			if ring {
+				w.Line("extern __shared__ __align__(16) u16 fsm[]; // the ring: [2][K, V][KB * LDK]")
+			} else {
+				w.Line("__shared__ __align__(16) u16 Ks[KB * LDK];")
+				w.Line("__shared__ __align__(16) u16 Vs[KB * LDK];")
+			}
 			w.Line("__shared__ int sb[NW * 16], sp[NW * 16];")
 			w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
 			w.Line("const int h = blockIdx.y, kvh = h / GROUP, t0 = tiles[blockIdx.x];")
@@ -173,27 +233,64 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 				w.Line("const int cfirst = max(0, minpos - WINDOW + 1) / KB * KB;")
 				from = "cfirst"
 			}
-			w.Block(fmt.Sprintf("for (int c0 = %s; c0 <= maxpos; c0 += KB)", from), func() {
-				w.Line("__syncthreads(); // the previous keys are read")
-				w.For("idx", "threadIdx.x", "KB * (HD / 8)", "NW * 32", 0, func() {
-					w.Line("const int r = idx / (HD / 8), seg = idx % (HD / 8);")
-					w.Line("uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;")
-					w.If("c0 + r <= maxpos", func() {
-						w.Line("const size_t row = PROW(pages + b, c0 + r);")
-						w.Line("const size_t off = row * CROW + kvh * HD + 8 * seg;")
-						if q8 {
-							w.Line("const size_t so = row * CROW + HKV * HD + 4 * ((kvh * HD + 8 * seg) >> 5); // the block's scale")
-							w.Line("kv = q8_h8(*(const uint2*)(kc + off), *(const float*)(kc + so));")
-							w.Line("vv = q8_h8(*(const uint2*)(vc + off), *(const float*)(vc + so));")
-						} else {
-							w.Line("kv = *(const uint4*)(kc + off);")
-							w.Line("vv = *(const uint4*)(vc + off);")
-						}
+			// stage copies keys c .. c+KB-1 into ring block buf by cp.async
+			// (zeros past maxpos, whose scores are masked: no NaN reaches P·V)
+			stage := func(c, buf string) {
+				w.Block("", func() {
+					w.Linef("u16* const kd0 = fsm + (%s) * (2 * KB * LDK);", buf)
+					w.For("idx", "threadIdx.x", "KB * (HD / 8)", "NW * 32", 0, func() {
+						w.Line("const int r = idx / (HD / 8), seg = idx % (HD / 8);")
+						w.Line("u16* const kd = kd0 + r * LDK + 8 * seg;")
+						w.Line("u16* const vd = kd + KB * LDK;")
+						w.IfElse(c+" + r <= maxpos", func() {
+							w.Linef("const size_t off = PROW(pages + b, %s + r) * CROW + kvh * HD + 8 * seg;", c)
+							w.Line("cp_cg16(smem_addr(kd), kc + off);")
+							w.Line("cp_cg16(smem_addr(vd), vc + off);")
+						}, func() {
+							w.Line("*(uint4*)kd = make_uint4(0u, 0u, 0u, 0u);")
+							w.Line("*(uint4*)vd = make_uint4(0u, 0u, 0u, 0u);")
+						})
 					})
-					w.Line("*(uint4*)(Ks + r * LDK + 8 * seg) = kv;")
-					w.Line("*(uint4*)(Vs + r * LDK + 8 * seg) = vv;")
+					w.Line("CP_COMMIT();")
 				})
-				w.Line("__syncthreads();")
+			}
+			loop := fmt.Sprintf("for (int c0 = %s; c0 <= maxpos; c0 += KB)", from)
+			if ring {
+				w.If(from+" <= maxpos", func() { stage(from, "0") })
+				loop = fmt.Sprintf("for (int c0 = %s, it = 0; c0 <= maxpos; c0 += KB, ++it)", from)
+			}
+			w.Block(loop, func() {
+				if ring {
+					w.Line("__syncthreads(); // the ring's other block is read: the previous keys are scored")
+					w.IfElse("c0 + KB <= maxpos", func() {
+						stage("c0 + KB", "(it & 1) ^ 1")
+						w.Line("CP_WAIT(1); // this thread's copies of the present block have landed")
+					}, func() { w.Line("CP_WAIT(0);") })
+					w.Line("__syncthreads(); // and every thread's")
+					w.Line("const u16* const Ks = fsm + (it & 1) * (2 * KB * LDK);")
+					w.Line("const u16* const Vs = Ks + KB * LDK;")
+				} else {
+					w.Line("__syncthreads(); // the previous keys are read")
+					w.For("idx", "threadIdx.x", "KB * (HD / 8)", "NW * 32", 0, func() {
+						w.Line("const int r = idx / (HD / 8), seg = idx % (HD / 8);")
+						w.Line("uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;")
+						w.If("c0 + r <= maxpos", func() {
+							w.Line("const size_t row = PROW(pages + b, c0 + r);")
+							w.Line("const size_t off = row * CROW + kvh * HD + 8 * seg;")
+							if q8 {
+								w.Line("const size_t so = row * CROW + HKV * HD + 4 * ((kvh * HD + 8 * seg) >> 5); // the block's scale")
+								w.Line("kv = q8_h8(*(const uint2*)(kc + off), *(const float*)(kc + so));")
+								w.Line("vv = q8_h8(*(const uint2*)(vc + off), *(const float*)(vc + so));")
+							} else {
+								w.Line("kv = *(const uint4*)(kc + off);")
+								w.Line("vv = *(const uint4*)(vc + off);")
+							}
+						})
+						w.Line("*(uint4*)(Ks + r * LDK + 8 * seg) = kv;")
+						w.Line("*(uint4*)(Vs + r * LDK + 8 * seg) = vv;")
+					})
+					w.Line("__syncthreads();")
+				}
 				w.If("c0 > wmax", func() { w.Line("continue; // causal: none of these keys for this warp") })
 				if s.Window > 0 {
 					w.If("c0 + KB <= wmin", func() { w.Line("continue; // every key before the windows of this warp's rows") })
@@ -287,7 +384,11 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 		}})
 	})
 	return &Kernel{Family: "attn_flash", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
-		return Geometry{Grid: dim3(FlashGrid(d.Tokens, d.Seqs, arm.Rows()), s.Heads, 1), Block: dim3(threads, 1, 1)}
+		g := Geometry{Grid: dim3(FlashGrid(d.Tokens, d.Seqs, arm.Rows()), s.Heads, 1), Block: dim3(threads, 1, 1)}
+		if ring {
+			g.Shared, g.StaticShared = uint32(arm.flashShared(s)), uint32(2*4*16*arm.Warps)
+		}
+		return g
 	}}, nil
 }
 

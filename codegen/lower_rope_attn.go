@@ -218,11 +218,15 @@ func (l *lowerer) attention(att *ir.Node) error {
 		kc2, _ := l.kernel(c, nil)
 		writeDst(kc2, bufArg(pov), bufArg(pmlv), inArg(InKVLen), bufArg(dst), constArg(splits))
 	case l.o.FlashPrefill && FlashSupported(s):
-		k, err := l.kernel(FlashPrefillAttention(s, DefaultFlashArm))
+		fa := l.flashArm(s)
+		k, err := l.kernel(FlashPrefillAttention(s, fa))
 		if err != nil {
 			return err
 		}
-		l.p.FlashRows = DefaultFlashArm.Rows()
+		if l.p.FlashRows != 0 && l.p.FlashRows != fa.Rows() {
+			return fmt.Errorf("%w: tensor-core prefill attention of %d and %d rows a tile in one program", ErrUnsupported, l.p.FlashRows, fa.Rows())
+		}
+		l.p.FlashRows = fa.Rows()
 		l.launch(k, rows, []int{att.ID}, qa, kc, vc, pagesArg(), inArg(InTokBase), inArg(InPositions), inArg(InTiles), bufArg(out), rowsArg())
 	default:
 		k, err := l.kernel(PrefillAttention(s, l.prefillArm(AttnClass(s))))

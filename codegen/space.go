@@ -205,6 +205,7 @@ func Spaces() []Space {
 		block("argmax"),
 		armSpace("attn_decode", DecodeKnobs, DefaultDecodeArm.Point(), DecodeArmOf),
 		armSpace("attn_prefill", PrefillKnobs, DefaultPrefillArm.Point(), PrefillArmOf),
+		armSpace("attn_flash", FlashKnobs, DefaultFlashArm.Point(), FlashArmOf),
 		gemvSpace(),
 		mmaSpace(),
 		armSpace("gemm_small", GemmSmallKnobs, DefaultGemmSmallArm.Point(), GemmSmallArmOf),

@@ -24,6 +24,9 @@ func TestSpacesMatchTypedArms(t *testing.T) {
 	for _, a := range PrefillArms() {
 		typed["attn_prefill"] = append(typed["attn_prefill"], a.String())
 	}
+	for _, a := range enumerate(FlashKnobs, func(v map[string]int) FlashArm { return FlashArm{Warps: v["warps"], Stages: v["stages"]} }, FlashArm.Validate) {
+		typed["attn_flash"] = append(typed["attn_flash"], a.String())
+	}
 	for _, a := range GemmSmallArms() {
 		typed["gemm_small"] = append(typed["gemm_small"], a.String())
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/ir/dtype"
 )
 
 // scatterPages lays out caches of lens[i] positions in pages of size rows
@@ -185,12 +186,16 @@ func prefillCase(shape string, as codegen.AttnShape, spans []Span, flash bool, s
 		return one(codegen.PrefillAttention(as, codegen.PrefillArmOf(arm)))
 	}
 	if flash {
-		c.Label, c.Tol = "attn_flash", codegen.FlashTol
+		c.Family, c.Label, c.Tol = "attn_flash", "attn_flash", codegen.FlashTol
 		if len(spans) > 1 {
 			c.Label = "attn_flash_mixed"
 		}
-		c.kernels = func(codegen.Point) ([]*codegen.Kernel, error) {
-			return one(codegen.FlashPrefillAttention(as, codegen.DefaultFlashArm))
+		c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+			return one(codegen.FlashPrefillAttention(as, codegen.FlashArmOf(arm)))
+		}
+		if as.Cache == dtype.F16 {
+			// kernel-check runs the cp.async ring beside the default
+			c.ExtraArms = []codegen.Point{codegen.FlashArm{Warps: codegen.DefaultFlashArm.Warps, Stages: 2}.Point()}
 		}
 	}
 	c.setup = func(r *rand.Rand) (*inputs, error) {
@@ -229,7 +234,7 @@ func prefillCase(shape string, as codegen.AttnShape, spans []Span, flash bool, s
 				args := []Arg{b(fbuf(q)), b(&Buf{Data: kcb}), b(&Buf{Data: vcb}), b(ibuf(pages)), b(ibuf(tb)), b(ibuf(tp))}
 				if flash {
 					tiles := make([]int32, ntok)
-					codegen.FlashTiles(tiles, tb, codegen.DefaultFlashArm.Rows())
+					codegen.FlashTiles(tiles, tb, codegen.FlashArmOf(arm).Rows())
 					args = append(args, b(ibuf(tiles)))
 				}
 				args = append(args, b(out), s(ntok))

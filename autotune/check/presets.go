@@ -192,6 +192,9 @@ func TuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 		Prefill(s.Name, s.Attn(dtype.F16), z.PrefillTokens, 0, seed),
 		DecodeLive(s.Name, s.Attn(dtype.F16), z.DecodeKV, 4*int(slices.Max(z.DecodeKV)), seed),
 	}
+	if c := FlashMixed(s.Name, s.Attn(dtype.F16), flashTuneSpans(z.PrefillTokens), seed); c != nil {
+		cs = append(cs, c)
+	}
 	small := z.SmallTokens
 	if small <= 0 {
 		small = SmallBatchTokens
@@ -303,6 +306,17 @@ func cacheQ8Cases(s codegen.Shape, tokens int, seed uint64) []*Case {
 // servingSpans is a serving step's prefill attention: decodes at several
 // positions between prompt chunks of one and two tiles, the first from a
 // sequence's start and the second after its cached prefix.
+// flashTuneSpans is the step the tensor-core prefill attention is tuned
+// on, as a server runs it while admitting requests: a prompt chunk of n
+// tokens beside 32 decodes at 512 to 1,039 keys, one tile each.
+func flashTuneSpans(n int) []Span {
+	spans := []Span{{n, 0}}
+	for i := range 32 {
+		spans = append(spans, Span{1, 512 + 17*i})
+	}
+	return spans
+}
+
 var servingSpans = []Span{{1, 511}, {100, 150}, {1, 37}, {1, 1100}, {70, 0}, {1, 5}, {1, 64}}
 
 // longContextCases check attention through the page tables of a 32k
