@@ -189,11 +189,14 @@ func TuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 		SwiGLU(s.Name, s.FFN, z.DecodeTokens, seed),
 		Argmax(s.Name, s.Vocab, z.DecodeTokens, seed),
 		Decode(s.Name, s.Attn(dtype.F16), z.DecodeKV, seed),
-		Prefill(s.Name, s.Attn(dtype.F16), z.PrefillTokens, 0, seed),
 		DecodeLive(s.Name, s.Attn(dtype.F16), z.DecodeKV, 4*int(slices.Max(z.DecodeKV)), seed),
 	}
+	// prefill attention: the tensor-core kernel where it has one for the
+	// shape, else the CUDA-core one (the f16 cache: lowering's choice)
 	if c := FlashMixed(s.Name, s.Attn(dtype.F16), flashTuneSpans(z.PrefillTokens), seed); c != nil {
 		cs = append(cs, c)
+	} else {
+		cs = append(cs, Prefill(s.Name, s.Attn(dtype.F16), z.PrefillTokens, 0, seed))
 	}
 	small := z.SmallTokens
 	if small <= 0 {

@@ -115,9 +115,40 @@ func autotuneCases(cmd *cobra.Command, args []string) ([]*check.Case, string, er
 		}
 		cases = slices.DeleteFunc(cases, func(c *check.Case) bool { return !slices.Contains(fams, c.Family) })
 	} else {
-		cases = slices.DeleteFunc(cases, int8Product)
+		blas := prefillBLAS()
+		cases = slices.DeleteFunc(cases, func(c *check.Case) bool { return int8Product(c) || idleFamily(c.Family, blas) })
 	}
 	return cases, what, nil
+}
+
+// prefillBLAS reports whether the default prefill programs run their
+// products through cuBLASLt on this machine (a variable for the tests).
+var prefillBLAS = func() bool { return cuda.DefaultPrefillBLAS && cuda.BLASAvailable() == nil }
+
+// idleFamily reports whether the default programs launch no kernel of
+// family, which autotune then leaves out unless --families names it:
+// attn_decode (decode attention runs the live-split kernels,
+// attn_decode_live), gemm_small (a lowering option no backend sets), and
+// mma where cuBLASLt runs the prefill products (blas). The CUDA-core
+// prefill attention is no task where the tensor-core one has a kernel
+// (check.TuneCases).
+func idleFamily(family string, blas bool) bool {
+	switch family {
+	case "attn_decode", "gemm_small":
+		return true
+	case "mma":
+		return blas
+	}
+	return false
+}
+
+// idleNote is what autotune says of idleFamily's families.
+func idleNote(blas bool) string {
+	fams := "attn_decode, gemm_small"
+	if blas {
+		fams += ", mma (cuBLASLt runs the prefill products)"
+	}
+	return "families the default programs do not launch are left out: " + fams + "; --families names them"
 }
 
 // int8Product reports whether c is a decode product of repacked weights
@@ -227,6 +258,7 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 	switch fams, _ := f.GetStringSlice("families"); {
 	case len(fams) == 0:
 		fmt.Fprintln(out, "autotune: "+int8ProductNote)
+		fmt.Fprintln(out, "autotune: "+idleNote(prefillBLAS()))
 	case !confirm && slices.Contains(fams, "gemv") && slices.ContainsFunc(cases, int8Product):
 		fmt.Fprintln(out, "autotune: warning: the winners of the decode products of repacked weights are measured alone "+
 			"and not confirmed in whole decode steps (that needs a MODEL and --confirm); "+

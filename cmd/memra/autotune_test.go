@@ -71,6 +71,41 @@ func TestAutotuneLeavesInt8ProductsOut(t *testing.T) {
 	require.Regexp(t, `gemv/f16_`, one)
 }
 
+// TestAutotuneLeavesIdleFamiliesOut: without --families, autotune lists no
+// task of a family the default programs do not launch (the fixed-split
+// decode attention, the small-batch products, the generated prefill
+// products where cuBLASLt runs them, the CUDA-core prefill attention where
+// the tensor-core one has a kernel) and says so; --families names them.
+func TestAutotuneLeavesIdleFamiliesOut(t *testing.T) {
+	list := func(blas bool, args ...string) string {
+		cmd, _, err := rootCmd.Find([]string{"autotune"})
+		require.NoError(t, err)
+		was := prefillBLAS
+		prefillBLAS = func() bool { return blas }
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		t.Cleanup(func() { cmd.SetOut(nil); resetFlags(cmd.Flags()); prefillBLAS = was })
+		resetFlags(cmd.Flags())
+		require.NoError(t, cmd.Flags().Parse(args))
+		require.NoError(t, runAutotune(cmd, nil))
+		return out.String()
+	}
+	def := list(true, "--list", "--shapes", "llama3-8b", "--types", "q4_k")
+	require.Contains(t, def, "do not launch")
+	for _, fam := range []string{"attn_decode/", "gemm_small/", "mma/", "attn_prefill/"} {
+		require.NotRegexp(t, "(?m)^"+fam, def, fam)
+	}
+	require.Regexp(t, "(?m)^attn_flash/h32_8_d128_f16 +6 arms", def)
+	require.Regexp(t, "(?m)^attn_decode_live/", def)
+	require.Regexp(t, "(?m)^rmsnorm/", def)
+	noBLAS := list(false, "--list", "--shapes", "llama3-8b", "--types", "q4_k")
+	require.Regexp(t, "(?m)^mma/q4_k_", noBLAS, "without cuBLASLt the generated prefill products run")
+	named := list(true, "--list", "--shapes", "llama3-8b", "--types", "q4_k", "--families", "mma,gemm_small,attn_decode")
+	for _, fam := range []string{"attn_decode/", "gemm_small/", "mma/"} {
+		require.Regexp(t, "(?m)^"+fam, named, fam)
+	}
+}
+
 // TestAutotuneTasksFilter: --tasks with a pattern that matches nothing, or
 // one that does not parse, is an error naming it.
 func TestAutotuneTasksFilter(t *testing.T) {
