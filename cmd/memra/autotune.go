@@ -45,7 +45,7 @@ func init() {
 	f := cmd.Flags()
 	f.StringSlice("shapes", []string{"llama3-8b"}, "shape presets when no MODEL is given: llama3-8b, qwen2.5-7b, qwen3-8b, tiny, qwen3-30b-a3b, mixtral-8x7b, tiny-moe")
 	f.StringSlice("types", []string{"q4_k"}, "weight types for --shapes presets")
-	f.StringSlice("families", nil, "families to tune (default all): "+strings.Join(codegen.SpaceFamilies(), ", "))
+	f.StringSlice("families", nil, "families to tune (default: those the default programs launch, less the decode products of repacked weights): "+strings.Join(codegen.SpaceFamilies(), ", "))
 	f.Duration("budget", 10*time.Minute, "time for the whole sweep; each task gets an equal share of what is left")
 	f.Int("reps", 20, "timed samples of a final measurement")
 	f.Int("batch", 1, "rows of the decode-step families (GEMV, norm, RoPE, SwiGLU, argmax)")
