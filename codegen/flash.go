@@ -14,7 +14,9 @@ type FlashArm struct {
 	// through registers, a block of keys at a time (load, wait, score);
 	// 2 by cp.async into a ring of two blocks of keys, the next copied
 	// while the present one is scored (f16 cache only: the 8-bit cache's
-	// rows become f16 on the way). 0 means 1.
+	// rows become f16 on the way), its grid heads first (grid (HQ,
+	// FlashGrid)), so the query heads of one KV head run side by side and
+	// read its keys once from memory. 0 means 1.
 	Stages int
 }
 
@@ -99,7 +101,7 @@ func FlashSupported(s AttnShape) bool {
 // an online softmax per row, and adds P·V (P rounded to f16, V fragments
 // by ldmatrix.trans). Queries are scaled and rounded to f16, so the result
 // differs from PrefillAttention's f32 arithmetic by f16 rounding (kernel-
-// check's tolerance FlashTol). grid (FlashGrid, HQ).
+// check's tolerance FlashTol). grid (FlashGrid, HQ); the ring arms (HQ, FlashGrid).
 func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 	if !FlashSupported(s) {
 		return nil, fmt.Errorf("%w: tensor-core prefill attention for %s", ErrUnsupported, s.tag())
@@ -174,7 +176,13 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 			}
 			w.Line("__shared__ int sb[NW * 16], sp[NW * 16];")
 			w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
-			w.Line("const int h = blockIdx.y, kvh = h / GROUP, t0 = tiles[blockIdx.x];")
+			if ring {
+				// heads the faster grid dimension: the query heads of one KV head, which read the
+				// same keys, run side by side and share them through L2
+				w.Line("const int h = blockIdx.x, kvh = h / GROUP, t0 = tiles[blockIdx.y];")
+			} else {
+				w.Line("const int h = blockIdx.y, kvh = h / GROUP, t0 = tiles[blockIdx.x];")
+			}
 			w.Line("pdl_wait();")
 			w.If("t0 < 0", func() { w.Line("return; // past the step's tiles") })
 			w.Comment("the tile's tokens: sequence (its page table's offset in pages) and position; -1 past its run")
@@ -386,6 +394,7 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 	return &Kernel{Family: "attn_flash", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
 		g := Geometry{Grid: dim3(FlashGrid(d.Tokens, d.Seqs, arm.Rows()), s.Heads, 1), Block: dim3(threads, 1, 1)}
 		if ring {
+			g.Grid = dim3(s.Heads, FlashGrid(d.Tokens, d.Seqs, arm.Rows()), 1)
 			g.Shared, g.StaticShared = uint32(arm.flashShared(s)), uint32(2*4*16*arm.Warps)
 		}
 		return g
