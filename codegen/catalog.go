@@ -114,7 +114,7 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 		return nil, err
 	}
 	if FlashSupported(s.Attn(cache)) {
-		if err := add(FlashPrefillAttention(s.Attn(cache), DefaultFlashArm)); err != nil {
+		if err := add(FlashPrefillAttention(s.Attn(cache), FlashArmFor(s.Attn(cache), DefaultFlashArm))); err != nil {
 			return nil, err
 		}
 	}

@@ -165,14 +165,14 @@ func (l *lowerer) gemmSmallArm(class string) GemmSmallArm {
 
 // flashArm is the tensor-core prefill attention's arm for s: the tunedb's
 // pick of its class where that arm has a kernel for s, else
-// DefaultFlashArm.
+// DefaultFlashArm (FlashArmFor s).
 func (l *lowerer) flashArm(s AttnShape) FlashArm {
 	if p, ok := l.picked("attn_flash", AttnClass(s)); ok {
 		if a := FlashArmOf(p); a.stages() == 1 || s.Cache == dtype.F16 {
 			return a
 		}
 	}
-	return DefaultFlashArm
+	return FlashArmFor(s, DefaultFlashArm)
 }
 
 func (l *lowerer) prefillArm(class string) PrefillArm {

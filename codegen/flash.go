@@ -21,8 +21,20 @@ type FlashArm struct {
 }
 
 // DefaultFlashArm is the arm lowering uses where the tunedb has no pick
-// (family attn_flash): 64 queries a block, staged through registers.
-var DefaultFlashArm = FlashArm{Warps: 4, Stages: 1}
+// (family attn_flash): 64 queries a block, keys through the cp.async ring.
+// It won every case measured (H200, session 25: kernel-check 1.3-2.3x the
+// register arm, the autotune case 2.72x); FlashArmFor gives the 8-bit
+// cache, which has no ring, the same warps staged through registers.
+var DefaultFlashArm = FlashArm{Warps: 4, Stages: 2}
+
+// FlashArmFor is a for s: the same warps staged through registers where s's
+// cache has no ring (the 8-bit cache), else a.
+func FlashArmFor(s AttnShape, a FlashArm) FlashArm {
+	if a.stages() == 2 && s.Cache != dtype.F16 {
+		a.Stages = 1
+	}
+	return a
+}
 
 // FlashKnobs is the search space of FlashArm.
 var FlashKnobs = []Knob{{"warps", []int{2, 4, 8}}, {"stages", []int{1, 2}}}

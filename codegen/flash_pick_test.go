@@ -24,17 +24,30 @@ func flashKernel(t *testing.T, p *Program) (*Kernel, int) {
 }
 
 // A tunedb entry of family attn_flash, not an environment variable, picks
-// the tensor-core prefill attention's arm: the cp.async ring and its tile
-// rows; untuned the default; the ring is refused for the 8-bit cache
-// (another class), whose programs keep the default.
+// the tensor-core prefill attention's arm: the register arm or the cp.async
+// ring and its tile rows; untuned the default ring; the ring is refused for
+// the 8-bit cache (another class), whose programs stage through registers.
 func TestLowerFlashPick(t *testing.T) {
 	g := buildGraph(t, smallLlama, synthTensors(smallLlama, dtype.Q4_K, dtype.Q6_K))
 	pre := LowerOptions{Class: Prefill, MaxTokens: 128, MaxSeqs: 4, Context: 256, Cache: dtype.F16, Argmax: true, FlashPrefill: true}
 	p, err := Lower(g, pre)
 	require.NoError(t, err)
 	k, rows := flashKernel(t, p)
-	require.True(t, strings.HasSuffix(k.Name, "_w4"), k.Name)
+	require.True(t, strings.HasSuffix(k.Name, "_w4_s2"), "untuned: the ring: %s", k.Name)
 	require.Equal(t, DefaultFlashArm.Rows(), rows)
+
+	reg := pre
+	reg.Pick = func(family, class string) (Point, bool) {
+		if family == "attn_flash" {
+			return FlashArm{Warps: 4, Stages: 1}.Point(), true
+		}
+		return nil, false
+	}
+	p, err = Lower(g, reg)
+	require.NoError(t, err)
+	k, _ = flashKernel(t, p)
+	require.True(t, strings.HasSuffix(k.Name, "_w4"), "a pick of the register arm: %s", k.Name)
+	require.NotContains(t, k.Source, "cp.async")
 
 	var asked []string
 	tuned := pre
@@ -60,5 +73,5 @@ func TestLowerFlashPick(t *testing.T) {
 	p, err = Lower(g, q8)
 	require.NoError(t, err)
 	k, _ = flashKernel(t, p)
-	require.True(t, strings.HasSuffix(k.Name, "_w4"), "the 8-bit cache keeps the default: %s", k.Name)
+	require.True(t, strings.HasSuffix(k.Name, "_w4"), "the 8-bit cache stages through registers: %s", k.Name)
 }

@@ -23,7 +23,7 @@ func TestCompileGemma(t *testing.T) {
 	require.NoError(t, err)
 	for _, cache := range []dtype.Type{dtype.F16, codegen.CacheQ8} {
 		as := codegen.AttnShape{Heads: 32, HeadsKV: 16, HeadDim: 128, QStride: 8192, Cache: cache, Window: 4096, Softcap: 50}
-		fl, err := codegen.FlashPrefillAttention(as, codegen.DefaultFlashArm)
+		fl, err := codegen.FlashPrefillAttention(as, codegen.FlashArmFor(as, codegen.DefaultFlashArm))
 		require.NoError(t, err)
 		live3 := codegen.DecodeArm{Threads: 128, Chunk: 128, Live: 3, SMs: 132}
 		p, c, err := codegen.DecodeAttentionXQ(as, live3)

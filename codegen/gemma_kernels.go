@@ -260,7 +260,7 @@ func GemmaKernels(s Shape) ([]*Kernel, error) {
 				return nil, err
 			}
 			if FlashSupported(as) {
-				if err := add(FlashPrefillAttention(as, DefaultFlashArm)); err != nil {
+				if err := add(FlashPrefillAttention(as, FlashArmFor(as, DefaultFlashArm))); err != nil {
 					return nil, err
 				}
 			}
