@@ -111,10 +111,13 @@ if has parity && [ -z "${NO_HF:-}" ]; then
 	[ -n "${EXACT_ONLY:-}" ] || step hf-parity-default hf --tie-tol 0.02 --tie-sigma 3
 fi
 
-# Autotune with the end-to-end confirmation (autotune --confirm): the confirm lines say which
-# groups were kept; a bench with the user tunedb it wrote follows, and the card's merged tunedb
-# is exported. By default the int8 decode products of llama2-7b q4_k_m (--families gemv: the
-# one-row, batch, large and wide classes); TUNE_F16=llama3.2-1b or llama2-7b tunes that f16 model
+# Autotune with the end-to-end confirmation (autotune --confirm): first the model's default sweep
+# (the families its default programs launch, TUNE_BLOCKS_BUDGET), then the decode products; the
+# confirm lines say which groups were kept; a bench with the user tunedb it wrote follows, the
+# card's merged tunedb is exported, and $OUT/shipped holds the entries as a shipped-defaults file
+# (copy it into tunedb/defaults with its reports under docs/autotune/). By default llama2-7b
+# q4_k_m: its sweep, then its int8 decode products (--families gemv: the one-row, batch, large and
+# wide classes); TUNE_F16=llama3.2-1b or llama2-7b tunes that f16 model
 # instead (one model a call: about 4 minutes for the 1B, 6 for the 7B). NVRTC compiles from
 # several goroutines (MEMRA_NVRTC_PARALLEL=1) where its concurrency test passes first (NVRTC 12 or
 # later); TUNE_TASKS limits the tasks (autotune --tasks, e.g. '_k[0-9]+(_res)?$' for the one-row ones).
@@ -126,8 +129,11 @@ if [ "$MODE" = tune ]; then
 		local f="$MODELS/$2-$3.gguf"
 		synth "$f" --preset "$2" --quant "$3" --weights blocks || return 1
 		"$BIN" bench "$f" --device cuda --roofline -p 512 -n 128 -r 5 -b "$4" --no-progress --perf-rows &&
-			MEMRA_NVRTC_PARALLEL=$par "$BIN" autotune "$f" --families gemv ${TUNE_TASKS:+--tasks "$TUNE_TASKS"} --budget "${TUNE_BUDGET:-180s}" --parallel 16 --report "/tmp/memra-$1-report" &&
-			tar czf "$OUT/$1-report.tgz" -C /tmp "memra-$1-report" &&
+			{ [ -n "${TUNE_TASKS:-}" ] || MEMRA_NVRTC_PARALLEL=$par "$BIN" autotune "$f" --budget "${TUNE_BLOCKS_BUDGET:-150s}" --parallel 16 \
+				--write-shipped "$OUT/shipped" --report "/tmp/memra-$1-blocks-report"; } &&
+			MEMRA_NVRTC_PARALLEL=$par "$BIN" autotune "$f" --families gemv ${TUNE_TASKS:+--tasks "$TUNE_TASKS"} --budget "${TUNE_BUDGET:-180s}" --parallel 16 \
+				--write-shipped "$OUT/shipped" --report "/tmp/memra-$1-report" &&
+			tar czf "$OUT/$1-report.tgz" -C /tmp $(cd /tmp && ls -d "memra-$1-report" "memra-$1-blocks-report" 2>/dev/null) &&
 			"$BIN" tunedb export "$TUNEDB_KEY" -o "$OUT/$1-tunedb.json" &&
 			{ grep '^confirm:' "$OUT/$1.log" >&2 || true; } &&
 			"$BIN" bench "$f" --device cuda --roofline -p 512 -n 128 -r 5 -b "$4" --no-progress --perf-rows
