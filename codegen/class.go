@@ -168,7 +168,7 @@ func (l *lowerer) gemmSmallArm(class string) GemmSmallArm {
 // DefaultFlashArm (FlashArmFor s).
 func (l *lowerer) flashArm(s AttnShape) FlashArm {
 	if p, ok := l.picked("attn_flash", AttnClass(s)); ok {
-		if a := FlashArmOf(p); a.stages() == 1 || s.Cache == dtype.F16 {
+		if a := FlashArmOf(p); FlashArmFor(s, a) == a {
 			return a
 		}
 	}

@@ -404,12 +404,13 @@ func FlashPrefillAttention(s AttnShape, arm FlashArm) (*Kernel, error) {
 		}})
 	})
 	return &Kernel{Family: "attn_flash", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
-		g := Geometry{Grid: dim3(FlashGrid(d.Tokens, d.Seqs, arm.Rows()), s.Heads, 1), Block: dim3(threads, 1, 1)}
-		if ring {
-			g.Grid = dim3(s.Heads, FlashGrid(d.Tokens, d.Seqs, arm.Rows()), 1)
-			g.Shared, g.StaticShared = uint32(arm.flashShared(s)), uint32(2*4*16*arm.Warps)
+		tiles := FlashGrid(d.Tokens, d.Seqs, arm.Rows())
+		if !ring {
+			return Geometry{Grid: dim3(tiles, s.Heads, 1), Block: dim3(threads, 1, 1)}
 		}
-		return g
+		// static: the tile's sequences and positions (sb, sp: two ints a row)
+		return Geometry{Grid: dim3(s.Heads, tiles, 1), Block: dim3(threads, 1, 1),
+			Shared: uint32(arm.flashShared(s)), StaticShared: uint32(2 * 4 * arm.Rows())}
 	}}, nil
 }
 

@@ -309,6 +309,8 @@ func cacheQ8Cases(s codegen.Shape, tokens int, seed uint64) []*Case {
 // servingSpans is a serving step's prefill attention: decodes at several
 // positions between prompt chunks of one and two tiles, the first from a
 // sequence's start and the second after its cached prefix.
+var servingSpans = []Span{{1, 511}, {100, 150}, {1, 37}, {1, 1100}, {70, 0}, {1, 5}, {1, 64}}
+
 // flashTuneSpans is the step the tensor-core prefill attention is tuned
 // on, as a server runs it while admitting requests: a prompt chunk of n
 // tokens beside 32 decodes at 512 to 1,039 keys, one tile each.
@@ -319,8 +321,6 @@ func flashTuneSpans(n int) []Span {
 	}
 	return spans
 }
-
-var servingSpans = []Span{{1, 511}, {100, 150}, {1, 37}, {1, 1100}, {70, 0}, {1, 5}, {1, 64}}
 
 // longContextCases check attention through the page tables of a 32k
 // context: decode as lowered by default (live splits with the first keys
