@@ -581,3 +581,43 @@ func TestLowerBatchInvariant(t *testing.T) {
 	}
 	require.Equal(t, 5*llama.Layers+1, halves, "every product runs the f16 tensor-core kernel, one row too")
 }
+
+// TestLowerInvariantInt8: the int8 class of the batch-invariant
+// configuration runs the same kernel at every width up to the program's
+// 64 rows, as the f16 class does, but never an f16 (XQ 4) or int8
+// tensor-core (XQ 3) product: the repacked products are the XQ 2 batch
+// kernel at every width, whose rows keep the one-row kernel's order.
+func TestLowerInvariantInt8(t *testing.T) {
+	llama := smallQwen3
+	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
+	g := buildGraph(t, llama, synthTensors(llama, dtype.Q4_K, dtype.Q6_K))
+	o := LowerOptions{Class: Decode, MaxSeqs: 64, Context: 256, Cache: dtype.F16, NoQuantOut: QuantOutBatch, BatchInvariant: true, InvariantInt8: true}
+	p, err := Lower(g, o)
+	require.NoError(t, err)
+	xq2 := 0
+	for _, ln := range p.Launches {
+		k := ln.KernelFor(1)
+		for _, rows := range []int{2, 3, 8, 16, 33, 64} {
+			require.Equal(t, k, ln.KernelFor(rows), p.Kernels[ln.Kernel].Name)
+		}
+		name := p.Kernels[k].Name
+		require.NotContains(t, name, "_h16_", "no f16 product")
+		require.False(t, strings.HasPrefix(name, "xhalf"), "no f16 activation rows")
+		if p.Kernels[k].Family == "gemv" && strings.Contains(name, "_l1_") {
+			a, err := ParseGEMVArm(name[strings.LastIndex(name, "_t")+1:])
+			require.NoError(t, err, name)
+			require.Equal(t, 2, a.XQ, name)
+			xq2++
+		}
+	}
+	require.Equal(t, 5*llama.Layers+1, xq2, "every repacked product runs the XQ 2 batch kernel")
+	// the switch alone does nothing: InvariantInt8 without BatchInvariant is the default
+	def := o
+	def.BatchInvariant = false
+	pd, err := Lower(g, def)
+	require.NoError(t, err)
+	def.InvariantInt8 = false
+	pd2, err := Lower(g, def)
+	require.NoError(t, err)
+	require.Equal(t, len(pd2.Kernels), len(pd.Kernels))
+}

@@ -128,6 +128,12 @@ type LowerOptions struct {
 	// where its type has one (HalfFrom 1), elsewhere the batch kernel at
 	// every width (no one-row kernel, no int8 tensor-core kernel).
 	BatchInvariant bool
+	// InvariantInt8, with BatchInvariant, keeps the f16 products out: the
+	// batch kernel (for repacked types the int8 XQ 2 product, each row's
+	// sums in the one-row kernel's order) runs at every width, one row
+	// included, so the invariant class is the int8 one of the default
+	// one-row step instead of the f16 tensor cores'.
+	InvariantInt8 bool
 	// Pick, when set, chooses each tunable kernel's arm by its family and
 	// shape class (see ArmPicker); nil uses Arms everywhere.
 	Pick ArmPicker

@@ -3,6 +3,7 @@ package codegen
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/memra-ai/memra/ir"
@@ -431,8 +432,12 @@ func (l *lowerer) largeFrom(a GEMVArm) int {
 
 // halfFrom is the step rows from which the f16 tensor-core products (and
 // the XHalf launches before them) run: LowerOptions.HalfFrom, else
-// HalfLargeRows.
+// HalfLargeRows; 1 in the batch-invariant configuration, never in its
+// int8 class.
 func (l *lowerer) halfFrom() int {
+	if l.o.BatchInvariant && l.o.InvariantInt8 {
+		return math.MaxInt32 // no step takes the f16 products
+	}
 	if l.o.BatchInvariant {
 		return 1
 	}

@@ -29,7 +29,7 @@ type benchOptions struct {
 	device            string
 	kvCache           string
 	kvMemory          float64
-	batchInvariant    bool
+	batchInvariant    string
 	cpuProducts       string
 	threads           int
 	noProgress        bool
@@ -94,7 +94,7 @@ beside it.`,
 	f.StringVar(&o.device, "device", "", deviceHelp)
 	f.StringVar(&o.kvCache, "kv-cache", "", kvCacheHelp)
 	f.Float64Var(&o.kvMemory, "kv-memory", 0, kvMemoryHelp)
-	f.BoolVar(&o.batchInvariant, "batch-invariant", false, batchInvariantHelp)
+	addInvariantFlag(f, &o.batchInvariant)
 	f.StringVar(&o.cpuProducts, "cpu-products", "int8", cpuProductsHelp)
 	f.IntVarP(&o.threads, "threads", "t", 0, "CPU threads (0: all cores)")
 	f.BoolVar(&o.noProgress, "no-progress", false, "hide the progress bar")
@@ -174,7 +174,7 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 			return nil, fmt.Errorf("bench: --compiled runs one CUDA device with the artifact's arms: not with --device cpu, --pp-stages, --roofline or --untuned")
 		case maxSeqs > a.Manifest.MaxSeqs:
 			return nil, fmt.Errorf("bench: -b %d: the artifact in %s was compiled for %d sequences", maxSeqs, a.Dir, a.Manifest.MaxSeqs)
-		case o.batchInvariant:
+		case invariantOn(o.batchInvariant):
 			return nil, fmt.Errorf("bench: --batch-invariant lowers other kernels than the artifact in %s holds", a.Dir)
 		case o.prompt > a.Manifest.PrefillTokens:
 			return nil, fmt.Errorf("bench: -p %d: the artifact in %s was compiled for %d prefill tokens", o.prompt, a.Dir, a.Manifest.PrefillTokens)

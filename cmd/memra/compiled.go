@@ -156,7 +156,7 @@ func (g *gpuOptions) useArtifact(cmd *cobra.Command, a *cuda.Artifact, seqFlag s
 	if seqFlag != "" && changed(seqFlag) && seqs != m.MaxSeqs {
 		return fmt.Errorf("--%s %d: the artifact in %s was compiled for %d sequences (memra compile --max-seqs)", seqFlag, seqs, a.Dir, m.MaxSeqs)
 	}
-	if g.batchInvariant {
+	if invariantOn(g.batchInvariant) {
 		return fmt.Errorf("--batch-invariant lowers other kernels than the artifact in %s holds: serve it without --compiled", a.Dir)
 	}
 	g.artifact = a

@@ -115,8 +115,9 @@ type gpuOptions struct {
 	// kvMemory is the KV page pool: GiB from 1 up, a fraction of the memory
 	// left after weights below 1, 0 for the default
 	kvMemory float64
-	// batchInvariant: the same products at every decode width (CUDA)
-	batchInvariant bool
+	// batchInvariant: the same products at every decode width (CUDA):
+	// "" off, "f16" or "int8" the class of those products (invariance)
+	batchInvariant string
 	// cpuProducts is the CPU backend's products: int8 ("" too) or exact
 	cpuProducts string
 	// embedding prepares the backend for embeddings (serve, for a model
@@ -139,7 +140,7 @@ const (
 func addKVFlags(f *pflag.FlagSet, g *gpuOptions) {
 	f.IntVar(&g.context, "context", 0, contextHelp)
 	f.Float64Var(&g.kvMemory, "kv-memory", 0, kvMemoryHelp)
-	f.BoolVar(&g.batchInvariant, "batch-invariant", false, batchInvariantHelp)
+	addInvariantFlag(f, &g.batchInvariant)
 	f.StringVar(&g.cpuProducts, "cpu-products", "int8", cpuProductsHelp)
 }
 
@@ -156,7 +157,33 @@ func (g gpuOptions) products() (cpu.Products, error) {
 	return 0, fmt.Errorf("--cpu-products %q: want int8 or exact", g.cpuProducts)
 }
 
-const batchInvariantHelp = "CUDA: every decode step runs the same products whatever its width, so greedy output is the same alone, batched, speculating or from the prefix cache (Q4_K/Q6_K and float weights); costs one-row speed (the CPU backend is invariant always)"
+const batchInvariantHelp = "CUDA: every decode step runs the same products whatever its width, so greedy output is the same alone, batched, speculating or from the prefix cache: f16 (the flag alone: f16 tensor-core products, Q4_K/Q6_K and float weights) or int8 (the int8 batch product at every width); off the default (the CPU backend is invariant always)"
+
+// addInvariantFlag registers --batch-invariant: the flag alone is f16.
+func addInvariantFlag(f *pflag.FlagSet, v *string) {
+	f.StringVar(v, "batch-invariant", "", batchInvariantHelp)
+	f.Lookup("batch-invariant").NoOptDefVal = "f16"
+}
+
+// invariantOn reports whether --batch-invariant v asks for invariance.
+func invariantOn(v string) bool {
+	on, _, _ := invariance(v)
+	return on
+}
+
+// invariance reads --batch-invariant: whether decode steps are batch
+// invariant and whether in the int8 class.
+func invariance(v string) (on, int8 bool, err error) {
+	switch strings.ToLower(v) {
+	case "", "off", "false":
+		return false, false, nil
+	case "f16", "true", "on":
+		return true, false, nil
+	case "int8":
+		return true, true, nil
+	}
+	return false, false, fmt.Errorf("--batch-invariant %q: want f16, int8 or off", v)
+}
 
 // check refuses values the backends cannot honour.
 func (g gpuOptions) check() error {
@@ -166,7 +193,8 @@ func (g gpuOptions) check() error {
 	if g.kvMemory < 0 || math.IsNaN(g.kvMemory) || math.IsInf(g.kvMemory, 0) {
 		return fmt.Errorf("--kv-memory %g: want GiB (1 and up), a fraction (below 1) or 0", g.kvMemory)
 	}
-	return nil
+	_, _, err := invariance(g.batchInvariant)
+	return err
 }
 
 // kvBytes splits kvMemory into bytes and a fraction.
@@ -180,7 +208,7 @@ func (g gpuOptions) kvBytes() (bytes int64, fraction float64) {
 // cudaOptions are the CUDA backend's options from g.
 func (g gpuOptions) cudaOptions(o cuda.BackendOptions) cuda.BackendOptions {
 	o.Cache = g.kvCache
-	o.BatchInvariant = g.batchInvariant
+	o.BatchInvariant, o.InvariantInt8, _ = invariance(g.batchInvariant) // check refused the others
 	if g.context > 0 {
 		o.Context = g.context
 	}

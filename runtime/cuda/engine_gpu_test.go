@@ -46,7 +46,7 @@ func greedy(t *testing.T, e *runtime.Engine, reqs []runtime.Request) ([][]int32,
 // stories260K (float weights) and a synthesized llama3-8b q4_k_m of two
 // layers, in the default configuration (int8 products for one row, f16
 // tensor-core ones from three) and batch-invariant (the f16 ones at every
-// width).
+// width, or the int8 batch product at every width).
 func gpuEngineModels(t *testing.T) map[string]func() (*Backend, int) {
 	return map[string]func() (*Backend, int){
 		"stories260K": func() (*Backend, int) {
@@ -64,6 +64,11 @@ func gpuEngineModels(t *testing.T) map[string]func() (*Backend, int) {
 		"llama3-8b-q4_k_m/batch-invariant": func() (*Backend, int) {
 			m := synthModel(t, "llama3-8b", "q4_k_m", synth.WeightsFloat)
 			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 16, BatchInvariant: true})
+			return b, b.Info().VocabSize
+		},
+		"llama3-8b-q4_k_m/batch-invariant-int8": func() (*Backend, int) {
+			m := synthModel(t, "llama3-8b", "q4_k_m", synth.WeightsFloat)
+			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 16, BatchInvariant: true, InvariantInt8: true})
 			return b, b.Info().VocabSize
 		},
 	}
@@ -127,18 +132,19 @@ func TestGPUSpecExact(t *testing.T) {
 // TestGPUBatchWidthsExact: on the GPU, one sequence's greedy tokens alone
 // equal its tokens in batches of 2, 3, 8, 16 and 64 (the others' prompts
 // of other lengths), byte for byte, with no prefix cache between the
-// runs, in the default and the batch-invariant configuration; a failure
+// runs, in the default and the batch-invariant configuration (its f16 and
+// int8 classes); a failure
 // names the widths whose tokens part.
 func TestGPUBatchWidthsExact(t *testing.T) {
 	gpuOrSkip(t)
-	for _, inv := range []bool{false, true} {
-		name := "default"
-		if inv {
-			name = "batch-invariant"
-		}
+	for _, c := range []struct {
+		name      string
+		inv, int8 bool
+	}{{"default", false, false}, {"batch-invariant", true, false}, {"batch-invariant-int8", true, true}} {
+		name := c.name
 		t.Run(name, func(t *testing.T) {
 			m := synthModel(t, "llama3-8b", "q4_k_m", synth.WeightsFloat)
-			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 64, BatchInvariant: inv})
+			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 64, BatchInvariant: c.inv, InvariantInt8: c.int8})
 			e := runtime.NewEngine(b, nil, runtime.EngineConfig{MaxRunning: 64, NoPrefixCache: true})
 			t.Cleanup(func() { _ = e.Close() })
 			var reqs []runtime.Request
