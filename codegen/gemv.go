@@ -51,6 +51,13 @@ type GEMVArm struct {
 	// Unroll groups of 32, at most 8 groups in all; gemv_mma8_pipe.go); 0
 	// fetches one group ahead in registers. XQ 4 arms always have a ring.
 	Stages int
+	// Ordered 1 makes an unpipelined XQ 3 arm add its terms in the order
+	// of the unsplit XQ 2 kernels (gemv_mma8_order.go): each row's sum is
+	// then the float the one-row and batch kernels compute, bit for bit,
+	// for Q4_K, Q6_K and Q4_0 weights; its split (8, 16 or 32 warps) keeps
+	// 32/split lane sums a lane. Not a tuned knob: the int8 class of
+	// the batch-invariant configuration names it (LowerOptions.InvariantInt8).
+	Ordered int
 }
 
 func (a GEMVArm) rowsPerWarp() int { return max(1, a.RowsPerWarp) }
@@ -191,7 +198,8 @@ func (a GEMVArm) Validate() error {
 		(a.XQ == 3 && a.mma8SplitBytes() > 48<<10) || // the split sums in static shared memory
 		(a.XQ == 4 && (a.Stages == 0 || a.mmahMaxShared() > xqMaxShared || a.mmahRegs() > a.mmahRegLimit())) ||
 		(a.Stages != 0 && (a.XQ < 3 || (a.Stages != 2 && a.Stages != 4 && a.Stages != 8) || (a.Unroll != 1 && a.Unroll != 2 && a.Unroll != 4) ||
-			a.Stages*a.Unroll > 8 || a.mma8PipeMaxShared() > xqMaxShared)) {
+			a.Stages*a.Unroll > 8 || a.mma8PipeMaxShared() > xqMaxShared)) ||
+		(a.Ordered != 0 && (a.Ordered != 1 || a.XQ != 3 || a.Stages != 0 || 32%a.kSplit() != 0 || a.kSplit() < 8)) {
 		return fmt.Errorf("%w: gemv arm %+v", ErrUnsupported, a)
 	}
 	return nil
@@ -231,17 +239,20 @@ func (a GEMVArm) String() string {
 	if a.Stages > 0 {
 		s += fmt.Sprintf("_p%d", a.Stages)
 	}
+	if a.Ordered > 0 {
+		s += fmt.Sprintf("_o%d", a.Ordered)
+	}
 	return s
 }
 
 // ParseGEMVArm parses the String form of a GEMVArm, e.g.
 // "t256_r8_u4_s1_l1_q16_w2" (q: XQ 1, g: XQ 2, m: XQ 3, h: XQ 4, with the
-// batch rows; p: the stages of a pipelined XQ 3 or 4 arm).
+// batch rows; p: the stages of a pipelined XQ 3 or 4 arm; o: Ordered).
 func ParseGEMVArm(s string) (GEMVArm, error) {
 	var a GEMVArm
 	var global, mma, half int
 	fields := map[byte]*int{'t': &a.Threads, 'r': &a.RowsPerBlock, 'u': &a.Unroll, 's': &a.SharedX, 'l': &a.Layout, 'q': &a.BatchRows, 'g': &global,
-		'm': &mma, 'h': &half, 'w': &a.RowsPerWarp, 'p': &a.Stages}
+		'm': &mma, 'h': &half, 'w': &a.RowsPerWarp, 'p': &a.Stages, 'o': &a.Ordered}
 	for _, f := range strings.Split(s, "_") {
 		if len(f) < 2 || fields[f[0]] == nil {
 			return a, fmt.Errorf("%w: gemv arm %q: bad field %q", ErrUnsupported, s, f)

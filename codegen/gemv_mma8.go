@@ -144,6 +144,10 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 	if !ok || !ok2 || k%32 != 0 {
 		return nil, fmt.Errorf("%w: int8 tensor-core gemv for %v, K %d", ErrUnsupported, t, k)
 	}
+	ord := arm.Ordered == 1
+	if ord && (!mma8OrderTypes[t] || arm.Stages != 0 || e.QuantOut || e.SwiGLUOut || e.Rope) {
+		return nil, fmt.Errorf("%w: ordered int8 tensor-core gemv for %v, ends %q", ErrUnsupported, t, e.suffix())
+	}
 	mb := arm.batchRows()
 	mt := arm.rowsPerWarp() // tiles of 16 weight rows a warp, sharing each activation load
 	ks := arm.Threads / 32 / arm.RowsPerBlock
@@ -160,6 +164,9 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 				emitQ6Words(w)
 			}
 			emitMMA8Ops(w)
+			if ord {
+				emitXQTerms(w, t)
+			}
 			emitMMA8Defines(w, t, n, k, arm, "groups", fmt.Sprintf("#define U %d // groups unrolled", arm.Unroll))
 			w.Raw(ysDefine(ystride))
 			w.Blank()
@@ -190,7 +197,19 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 					w.Line("mc0[nt] = (const float4*)(xq + (size_t)(m0 + (ok0[nt] ? n0 : 0)) * XR + K);")
 					w.Line("mc1[nt] = (const float4*)(xq + (size_t)(m0 + (ok1[nt] ? n0 + 1 : 0)) * XR + K);")
 				})
-				emitMMA8Acc(w)
+				slots := arm.mma8OrderSlots()
+				if ord {
+					w.Linef("float oacc[%d][MT][NT][4]; // the lane sums of residues ks, ks + KS, …", slots)
+					w.For("s", "0", fmt.Sprint(slots), "1", -1, func() {
+						w.For("mt", "0", "MT", "1", -1, func() {
+							w.For("nt", "0", "NT", "1", -1, func() {
+								w.For("i", "0", "4", "1", -1, func() { w.Line("oacc[s][mt][nt][i] = 0.f;") })
+							})
+						})
+					})
+				} else {
+					emitMMA8Acc(w)
+				}
 				rows := mma8Rows(mt)
 				groups := mma8Groups(k)
 				w.Comment("each group's words are fetched while the group before it multiplies; the weights'")
@@ -221,8 +240,9 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 				w.Line("u32 xw0[NT], xw1[NT];")
 				w.Line("float4 xf0[NT], xf1[NT];")
 				w.If(fmt.Sprintf("ks < %d", groups), func() { fetchX("ks") })
-				w.Linef("#pragma unroll %d", arm.Unroll)
-				w.Block(fmt.Sprintf("for (int u = ks; u < %d; u += KS)", groups), func() {
+				// body writes the work of group u (in scope), its terms into slot
+				// (ordered) or acc
+				body := func(slot int) {
 					for _, r := range rows {
 						for _, x := range fr.raw {
 							w.Linef("const %s c%s%s = %s%s;", x.ctype, x.name, r, x.name, r)
@@ -250,12 +270,30 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 						w.Line("const float4 x0 = cxf0[nt], x1 = cxf1[nt];")
 						for i := range mt {
 							a, b := fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)
-							acc := fmt.Sprintf("acc[%d][nt]", i)
-							emitMMA8Tile(w, t, fr, a, b, acc)
+							if ord {
+								emitMMA8OrderTile(w, t, a, b, fmt.Sprintf("oacc[%d][%d][nt]", slot, i))
+							} else {
+								emitMMA8Tile(w, t, fr, a, b, fmt.Sprintf("acc[%d][nt]", i))
+							}
 						}
 					})
-				})
-				emitMMA8Finish(w, e, residual, mb, ks, false)
+				}
+				if ord {
+					w.Comment("R groups a round, the group of slot s at u0 + s·KS: its residue is ks + s·KS")
+					w.Block(fmt.Sprintf("for (int u0 = ks; u0 < %d; u0 += 32)", groups), func() {
+						for sl := range slots {
+							scope(w, func() {
+								w.Linef("const int u = u0 + %d * KS;", sl)
+								w.If(fmt.Sprintf("u < %d", groups), func() { body(sl) })
+							})
+						}
+					})
+					emitMMA8OrderLevels(w, slots)
+				} else {
+					w.Linef("#pragma unroll %d", arm.Unroll)
+					w.Block(fmt.Sprintf("for (int u = ks; u < %d; u += KS)", groups), func() { body(0) })
+				}
+				emitMMA8Finish(w, e, residual, mb, ks, false, ord)
 			}})
 		})
 	return &Kernel{Family: "gemv", Name: name, Source: src, Params: xqGlobalParams, Launch: func(d Dims) Geometry {
@@ -309,7 +347,7 @@ func emitMMA8Ops(w *Writer) {
 // m0, r0, g, t, lane, ks and tw in scope). With reuse the split sums take
 // the dynamic shared memory psm (the pipelined kernel's rings, done with
 // once every warp has passed a barrier) instead of a static array.
-func emitMMA8Finish(w *Writer, e XQEnds, residual bool, mb, ks int, reuse bool) {
+func emitMMA8Finish(w *Writer, e XQEnds, residual bool, mb, ks int, reuse, ordered bool) {
 	op := "="
 	if residual {
 		op = "+="
@@ -336,6 +374,26 @@ func emitMMA8Finish(w *Writer, e XQEnds, residual bool, mb, ks int, reuse bool) 
 		})
 		w.Line("__syncthreads();")
 		w.If("ks == 0", func() {
+			if ordered {
+				// the butterfly's levels KS/2 … 1: warp s pairs with warp s + o
+				w.For("mt", "0", "MT", "1", -1, func() {
+					w.For("nt", "0", "NT", "1", -1, func() {
+						w.For("i", "0", "4", "1", -1, func() {
+							w.Line("float v0 = acc[mt][nt][i];")
+							for s := 1; s < ks; s++ {
+								w.Linef("float v%d = red[%d][tw][(mt * NT + nt) * 4 + i][lane];", s, s-1)
+							}
+							for o := ks / 2; o > 0; o /= 2 {
+								for s := range o {
+									w.Linef("v%[1]d = __fadd_rn(v%[1]d, v%[2]d);", s, s+o)
+								}
+							}
+							w.Line("acc[mt][nt][i] = v0;")
+						})
+					})
+				})
+				return
+			}
 			w.For("s", "0", "KS - 1", "1", -1, func() {
 				w.For("mt", "0", "MT", "1", -1, func() {
 					w.For("nt", "0", "NT", "1", -1, func() {

@@ -152,7 +152,7 @@ func gemvMMA8Pipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 						}
 					})
 				})
-				emitMMA8Finish(w, e, residual, mb, ks, true)
+				emitMMA8Finish(w, e, residual, mb, ks, true, false)
 			}})
 		})
 	return &Kernel{Family: "gemv", Name: name, Source: src, Params: xqGlobalParams, Launch: func(d Dims) Geometry {

@@ -583,10 +583,10 @@ func TestLowerBatchInvariant(t *testing.T) {
 }
 
 // TestLowerInvariantInt8: the int8 class of the batch-invariant
-// configuration runs the same kernel at every width up to the program's
-// 64 rows, as the f16 class does, but never an f16 (XQ 4) or int8
-// tensor-core (XQ 3) product: the repacked products are the XQ 2 batch
-// kernel at every width, whose rows keep the one-row kernel's order.
+// configuration never runs an f16 (XQ 4) product: the repacked products
+// are the XQ 2 batch kernel from one row to 15, whose rows keep the
+// one-row kernel's order, and from 16 rows the ordered int8 tensor-core
+// kernel, which keeps it too (gemv_mma8_order.go).
 func TestLowerInvariantInt8(t *testing.T) {
 	llama := smallQwen3
 	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
@@ -594,13 +594,18 @@ func TestLowerInvariantInt8(t *testing.T) {
 	o := LowerOptions{Class: Decode, MaxSeqs: 64, Context: 256, Cache: dtype.F16, NoQuantOut: QuantOutBatch, BatchInvariant: true, InvariantInt8: true}
 	p, err := Lower(g, o)
 	require.NoError(t, err)
-	xq2 := 0
+	xq2, ordered := 0, 0
 	for _, ln := range p.Launches {
 		k := ln.KernelFor(1)
-		for _, rows := range []int{2, 3, 8, 16, 33, 64} {
+		for _, rows := range []int{2, 3, 8, 15} {
 			require.Equal(t, k, ln.KernelFor(rows), p.Kernels[ln.Kernel].Name)
 		}
 		name := p.Kernels[k].Name
+		if big := p.Kernels[ln.KernelFor(16)].Name; big != name {
+			require.Contains(t, big, "_m16_w2_o1", "from 16 rows: the ordered arm")
+			require.Equal(t, ln.KernelFor(16), ln.KernelFor(64))
+			ordered++
+		}
 		require.NotContains(t, name, "_h16_", "no f16 product")
 		require.False(t, strings.HasPrefix(name, "xhalf"), "no f16 activation rows")
 		if p.Kernels[k].Family == "gemv" && strings.Contains(name, "_l1_") {
@@ -611,6 +616,7 @@ func TestLowerInvariantInt8(t *testing.T) {
 		}
 	}
 	require.Equal(t, 5*llama.Layers+1, xq2, "every repacked product runs the XQ 2 batch kernel")
+	require.Equal(t, 5*llama.Layers+1, ordered, "and the ordered kernel from 16 rows")
 	// the switch alone does nothing: InvariantInt8 without BatchInvariant is the default
 	def := o
 	def.BatchInvariant = false

@@ -139,7 +139,20 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 					xl.one, xl.arm = arm, batch
 				}
 				half := false
-				if a, ok := l.largeArm(class, batch); ok {
+				if a, ok := l.orderedArm(t, batch); ok {
+					// the int8 class of the batch-invariant configuration: the
+					// tensor-core product in the batch kernel's order
+					if large, err = l.optionalKernel(gemv(a)); err != nil {
+						return err
+					}
+					if large >= 0 {
+						l.repacked[large] = true
+						largeFrom = GEMVLargeRows
+						if xl != nil {
+							xl.large = a
+						}
+					}
+				} else if a, ok := l.largeArm(class, batch); ok {
 					if HalfProduct(t, k) {
 						a = l.smallArm(class, a) // the tunedb's arm of up to 16 rows
 					}

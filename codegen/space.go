@@ -137,6 +137,9 @@ func (a GEMVArm) Point() Point {
 	if a.Stages != 0 {
 		p["stages"] = a.Stages
 	}
+	if a.Ordered != 0 {
+		p["ordered"] = a.Ordered // not a knob: no tunedb entry holds it
+	}
 	return p
 }
 
@@ -167,7 +170,7 @@ func BlockArmOf(p Point) BlockArm { return BlockArm{Threads: p["threads"]} }
 // GEMVArmOf returns the GEMVArm p describes (missing knobs are zero).
 func GEMVArmOf(p Point) GEMVArm {
 	return GEMVArm{Threads: p["threads"], RowsPerBlock: p["rows_per_block"], Unroll: p["unroll"], SharedX: p["shared_x"], Layout: p["layout"],
-		XQ: p["xq"], BatchRows: p["batch_rows"], RowsPerWarp: p["rows_per_warp"], Stages: p["stages"]}
+		XQ: p["xq"], BatchRows: p["batch_rows"], RowsPerWarp: p["rows_per_warp"], Stages: p["stages"], Ordered: p["ordered"]}
 }
 
 // MMAArmOf returns the MMAArm p describes (missing knobs are zero).

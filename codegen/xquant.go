@@ -147,6 +147,7 @@ var xqPrep = map[dtype.Type]string{
 // of each activation row.
 func emitXQWeightHelpers(w *Writer, t dtype.Type) {
 	emitDP4A(w)
+	emitXQTerms(w, t)
 	w.Comment("One unpacked weight unit: int8 words (lo against the activations' first 16 bytes, hi the next 16) and the unit's factors.")
 	w.Line("struct xw { uint4 lo, hi; float a, b; };")
 	w.Blank()
@@ -197,11 +198,11 @@ func emitXQWeightHelpers(w *Writer, t dtype.Type) {
 		}
 		body := append([]string{"const int4 x0 = xr[2 * uu], x1 = xr[2 * uu + 1];", "int s = 0;"}, dots("", "", "x0", "x1")...)
 		if t == dtype.Q4_0 {
-			body = append(body, "const float4 m = mt[uu];", "return u.a * m.x * ((float)s - 8.f * (m.y + m.z));")
+			body = append(body, "const float4 m = mt[uu];", "return xq_term(u.a, m.x, (float)s - 8.f * (m.y + m.z));")
 		} else {
 			body = append(body, "const float4 m = mt[uu];",
 				"// Σ (d q - mn) x = a dx Σ (q - 8) xq + (8a - mn) Σ x",
-				"return u.a * m.x * ((float)s - 8.f * (m.y + m.z)) + u.b * m.w;")
+				"return xq_term(u.a, u.b, m.x, (float)s - 8.f * (m.y + m.z), m.w);")
 		}
 		use(body...)
 	case dtype.Q8_0:
@@ -235,7 +236,7 @@ func emitXQWeightHelpers(w *Writer, t dtype.Type) {
 		}})
 		body := append([]string{"const int4 x0 = xr[2 * uu], x1 = xr[2 * uu + 1];", "int s0 = 0, s1 = 0;"}, dots("0", "1", "x0", "x1")...)
 		use(append(body, "const float4 m = mt[uu];",
-			"return m.x * (u.a * ((float)s0 - 32.f * m.y) + u.b * ((float)s1 - 32.f * m.z));")...)
+			"return xq_term(u.a, u.b, m.x, (float)s0 - 32.f * m.y, (float)s1 - 32.f * m.z);")...)
 	default:
 		panic(fmt.Sprintf("BUG: no int8-activation GEMV for %v", t))
 	}
@@ -257,7 +258,7 @@ func emitXQCompute(w *Writer, t dtype.Type, rw int, buf, xr, mt string) {
 					w.Linef("const int4* xr = %s;", xr)
 					w.Linef("const float4* mt = %s;", mt)
 					for r := range rw {
-						w.Linef("acc[%d][j] += xq_use(w%d, xr, mt, uu);", r, r)
+						w.Linef("acc[%d][j] = __fadd_rn(acc[%d][j], xq_use(w%d, xr, mt, uu));", r, r, r)
 					}
 				})
 			})

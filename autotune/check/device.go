@@ -83,15 +83,39 @@ func (d *Device) image(k *codegen.Kernel) ([]byte, error) {
 // its buffers (together at least RotateBytes, so inputs come from memory,
 // not L2), timed with events. TimeUS is the median per launch.
 func (d *Device) Run(c *Case, arm codegen.Point, reps int) (Result, error) {
+	res, outs, err := d.run(c, arm, reps)
+	if err != nil {
+		return res, err
+	}
+	if res.RelErr, err = c.Compare(outs); err != nil {
+		return res, err
+	}
+	if len(res.Samples) > 0 {
+		sort.Float64s(res.Samples)
+		res.TimeUS = median(res.Samples)
+	}
+	return res, nil
+}
+
+// Outputs runs arm once on the case's inputs and returns its outputs as
+// the device wrote them, for comparisons of arms bit for bit.
+func (d *Device) Outputs(c *Case, arm codegen.Point) ([][]byte, error) {
+	_, outs, err := d.run(c, arm, 0)
+	return outs, err
+}
+
+// run launches arm on the case's inputs, reads its outputs back and, for
+// reps > 0, times it.
+func (d *Device) run(c *Case, arm codegen.Point, reps int) (Result, [][]byte, error) {
 	l, err := c.Launch(arm)
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	res := Result{Kernel: l.Kernels[0].Name, Tol: c.TolOf(arm)}
 	images := make([][]byte, len(l.Kernels))
 	for i, k := range l.Kernels {
 		if images[i], err = d.image(k); err != nil {
-			return res, err
+			return res, nil, err
 		}
 	}
 	var outs [][]byte
@@ -122,16 +146,9 @@ func (d *Device) Run(c *Case, arm codegen.Point, reps int) (Result, error) {
 		return err
 	})
 	if err != nil {
-		return res, fmt.Errorf("%s: %w", res.Kernel, err)
+		return res, nil, fmt.Errorf("%s: %w", res.Kernel, err)
 	}
-	if res.RelErr, err = c.Compare(outs); err != nil {
-		return res, err
-	}
-	if len(res.Samples) > 0 {
-		sort.Float64s(res.Samples)
-		res.TimeUS = median(res.Samples)
-	}
-	return res, nil
+	return res, outs, nil
 }
 
 // rotations is how many copies of a set of setBytes make at least want

@@ -77,6 +77,11 @@ static __device__ __forceinline__ int dp4a(int a, int b, int c) {
     return d;
 }
 
+// A Q4_K group's term: a·dx·d + b·Σx, rounded the same in every kernel.
+static __device__ __forceinline__ float xq_term(float a, float b, float dx, float d, float sx) {
+    return __fmaf_rn(__fmul_rn(a, dx), d, __fmul_rn(b, sx));
+}
+
 // One unpacked weight unit: int8 words (lo against the activations' first 16 bytes, hi the next 16) and the unit's factors.
 struct xw { uint4 lo, hi; float a, b; };
 
@@ -105,7 +110,7 @@ static __device__ __forceinline__ float xq_use(const xw& u, const int4* xr, cons
     s = dp4a((int)u.hi.w, x1.w, s);
     const float4 m = mt[uu];
     // Σ (d q - mn) x = a dx Σ (q - 8) xq + (8a - mn) Σ x
-    return u.a * m.x * ((float)s - 8.f * (m.y + m.z)) + u.b * m.w;
+    return xq_term(u.a, u.b, m.x, (float)s - 8.f * (m.y + m.z), m.w);
 }
 
 // Four floats times inv, rounded to nearest, as int8 bytes of a word; their sum is added to is.
@@ -288,10 +293,10 @@ extern "C" __global__ void __launch_bounds__(256) gemv_q4_k_n512_k256_norm_t256_
                     if (j < mrows) {
                         const int4* xr = (const int4*)(xq8 + j * K);
                         const float4* mt = meta + j * (K / 32);
-                        acc[0][j] += xq_use(w0, xr, mt, uu);
-                        acc[1][j] += xq_use(w1, xr, mt, uu);
-                        acc[2][j] += xq_use(w2, xr, mt, uu);
-                        acc[3][j] += xq_use(w3, xr, mt, uu);
+                        acc[0][j] = __fadd_rn(acc[0][j], xq_use(w0, xr, mt, uu));
+                        acc[1][j] = __fadd_rn(acc[1][j], xq_use(w1, xr, mt, uu));
+                        acc[2][j] = __fadd_rn(acc[2][j], xq_use(w2, xr, mt, uu));
+                        acc[3][j] = __fadd_rn(acc[3][j], xq_use(w3, xr, mt, uu));
                     }
                 }
             }

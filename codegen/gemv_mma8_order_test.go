@@ -1,0 +1,81 @@
+package codegen_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// orderedArm is the default XQ 3 arm, ordered, with ks warps splitting K.
+func orderedArm(ks int) codegen.GEMVArm {
+	a := codegen.DefaultXQMMAArm
+	a.Ordered = 1
+	return a.Split(ks)
+}
+
+// TestOrderedArmName: the ordered arm's name carries _o1 and parses back;
+// an ordered arm is only an unpipelined XQ 3 arm whose split divides 32.
+func TestOrderedArmName(t *testing.T) {
+	a := orderedArm(8)
+	require.Equal(t, codegen.DefaultXQOrderedArm, a)
+	require.Equal(t, "t256_r1_u1_s1_l1_m16_w2_o1", a.String())
+	b, err := codegen.ParseGEMVArm(a.String())
+	require.NoError(t, err)
+	require.Equal(t, a, b)
+	bad := []codegen.GEMVArm{codegen.DefaultXQMMAPipeArm, codegen.DefaultXQGlobalBatchArm, codegen.DefaultXQMMAArm.Split(6), codegen.DefaultXQMMAArm.Split(4)}
+	for _, x := range bad {
+		x.Ordered = 1
+		require.ErrorIs(t, x.Validate(), codegen.ErrUnsupported, x.String())
+	}
+	_, err = codegen.GEMVXQ(dtype.Q8_0, 256, 256, false, a, codegen.XQEnds{}, 0)
+	require.ErrorIs(t, err, codegen.ErrUnsupported, "Q8_0's XQ 2 lanes add 16-element units")
+}
+
+// TestOrderedTerms: the XQ 2 kernels and the ordered XQ 3 kernel compute
+// every group's term through the same pinned function, and the ordered
+// kernel adds its slots and warps by the butterfly's levels, not in a
+// loop of +=.
+func TestOrderedTerms(t *testing.T) {
+	for _, ty := range []dtype.Type{dtype.Q4_K, dtype.Q6_K, dtype.Q4_0} {
+		x2, err := codegen.GEMVXQ(ty, 512, 512, false, codegen.DefaultXQGlobalBatchArm, codegen.XQEnds{}, 0)
+		require.NoError(t, err)
+		o, err := codegen.GEMVXQ(ty, 512, 512, false, orderedArm(8), codegen.XQEnds{}, 0)
+		require.NoError(t, err)
+		term := func(src string) string {
+			i := strings.Index(src, "xq_term(")
+			require.Positive(t, i, ty.String())
+			return src[i : i+strings.Index(src[i:], "}")]
+		}
+		require.Equal(t, term(x2.Source), term(o.Source), "%v: one term function", ty)
+		require.Contains(t, o.Source, "v3 = __fadd_rn(v3, v7);", "the warps' level 4 of eight")
+		require.Contains(t, o.Source, "oacc[1][mt][nt][i] = __fadd_rn(oacc[1][mt][nt][i], oacc[3][mt][nt][i]);", "level 16 of four slots")
+		require.NotContains(t, o.Source, "acc[mt][nt][i] += red")
+	}
+}
+
+// TestCompileOrdered compiles to compute_90 PTX the ordered XQ 3 product
+// of Q4_K, Q6_K and Q4_0 weights, with 8 and 16 warps splitting K, with the
+// norm's rows and with the residual add: each has its mma and no local
+// memory.
+func TestCompileOrdered(t *testing.T) {
+	nv := nvrtcOrSkip(t)
+	for _, ty := range []dtype.Type{dtype.Q4_K, dtype.Q6_K, dtype.Q4_0} {
+		for _, ks := range []int{8, 16} {
+			for i, e := range []codegen.XQEnds{{}, {NormIn: true, NormEps: 1e-5}} {
+				residual := i == 0 && ks == 8
+				t.Run(fmt.Sprintf("%v/ks%d/%d", ty, ks, i), func(t *testing.T) {
+					k, err := codegen.GEMVXQ(ty, 4096, 4096, residual, orderedArm(ks), e, 0)
+					require.NoError(t, err)
+					src := compilePTX(t, nv, k)
+					require.NotContains(t, src, ".local", "%s: local memory", k.Name)
+					require.Contains(t, src, "mma.sync.aligned.m16n8k", k.Name)
+				})
+			}
+		}
+	}
+}
