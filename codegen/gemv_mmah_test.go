@@ -584,9 +584,10 @@ func TestLowerBatchInvariant(t *testing.T) {
 
 // TestLowerInvariantInt8: the int8 class of the batch-invariant
 // configuration never runs an f16 (XQ 4) product: the repacked products
-// are the XQ 2 batch kernel from one row to 15, whose rows keep the
-// one-row kernel's order, and from 16 rows the ordered int8 tensor-core
-// kernel, which keeps it too (gemv_mma8_order.go).
+// are unsplit XQ 2 kernels up to 15 rows (a one-row kernel for one row,
+// the batch kernel from two: unsplit, both add a row's lanes in one
+// order) and from 16 rows the ordered int8 tensor-core kernel, which
+// keeps that order too (gemv_mma8_order.go).
 func TestLowerInvariantInt8(t *testing.T) {
 	llama := smallQwen3
 	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
@@ -596,26 +597,33 @@ func TestLowerInvariantInt8(t *testing.T) {
 	require.NoError(t, err)
 	xq2, ordered := 0, 0
 	for _, ln := range p.Launches {
-		k := ln.KernelFor(1)
 		for _, rows := range []int{2, 3, 8, 15} {
-			require.Equal(t, k, ln.KernelFor(rows), p.Kernels[ln.Kernel].Name)
+			require.Equal(t, ln.KernelFor(2), ln.KernelFor(rows), p.Kernels[ln.Kernel].Name)
 		}
-		name := p.Kernels[k].Name
-		if big := p.Kernels[ln.KernelFor(16)].Name; big != name {
-			require.Contains(t, big, "_m16_w2_o1", "from 16 rows: the ordered arm")
+		name := p.Kernels[ln.Kernel].Name
+		require.False(t, strings.HasPrefix(name, "xhalf"), "no f16 activation rows")
+		if p.Kernels[ln.Kernel].Family != "gemv" || !strings.Contains(name, "_l1_") {
+			require.Equal(t, ln.KernelFor(1), ln.KernelFor(64), name)
+			continue
+		}
+		arm := func(rows int) GEMVArm {
+			name := p.Kernels[ln.KernelFor(rows)].Name
+			a, err := ParseGEMVArm(name[strings.LastIndex(name, "_t")+1:])
+			require.NoError(t, err, name)
+			return a
+		}
+		for _, rows := range []int{1, 2} {
+			require.Equal(t, 2, arm(rows).XQ, name)
+			require.Equal(t, 1, arm(rows).Threads/32/arm(rows).RowsPerBlock, "%s: unsplit", name)
+		}
+		xq2++
+		if arm(16) != arm(2) {
+			require.Equal(t, DefaultXQOrderedArm, arm(16), "from 16 rows: the ordered arm")
 			require.Equal(t, ln.KernelFor(16), ln.KernelFor(64))
 			ordered++
 		}
-		require.NotContains(t, name, "_h16_", "no f16 product")
-		require.False(t, strings.HasPrefix(name, "xhalf"), "no f16 activation rows")
-		if p.Kernels[k].Family == "gemv" && strings.Contains(name, "_l1_") {
-			a, err := ParseGEMVArm(name[strings.LastIndex(name, "_t")+1:])
-			require.NoError(t, err, name)
-			require.Equal(t, 2, a.XQ, name)
-			xq2++
-		}
 	}
-	require.Equal(t, 5*llama.Layers+1, xq2, "every repacked product runs the XQ 2 batch kernel")
+	require.Equal(t, 5*llama.Layers+1, xq2, "every repacked product runs unsplit XQ 2 kernels")
 	require.Equal(t, 5*llama.Layers+1, ordered, "and the ordered kernel from 16 rows")
 	// the switch alone does nothing: InvariantInt8 without BatchInvariant is the default
 	def := o

@@ -85,7 +85,12 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 		hasBatch := false
 		if arm.Layout == 1 {
 			batch, hasBatch = l.batchArm(arm, class, k)
-			if hasBatch && l.o.BatchInvariant {
+			switch {
+			case hasBatch && l.o.BatchInvariant && l.o.InvariantInt8 && arm.XQ == 2 && batch.XQ == 2:
+				// unsplit XQ 2 arms add each row in one order, whatever
+				// their geometry: one row keeps a one-row kernel
+				arm, batch = arm.Split(1), batch.Split(1)
+			case hasBatch && l.o.BatchInvariant:
 				arm = batch // one row runs the batch kernel too
 			}
 		}
