@@ -51,11 +51,12 @@ type GEMVArm struct {
 	// Unroll groups of 32, at most 8 groups in all; gemv_mma8_pipe.go); 0
 	// fetches one group ahead in registers. XQ 4 arms always have a ring.
 	Stages int
-	// Ordered 1 makes an unpipelined XQ 3 arm add its terms in the order
+	// Ordered 1 makes an XQ 3 arm add its terms in the order
 	// of the unsplit XQ 2 kernels (gemv_mma8_order.go): each row's sum is
 	// then the float the one-row and batch kernels compute, bit for bit,
 	// for Q4_K, Q6_K and Q4_0 weights; its split (8, 16 or 32 warps) keeps
-	// 32/split lane sums a lane. Not a tuned knob: the int8 class of
+	// 32/split lane sums a lane, and with Stages a ring of that many
+	// groups (Unroll 1) feeds each warp. Not a tuned knob: the int8 class of
 	// the batch-invariant configuration names it (LowerOptions.InvariantInt8).
 	Ordered int
 }
@@ -182,7 +183,8 @@ var GEMVKnobs = []Knob{
 	{"xq", []int{0, 1, 2, 3}},
 	{"batch_rows", []int{0, 1, 2, 4, 8, 16}},
 	{"rows_per_warp", []int{0, 2, 4}},
-	{"stages", []int{0}}, // the pipelined XQ 3 arms run where named (Arms.GEMVLarge, GEMVLargeClass)
+	{"stages", []int{0}},  // the pipelined XQ 3 arms run where named (Arms.GEMVLarge, GEMVLargeClass)
+	{"ordered", []int{0}}, // the ordered arms run where the int8 invariant class names them
 }
 
 // Validate reports whether a is well formed.
@@ -199,7 +201,8 @@ func (a GEMVArm) Validate() error {
 		(a.XQ == 4 && (a.Stages == 0 || a.mmahMaxShared() > xqMaxShared || a.mmahRegs() > a.mmahRegLimit())) ||
 		(a.Stages != 0 && (a.XQ < 3 || (a.Stages != 2 && a.Stages != 4 && a.Stages != 8) || (a.Unroll != 1 && a.Unroll != 2 && a.Unroll != 4) ||
 			a.Stages*a.Unroll > 8 || a.mma8PipeMaxShared() > xqMaxShared)) ||
-		(a.Ordered != 0 && (a.Ordered != 1 || a.XQ != 3 || a.Stages != 0 || 32%a.kSplit() != 0 || a.kSplit() < 8)) {
+		(a.Ordered != 0 && (a.Ordered != 1 || a.XQ != 3 || 32%a.kSplit() != 0 || a.kSplit() < 8 ||
+			(a.Stages != 0 && (a.Unroll != 1 || a.mma8OrderPipeMaxShared() > xqMaxShared)))) {
 		return fmt.Errorf("%w: gemv arm %+v", ErrUnsupported, a)
 	}
 	return nil

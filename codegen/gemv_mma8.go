@@ -131,12 +131,22 @@ func mma8Groups(k int) int { return k / 32 }
 // chain over all of K. grid (⌈n/(16·RowsPerWarp·RowsPerBlock)⌉, ⌈m/MB⌉).
 func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystride int) (*Kernel, error) {
 	if arm.Stages > 0 {
-		if _, ok := mma8PipeTypes[t]; ok && k%256 == 0 {
+		_, ok := mma8PipeTypes[t]
+		switch {
+		case ok && k%256 == 0 && arm.Ordered == 1:
+			if e.QuantOut || e.SwiGLUOut || e.Rope {
+				return nil, fmt.Errorf("%w: ordered int8 tensor-core gemv, ends %q", ErrUnsupported, e.suffix())
+			}
+			return gemvMMA8OrderPipe(t, n, k, residual, arm, e, ystride)
+		case ok && k%256 == 0:
 			return gemvMMA8Pipe(t, n, k, residual, arm, e, ystride)
 		}
 		// the other types take the unpipelined default, with the arm's batch rows
-		mb := arm.BatchRows
+		mb, ordered := arm.BatchRows, arm.Ordered
 		arm = DefaultXQMMAArm
+		if ordered == 1 {
+			arm = DefaultXQOrderedArm
+		}
 		arm.BatchRows = mb
 	}
 	_, ok := rpTypes[t]

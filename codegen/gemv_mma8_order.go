@@ -33,6 +33,13 @@ import (
 // 16 rows a warp, eight warps splitting K, so four lane sums a warp).
 var DefaultXQOrderedArm = GEMVArm{Threads: 256, RowsPerBlock: 1, Unroll: 1, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16, RowsPerWarp: 2, Ordered: 1}
 
+// DefaultXQOrderedPipeArm is the pipelined ordered arm: 16 warps
+// splitting K (two lane sums a lane), rings of four one-group slots.
+var DefaultXQOrderedPipeArm = GEMVArm{Threads: 512, RowsPerBlock: 1, Unroll: 1, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16, RowsPerWarp: 2, Stages: 4, Ordered: 1}
+
+// OrderedType reports whether the ordered arm covers weights of type t.
+func OrderedType(t dtype.Type) bool { return mma8OrderTypes[t] }
+
 // orderedArm returns the large arm of a product of type t whose batch
 // arm is batch in the int8 class of the batch-invariant configuration:
 // DefaultXQOrderedArm where batch is an unsplit XQ 2 arm (whose rows add
@@ -121,4 +128,185 @@ func emitMMA8OrderLevels(w *Writer, slots int) {
 		})
 	}
 	w.Line("float (&acc)[MT][NT][4] = oacc[0];")
+}
+
+// mma8OrderPipeShared is the dynamic shared memory of a pipelined ordered
+// arm's blocks for rows of type pt: each warp's ring of Stages slots of
+// one group (its rows' weights, the block's tokens, its rows' heads),
+// which the split sums reuse after the main loop.
+func (a GEMVArm) mma8OrderPipeShared(pt mma8PipeType) int {
+	wr := 16 * a.rowsPerWarp()
+	slot := wr*(pt.rowBytes+pt.headBytes) + 8*((a.batchRows()+7)/8)*mma8TokenBytes
+	return max(a.Threads/32*a.Stages*slot, a.mma8SplitBytes())
+}
+
+// mma8OrderPipeMaxShared is the most shared memory a pipelined ordered
+// arm's blocks take over the types it covers (and the norm's 1/rms of
+// each row).
+func (a GEMVArm) mma8OrderPipeMaxShared() int {
+	n := 0
+	for _, pt := range mma8PipeTypes {
+		n = max(n, a.mma8OrderPipeShared(pt))
+	}
+	return n + 4*a.batchRows()
+}
+
+// gemvMMA8OrderPipe is the ordered arm fed by cp.async (Stages > 0, Q4_K
+// and Q6_K weights, K a multiple of 256): each warp's groups ks, ks+KS, …
+// reach it through a ring of Stages slots of one group each, whose slot
+// holds the group's weight units, its super-block's heads and the block's
+// tokens. The groups and the lane sums are the unpipelined ordered arm's.
+// grid (⌈n/(16·RowsPerWarp·RowsPerBlock)⌉, ⌈m/MB⌉), dynamic shared memory
+// mma8OrderPipeShared.
+func gemvMMA8OrderPipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystride int) (*Kernel, error) {
+	fr := mma8Frags[t]
+	pt := mma8PipeTypes[t]
+	mb := arm.batchRows()
+	mt := arm.rowsPerWarp()
+	ks := arm.kSplit()
+	nt := (mb + 7) / 8
+	p := arm.Stages
+	slots := arm.mma8OrderSlots()
+	wr := 16 * mt
+	pr := pipeRing{t: t, fr: fr, mt: mt, cr: ceilDiv(wr, 32), p: p, gs: 1}
+	xa := ceilDiv(3*8*nt, 32)
+	shared := arm.mma8OrderPipeShared(pt)
+	groups := mma8Groups(k)
+	epi := ""
+	if residual {
+		epi = "_res"
+	}
+	epi += e.suffix() + ysName(ystride)
+	name := fmt.Sprintf("gemv_%s_n%d_k%d%s_%s", typeTag(t), n, k, epi, arm)
+	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations from xquant, int8 mma.sync in the XQ 2 order fed by cp.async, %d stages, N %d, K %d, residual %v, %v", t, p, n, k, residual, arm),
+		repackDeps(t, "f16", "warp", "pdl"), func(w *Writer) {
+			if t == dtype.Q6_K {
+				emitQ6Words(w)
+			}
+			emitCPAsync(w)
+			emitMMA8Ops(w)
+			emitXQTerms(w, t)
+			emitMMA8Defines(w, t, n, k, arm, "groups")
+			w.Linef("#define P %d // slots of a warp's ring, a group each", p)
+			w.Linef("#define WR %d // weight rows a warp", wr)
+			w.Linef("#define RB %d // a row's bytes of a group", pt.rowBytes)
+			w.Linef("#define HB %d // a row's bytes of a super-block head", pt.headBytes)
+			w.Linef("#define TB %d // a token's bytes of a group", mma8TokenBytes)
+			w.Line("#define XO (WR * RB) // the tokens' offset in a slot")
+			w.Line("#define HO (XO + 8 * NT * TB) // the heads' offset in a slot")
+			w.Line("#define SB (HO + WR * HB) // bytes of a slot")
+			w.Raw(ysDefine(ystride))
+			w.Blank()
+			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: xqGlobalParams, Body: func(w *Writer) {
+				w.Line("extern __shared__ uint4 psm[];")
+				w.Line("const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
+				w.Line("const int wi = threadIdx.x >> 5, tw = wi % RPB, ks = wi / RPB; // set of rows, share of K")
+				w.Line("const int r0 = (blockIdx.x * RPB + tw) * WR; // the warp's first row")
+				w.Line("const u8* ws = (const u8*)psm + wi * P * SB; // the warp's ring")
+				w.Line("const u32 wsa = (u32)__cvta_generic_to_shared(ws);")
+				w.Linef("const int ng = ks < %[1]d ? (%[1]d - 1 - ks) / KS + 1 : 0; // the warp's groups: ks, ks + KS, …", groups)
+				w.Line("const int m0 = blockIdx.y * MB;")
+				w.Line("const int mrows = min(MB, m - m0);")
+				pr.rowPointers(w)
+				acts := emitActCopies(w, xa)
+				w.Comment("this lane's C columns (tokens 2t, 2t+1 of each tile)")
+				w.Line("bool ok0[NT], ok1[NT];")
+				w.For("nt", "0", "NT", "1", -1, func() {
+					w.Line("ok0[nt] = 8 * nt + 2 * t < mrows;")
+					w.Line("ok1[nt] = 8 * nt + 2 * t + 1 < mrows;")
+				})
+				w.Linef("float oacc[%d][MT][NT][4]; // the lane sums of residues ks, ks + KS, …", slots)
+				w.For("s", "0", fmt.Sprint(slots), "1", -1, func() {
+					w.For("mt", "0", "MT", "1", -1, func() {
+						w.For("nt", "0", "NT", "1", -1, func() {
+							w.For("i", "0", "4", "1", -1, func() { w.Line("oacc[s][mt][nt][i] = 0.f;") })
+						})
+					})
+				})
+				// copy writes the copies of the warp's group j (an expression) into ring slot sl
+				weights := func(j string, sl int) {
+					scope(w, func() {
+						w.Linef("const int u = ks + KS * (%s), sb = u >> 3;", j)
+						sa := fmt.Sprintf("wsa + %d * SB", sl)
+						pr.weights(w, "u", "sb", sa, sa+" + HO", true)
+					})
+				}
+				actsOf := func(j string, sl int) {
+					scope(w, func() {
+						w.Linef("const int u = ks + KS * (%s);", j)
+						acts("u", fmt.Sprintf("wsa + %d * SB", sl))
+					})
+				}
+				w.Comment("the first P-1 slots: the weights before the wait for the previous kernel (they do not")
+				w.Comment("depend on it), as one commit group, then each slot's activations as one")
+				for j := range p - 1 {
+					w.If(fmt.Sprintf("%d < ng", j), func() { weights(fmt.Sprint(j), j) })
+				}
+				w.Line("CP_COMMIT();")
+				w.Line("pdl_wait();")
+				if e.NormIn {
+					w.Line("const u8* xr = xq + (size_t)m0 * XR;")
+					emitXQRowNorms(w, e.NormEps, "xr", mb)
+				}
+				for j := range p - 1 {
+					w.If(fmt.Sprintf("%d < ng", j), func() { actsOf(fmt.Sprint(j), j) })
+					w.Line("CP_COMMIT();")
+				}
+				rows := mma8Rows(mt)
+				local := map[string]string{}
+				for i, r := range rows {
+					local[r] = fmt.Sprintf("(%d + g)", 8*i)
+				}
+				unroll := max(p, slots)
+				w.Comment("%d groups a round: group j from ring slot j %% P into lane sum j %% %d (residue ks + (j %% %d)·KS)", unroll, slots, slots)
+				w.Block(fmt.Sprintf("for (int j0 = 0; j0 < ng; j0 += %d)", unroll), func() {
+					for jj := range unroll {
+						w.If(fmt.Sprintf("j0 + %d < ng", jj), func() {
+							w.Linef("const int j = j0 + %d, u = ks + KS * j, sb = u >> 3;", jj)
+							w.Line("CP_WAIT(P - 2); // this slot's copies have landed")
+							w.Line("__syncwarp(); // … every lane's, and every lane is done with the slot refilled next")
+							next := (jj + p - 1) % p
+							w.If("j + P - 1 < ng", func() {
+								weights("j + P - 1", next)
+								actsOf("j + P - 1", next)
+							})
+							w.Line("CP_COMMIT();")
+							w.Linef("const u8* st = ws + %d * SB;", jj%p)
+							w.Line("const u8* hs = st + HO;")
+							for _, r := range rows {
+								lr := local[r]
+								switch t {
+								case dtype.Q4_K:
+									w.Linef("const u32 cw%s = *(const u32*)(st + %s * RB + 4 * t);", r, lr)
+									w.Linef("const uint4 chv%s = *(const uint4*)(hs + %s * HB);", r, lr)
+								case dtype.Q6_K:
+									w.Linef("const u32 cwl%s = *(const u32*)(st + %s * 16 + 4 * t);", r, lr)
+									w.Linef("const u32 cwh%s = *(const u32*)(st + WR * 16 + %s * 8 + 4 * (t >> 1));", r, lr)
+									w.Linef("const u16 csv%s = (u16)(*(const u32*)(st + WR * 24 + %s * 4) >> (16 * (u & 1)));", r, lr)
+									w.Linef("const int dsh%s = (int)(((size_t)min(r0 + %s, N - 1) * NB + sb) & 1) * 16; // d's half of its word", r, lr)
+									w.Linef("const u16 cdv%s = (u16)(*(const u32*)(hs + %s * HB) >> dsh%s);", r, lr, r)
+								}
+								fr.decode(w, r, "u & 7")
+							}
+							w.For("nt", "0", "NT", "1", -1, func() {
+								w.Line("const u8* xt = st + XO + (8 * nt + g) * TB;")
+								w.Line("const u32 b0 = *(const u32*)(xt + 4 * t), b1 = *(const u32*)(xt + 16 + 4 * t);")
+								w.Line("const float4 x0 = *(const float4*)(st + XO + (8 * nt + 2 * t) * TB + 32);")
+								w.Line("const float4 x1 = *(const float4*)(st + XO + (8 * nt + 2 * t + 1) * TB + 32);")
+								for i := range mt {
+									emitMMA8OrderTile(w, t, fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i), fmt.Sprintf("oacc[%d][%d][nt]", jj%slots, i))
+								}
+							})
+						})
+					}
+				})
+				w.Line("CP_WAIT(0);")
+				emitMMA8OrderLevels(w, slots)
+				emitMMA8Finish(w, e, residual, mb, ks, true, true)
+			}})
+		})
+	return &Kernel{Family: "gemv", Name: name, Source: src, Params: xqGlobalParams, Launch: func(d Dims) Geometry {
+		return Geometry{Grid: dim3(ceilDiv(n, wr*arm.RowsPerBlock), ceilDiv(d.Tokens, mb), 1), Block: dim3(arm.Threads, 1, 1), Shared: uint32(shared),
+			StaticShared: uint32(4 * mb)}
+	}}, nil
 }

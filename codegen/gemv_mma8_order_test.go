@@ -79,3 +79,35 @@ func TestCompileOrdered(t *testing.T) {
 		}
 	}
 }
+
+// TestCompileOrderedPipe compiles to compute_90 PTX the pipelined ordered
+// product of Q4_K and Q6_K weights (16 and 8 warps splitting K, rings of 2
+// to 8 slots), with the norm's rows and with the residual add: each has
+// its mma and cp.async and no local memory; Q4_0 takes the unpipelined
+// ordered kernel.
+func TestCompileOrderedPipe(t *testing.T) {
+	nv := nvrtcOrSkip(t)
+	for _, ty := range []dtype.Type{dtype.Q4_K, dtype.Q6_K} {
+		for _, c := range []struct{ ks, stages int }{{16, 4}, {16, 2}, {8, 8}} {
+			for i, e := range []codegen.XQEnds{{}, {NormIn: true, NormEps: 1e-5}} {
+				a := orderedArm(c.ks)
+				a.Stages = c.stages
+				require.NoError(t, a.Validate())
+				t.Run(fmt.Sprintf("%v/%v/%d", ty, a, i), func(t *testing.T) {
+					k, err := codegen.GEMVXQ(ty, 4096, 11008, i == 0, a, e, 0)
+					require.NoError(t, err)
+					require.Contains(t, k.Source, "cp_cg16(")
+					src := compilePTX(t, nv, k)
+					require.NotContains(t, src, ".local", "%s: local memory", k.Name)
+					require.Contains(t, src, "cp.async", k.Name)
+				})
+			}
+		}
+	}
+	a := orderedArm(16)
+	a.Stages = 4
+	k, err := codegen.GEMVXQ(dtype.Q4_0, 4096, 4096, false, a, codegen.XQEnds{}, 0)
+	require.NoError(t, err)
+	require.NotContains(t, k.Source, "cp_cg16(")
+	require.Contains(t, k.Name, "_o1")
+}

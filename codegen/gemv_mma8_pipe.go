@@ -121,21 +121,8 @@ func gemvMMA8Pipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 			pr.defines(w, pt, mma8TokenBytes, ystride)
 			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: xqGlobalParams, Body: func(w *Writer) {
 				pr.warpStart(w)
-				w.Comment("the activation chunks this lane copies: chunk c is part c / (8·NT) (int8 bytes 0-15,")
-				w.Comment("16-31, the factors) of token c %% (8·NT), a token past the block's rows copying its last")
-				for a := range xa {
-					w.Linef("const int xc%[1]d = lane + %[2]d, xt%[1]d = xc%[1]d %% (8 * NT), xp%[1]d = xc%[1]d / (8 * NT);", a, 32*a)
-					w.Linef("const bool xk%[1]d = xc%[1]d < 3 * 8 * NT;", a)
-					w.Linef("const u8* xg%[1]d = xq + (size_t)(m0 + min(xt%[1]d, mrows - 1)) * XR + (xp%[1]d < 2 ? 16 * xp%[1]d : K);", a)
-					w.Linef("const int xs%[1]d = xp%[1]d < 2 ? 32 : 16; // bytes a group", a)
-					w.Linef("const u32 xo%[1]d = XO + xt%[1]d * TB + 16 * xp%[1]d;", a)
-				}
+				acts := emitActCopies(w, xa)
 				pr.columns(w)
-				acts := func(u, sa string) {
-					for a := range xa {
-						w.If(fmt.Sprintf("xk%d", a), func() { w.Linef("cp_ca16(%s + xo%[2]d, xg%[2]d + xs%[2]d * (%[3]s));", sa, a, u) })
-					}
-				}
 				pr.loop(w, func() {
 					if e.NormIn {
 						w.Line("const u8* xr = xq + (size_t)m0 * XR;")
@@ -159,6 +146,26 @@ func gemvMMA8Pipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 		return Geometry{Grid: dim3(ceilDiv(n, wr*arm.RowsPerBlock), ceilDiv(d.Tokens, mb), 1), Block: dim3(arm.Threads, 1, 1), Shared: uint32(shared),
 			StaticShared: uint32(4 * mb)}
 	}}, nil
+}
+
+// emitActCopies writes the places of the activation chunks this lane of
+// an XQ 3 ring copies (xa a lane) and returns the writer of their copies
+// of group u into the slot at shared address sa (tokens at XO).
+func emitActCopies(w *Writer, xa int) func(u, sa string) {
+	w.Comment("the activation chunks this lane copies: chunk c is part c / (8·NT) (int8 bytes 0-15,")
+	w.Comment("16-31, the factors) of token c %% (8·NT), a token past the block's rows copying its last")
+	for a := range xa {
+		w.Linef("const int xc%[1]d = lane + %[2]d, xt%[1]d = xc%[1]d %% (8 * NT), xp%[1]d = xc%[1]d / (8 * NT);", a, 32*a)
+		w.Linef("const bool xk%[1]d = xc%[1]d < 3 * 8 * NT;", a)
+		w.Linef("const u8* xg%[1]d = xq + (size_t)(m0 + min(xt%[1]d, mrows - 1)) * XR + (xp%[1]d < 2 ? 16 * xp%[1]d : K);", a)
+		w.Linef("const int xs%[1]d = xp%[1]d < 2 ? 32 : 16; // bytes a group", a)
+		w.Linef("const u32 xo%[1]d = XO + xt%[1]d * TB + 16 * xp%[1]d;", a)
+	}
+	return func(u, sa string) {
+		for a := range xa {
+			w.If(fmt.Sprintf("xk%d", a), func() { w.Linef("cp_ca16(%s + xo%[2]d, xg%[2]d + xs%[2]d * (%[3]s));", sa, a, u) })
+		}
+	}
 }
 
 // pipeRing is what the pipelined products (XQ 3 here, XQ 4 in

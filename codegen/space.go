@@ -138,7 +138,7 @@ func (a GEMVArm) Point() Point {
 		p["stages"] = a.Stages
 	}
 	if a.Ordered != 0 {
-		p["ordered"] = a.Ordered // not a knob: no tunedb entry holds it
+		p["ordered"] = a.Ordered // a knob no search varies
 	}
 	return p
 }
@@ -231,7 +231,7 @@ func mmaSpace() Space {
 // arms are valid for some types only (see GEMVSpaceFor).
 func gemvSpace() Space {
 	s := armSpace("gemv", GEMVKnobs, DefaultGEMVArm.Point(), GEMVArmOf)
-	s.optional = Point{"layout": 0, "xq": 0, "batch_rows": 0, "rows_per_warp": 0, "stages": 0}
+	s.optional = Point{"layout": 0, "xq": 0, "batch_rows": 0, "rows_per_warp": 0, "stages": 0, "ordered": 0}
 	s.unsearched = func(p Point) bool { return !searched(GEMVArmOf(p)) }
 	return s
 }

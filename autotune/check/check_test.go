@@ -34,7 +34,9 @@ func TestKernelCheckCases(t *testing.T) {
 		"embedding q4_k", "gemv/qkv q4_k", "mma/qkv q4_k", "gemm_small/qkv q4_k", "gemv/qkv×12 q4_k",
 		"gemv-wide/qkv×32 q4_k", "gemv-wide/down×32 q4_k", "gemv-wide/qkv×64 q4_k", "gemv-wide/down×64 q4_k", "gemv-wide/gate_up×40 q4_k",
 		"gemv-small/qkv×1 q4_k", "gemv-small/down×1 q4_k", "gemv-small/qkv×2 q4_k", "gemv-small/down×2 q4_k",
-		"gemv-small/qkv×5 q4_k", "gemv-small/down×5 q4_k", "gemv-small/qkv×8 q4_k", "gemv-small/down×8 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
+		"gemv-small/qkv×5 q4_k", "gemv-small/down×5 q4_k", "gemv-small/qkv×8 q4_k", "gemv-small/down×8 q4_k",
+		"gemv-ordered/qkv×16 q4_k", "gemv-ordered/down×16 q4_k", "gemv-ordered/qkv×37 q4_k", "gemv-ordered/down×37 q4_k",
+		"gemv-ordered/qkv×64 q4_k", "gemv-ordered/down×64 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
 		"gemv+norm/v (rows of 512) q4_k", "gemv+rope/q+k q4_k", "gemv+rope/v×12 q4_k", "gemv+quant-out/attn_out→qkv q4_k", "gemv+quant-out/down→gate_up×12 q4_k",
 		"gemv+swiglu-out/gate_up→down q4_k",
 		"gemv/down q4_k", "gemv+swiglu/down q4_k", "gemv+swiglu/down×12 q4_k",
@@ -78,6 +80,12 @@ func TestKernelCheckCases(t *testing.T) {
 				want = 3 // codegen.WideArms beside the 16-row default, at 32, 40 and 64 rows
 				require.Equal(t, codegen.DefaultXQHalfArm.Point(), c.Space().Default, c.Label)
 				require.True(t, strings.HasSuffix(c.Class, "_wide"), c.Class)
+			case strings.HasPrefix(c.Label, "gemv-ordered/"):
+				want = 2 // the ordered arm and its pipelined form beside the XQ 2 batch default, at 16, 37 and 64 rows
+				require.Equal(t, codegen.DefaultXQGlobalBatchArm.Point(), c.Space().Default, c.Label)
+				for _, a := range c.ExtraArms {
+					require.Equal(t, 1, a["ordered"], c.Label)
+				}
 			case strings.HasPrefix(c.Label, "gemv-small/"):
 				want = 5 // codegen.SmallArms beside the 16-row default, at 1, 2, 5 and 8 rows
 				require.Equal(t, codegen.DefaultXQHalfArm.Point(), c.Space().Default, c.Label)

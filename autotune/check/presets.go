@@ -52,6 +52,7 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 				cs = append(cs, c)
 				cs = append(cs, wideCheckCases(s, t, seed)...)
 				cs = append(cs, smallCheckCases(s, t, seed)...)
+				cs = append(cs, orderedCheckCases(s, t, seed)...)
 			}
 			if codegen.UntunedPrologues(t) {
 				cs = append(cs, ProductNorm(s.Name, "qkv", t, qkv, s.Hidden, 1, s.Eps, seed))

@@ -13,7 +13,8 @@ import (
 )
 
 // TestGPUOrderedSameAsXQ2: on the GPU, the ordered int8 tensor-core
-// product (the int8 class's kernel from 16 rows) writes, bit for bit, the
+// product (the int8 class's kernel from 16 rows; split 8 and 16 ways, and
+// pipelined) writes, bit for bit, the
 // floats the unsplit XQ 2 one-row and batch kernels write for the same
 // quantised rows: Q4_K, Q6_K and Q4_0 weights, with the norm's rows and
 // with the residual add, at 16, 37 and 64 rows. A term rounded another way
@@ -33,7 +34,7 @@ func TestGPUOrderedSameAsXQ2(t *testing.T) {
 	require.NoError(t, err)
 	d := check.NewDevice(dev, cache)
 	arms := map[string]codegen.GEMVArm{"one": codegen.DefaultXQGlobalOneArm, "batch": codegen.DefaultXQGlobalBatchArm,
-		"ordered16": codegen.DefaultXQOrderedArm.Split(16)}
+		"ordered16": codegen.DefaultXQOrderedArm.Split(16), "ordered-pipe": codegen.DefaultXQOrderedPipeArm}
 	for _, ty := range []dtype.Type{dtype.Q4_K, dtype.Q6_K, dtype.Q4_0} {
 		for i, p := range []struct {
 			n, k     int

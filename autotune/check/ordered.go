@@ -1,0 +1,30 @@
+package check
+
+import (
+	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// OrderedCheckRows are the rows of kernel-check's ordered cases: the
+// first step that takes the ordered arm, a ragged one and the widest.
+var OrderedCheckRows = []int{16, 37, 64}
+
+// orderedCheckCases are kernel-check's cases of the int8 invariant
+// class's products at s (codegen.LowerOptions.InvariantInt8): the QKV
+// product and the FFN-down product with its residual add at
+// OrderedCheckRows, each with the unsplit XQ 2 batch arm the class runs
+// below 16 rows (the space's default, the time to beat), the ordered
+// tensor-core arm lowering runs from 16 rows and its pipelined form. Nil
+// for a type the ordered arm does not cover.
+func orderedCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
+	if !codegen.OrderedType(t) {
+		return nil
+	}
+	qkv := (s.Heads + 2*s.HeadsKV) * s.HeadDim
+	var cs []*Case
+	for _, m := range OrderedCheckRows {
+		cs = append(cs, productArms(Product(s.Name, "gemv", "qkv", t, qkv, s.Hidden, m, false, seed), "gemv-ordered", m, codegen.GEMVBatchClass, codegen.GEMVBatchSpaceFor(t)),
+			productArms(Product(s.Name, "gemv", "down", t, s.Hidden, s.FFN, m, true, seed), "gemv-ordered", m, codegen.GEMVBatchClass, codegen.GEMVBatchSpaceFor(t)))
+	}
+	return withArms([]codegen.GEMVArm{codegen.DefaultXQOrderedArm, codegen.DefaultXQOrderedPipeArm}, cs...)
+}
