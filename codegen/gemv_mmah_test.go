@@ -635,3 +635,58 @@ func TestLowerInvariantInt8(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, len(pd2.Kernels), len(pd.Kernels))
 }
+
+// TestLowerInvariantInt8Picks: tunedb picks of split XQ 2 arms (one row
+// and batch), of an f16 large arm and of an f16 small arm leave the int8
+// invariant class as it is: unsplit XQ 2 kernels to 15 rows, the ordered
+// arm from 16, no f16 product.
+func TestLowerInvariantInt8Picks(t *testing.T) {
+	llama := smallQwen3
+	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
+	g := buildGraph(t, llama, synthTensors(llama, dtype.Q4_K, dtype.Q6_K))
+	one := GEMVArm{Threads: 512, RowsPerBlock: 8, Unroll: 2, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 1, RowsPerWarp: 4}
+	batch := GEMVArm{Threads: 256, RowsPerBlock: 4, Unroll: 1, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 8, RowsPerWarp: 2}
+	require.NoError(t, one.Validate())
+	require.NoError(t, batch.Validate())
+	require.Equal(t, 2, one.kSplit())
+	require.Equal(t, 2, batch.kSplit())
+	picks := 0
+	o := LowerOptions{Class: Decode, MaxSeqs: 64, Context: 256, Cache: dtype.F16, NoQuantOut: QuantOutBatch, BatchInvariant: true, InvariantInt8: true,
+		Pick: func(family, class string) (Point, bool) {
+			if family != "gemv" {
+				return nil, false
+			}
+			picks++
+			switch {
+			case strings.HasSuffix(class, "_batch"):
+				return batch.Point(), true
+			case strings.HasSuffix(class, "_large"), strings.HasSuffix(class, "_small"):
+				return DefaultXQHalfArm.Point(), true
+			case strings.HasSuffix(class, "_wide"):
+				return nil, false
+			}
+			return one.Point(), true
+		}}
+	p, err := Lower(g, o)
+	require.NoError(t, err)
+	require.Positive(t, picks)
+	ordered := 0
+	for _, ln := range p.Launches {
+		name := p.Kernels[ln.Kernel].Name
+		if p.Kernels[ln.Kernel].Family != "gemv" || !strings.Contains(name, "_l1_") {
+			continue
+		}
+		arm := func(rows int) GEMVArm {
+			name := p.Kernels[ln.KernelFor(rows)].Name
+			a, err := ParseGEMVArm(name[strings.LastIndex(name, "_t")+1:])
+			require.NoError(t, err, name)
+			return a
+		}
+		require.Equal(t, one.Split(1), arm(1), "%s: the one-row pick, unsplit", name)
+		require.Equal(t, batch.Split(1), arm(2), "%s: the batch pick, unsplit", name)
+		require.Equal(t, arm(2), arm(15), name)
+		require.Equal(t, DefaultXQOrderedArm, arm(16), name)
+		ordered++
+	}
+	require.Equal(t, 5*llama.Layers+1, ordered)
+}
