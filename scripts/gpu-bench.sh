@@ -12,7 +12,7 @@
 # Build here first (no GPU needed), then on the GPU machine:
 #   make gpu-build                     # .gpu/memra
 #   scripts/gpu-bench.sh [BIN]         # BIN defaults to .gpu/memra
-# Budget: about 7 minutes on an H200 (each step has a timeout).
+# Budget: about 9 minutes on an H200 (each step has a timeout; SERVE=0 saves about two).
 set -u
 cd "$(dirname "$0")/.."
 BIN=${1:-${BIN:-.gpu/memra}}
