@@ -130,33 +130,26 @@ func mma8Groups(k int) int { return k / 32 }
 // 4096 rows ran 64 blocks of four warps on 132 SMs, each warp a serial
 // chain over all of K. grid (⌈n/(16·RowsPerWarp·RowsPerBlock)⌉, ⌈m/MB⌉).
 func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystride int) (*Kernel, error) {
+	ord := arm.Ordered == 1
+	if ord && (!mma8OrderTypes[t] || e.QuantOut || e.SwiGLUOut || e.Rope) {
+		return nil, fmt.Errorf("%w: ordered int8 tensor-core gemv for %v, ends %q", ErrUnsupported, t, e.suffix())
+	}
 	if arm.Stages > 0 {
-		_, ok := mma8PipeTypes[t]
-		switch {
-		case ok && k%256 == 0 && arm.Ordered == 1:
-			if e.QuantOut || e.SwiGLUOut || e.Rope {
-				return nil, fmt.Errorf("%w: ordered int8 tensor-core gemv, ends %q", ErrUnsupported, e.suffix())
+		if _, ok := mma8PipeTypes[t]; ok && k%256 == 0 {
+			if ord {
+				return gemvMMA8OrderPipe(t, n, k, residual, arm, e, ystride)
 			}
-			return gemvMMA8OrderPipe(t, n, k, residual, arm, e, ystride)
-		case ok && k%256 == 0:
 			return gemvMMA8Pipe(t, n, k, residual, arm, e, ystride)
 		}
-		// the other types take the unpipelined default, with the arm's batch rows
-		mb, ordered := arm.BatchRows, arm.Ordered
+		// the other types take the unpipelined default, with the arm's batch rows and order
+		mb, order := arm.BatchRows, arm.Ordered
 		arm = DefaultXQMMAArm
-		if ordered == 1 {
-			arm = DefaultXQOrderedArm
-		}
-		arm.BatchRows = mb
+		arm.BatchRows, arm.Ordered = mb, order
 	}
 	_, ok := rpTypes[t]
 	fr, ok2 := mma8Frags[t]
 	if !ok || !ok2 || k%32 != 0 {
 		return nil, fmt.Errorf("%w: int8 tensor-core gemv for %v, K %d", ErrUnsupported, t, k)
-	}
-	ord := arm.Ordered == 1
-	if ord && (!mma8OrderTypes[t] || arm.Stages != 0 || e.QuantOut || e.SwiGLUOut || e.Rope) {
-		return nil, fmt.Errorf("%w: ordered int8 tensor-core gemv for %v, ends %q", ErrUnsupported, t, e.suffix())
 	}
 	mb := arm.batchRows()
 	mt := arm.rowsPerWarp() // tiles of 16 weight rows a warp, sharing each activation load
@@ -209,14 +202,7 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 				})
 				slots := arm.mma8OrderSlots()
 				if ord {
-					w.Linef("float oacc[%d][MT][NT][4]; // the lane sums of residues ks, ks + KS, …", slots)
-					w.For("s", "0", fmt.Sprint(slots), "1", -1, func() {
-						w.For("mt", "0", "MT", "1", -1, func() {
-							w.For("nt", "0", "NT", "1", -1, func() {
-								w.For("i", "0", "4", "1", -1, func() { w.Line("oacc[s][mt][nt][i] = 0.f;") })
-							})
-						})
-					})
+					emitMMA8OrderAcc(w, slots)
 				} else {
 					emitMMA8Acc(w)
 				}

@@ -110,6 +110,18 @@ func emitMMA8OrderTile(w *Writer, t dtype.Type, a, b, acc string) {
 	})
 }
 
+// emitMMA8OrderAcc declares an ordered arm's lane sums oacc[slots][MT][NT][4], zeroed.
+func emitMMA8OrderAcc(w *Writer, slots int) {
+	w.Linef("float oacc[%d][MT][NT][4]; // the lane sums of residues ks, ks + KS, …", slots)
+	w.For("s", "0", fmt.Sprint(slots), "1", -1, func() {
+		w.For("mt", "0", "MT", "1", -1, func() {
+			w.For("nt", "0", "NT", "1", -1, func() {
+				w.For("i", "0", "4", "1", -1, func() { w.Line("oacc[s][mt][nt][i] = 0.f;") })
+			})
+		})
+	})
+}
+
 // emitMMA8OrderLevels writes, after an ordered arm's main loop, the
 // butterfly's levels 16 … KS over each warp's R slots: slot 0 then holds
 // the warp's value (acc[0], the unordered kernel's acc for
@@ -209,20 +221,8 @@ func gemvMMA8OrderPipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQE
 				w.Line("const int mrows = min(MB, m - m0);")
 				pr.rowPointers(w)
 				acts := emitActCopies(w, xa)
-				w.Comment("this lane's C columns (tokens 2t, 2t+1 of each tile)")
-				w.Line("bool ok0[NT], ok1[NT];")
-				w.For("nt", "0", "NT", "1", -1, func() {
-					w.Line("ok0[nt] = 8 * nt + 2 * t < mrows;")
-					w.Line("ok1[nt] = 8 * nt + 2 * t + 1 < mrows;")
-				})
-				w.Linef("float oacc[%d][MT][NT][4]; // the lane sums of residues ks, ks + KS, …", slots)
-				w.For("s", "0", fmt.Sprint(slots), "1", -1, func() {
-					w.For("mt", "0", "MT", "1", -1, func() {
-						w.For("nt", "0", "NT", "1", -1, func() {
-							w.For("i", "0", "4", "1", -1, func() { w.Line("oacc[s][mt][nt][i] = 0.f;") })
-						})
-					})
-				})
+				emitMMA8Columns(w)
+				emitMMA8OrderAcc(w, slots)
 				// copy writes the copies of the warp's group j (an expression) into ring slot sl
 				weights := func(j string, sl int) {
 					scope(w, func() {
@@ -275,24 +275,14 @@ func gemvMMA8OrderPipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQE
 							w.Line("const u8* hs = st + HO;")
 							for _, r := range rows {
 								lr := local[r]
-								switch t {
-								case dtype.Q4_K:
-									w.Linef("const u32 cw%s = *(const u32*)(st + %s * RB + 4 * t);", r, lr)
-									w.Linef("const uint4 chv%s = *(const uint4*)(hs + %s * HB);", r, lr)
-								case dtype.Q6_K:
-									w.Linef("const u32 cwl%s = *(const u32*)(st + %s * 16 + 4 * t);", r, lr)
-									w.Linef("const u32 cwh%s = *(const u32*)(st + WR * 16 + %s * 8 + 4 * (t >> 1));", r, lr)
-									w.Linef("const u16 csv%s = (u16)(*(const u32*)(st + WR * 24 + %s * 4) >> (16 * (u & 1)));", r, lr)
+								if t == dtype.Q6_K {
 									w.Linef("const int dsh%s = (int)(((size_t)min(r0 + %s, N - 1) * NB + sb) & 1) * 16; // d's half of its word", r, lr)
-									w.Linef("const u16 cdv%s = (u16)(*(const u32*)(hs + %s * HB) >> dsh%s);", r, lr, r)
 								}
+								pr.slotWords(w, r, lr, "(16 * (u & 1))")
 								fr.decode(w, r, "u & 7")
 							}
 							w.For("nt", "0", "NT", "1", -1, func() {
-								w.Line("const u8* xt = st + XO + (8 * nt + g) * TB;")
-								w.Line("const u32 b0 = *(const u32*)(xt + 4 * t), b1 = *(const u32*)(xt + 16 + 4 * t);")
-								w.Line("const float4 x0 = *(const float4*)(st + XO + (8 * nt + 2 * t) * TB + 32);")
-								w.Line("const float4 x1 = *(const float4*)(st + XO + (8 * nt + 2 * t + 1) * TB + 32);")
+								emitSlotTokens(w)
 								for i := range mt {
 									emitMMA8OrderTile(w, t, fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i), fmt.Sprintf("oacc[%d][%d][nt]", jj%slots, i))
 								}

@@ -130,10 +130,7 @@ func gemvMMA8Pipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 					}
 				}, acts, func(j int) {
 					w.For("nt", "0", "NT", "1", -1, func() {
-						w.Line("const u8* xt = st + XO + (8 * nt + g) * TB;")
-						w.Line("const u32 b0 = *(const u32*)(xt + 4 * t), b1 = *(const u32*)(xt + 16 + 4 * t);")
-						w.Line("const float4 x0 = *(const float4*)(st + XO + (8 * nt + 2 * t) * TB + 32);")
-						w.Line("const float4 x1 = *(const float4*)(st + XO + (8 * nt + 2 * t + 1) * TB + 32);")
+						emitSlotTokens(w)
 						for i := range mt {
 							emitMMA8Tile(w, t, fr, fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i), fmt.Sprintf("acc[%d][nt]", i))
 						}
@@ -217,13 +214,19 @@ func (pr pipeRing) warpStart(w *Writer) {
 // columns writes which of this lane's C columns hold tokens of the block,
 // and the accumulators.
 func (pr pipeRing) columns(w *Writer) {
+	emitMMA8Columns(w)
+	emitMMA8Acc(w)
+}
+
+// emitMMA8Columns writes which of this lane's C columns hold tokens of the
+// block (ok0, ok1).
+func emitMMA8Columns(w *Writer) {
 	w.Comment("this lane's C columns (tokens 2t, 2t+1 of each tile)")
 	w.Line("bool ok0[NT], ok1[NT];")
 	w.For("nt", "0", "NT", "1", -1, func() {
 		w.Line("ok0[nt] = 8 * nt + 2 * t < mrows;")
 		w.Line("ok1[nt] = 8 * nt + 2 * t + 1 < mrows;")
 	})
-	emitMMA8Acc(w)
 }
 
 // rowPointers writes the pointers to the weight rows this lane copies.
@@ -272,6 +275,33 @@ func (pr pipeRing) weights(w *Writer, u, sb, sa, ha string, head bool) {
 	}
 }
 
+// slotWords writes row r's (the warp's row lr) words of a group from its
+// slot st and its super-block's heads at hs, as pr.fr.decode reads them:
+// Q6_K's scales shifted by csvShift (the group's half of their word) and
+// its d by dsh<r>, which the caller has set.
+func (pr pipeRing) slotWords(w *Writer, r, lr, csvShift string) {
+	switch pr.t {
+	case dtype.Q4_K:
+		w.Linef("const u32 cw%s = *(const u32*)(st + %s * RB + 4 * t);", r, lr)
+		w.Linef("const uint4 chv%s = *(const uint4*)(hs + %s * HB);", r, lr)
+	case dtype.Q6_K:
+		w.Linef("const u32 cwl%s = *(const u32*)(st + %s * 16 + 4 * t);", r, lr)
+		w.Linef("const u32 cwh%s = *(const u32*)(st + WR * 16 + %s * 8 + 4 * (t >> 1));", r, lr)
+		w.Linef("const u16 csv%s = (u16)(*(const u32*)(st + WR * 24 + %s * 4) >> %s);", r, lr, csvShift)
+		w.Linef("const u16 cdv%s = (u16)(*(const u32*)(hs + %s * HB) >> dsh%s);", r, lr, r)
+	}
+}
+
+// emitSlotTokens writes, inside a loop over nt, this lane's B fragment
+// (b0, b1: token g of tile nt) and its C columns' factors (x0, x1: tokens
+// 2t, 2t+1) of the group in slot st of an XQ 3 ring.
+func emitSlotTokens(w *Writer) {
+	w.Line("const u8* xt = st + XO + (8 * nt + g) * TB;")
+	w.Line("const u32 b0 = *(const u32*)(xt + 4 * t), b1 = *(const u32*)(xt + 16 + 4 * t);")
+	w.Line("const float4 x0 = *(const float4*)(st + XO + (8 * nt + 2 * t) * TB + 32);")
+	w.Line("const float4 x1 = *(const float4*)(st + XO + (8 * nt + 2 * t + 1) * TB + 32);")
+}
+
 // loop writes the ring's schedule: the first stages' weights before the
 // wait for the previous kernel and afterWait after it, then each
 // super-block's groups, each stage's copies P-1 stages ahead (acts(u, sa):
@@ -314,17 +344,7 @@ func (pr pipeRing) loop(w *Writer, afterWait func(), acts func(u, sa string), mm
 				scope(w, func() {
 					w.Linef("const u8* st = ws + %d * SB; // group 8·sb + %d", j%pr.ring(), j)
 					for _, r := range rows {
-						lr := local[r]
-						switch pr.t {
-						case dtype.Q4_K:
-							w.Linef("const u32 cw%s = *(const u32*)(st + %s * RB + 4 * t);", r, lr)
-							w.Linef("const uint4 chv%s = *(const uint4*)(hs + %s * HB);", r, lr)
-						case dtype.Q6_K:
-							w.Linef("const u32 cwl%s = *(const u32*)(st + %s * 16 + 4 * t);", r, lr)
-							w.Linef("const u32 cwh%s = *(const u32*)(st + WR * 16 + %s * 8 + 4 * (t >> 1));", r, lr)
-							w.Linef("const u16 csv%s = (u16)(*(const u32*)(st + WR * 24 + %s * 4) >> %d);", r, lr, 16*(j&1))
-							w.Linef("const u16 cdv%s = (u16)(*(const u32*)(hs + %s * HB) >> dsh%s);", r, lr, r)
-						}
+						pr.slotWords(w, r, local[r], fmt.Sprint(16*(j&1)))
 						pr.fr.decode(w, r, fmt.Sprint(j))
 					}
 					mma(j)

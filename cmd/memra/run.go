@@ -157,7 +157,7 @@ func (g gpuOptions) products() (cpu.Products, error) {
 	return 0, fmt.Errorf("--cpu-products %q: want int8 or exact", g.cpuProducts)
 }
 
-const batchInvariantHelp = "CUDA: every decode step runs the same products whatever its width, so greedy output is the same alone, batched, speculating or from the prefix cache: f16 (the flag alone: f16 tensor-core products, Q4_K/Q6_K and float weights) or int8 (the int8 batch product at every width); off the default (the CPU backend is invariant always)"
+const batchInvariantHelp = "CUDA: every decode step runs the same products whatever its width, so greedy output is the same alone, batched, speculating or from the prefix cache: f16 (the flag alone: f16 tensor-core products, Q4_K/Q6_K and float weights) or int8 (the default's int8 one-row products, every width's sums in their order); off the default (the CPU backend is invariant always)"
 
 // addInvariantFlag registers --batch-invariant: the flag alone is f16.
 func addInvariantFlag(f *pflag.FlagSet, v *string) {

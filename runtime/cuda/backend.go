@@ -73,9 +73,10 @@ type BackendOptions struct {
 	// for products of the types the f16 kernel covers (codegen.HalfTypes).
 	BatchInvariant bool
 	// InvariantInt8, with BatchInvariant, makes the invariant products
-	// those of the int8 class: the int8 batch product (XQ 2, activations
-	// quantised once a product) at every width instead of the f16 tensor
-	// cores (codegen.LowerOptions.InvariantInt8).
+	// those of the int8 class instead of the f16 tensor cores': unsplit
+	// XQ 2 kernels to 15 rows and the ordered int8 tensor-core kernel from
+	// 16, every row's sums in the one-row kernel's order
+	// (codegen.LowerOptions.InvariantInt8).
 	InvariantInt8 bool
 	// Multiprocessors is the card's count, set by NewBackend; Lower, with
 	// no card, takes DefaultMultiprocessors.
@@ -314,7 +315,7 @@ func lowerOptions(opts BackendOptions, cache dtype.Type) codegen.LowerOptions {
 		NoQuantOut: codegen.QuantOutBatch, RopeInProduct: opts.MaxSeqs == 1,
 		DecodePreload: true, FlashPrefill: DefaultFlashPrefill,
 		Multiprocessors: cmp.Or(opts.Multiprocessors, DefaultMultiprocessors)}
-	base.BatchInvariant, base.InvariantInt8 = opts.BatchInvariant, opts.BatchInvariant && opts.InvariantInt8
+	base.BatchInvariant, base.InvariantInt8 = opts.BatchInvariant, opts.InvariantInt8
 	base.GEMVSplitBlocks = base.Multiprocessors
 	if opts.Untuned {
 		base.Arms, base.Pick = codegen.Arms{}, nil
