@@ -374,7 +374,11 @@ func decodeCombine(s AttnShape, arm DecodeArm, xq bool) *Kernel {
 	if xq {
 		what += " into int8 rows"
 	}
-	csrc := source(fmt.Sprintf("%s: %s, %v", what, s.tag(), arm), []string{"types", "warp", "pdl"}, func(w *Writer) {
+	deps := []string{"types", "warp", "pdl"}
+	if xq {
+		deps = append(deps, "warp_up")
+	}
+	csrc := source(fmt.Sprintf("%s: %s, %v", what, s.tag(), arm), deps, func(w *Writer) {
 		s.defines(w)
 		if arm.Live != 0 {
 			w.Linef("#define CHUNK %d", arm.Chunk)
@@ -436,7 +440,7 @@ func emitSplitSums(w *Writer, live, ld string) {
 	w.For("i", "0", live, "1", 4, func() {
 		w.Linef("const float l = %s;", rd("part_ml", "2 * (p0 + i) + 1"))
 		w.Linef("const float wgt = l > 0.f ? l * expf(%s - m) : 0.f;", rd("part_ml", "2 * (p0 + i)"))
-		w.Linef("num += wgt * %s;", rd("part_o", "(p0 + i) * HD + d"))
+		w.Linef("num = __fmaf_rn(wgt, %s, num); // one rounding in every combine (the float and the quantising one)", rd("part_o", "(p0 + i) * HD + d"))
 		w.Line("den += wgt;")
 	})
 }

@@ -45,7 +45,7 @@ func OrderedType(t dtype.Type) bool { return mma8OrderTypes[t] }
 // DefaultXQOrderedArm where batch is an unsplit XQ 2 arm (whose rows add
 // their lanes as the ordered arm does) over a type it covers.
 func (l *lowerer) orderedArm(t dtype.Type, batch GEMVArm) (GEMVArm, bool) {
-	if !l.o.BatchInvariant || !l.o.InvariantInt8 || batch.XQ != 2 || batch.kSplit() != 1 || !mma8OrderTypes[t] || l.o.MaxTokens < GEMVLargeRows {
+	if !l.int8Class() || batch.XQ != 2 || batch.kSplit() != 1 || !mma8OrderTypes[t] || l.o.MaxTokens < GEMVLargeRows {
 		return GEMVArm{}, false
 	}
 	return DefaultXQOrderedArm, true

@@ -290,9 +290,7 @@ func emitXQStoreRope(w *Writer, cache dtype.Type, scale string) {
 					w.If("u < HQ + HKV && e / 2 < RD / 2", func() {
 						w.Line("float sn, cs;")
 						w.Line("sincosf(p * inv_freq[e / 2], &sn, &cs);")
-						w.Line("const float ra = va * cs - vb * sn;")
-						w.Line("vb = va * sn + vb * cs;")
-						w.Line("va = ra;")
+						w.Line("rope_rot(va, vb, cs, sn); // as RopeKV rotates it")
 					})
 					w.Comment("y: q rotated, k and v as computed")
 					w.Line("y[(size_t)tok * YS + r0 + r] = u < HQ ? va : v[r];")

@@ -14,7 +14,7 @@ type helper struct {
 
 // helperOrder fixes the order helpers appear in a source file.
 var helperOrder = []string{
-	"types", "f16", "bf16", "warp", "pdl", "swiglu4", "norm4", "kscale", "q4k_dm",
+	"types", "f16", "bf16", "warp", "warp_up", "rope_rot", "pdl", "swiglu4", "norm4", "kscale", "q4k_dm",
 	"dq_f32", "dq_f16", "dq_bf16", "dq_q4_0", "dq_q4_1", "dq_q5_0", "dq_q5_1", "dq_q8_0", "dq_q4_k", "dq_q5_k", "dq_q6_k",
 	"iq4_table", "dq_q2_k", "dq_q3_k", "dq_iq4_nl", "dq_iq4_xs",
 }
@@ -61,6 +61,27 @@ func init() {
 				w.Line("return v;")
 			}})
 		}
+	}}
+	helpers["warp_up"] = helper{emit: func(w *Writer) {
+		w.Comment("The warp's sum by the butterfly from below (lanes L and L^1, then ^2, … ^16): the")
+		w.Comment("sum of 32 values in index order as a balanced tree, the tree XQuant adds a")
+		w.Comment("group's 32 elements by, so a warp that holds a group a lane an element and")
+		w.Comment("XQuant, which holds it 8 a thread, write the same float.")
+		w.Emit(Func{Name: "warp_sum_up", Return: "float", Params: []Param{{"float", "v"}}, Body: func(w *Writer) {
+			w.Line("#pragma unroll")
+			w.Block("for (int o = 1; o < 32; o <<= 1)", func() { w.Line("v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));") })
+			w.Line("return v;")
+		}})
+	}}
+	helpers["rope_rot"] = helper{emit: func(w *Writer) {
+		w.Comment("The pair (a, b) rotated by the angle of cosine cs and sine sn, every product and")
+		w.Comment("sum rounded as written (no contraction left to the compiler), so that RopeKV and")
+		w.Comment("the QKV products' RoPE epilogue rotate a pair to the same floats.")
+		w.Emit(Func{Name: "rope_rot", Params: []Param{{"float&", "a"}, {"float&", "b"}, {"float", "cs"}, {"float", "sn"}}, Body: func(w *Writer) {
+			w.Line("const float ra = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));")
+			w.Line("b = __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, cs));")
+			w.Line("a = ra;")
+		}})
 	}}
 	helpers["pdl"] = helper{emit: func(w *Writer) {
 		w.Comment("Programmatic dependent launch (sm_90+): wait for the previous kernel's")

@@ -371,6 +371,9 @@ func (l *lowerer) swigluOut(parts []matPart, k int) (swigluOutArms, bool) {
 	n := 2 * g.n
 	class := ProductClass(g.t, n, k, false)
 	one := l.gemvArm(class, g.t, k)
+	if l.int8Class() {
+		one = one.Split(1) // as the decode program's gate/up product adds its rows
+	}
 	e := XQEnds{SwiGLUOut: true}
 	so.sw = sw
 	if _, batch := l.batchArm(one, class, k); batch {

@@ -86,10 +86,14 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 		if arm.Layout == 1 {
 			batch, hasBatch = l.batchArm(arm, class, k)
 			switch {
-			case hasBatch && l.o.BatchInvariant && l.o.InvariantInt8 && arm.XQ == 2 && batch.XQ == 2:
+			case hasBatch && l.int8Class() && arm.XQ == 2 && batch.XQ == 2:
 				// unsplit XQ 2 arms add each row in one order, whatever
 				// their geometry: one row keeps a one-row kernel
 				arm, batch = arm.Split(1), batch.Split(1)
+			case !hasBatch && l.int8Class() && arm.XQ == 2:
+				// a one-sequence program's product: unsplit as in the
+				// decode program beside it
+				arm = arm.Split(1)
 			case hasBatch && l.o.BatchInvariant:
 				arm = batch // one row runs the batch kernel too
 			}
@@ -448,12 +452,16 @@ func (l *lowerer) largeFrom(a GEMVArm) int {
 	return GEMVLargeRows
 }
 
+// int8Class reports whether l lowers the int8 class of the
+// batch-invariant configuration (LowerOptions.InvariantInt8).
+func (l *lowerer) int8Class() bool { return l.o.BatchInvariant && l.o.InvariantInt8 }
+
 // halfFrom is the step rows from which the f16 tensor-core products (and
 // the XHalf launches before them) run: LowerOptions.HalfFrom, else
 // HalfLargeRows; 1 in the batch-invariant configuration, never in its
 // int8 class.
 func (l *lowerer) halfFrom() int {
-	if l.o.BatchInvariant && l.o.InvariantInt8 {
+	if l.int8Class() {
 		return math.MaxInt32 // no step takes the f16 products
 	}
 	if l.o.BatchInvariant {

@@ -91,7 +91,7 @@ func RopeKV(s RopeShape, arm BlockArm) (*Kernel, error) {
 	params := []Param{{"float* __restrict__", "qkv"}, {"const int* __restrict__", "pos"}, {"const int* __restrict__", "slot"},
 		{"const float* __restrict__", "inv_freq"}, {ct + "* __restrict__", "kcache"}, {ct + "* __restrict__", "vcache"}, {"int", "ntok"}}
 	src := source(fmt.Sprintf("RoPE (%s) + KV cache write: heads %d/%d, head dim %d, rope dim %d, %v cache, %v",
-		style, s.Heads, s.HeadsKV, s.HeadDim, s.RopeDim, s.Cache, arm), append(cacheHelpers(s.Cache), "pdl"), func(w *Writer) {
+		style, s.Heads, s.HeadsKV, s.HeadDim, s.RopeDim, s.Cache, arm), append(cacheHelpers(s.Cache), "rope_rot", "pdl"), func(w *Writer) {
 		s.defines(w)
 		w.Linef("#define STRIDE %d", s.QKVStride())
 		w.Linef("#define NT %d", arm.Threads)
@@ -193,9 +193,7 @@ func ropeBody(w *Writer, s RopeShape, pl ropePlan, ct string) {
 				w.Line("float va = xa[k][j], vb = xb[k][j];")
 				w.Line("const int a = pa[j], b = pb[j];")
 				w.If("u < HQ + HKV && i0 + j * NT < RD / 2", func() {
-					w.Line("const float ra = va * cs[j] - vb * sn[j];")
-					w.Line("vb = va * sn[j] + vb * cs[j];")
-					w.Line("va = ra;")
+					w.Line("rope_rot(va, vb, cs[j], sn[j]);")
 				})
 				w.IfElse("u < HQ", func() {
 					w.Line("float* h = row + u * HD;")

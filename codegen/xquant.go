@@ -102,7 +102,9 @@ func XQuant(k int, pro Prologue) (*Kernel, error) {
 					w.For("s", "0", "SL", "1", -1, func() {
 						w.Linef("const int c = threadIdx.x + s * %d;", threads)
 						w.Line("const float4 a = la[s], b = lb[s];")
-						w.Line("sq[s] = ((a.x * a.x + a.y * a.y) + (a.z * a.z + a.w * a.w)) + ((b.x * b.x + b.y * b.y) + (b.z * b.z + b.w * b.w));")
+						w.Comment("squares and sums rounded as written: the tree of warp_sum_up(x · x) in QuantOut's epilogue")
+						w.Line("sq[s] = __fadd_rn(__fadd_rn(__fadd_rn(__fmul_rn(a.x, a.x), __fmul_rn(a.y, a.y)), __fadd_rn(__fmul_rn(a.z, a.z), __fmul_rn(a.w, a.w))),")
+						w.Line("                  __fadd_rn(__fadd_rn(__fmul_rn(b.x, b.x), __fmul_rn(b.y, b.y)), __fadd_rn(__fmul_rn(b.z, b.z), __fmul_rn(b.w, b.w))));")
 						w.If("c < K / 8", func() {
 							w.Line("la[s] = norm4(la[s], 1.f, *(const float4*)(nw + 8 * c));")
 							w.Line("lb[s] = norm4(lb[s], 1.f, *(const float4*)(nw + 8 * c + 4));")
@@ -116,8 +118,8 @@ func XQuant(k int, pro Prologue) (*Kernel, error) {
 					w.Line("const float4 a = la[s], b = lb[s];")
 					emitXQPack(w, "qr + 8 * c", "meta[c >> 2]")
 					if pro.Kind == ProNorm {
-						w.Line("float g2 = sq[s] + __shfl_xor_sync(0xffffffffu, sq[s], 1);")
-						w.Line("g2 += __shfl_xor_sync(0xffffffffu, g2, 2);")
+						w.Line("float g2 = __fadd_rn(sq[s], __shfl_xor_sync(0xffffffffu, sq[s], 1));")
+						w.Line("g2 = __fadd_rn(g2, __shfl_xor_sync(0xffffffffu, g2, 2));")
 						w.If("ok && (c & 3) == 0", func() { w.Line("((float*)(qr + K + K / 2))[c >> 2] = g2;") })
 					}
 				})
@@ -485,7 +487,8 @@ func emitWarpQuant(w *Writer, xr, col, k, first string) {
 	w.Line("#pragma unroll")
 	w.Block("for (int o = 8; o > 0; o >>= 1)", func() { w.Line("hs += __shfl_xor_sync(0xffffffffu, hs, o);") })
 	w.Line("const int hs1 = __shfl_sync(0xffffffffu, hs, 16);")
-	w.Line("const float zs = warp_sum(z);")
+	w.Comment("the group's float sum by XQuant's tree (warp_sum_up), so both write the same float")
+	w.Line("const float zs = warp_sum_up(z);")
 	w.Linef("%s[%s] = (u8)(q & 255);", xr, col)
 	w.If(first, func() {
 		w.Linef("((float4*)(%s + %s))[%s >> 5] = make_float4(am * (1.f / 127.f), (float)hs, (float)hs1, zs);", xr, k, col)
@@ -553,7 +556,7 @@ func emitXQQuantOut(w *Writer, e XQEnds, rn string, split bool) {
 				w.Line("const float xv = yr[col] + ev[32 * g + lane][j];")
 				w.Line("yr[col] = xv;")
 				w.Line("const float z = xv * nw[col];")
-				w.Line("const float x2 = warp_sum(xv * xv);")
+				w.Line("const float x2 = warp_sum_up(__fmul_rn(xv, xv)); // XQuant's sum of squares, the same tree")
 			}
 			w.Line("u8* xr = xo + (size_t)(m0 + j) * XRO;")
 			emitWarpQuant(w, "xr", "col", "NO", "lane == 0")
@@ -598,7 +601,10 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 	}
 	deps := repackDeps(t, "f16", "warp", "pdl")
 	if e.Rope {
-		deps = append(deps, cacheHelpers(e.RopeShape.Cache)...)
+		deps = append(deps, append(cacheHelpers(e.RopeShape.Cache), "rope_rot")...)
+	}
+	if e.QuantOut || e.SwiGLUOut {
+		deps = append(deps, "warp_up")
 	}
 	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations from xquant, N %d, K %d, residual %v, ends %q, %v", t, n, k, residual, e.suffix(), arm),
 		deps, func(w *Writer) {

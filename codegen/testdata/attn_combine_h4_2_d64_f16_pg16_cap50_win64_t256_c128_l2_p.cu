@@ -89,7 +89,7 @@ extern "C" __global__ void __launch_bounds__(64) attn_combine_h4_2_d64_f16_pg16_
     for (int i = 0; i < live; ++i) {
         const float l = part_ml[2 * (p0 + i) + 1];
         const float wgt = l > 0.f ? l * expf(part_ml[2 * (p0 + i)] - m) : 0.f;
-        num += wgt * part_o[(p0 + i) * HD + d];
+        num = __fmaf_rn(wgt, part_o[(p0 + i) * HD + d], num); // one rounding in every combine (the float and the quantising one)
         den += wgt;
     }
     out[(size_t)seq * HQ * HD + h * HD + d] = den > 0.f ? num / den : 0.f;

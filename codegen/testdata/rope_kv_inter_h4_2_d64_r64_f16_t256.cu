@@ -17,6 +17,15 @@ static __device__ __forceinline__ u16 f32_to_f16(float f) {
     return h;
 }
 
+// The pair (a, b) rotated by the angle of cosine cs and sine sn, every product and
+// sum rounded as written (no contraction left to the compiler), so that RopeKV and
+// the QKV products' RoPE epilogue rotate a pair to the same floats.
+static __device__ __forceinline__ void rope_rot(float& a, float& b, float cs, float sn) {
+    const float ra = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
+    b = __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, cs));
+    a = ra;
+}
+
 // Programmatic dependent launch (sm_90+): wait for the previous kernel's
 // results; let the next kernel start its prologue (pdl_launch, at the
 // kernel's end). MEMRA_PDL_EARLY lets it launch right after the wait
@@ -104,9 +113,7 @@ extern "C" __global__ void __launch_bounds__(256) rope_kv_inter_h4_2_d64_r64_f16
                 float va = xa[k][j], vb = xb[k][j];
                 const int a = pa[j], b = pb[j];
                 if (u < HQ + HKV && i0 + j * NT < RD / 2) {
-                    const float ra = va * cs[j] - vb * sn[j];
-                    vb = va * sn[j] + vb * cs[j];
-                    va = ra;
+                    rope_rot(va, vb, cs[j], sn[j]);
                 }
                 if (u < HQ) {
                     float* h = row + u * HD;

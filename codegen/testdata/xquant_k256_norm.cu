@@ -85,7 +85,9 @@ extern "C" __global__ void __launch_bounds__(32) xquant_k256_norm(
     for (int s = 0; s < SL; ++s) {
         const int c = threadIdx.x + s * 32;
         const float4 a = la[s], b = lb[s];
-        sq[s] = ((a.x * a.x + a.y * a.y) + (a.z * a.z + a.w * a.w)) + ((b.x * b.x + b.y * b.y) + (b.z * b.z + b.w * b.w));
+        // squares and sums rounded as written: the tree of warp_sum_up(x · x) in QuantOut's epilogue
+        sq[s] = __fadd_rn(__fadd_rn(__fadd_rn(__fmul_rn(a.x, a.x), __fmul_rn(a.y, a.y)), __fadd_rn(__fmul_rn(a.z, a.z), __fmul_rn(a.w, a.w))),
+                          __fadd_rn(__fadd_rn(__fmul_rn(b.x, b.x), __fmul_rn(b.y, b.y)), __fadd_rn(__fmul_rn(b.z, b.z), __fmul_rn(b.w, b.w))));
         if (c < K / 8) {
             la[s] = norm4(la[s], 1.f, *(const float4*)(nw + 8 * c));
             lb[s] = norm4(lb[s], 1.f, *(const float4*)(nw + 8 * c + 4));
@@ -115,8 +117,8 @@ extern "C" __global__ void __launch_bounds__(32) xquant_k256_norm(
                 meta[c >> 2] = make_float4(am * (1.f / 127.f), (float)i16, (float)io16, s16 + o16);
             }
         }
-        float g2 = sq[s] + __shfl_xor_sync(0xffffffffu, sq[s], 1);
-        g2 += __shfl_xor_sync(0xffffffffu, g2, 2);
+        float g2 = __fadd_rn(sq[s], __shfl_xor_sync(0xffffffffu, sq[s], 1));
+        g2 = __fadd_rn(g2, __shfl_xor_sync(0xffffffffu, g2, 2));
         if (ok && (c & 3) == 0) {
             ((float*)(qr + K + K / 2))[c >> 2] = g2;
         }

@@ -18,16 +18,21 @@ import (
 // graphed or pipelined alike. It shares the decode program's weights (its
 // SwiGLU-output gate/up product reads the same [gate | up] rows,
 // codegen.GateUpRow); a program that would need any weight of its own is
-// not used. Not for --batch-invariant (one row must run the batch's
-// kernels there), pipeline stages, or a compiled artifact that does not
-// hold its kernels (one compiled before it; memra compile includes them,
-// ArtifactKernels).
+// not used. Not for the f16 class of --batch-invariant (one row must run
+// the batch's kernels there), pipeline stages, or a compiled artifact
+// that does not hold its kernels (one compiled before it; memra compile
+// includes them, ArtifactKernels). The int8 class keeps it: its products
+// are unsplit XQ 2 kernels in both programs, and each epilogue the
+// one-sequence program fuses writes the floats of the launch it replaces
+// (the quantising epilogues sum a group by XQuant's tree, warp_sum_up;
+// RoPE rotates through rope_rot in both), so a lone sequence's tokens stay
+// those it has in any batch.
 
 // lowerOne returns the one-sequence decode program of a whole-model
 // backend of opts beside decode, lowered from decode's graph g and options
 // base, or nil where there is none (see above).
 func lowerOne(g *ir.Graph, base codegen.LowerOptions, opts BackendOptions, decode *codegen.Program) (*codegen.Program, error) {
-	if opts.MaxSeqs < 2 || opts.BatchInvariant {
+	if opts.MaxSeqs < 2 || (opts.BatchInvariant && !opts.InvariantInt8) {
 		return nil, nil
 	}
 	base.Class, base.MaxSeqs = codegen.Decode, 1

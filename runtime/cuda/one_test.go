@@ -15,7 +15,8 @@ import (
 // TestLowerOne lowers the one-sequence decode program beside a batch
 // decode program (no GPU needed): it fuses what the batch program
 // launches apart (fewer launches), shares every weight, and is not made
-// for one-sequence backends or --batch-invariant.
+// for one-sequence backends or the f16 class of --batch-invariant (the
+// int8 class keeps it).
 func TestLowerOne(t *testing.T) {
 	for _, c := range []struct{ preset, quant string }{{"llama3-8b", "q4_k_m"}, {"qwen3-8b", "q4_k_m"}, {"qwen2.5-7b", "q8_0"}} {
 		m := synthModel(t, c.preset, c.quant, synth.WeightsBlocks)
@@ -40,6 +41,10 @@ func TestLowerOne(t *testing.T) {
 		inv, err := lowerPrograms(m, BackendOptions{MaxSeqs: 8, BatchInvariant: true}, 0, m.HParams.Layers)
 		require.NoError(t, err)
 		require.Nil(t, inv.one, "--batch-invariant runs one row on the batch's kernels")
+		i8, err := lowerPrograms(m, BackendOptions{MaxSeqs: 8, BatchInvariant: true, InvariantInt8: true}, 0, m.HParams.Layers)
+		require.NoError(t, err)
+		require.NotNil(t, i8.one, "--batch-invariant=int8 keeps the one-sequence program")
+		require.Less(t, len(i8.one.Launches), len(i8.decode.Launches), c.preset)
 	}
 }
 
