@@ -56,8 +56,12 @@ type GEMVArm struct {
 	// then the float the one-row and batch kernels compute, bit for bit,
 	// for Q4_K, Q6_K and Q4_0 weights; its split (8, 16 or 32 warps) keeps
 	// 32/split lane sums a lane, and with Stages a ring of that many
-	// groups (Unroll 1) feeds each warp. Not a tuned knob: the int8 class of
-	// the batch-invariant configuration names it (LowerOptions.InvariantInt8).
+	// groups (Unroll 1) feeds each warp. Ordered 10·s + u (s 2, u 1, 2, 4
+	// or 8; unpipelined, 16 or 32 warps) keeps the order of the XQ 2
+	// kernels split over s warps with unroll u instead, each warp's
+	// stretches of u·32 groups apart (orderSplit, orderUnroll). Not a
+	// tuned knob: the int8 class of the batch-invariant configuration
+	// names it (LowerOptions.InvariantInt8).
 	Ordered int
 }
 
@@ -201,7 +205,8 @@ func (a GEMVArm) Validate() error {
 		(a.XQ == 4 && (a.Stages == 0 || a.mmahMaxShared() > xqMaxShared || a.mmahRegs() > a.mmahRegLimit())) ||
 		(a.Stages != 0 && (a.XQ < 3 || (a.Stages != 2 && a.Stages != 4 && a.Stages != 8) || (a.Unroll != 1 && a.Unroll != 2 && a.Unroll != 4) ||
 			a.Stages*a.Unroll > 8 || a.mma8PipeMaxShared() > xqMaxShared)) ||
-		(a.Ordered != 0 && (a.Ordered != 1 || a.XQ != 3 || 32%a.kSplit() != 0 || a.kSplit() < 8 ||
+		(a.Ordered != 0 && (!validOrder(a.Ordered) || a.XQ != 3 || 32%a.kSplit() != 0 || a.kSplit() < 8 ||
+			(a.orderSplit() > 1 && (a.Stages != 0 || a.kSplit() < 16)) ||
 			(a.Stages != 0 && (a.Unroll != 1 || a.mma8OrderPipeMaxShared() > xqMaxShared)))) {
 		return fmt.Errorf("%w: gemv arm %+v", ErrUnsupported, a)
 	}

@@ -201,8 +201,9 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 					w.Line("mc1[nt] = (const float4*)(xq + (size_t)(m0 + (ok1[nt] ? n0 + 1 : 0)) * XR + K);")
 				})
 				slots := arm.mma8OrderSlots()
+				sets := arm.orderSplit()
 				if ord {
-					emitMMA8OrderAcc(w, slots)
+					emitMMA8OrderAcc(w, sets*slots)
 				} else {
 					emitMMA8Acc(w)
 				}
@@ -274,7 +275,13 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 						}
 					})
 				}
-				if ord {
+				switch {
+				case ord && sets > 1:
+					emitMMA8SplitOrderLoop(w, groups, slots, sets, arm.orderUnroll(), body)
+					for set := 1; set < sets; set++ {
+						emitMMA8OrderLevels(w, slots, set)
+					}
+				case ord:
 					w.Comment("R groups a round, the group of slot s at u0 + s·KS: its residue is ks + s·KS")
 					w.Block(fmt.Sprintf("for (int u0 = ks; u0 < %d; u0 += 32)", groups), func() {
 						for sl := range slots {
@@ -284,12 +291,17 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 							})
 						}
 					})
-					emitMMA8OrderLevels(w, slots)
-				} else {
+					emitMMA8OrderLevels(w, slots, 0)
+				default:
 					w.Linef("#pragma unroll %d", arm.Unroll)
 					w.Block(fmt.Sprintf("for (int u = ks; u < %d; u += KS)", groups), func() { body(0) })
 				}
-				emitMMA8Finish(w, e, residual, mb, ks, false, ord)
+				red := redStatic
+				if ord && sets > 1 {
+					emitMMA8SplitOrderFinish(w, slots, sets, ks)
+					red = redDeclared
+				}
+				emitMMA8Finish(w, e, residual, mb, ks, red, ord)
 			}})
 		})
 	return &Kernel{Family: "gemv", Name: name, Source: src, Params: xqGlobalParams, Launch: func(d Dims) Geometry {
@@ -337,13 +349,21 @@ func emitMMA8Ops(w *Writer) {
 		}})
 }
 
+// mma8Red is where an XQ 3 kernel's warps leave their split sums.
+type mma8Red int
+
+const (
+	redStatic   mma8Red = iota // a static array red
+	redRing                    // the dynamic shared memory psm of a pipelined kernel's rings
+	redDeclared                // the static array red, declared before (emitMMA8SplitOrderFinish)
+)
+
 // emitMMA8Finish writes what follows an XQ 3 kernel's main loop: the
 // norm's barrier, the split sums of its KS warps added in shared memory,
 // and the stores of warp 0 of each row set (acc[MT][NT][4], with ok0, ok1,
-// m0, r0, g, t, lane, ks and tw in scope). With reuse the split sums take
-// the dynamic shared memory psm (the pipelined kernel's rings, done with
-// once every warp has passed a barrier) instead of a static array.
-func emitMMA8Finish(w *Writer, e XQEnds, residual bool, mb, ks int, reuse, ordered bool) {
+// m0, r0, g, t, lane, ks and tw in scope). The split sums take the
+// shared memory red says (mma8Red).
+func emitMMA8Finish(w *Writer, e XQEnds, residual bool, mb, ks int, red mma8Red, ordered bool) {
 	op := "="
 	if residual {
 		op = "+="
@@ -353,12 +373,13 @@ func emitMMA8Finish(w *Writer, e XQEnds, residual bool, mb, ks int, reuse, order
 	}
 	if ks > 1 {
 		w.Comment("the split sums: warps ks > 0 leave theirs in shared memory, warp 0 of the set adds them and stores")
-		if reuse {
+		switch red {
+		case redRing:
 			if !e.NormIn || mb == 1 {
 				w.Line("__syncthreads(); // every warp is done with its ring")
 			}
 			w.Line("float (*red)[RPB][MT * NT * 4][32] = (float (*)[RPB][MT * NT * 4][32])psm;")
-		} else {
+		case redStatic:
 			w.Line("__shared__ float red[KS - 1][RPB][MT * NT * 4][32];")
 		}
 		w.If("ks > 0", func() {
@@ -374,18 +395,7 @@ func emitMMA8Finish(w *Writer, e XQEnds, residual bool, mb, ks int, reuse, order
 				// the butterfly's levels KS/2 … 1: warp s pairs with warp s + o
 				w.For("mt", "0", "MT", "1", -1, func() {
 					w.For("nt", "0", "NT", "1", -1, func() {
-						w.For("i", "0", "4", "1", -1, func() {
-							w.Line("float v0 = acc[mt][nt][i];")
-							for s := 1; s < ks; s++ {
-								w.Linef("float v%d = red[%d][tw][(mt * NT + nt) * 4 + i][lane];", s, s-1)
-							}
-							for o := ks / 2; o > 0; o /= 2 {
-								for s := range o {
-									w.Linef("v%[1]d = __fadd_rn(v%[1]d, v%[2]d);", s, s+o)
-								}
-							}
-							w.Line("acc[mt][nt][i] = v0;")
-						})
+						w.For("i", "0", "4", "1", -1, func() { emitOrderWarpLevels(w, "acc[mt][nt][i]", "red", ks) })
 					})
 				})
 				return

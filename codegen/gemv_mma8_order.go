@@ -37,18 +37,60 @@ var DefaultXQOrderedArm = GEMVArm{Threads: 256, RowsPerBlock: 1, Unroll: 1, Shar
 // splitting K (two lane sums a lane), rings of four one-group slots.
 var DefaultXQOrderedPipeArm = GEMVArm{Threads: 512, RowsPerBlock: 1, Unroll: 1, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16, RowsPerWarp: 2, Stages: 4, Ordered: 1}
 
+// DefaultXQOrderedSplitArm is the ordered arm of the XQ 2 kernels split
+// over two warps with unroll 1 (Ordered 21): sixteen warps splitting K,
+// so that a lane keeps the two lane sums of each of the split's two warps.
+// The int8 class names it, with the unroll of the products' arms
+// (OrderedFor).
+var DefaultXQOrderedSplitArm = GEMVArm{Threads: 512, RowsPerBlock: 1, Unroll: 1, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16, RowsPerWarp: 2, Ordered: 21}
+
+// validOrder reports whether o is an Ordered value: 1, or 10·2 + u for
+// u in 1, 2, 4, 8.
+func validOrder(o int) bool {
+	u := o % 10
+	return o == 1 || (o/10 == 2 && (u == 1 || u == 2 || u == 4 || u == 8))
+}
+
+// orderSplit is the warps splitting K of the XQ 2 kernels whose order an
+// ordered arm keeps (1 for Ordered 1).
+func (a GEMVArm) orderSplit() int { return max(1, a.Ordered/10) }
+
+// orderUnroll is the unroll of the XQ 2 kernels whose order an ordered
+// arm keeps: a split warp takes stretches of that many times 32 groups.
+func (a GEMVArm) orderUnroll() int {
+	if a.Ordered < 10 {
+		return 1
+	}
+	return a.Ordered % 10
+}
+
+// OrderedFor returns the ordered arm whose sums are the XQ 2 arm x's, bit
+// for bit: DefaultXQOrderedArm for an unsplit x, DefaultXQOrderedSplitArm
+// with x's unroll for x split over two warps; false for other splits.
+func OrderedFor(x GEMVArm) (GEMVArm, bool) {
+	switch x.kSplit() {
+	case 1:
+		return DefaultXQOrderedArm, true
+	case 2:
+		a := DefaultXQOrderedSplitArm
+		a.Ordered = 20 + x.Unroll
+		return a, a.Validate() == nil
+	}
+	return GEMVArm{}, false
+}
+
 // OrderedType reports whether the ordered arm covers weights of type t.
 func OrderedType(t dtype.Type) bool { return mma8OrderTypes[t] }
 
 // orderedArm returns the large arm of a product of type t whose batch
 // arm is batch in the int8 class of the batch-invariant configuration:
-// DefaultXQOrderedArm where batch is an unsplit XQ 2 arm (whose rows add
-// their lanes as the ordered arm does) over a type it covers.
+// the ordered arm of batch's split and unroll (OrderedFor) where batch is
+// an XQ 2 arm over a type it covers.
 func (l *lowerer) orderedArm(t dtype.Type, batch GEMVArm) (GEMVArm, bool) {
-	if !l.int8Class() || batch.XQ != 2 || batch.kSplit() != 1 || !mma8OrderTypes[t] || l.o.MaxTokens < GEMVLargeRows {
+	if !l.int8Class() || batch.XQ != 2 || !mma8OrderTypes[t] || l.o.MaxTokens < GEMVLargeRows {
 		return GEMVArm{}, false
 	}
-	return DefaultXQOrderedArm, true
+	return OrderedFor(batch)
 }
 
 // mma8OrderTypes are the weight types the ordered arm covers.
@@ -123,23 +165,127 @@ func emitMMA8OrderAcc(w *Writer, slots int) {
 }
 
 // emitMMA8OrderLevels writes, after an ordered arm's main loop, the
-// butterfly's levels 16 … KS over each warp's R slots: slot 0 then holds
-// the warp's value (acc[0], the unordered kernel's acc for
-// emitMMA8Finish, whose split sums must then add as levels KS/2 … 1).
-func emitMMA8OrderLevels(w *Writer, slots int) {
-	w.Comment("the butterfly's levels 16 … KS: residue ks + s·KS pairs with ks + (s + o/KS)·KS")
+// butterfly's levels 16 … KS over each warp's R slots of set set (the
+// slots set·R …): its first slot then holds the warp's value. For set 0
+// that is acc (oacc[0], the unordered kernel's acc for emitMMA8Finish,
+// whose split sums must then add as levels KS/2 … 1).
+func emitMMA8OrderLevels(w *Writer, slots, set int) {
+	w.Comment("set %d, the butterfly's levels 16 … KS: residue ks + s·KS pairs with ks + (s + o/KS)·KS", set)
+	b := set * slots
 	for h := slots / 2; h >= 1; h /= 2 {
 		w.For("mt", "0", "MT", "1", -1, func() {
 			w.For("nt", "0", "NT", "1", -1, func() {
 				w.For("i", "0", "4", "1", -1, func() {
 					for s := range h {
-						w.Linef("oacc[%[1]d][mt][nt][i] = __fadd_rn(oacc[%[1]d][mt][nt][i], oacc[%[2]d][mt][nt][i]);", s, s+h)
+						w.Linef("oacc[%[1]d][mt][nt][i] = __fadd_rn(oacc[%[1]d][mt][nt][i], oacc[%[2]d][mt][nt][i]);", b+s, b+s+h)
 					}
 				})
 			})
 		})
 	}
-	w.Line("float (&acc)[MT][NT][4] = oacc[0];")
+	if set == 0 {
+		w.Line("float (&acc)[MT][NT][4] = oacc[0];")
+	}
+}
+
+// The order of split XQ 2 kernels (Ordered 10·S + U). An XQ 2 kernel
+// split over S warps with unroll U gives split warp x the stretches of
+// U·32 groups x, x + S, x + 2S, … (counted in stretches), lane L taking
+// the groups of residue L in them in order; each split warp adds its lanes
+// by warp_sum's butterfly, and lane 0 of split warp 0 adds warps 1 … S-1's
+// values to its own lane sum, in that order, before its warp's butterfly.
+// The ordered kernel keeps S sets of lane sums, set x for the groups of
+// split warp x's stretches (a round of 32 groups lies in one stretch), so
+// its warp ks holds, per set, the R lane sums of residues ks + s·KS.
+
+// emitMMA8SplitOrderLoop writes the main loop of an ordered arm keeping
+// the order of XQ 2 kernels split over sets warps with unroll unroll:
+// rounds of 32 groups, the rounds of split warp x's stretches into set x,
+// and within a round the group of slot s (residue ks + s·KS) into slot
+// x·R + s. A warp still takes its groups in order (body fetches the next).
+func emitMMA8SplitOrderLoop(w *Writer, groups, slots, sets, unroll int, body func(slot int)) {
+	w.Comment("%d sets of R lane sums: round r (32 groups) belongs to split warp (r / %d) %% %d", sets, unroll, sets)
+	w.Block(fmt.Sprintf("for (int u0 = ks; u0 < %d; u0 += %d)", groups, 32*unroll*sets), func() {
+		for set := range sets {
+			w.Line("#pragma unroll 1")
+			w.Block(fmt.Sprintf("for (int ur = 0; ur < %d; ur++)", unroll), func() {
+				w.Linef("const int ub = u0 + (%d + ur) * 32; // a round of split warp %d's stretch", set*unroll, set)
+				for sl := range slots {
+					scope(w, func() {
+						w.Linef("const int u = ub + %d * KS;", sl)
+						w.If(fmt.Sprintf("u < %d", groups), func() { body(set*slots + sl) })
+					})
+				}
+			})
+		}
+	})
+}
+
+// emitMMA8SplitOrderFinish writes what an ordered arm of split order
+// adds before emitMMA8Finish: the values of sets 1 … S-1 (their levels
+// done) summed across the KS warps as levels KS/2 … 1 into warp 0, added
+// in that order to warp 0's lane sum of residue 0 in set 0 (the lane sum
+// of lane 0 of split warp 0), then set 0's levels, whose warps
+// emitMMA8Finish adds as the unsplit order's.
+func emitMMA8SplitOrderFinish(w *Writer, slots, sets, ks int) {
+	w.Line("__shared__ float red[KS - 1][RPB][MT * NT * 4][32]; // emitMMA8Finish's too")
+	for set := 1; set < sets; set++ {
+		b := set * slots
+		w.Comment("set %d's warps, levels KS/2 … 1, into warp 0", set)
+		w.If("ks > 0", func() {
+			w.For("mt", "0", "MT", "1", -1, func() {
+				w.For("nt", "0", "NT", "1", -1, func() {
+					w.For("i", "0", "4", "1", -1, func() {
+						w.Linef("red[ks - 1][tw][(mt * NT + nt) * 4 + i][lane] = oacc[%d][mt][nt][i];", b)
+					})
+				})
+			})
+		})
+		w.Line("__syncthreads();")
+		w.If("ks == 0", func() {
+			w.For("mt", "0", "MT", "1", -1, func() {
+				w.For("nt", "0", "NT", "1", -1, func() {
+					w.For("i", "0", "4", "1", -1, func() {
+						emitOrderWarpLevels(w, fmt.Sprintf("oacc[%d][mt][nt][i]", b), "red", ks)
+					})
+				})
+			})
+		})
+		w.Line("__syncthreads(); // red is written again")
+	}
+	w.Comment("lane 0 of split warp 0 adds the other split warps' values to its lane sum, in order")
+	w.If("ks == 0", func() {
+		w.For("mt", "0", "MT", "1", -1, func() {
+			w.For("nt", "0", "NT", "1", -1, func() {
+				w.For("i", "0", "4", "1", -1, func() {
+					for set := 1; set < sets; set++ {
+						w.Linef("oacc[0][mt][nt][i] = __fadd_rn(oacc[0][mt][nt][i], oacc[%d][mt][nt][i]);", set*slots)
+					}
+				})
+			})
+		})
+	})
+	emitMMA8OrderLevels(w, slots, 0)
+}
+
+// emitOrderWarpLevels writes the butterfly's levels ks/2 … 1 across the
+// ks warps of a row set for one value: warp 0's own v (an lvalue, which
+// receives the sum) and warps 1 … ks-1's from red (indexed as
+// emitMMA8Finish's), warp s pairing with warp s + o. Written out, not as
+// loops, which NVRTC left to local memory.
+func emitOrderWarpLevels(w *Writer, v, red string, ks int) {
+	scope(w, func() {
+		w.Linef("float v0 = %s;", v)
+		for s := 1; s < ks; s++ {
+			w.Linef("float v%d = %s[%d][tw][(mt * NT + nt) * 4 + i][lane];", s, red, s-1)
+		}
+		for o := ks / 2; o > 0; o /= 2 {
+			for s := range o {
+				w.Linef("v%[1]d = __fadd_rn(v%[1]d, v%[2]d);", s, s+o)
+			}
+		}
+		w.Linef("%s = v0;", v)
+	})
 }
 
 // mma8OrderPipeShared is the dynamic shared memory of a pipelined ordered
@@ -291,8 +437,8 @@ func gemvMMA8OrderPipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQE
 					}
 				})
 				w.Line("CP_WAIT(0);")
-				emitMMA8OrderLevels(w, slots)
-				emitMMA8Finish(w, e, residual, mb, ks, true, true)
+				emitMMA8OrderLevels(w, slots, 0)
+				emitMMA8Finish(w, e, residual, mb, ks, redRing, true)
 			}})
 		})
 	return &Kernel{Family: "gemv", Name: name, Source: src, Params: xqGlobalParams, Launch: func(d Dims) Geometry {

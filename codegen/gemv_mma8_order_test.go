@@ -32,6 +32,41 @@ func TestOrderedArmName(t *testing.T) {
 		x.Ordered = 1
 		require.ErrorIs(t, x.Validate(), codegen.ErrUnsupported, x.String())
 	}
+	// the order of XQ 2 kernels split over two warps: 16 or 32 warps, unpipelined
+	s := codegen.DefaultXQOrderedSplitArm
+	require.Equal(t, "t512_r1_u1_s1_l1_m16_w2_o21", s.String())
+	for _, u := range []int{1, 2, 4, 8} {
+		x, ok := codegen.OrderedFor(codegen.DefaultXQGlobalOneArm.Split(2))
+		require.True(t, ok)
+		x.Ordered = 20 + u
+		require.NoError(t, x.Validate(), x.String())
+		y, err := codegen.ParseGEMVArm(x.String())
+		require.NoError(t, err)
+		require.Equal(t, x, y)
+	}
+	for _, o := range []int{2, 11, 23, 31, 41} {
+		x := s
+		x.Ordered = o
+		require.ErrorIs(t, x.Validate(), codegen.ErrUnsupported, "Ordered %d", o)
+	}
+	for _, x := range []codegen.GEMVArm{orderedArm(8), s} {
+		x.Ordered = 21
+		if x.Threads == 256 {
+			require.ErrorIs(t, x.Validate(), codegen.ErrUnsupported, "eight warps would keep 8 lane sums a lane")
+		}
+		x.Stages = 4
+		require.ErrorIs(t, x.Validate(), codegen.ErrUnsupported, "no pipelined split order")
+	}
+	one := codegen.DefaultXQGlobalOneArm
+	o1, ok := codegen.OrderedFor(one.Split(1))
+	require.True(t, ok)
+	require.Equal(t, codegen.DefaultXQOrderedArm, o1)
+	one.Unroll = 4
+	o2, ok := codegen.OrderedFor(one.Split(2))
+	require.True(t, ok)
+	require.Equal(t, 24, o2.Ordered)
+	_, ok = codegen.OrderedFor(one.Split(4))
+	require.False(t, ok, "no ordered arm for four split warps")
 	_, err = codegen.GEMVXQ(dtype.Q8_0, 256, 256, false, a, codegen.XQEnds{}, 0)
 	require.ErrorIs(t, err, codegen.ErrUnsupported, "Q8_0's XQ 2 lanes add 16-element units")
 }
@@ -59,17 +94,20 @@ func TestOrderedTerms(t *testing.T) {
 }
 
 // TestCompileOrdered compiles to compute_90 PTX the ordered XQ 3 product
-// of Q4_K, Q6_K and Q4_0 weights, with 8 and 16 warps splitting K, with the
-// norm's rows and with the residual add: each has its mma and no local
+// of Q4_K, Q6_K and Q4_0 weights, with 8 and 16 warps splitting K (16 in
+// the order of XQ 2 kernels split over two warps, unroll 1 and 4), with
+// the norm's rows and with the residual add: each has its mma and no local
 // memory.
 func TestCompileOrdered(t *testing.T) {
 	nv := nvrtcOrSkip(t)
 	for _, ty := range []dtype.Type{dtype.Q4_K, dtype.Q6_K, dtype.Q4_0} {
-		for _, ks := range []int{8, 16} {
+		for _, c := range []struct{ ks, order int }{{8, 1}, {16, 1}, {16, 21}, {16, 24}} {
 			for i, e := range []codegen.XQEnds{{}, {NormIn: true, NormEps: 1e-5}} {
-				residual := i == 0 && ks == 8
-				t.Run(fmt.Sprintf("%v/ks%d/%d", ty, ks, i), func(t *testing.T) {
-					k, err := codegen.GEMVXQ(ty, 4096, 4096, residual, orderedArm(ks), e, 0)
+				residual := i == 0 && c.ks == 8
+				a := orderedArm(c.ks)
+				a.Ordered = c.order
+				t.Run(fmt.Sprintf("%v/%v/%d", ty, a, i), func(t *testing.T) {
+					k, err := codegen.GEMVXQ(ty, 4096, 4096, residual, a, e, 0)
 					require.NoError(t, err)
 					src := compilePTX(t, nv, k)
 					require.NotContains(t, src, ".local", "%s: local memory", k.Name)

@@ -136,7 +136,7 @@ func gemvMMA8Pipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 						}
 					})
 				})
-				emitMMA8Finish(w, e, residual, mb, ks, true, false)
+				emitMMA8Finish(w, e, residual, mb, ks, redRing, false)
 			}})
 		})
 	return &Kernel{Family: "gemv", Name: name, Source: src, Params: xqGlobalParams, Launch: func(d Dims) Geometry {

@@ -332,7 +332,7 @@ func gemvMMAH(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 						})
 					})
 				})
-				emitMMA8Finish(w, XQEnds{}, residual, mb, ks, true, false)
+				emitMMA8Finish(w, XQEnds{}, residual, mb, ks, redRing, false)
 			}})
 		})
 	return &Kernel{Family: "gemv", Name: name, Source: src, Params: xqGlobalParams, Launch: func(d Dims) Geometry {

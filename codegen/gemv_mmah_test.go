@@ -636,10 +636,11 @@ func TestLowerInvariantInt8(t *testing.T) {
 	require.Equal(t, len(pd2.Kernels), len(pd.Kernels))
 }
 
-// TestLowerInvariantInt8Picks: tunedb picks of split XQ 2 arms (one row
-// and batch), of an f16 large arm and of an f16 small arm leave the int8
-// invariant class as it is: unsplit XQ 2 kernels to 15 rows, the ordered
-// arm from 16, no f16 product.
+// TestLowerInvariantInt8Picks: with tunedb picks of split XQ 2 arms (one
+// row and batch), of an f16 large arm and of an f16 small arm the int8
+// invariant class runs XQ 2 kernels in the one-row pick's order (split
+// over two warps, unroll 2) to 15 rows, the ordered arm of that order
+// from 16, no f16 product.
 func TestLowerInvariantInt8Picks(t *testing.T) {
 	llama := smallQwen3
 	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
@@ -682,10 +683,14 @@ func TestLowerInvariantInt8Picks(t *testing.T) {
 			require.NoError(t, err, name)
 			return a
 		}
-		require.Equal(t, one.Split(1), arm(1), "%s: the one-row pick, unsplit", name)
-		require.Equal(t, batch.Split(1), arm(2), "%s: the batch pick, unsplit", name)
+		require.Equal(t, one, arm(1), "%s: the one-row pick, split over two warps", name)
+		b := batch
+		b.Unroll = one.Unroll
+		require.Equal(t, b, arm(2), "%s: the batch pick in the one-row pick's order", name)
 		require.Equal(t, arm(2), arm(15), name)
-		require.Equal(t, DefaultXQOrderedArm, arm(16), name)
+		ord := DefaultXQOrderedSplitArm
+		ord.Ordered = 22
+		require.Equal(t, ord, arm(16), name)
 		ordered++
 	}
 	require.Equal(t, 5*llama.Layers+1, ordered)

@@ -13,11 +13,13 @@ import (
 // TestLowerInvariantInt8One: in the int8 class of the batch-invariant
 // configuration, the one-sequence decode program keeps its fused
 // epilogues (the quantising ones and RoPE in the QKV products) and runs
-// every XQ 2 product unsplit, as the decode program beside it does, even
-// where the tunedb picks split arms; and the kernels whose work the
-// epilogues take over compute it through the same pinned functions: a
-// group's float sum and sum of squares by XQuant's tree (warp_sum_up),
-// a pair's rotation by rope_rot.
+// every XQ 2 product in the split and unroll of the decode program beside
+// it (tunedb picks split over two warps with unroll 2: their one-row,
+// quantising and batch kernels all keep that order, the ordered kernel
+// from 16 rows too); and the kernels whose work the epilogues take over
+// compute it through the same pinned functions: a group's float sum and
+// sum of squares by XQuant's tree (warp_sum_up), a pair's rotation by
+// rope_rot.
 func TestLowerInvariantInt8One(t *testing.T) {
 	llama := smallQwen3
 	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
@@ -41,6 +43,12 @@ func TestLowerInvariantInt8One(t *testing.T) {
 		p, err := Lower(g, o)
 		require.NoError(t, err)
 		for _, ln := range p.Launches {
+			if o.MaxSeqs > 1 && p.Kernels[ln.Kernel].Family == "gemv" && strings.Contains(p.Kernels[ln.Kernel].Name, "_l1_") {
+				name := p.Kernels[ln.KernelFor(16)].Name
+				a, err := ParseGEMVArm(name[strings.LastIndex(name, "_t")+1:])
+				require.NoError(t, err, name)
+				require.Equal(t, 22, a.Ordered, "%s: from 16 rows the ordered kernel of the split, unroll 2 order", name)
+			}
 			for _, k := range []int{ln.KernelFor(1), ln.KernelFor(2)} {
 				kern := p.Kernels[k]
 				name := kern.Name
@@ -65,7 +73,8 @@ func TestLowerInvariantInt8One(t *testing.T) {
 				a, err := ParseGEMVArm(name[strings.LastIndex(name, "_t")+1:])
 				require.NoError(t, err, name)
 				if a.XQ == 2 {
-					require.Equal(t, 1, a.kSplit(), "%s (%d sequences): unsplit, as the other program's", name, o.MaxSeqs)
+					require.Equal(t, 2, a.kSplit(), "%s (%d sequences): split as the pick, in both programs", name, o.MaxSeqs)
+					require.Equal(t, 2, a.Unroll, "%s (%d sequences): the pick's unroll", name, o.MaxSeqs)
 				}
 			}
 		}

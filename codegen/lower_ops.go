@@ -372,7 +372,7 @@ func (l *lowerer) swigluOut(parts []matPart, k int) (swigluOutArms, bool) {
 	class := ProductClass(g.t, n, k, false)
 	one := l.gemvArm(class, g.t, k)
 	if l.int8Class() {
-		one = one.Split(1) // as the decode program's gate/up product adds its rows
+		one = int8One(l.productArm(class, g.t, n, k)) // as the decode program's gate/up product adds its rows
 	}
 	e := XQEnds{SwiGLUOut: true}
 	so.sw = sw
@@ -384,7 +384,7 @@ func (l *lowerer) swigluOut(parts []matPart, k int) (swigluOutArms, bool) {
 		return so, false
 	}
 	var ok bool
-	so.one, ok = FitQuantOut(one, n, e)
+	so.one, ok = fitQuantOut(one, n, e, l.int8Class())
 	return so, ok
 }
 

@@ -77,23 +77,22 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 			panic("BUG: strided product output without a fused prologue")
 		}
 		class := ProductClass(t, n, k, residual)
-		arm := l.gemvArm(class, t, k)
-		if _, tuned := l.picked("gemv", class); !tuned {
-			arm = l.splitArm(arm, n, k)
-		}
+		arm := l.productArm(class, t, n, k)
 		var batch GEMVArm
 		hasBatch := false
 		if arm.Layout == 1 {
 			batch, hasBatch = l.batchArm(arm, class, k)
 			switch {
-			case hasBatch && l.int8Class() && arm.XQ == 2 && batch.XQ == 2:
-				// unsplit XQ 2 arms add each row in one order, whatever
-				// their geometry: one row keeps a one-row kernel
-				arm, batch = arm.Split(1), batch.Split(1)
-			case !hasBatch && l.int8Class() && arm.XQ == 2:
-				// a one-sequence program's product: unsplit as in the
-				// decode program beside it
-				arm = arm.Split(1)
+			case l.int8Class() && arm.XQ == 2:
+				// XQ 2 kernels of one split and unroll add each row in one
+				// order, whatever their geometry: one row keeps a one-row
+				// kernel, and a one-sequence program the decode program's
+				arm = int8One(arm)
+				if hasBatch {
+					if batch, err = int8Batch(arm, batch); err != nil {
+						return err
+					}
+				}
 			case hasBatch && l.o.BatchInvariant:
 				arm = batch // one row runs the batch kernel too
 			}
@@ -116,8 +115,8 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 			if na := l.quantOut; na != nil && residual && y.stride == n && l.quantOutOn(QuantOutNorm) {
 				qe := XQEnds{QuantOut: true}
 				// whole groups of 32 rows a block, in both arms
-				a, okA := FitQuantOut(arm, n, qe)
-				b, ok := FitQuantOut(batch, n, qe)
+				a, okA := fitQuantOut(arm, n, qe, l.int8Class())
+				b, ok := fitQuantOut(batch, n, qe, l.int8Class())
 				if okA && (!hasBatch || ok) {
 					arm, batch = a, b
 					e.QuantOut = true
@@ -455,6 +454,51 @@ func (l *lowerer) largeFrom(a GEMVArm) int {
 // int8Class reports whether l lowers the int8 class of the
 // batch-invariant configuration (LowerOptions.InvariantInt8).
 func (l *lowerer) int8Class() bool { return l.o.BatchInvariant && l.o.InvariantInt8 }
+
+// productArm is the one-row arm of a product of class (n rows of k of
+// type t): the tunedb's pick, else the untuned arm, split over two warps
+// where lowering splits it (splitArm).
+func (l *lowerer) productArm(class string, t dtype.Type, n, k int) GEMVArm {
+	arm := l.gemvArm(class, t, k)
+	if _, tuned := l.picked("gemv", class); !tuned {
+		arm = l.splitArm(arm, n, k)
+	}
+	return arm
+}
+
+// int8One is the one-row XQ 2 arm one in the int8 class: as it is when
+// unsplit or split over two warps, whose order the batch arm and the
+// ordered arm keep (int8Batch, OrderedFor), else unsplit.
+func int8One(one GEMVArm) GEMVArm {
+	if one.kSplit() <= 2 {
+		return one
+	}
+	return one.Split(1)
+}
+
+// int8Batch is the batch arm of a product whose one-row arm is one
+// (int8One) in the int8 class: an XQ 2 arm (DefaultXQGlobalBatchArm for a
+// pick of another kind) with one's split and, when split, its unroll, so
+// that each row adds its groups in one's order; a split arm keeps the
+// block's threads with half its row sets.
+func int8Batch(one, batch GEMVArm) (GEMVArm, error) {
+	if batch.XQ != 2 {
+		batch = DefaultXQGlobalBatchArm
+	}
+	ks := one.kSplit()
+	if ks == 1 {
+		return batch.Split(1), nil
+	}
+	batch.Unroll = one.Unroll
+	if batch.RowsPerBlock%ks == 0 && batch.kSplit() == 1 {
+		batch.RowsPerBlock /= ks
+	}
+	batch = batch.Split(ks)
+	if err := batch.Validate(); err != nil {
+		return GEMVArm{}, fmt.Errorf("the int8 invariant class's batch arm in the order of %v: %w", one, err)
+	}
+	return batch, nil
+}
 
 // halfFrom is the step rows from which the f16 tensor-core products (and
 // the XHalf launches before them) run: LowerOptions.HalfFrom, else

@@ -341,12 +341,16 @@ func QuantOutFits(arm GEMVArm, n int, e XQEnds) bool {
 // FitQuantOut returns arm with enough rows a block for e's epilogue (four
 // weight rows a warp, then the warps of a split arm on rows of their own,
 // then twice the warps) and whether it fits n rows.
-func FitQuantOut(arm GEMVArm, n int, e XQEnds) (GEMVArm, bool) {
+func FitQuantOut(arm GEMVArm, n int, e XQEnds) (GEMVArm, bool) { return fitQuantOut(arm, n, e, false) }
+
+// fitQuantOut is FitQuantOut, keeping arm's split with keepSplit (the
+// int8 invariant class, whose products add in the order of their split).
+func fitQuantOut(arm GEMVArm, n int, e XQEnds, keepSplit bool) (GEMVArm, bool) {
 	for arm.XQ == 2 && (arm.RowsPerBlock*arm.rowsPerWarp())%e.outRows() != 0 {
 		switch {
 		case arm.rowsPerWarp() < 4:
 			arm.RowsPerWarp = 4
-		case arm.kSplit() > 1:
+		case arm.kSplit() > 1 && !keepSplit:
 			arm.RowsPerBlock *= 2
 		case arm.Threads < 1024:
 			arm.Threads, arm.RowsPerBlock = 2*arm.Threads, 2*arm.RowsPerBlock

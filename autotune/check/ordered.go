@@ -14,7 +14,8 @@ var OrderedCheckRows = []int{16, 37, 64}
 // product and the FFN-down product with its residual add at
 // OrderedCheckRows, each with the unsplit XQ 2 batch arm the class runs
 // below 16 rows (the space's default, the time to beat), the ordered
-// tensor-core arm lowering runs from 16 rows and its pipelined form. Nil
+// tensor-core arm lowering runs from 16 rows, its pipelined form and its
+// form in the order of XQ 2 kernels split over two warps. Nil
 // for a type the ordered arm does not cover.
 func orderedCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
 	if !codegen.OrderedType(t) {
@@ -26,5 +27,5 @@ func orderedCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
 		cs = append(cs, productArms(Product(s.Name, "gemv", "qkv", t, qkv, s.Hidden, m, false, seed), "gemv-ordered", m, codegen.GEMVBatchClass, codegen.GEMVBatchSpaceFor(t)),
 			productArms(Product(s.Name, "gemv", "down", t, s.Hidden, s.FFN, m, true, seed), "gemv-ordered", m, codegen.GEMVBatchClass, codegen.GEMVBatchSpaceFor(t)))
 	}
-	return withArms([]codegen.GEMVArm{codegen.DefaultXQOrderedArm, codegen.DefaultXQOrderedPipeArm}, cs...)
+	return withArms([]codegen.GEMVArm{codegen.DefaultXQOrderedArm, codegen.DefaultXQOrderedPipeArm, codegen.DefaultXQOrderedSplitArm}, cs...)
 }

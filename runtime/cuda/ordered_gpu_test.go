@@ -16,7 +16,8 @@ import (
 // product (the int8 class's kernel from 16 rows; split 8 and 16 ways, and
 // pipelined) writes, bit for bit, the
 // floats the unsplit XQ 2 one-row and batch kernels write for the same
-// quantised rows: Q4_K, Q6_K and Q4_0 weights, with the norm's rows and
+// quantised rows, and its split-order form (Ordered 21, 22) those of the
+// XQ 2 kernels split over two warps with unroll 1 and 2: Q4_K, Q6_K and Q4_0 weights, with the norm's rows and
 // with the residual add, at 16, 37 and 64 rows. A term rounded another way
 // or lanes added in another order would fail it.
 func TestGPUOrderedSameAsXQ2(t *testing.T) {
@@ -33,8 +34,23 @@ func TestGPUOrderedSameAsXQ2(t *testing.T) {
 	cache, err := cuda.NewCache(t.TempDir(), nv)
 	require.NoError(t, err)
 	d := check.NewDevice(dev, cache)
-	arms := map[string]codegen.GEMVArm{"one": codegen.DefaultXQGlobalOneArm, "batch": codegen.DefaultXQGlobalBatchArm,
-		"ordered16": codegen.DefaultXQOrderedArm.Split(16), "ordered-pipe": codegen.DefaultXQOrderedPipeArm}
+	// the unsplit order: the default ordered arm against the XQ 2 arms and
+	// the other ordered forms; the order of XQ 2 kernels split over two
+	// warps (unroll 1 and 2): the split-order arm against such XQ 2 arms
+	type group struct {
+		ordered codegen.GEMVArm
+		refs    map[string]codegen.GEMVArm
+	}
+	groups := []group{{codegen.DefaultXQOrderedArm, map[string]codegen.GEMVArm{"one": codegen.DefaultXQGlobalOneArm, "batch": codegen.DefaultXQGlobalBatchArm,
+		"ordered16": codegen.DefaultXQOrderedArm.Split(16), "ordered-pipe": codegen.DefaultXQOrderedPipeArm}}}
+	for _, u := range []int{1, 2} {
+		one, batch := codegen.DefaultXQGlobalOneArm, codegen.DefaultXQGlobalBatchArm
+		one.Unroll, batch.Unroll, batch.RowsPerBlock = u, u, batch.RowsPerBlock/2
+		one, batch = one.Split(2), batch.Split(2)
+		ord, ok := codegen.OrderedFor(one)
+		require.True(t, ok)
+		groups = append(groups, group{ord, map[string]codegen.GEMVArm{fmt.Sprintf("one-split2-u%d", u): one, fmt.Sprintf("batch-split2-u%d", u): batch}})
+	}
 	for _, ty := range []dtype.Type{dtype.Q4_K, dtype.Q6_K, dtype.Q4_0} {
 		for i, p := range []struct {
 			n, k     int
@@ -46,22 +62,24 @@ func TestGPUOrderedSameAsXQ2(t *testing.T) {
 					if i == 0 {
 						c = check.ProductNorm("ordered", "test", ty, p.n, p.k, m, 1e-5, uint64(7+m))
 					}
-					got, err := d.Outputs(c, codegen.DefaultXQOrderedArm.Point())
-					require.NoError(t, err)
-					for name, a := range arms {
-						want, err := d.Outputs(c, a.Point())
+					for _, gr := range groups {
+						got, err := d.Outputs(c, gr.ordered.Point())
 						require.NoError(t, err)
-						require.Equal(t, len(want), len(got))
-						for o := range want {
-							n, first := 0, -1
-							for b := 0; b+4 <= len(want[o]); b += 4 {
-								if string(want[o][b:b+4]) != string(got[o][b:b+4]) {
-									if n++; first < 0 {
-										first = b / 4
+						for name, a := range gr.refs {
+							want, err := d.Outputs(c, a.Point())
+							require.NoError(t, err)
+							require.Equal(t, len(want), len(got))
+							for o := range want {
+								n, first := 0, -1
+								for b := 0; b+4 <= len(want[o]); b += 4 {
+									if string(want[o][b:b+4]) != string(got[o][b:b+4]) {
+										if n++; first < 0 {
+											first = b / 4
+										}
 									}
 								}
+								require.Zero(t, n, "output %d: %d floats of %v differ from the %s arm %v's, the first at %d", o, n, gr.ordered, name, a, first)
 							}
-							require.Zero(t, n, "output %d: %d floats differ from the %s arm %v's, the first at %d", o, n, name, a, first)
 						}
 					}
 				})
