@@ -35,6 +35,7 @@ func TestKernelCheckCases(t *testing.T) {
 		"gemv-wide/qkv×32 q4_k", "gemv-wide/down×32 q4_k", "gemv-wide/qkv×64 q4_k", "gemv-wide/down×64 q4_k", "gemv-wide/gate_up×40 q4_k",
 		"gemv-small/qkv×1 q4_k", "gemv-small/down×1 q4_k", "gemv-small/qkv×2 q4_k", "gemv-small/down×2 q4_k",
 		"gemv-small/qkv×5 q4_k", "gemv-small/down×5 q4_k", "gemv-small/qkv×8 q4_k", "gemv-small/down×8 q4_k",
+		"gemv-ordered/qkv×5 q4_k", "gemv-ordered/down×5 q4_k", "gemv-ordered/qkv×8 q4_k", "gemv-ordered/down×8 q4_k",
 		"gemv-ordered/qkv×16 q4_k", "gemv-ordered/down×16 q4_k", "gemv-ordered/qkv×37 q4_k", "gemv-ordered/down×37 q4_k",
 		"gemv-ordered/qkv×64 q4_k", "gemv-ordered/down×64 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
 		"gemv+norm/v (rows of 512) q4_k", "gemv+rope/q+k q4_k", "gemv+rope/v×12 q4_k", "gemv+quant-out/attn_out→qkv q4_k", "gemv+quant-out/down→gate_up×12 q4_k",
@@ -81,7 +82,7 @@ func TestKernelCheckCases(t *testing.T) {
 				require.Equal(t, codegen.DefaultXQHalfArm.Point(), c.Space().Default, c.Label)
 				require.True(t, strings.HasSuffix(c.Class, "_wide"), c.Class)
 			case strings.HasPrefix(c.Label, "gemv-ordered/"):
-				want = 3 // the ordered arm, its pipelined form and its split order beside the XQ 2 batch default, at 16, 37 and 64 rows
+				want = 5 // the ordered arm, its pipelined form, its split order and those of 8 tokens beside the XQ 2 batch default, at 5 to 64 rows
 				require.Equal(t, codegen.DefaultXQGlobalBatchArm.Point(), c.Space().Default, c.Label)
 				for _, a := range c.ExtraArms {
 					require.Contains(t, []int{1, 21}, a["ordered"], c.Label)
@@ -101,7 +102,7 @@ func TestKernelCheckCases(t *testing.T) {
 				want = 8 // the float GEMV on the file's and the repacked layout, the int8-activation one, the XQ 1 batch arm,
 				// the XQ 1 one-row arm, the batch default, the tensor-core batch arm and its pipelined form
 			}
-			if want >= 5 && codegen.HalfProduct(dtype.Q4_K, c.K) && !strings.HasPrefix(c.Label, "gemv-small/") {
+			if want >= 5 && codegen.HalfProduct(dtype.Q4_K, c.K) && !strings.HasPrefix(c.Label, "gemv-small/") && !strings.HasPrefix(c.Label, "gemv-ordered/") {
 				want++ // the f16 tensor-core arm
 			}
 			require.Len(t, c.ExtraArms, want, c.Label)

@@ -5,17 +5,21 @@ import (
 	"github.com/memra-ai/memra/ir/dtype"
 )
 
-// OrderedCheckRows are the rows of kernel-check's ordered cases: the
-// first step that takes the ordered arm, a ragged one and the widest.
-var OrderedCheckRows = []int{16, 37, 64}
+// OrderedCheckRows are the rows of kernel-check's ordered cases: a
+// speculative verify step's (5) and a small batch's (8), where the
+// ordered arm of 8 tokens a block would serve if it beat the XQ 2 batch
+// kernel, the first step that takes the ordered arm, a ragged one and
+// the widest.
+var OrderedCheckRows = []int{5, 8, 16, 37, 64}
 
 // orderedCheckCases are kernel-check's cases of the int8 invariant
 // class's products at s (codegen.LowerOptions.InvariantInt8): the QKV
 // product and the FFN-down product with its residual add at
 // OrderedCheckRows, each with the unsplit XQ 2 batch arm the class runs
 // below 16 rows (the space's default, the time to beat), the ordered
-// tensor-core arm lowering runs from 16 rows, its pipelined form and its
-// form in the order of XQ 2 kernels split over two warps. Nil
+// tensor-core arm lowering runs from 16 rows, its pipelined form, its
+// form in the order of XQ 2 kernels split over two warps, and those two
+// with blocks of 8 tokens. Nil
 // for a type the ordered arm does not cover.
 func orderedCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
 	if !codegen.OrderedType(t) {
@@ -27,5 +31,7 @@ func orderedCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
 		cs = append(cs, productArms(Product(s.Name, "gemv", "qkv", t, qkv, s.Hidden, m, false, seed), "gemv-ordered", m, codegen.GEMVBatchClass, codegen.GEMVBatchSpaceFor(t)),
 			productArms(Product(s.Name, "gemv", "down", t, s.Hidden, s.FFN, m, true, seed), "gemv-ordered", m, codegen.GEMVBatchClass, codegen.GEMVBatchSpaceFor(t)))
 	}
-	return withArms([]codegen.GEMVArm{codegen.DefaultXQOrderedArm, codegen.DefaultXQOrderedPipeArm, codegen.DefaultXQOrderedSplitArm}, cs...)
+	narrow, narrowSplit := codegen.DefaultXQOrderedArm, codegen.DefaultXQOrderedSplitArm
+	narrow.BatchRows, narrowSplit.BatchRows = 8, 8
+	return withArms([]codegen.GEMVArm{codegen.DefaultXQOrderedArm, codegen.DefaultXQOrderedPipeArm, codegen.DefaultXQOrderedSplitArm, narrow, narrowSplit}, cs...)
 }
