@@ -31,6 +31,8 @@ type compileOptions struct {
 	card    string
 	sms     int
 	backend cuda.BackendOptions
+	// numerics is --batch-invariant: the class compiled (recorded in the manifest)
+	numerics string
 }
 
 func init() {
@@ -66,6 +68,7 @@ programs (the KV cache type and the PDL diagnostic; docs/FLAGS.md) apply and are
 	f.IntVar(&o.backend.Context, "context", 0, "KV positions per sequence (0: the model's)")
 	f.IntVar(&o.backend.PrefillTokens, "prefill-tokens", 512, "tokens per prefill step")
 	f.StringVar(&o.backend.Cache, "cache", "f16", "KV cache type: f16, bf16, f32, q8_0")
+	addInvariantFlag(f, &o.numerics)
 	rootCmd.AddCommand(cmd)
 }
 
@@ -107,9 +110,13 @@ func runCompile(cmd *cobra.Command, model string, o *compileOptions) error {
 	if o.out == "" && !o.dump {
 		return fmt.Errorf("%w: give -o DIR or --dump", errCompileArgs)
 	}
+	n, err := invariance(o.numerics)
+	if err != nil {
+		return err
+	}
+	o.backend.Numerics = n
 	path, spec := model, ""
 	if hub.IsSpec(model) {
-		var err error
 		if path, err = modelPath(cmd, model); err != nil {
 			return err
 		}
@@ -204,7 +211,8 @@ func runCompile(cmd *cobra.Command, model string, o *compileOptions) error {
 	man := cuda.Manifest{Model: m.Path, ModelSpec: spec, ModelSHA256: sum, ModelFiles: files, ModelArch: m.HParams.Arch,
 		NVRTC: fmt.Sprintf("%d.%d", major, minor), Memra: buildVersion(),
 		MaxSeqs: dec.MaxSeqs, Context: dec.Context, PrefillTokens: pre.MaxTokens, Cache: dec.Cache.String(), Multiprocessors: sms,
-		Card: card, Picks: picks(), Env: cuda.LoweringEnvSet(), PlanSHA256: sha256Hex([]byte(plan)),
+		Numerics: o.backend.Numerics.String(),
+		Card:     card, Picks: picks(), Env: cuda.LoweringEnvSet(), PlanSHA256: sha256Hex([]byte(plan)),
 		Arms: map[string]string{"gemv": arms.GEMV.String(), "mma": arms.MMA.String(), "attn_decode": arms.Decode.String(),
 			"attn_prefill": arms.Prefill.String(), "attn_warp": arms.Prefill.String(), "block": arms.Block.String()}}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {

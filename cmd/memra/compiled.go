@@ -142,7 +142,8 @@ func openCompiled(cmd *cobra.Command, dir, modelArg string) (*cuda.Artifact, str
 
 // useArtifact makes g's backends load a's kernels, in the configuration
 // it was compiled for. A flag of cmd that names another one (--context,
-// --kv-cache and, where given, the sequences flag) is refused.
+// --kv-cache, --batch-invariant and, where given, the sequences flag) is
+// refused.
 func (g *gpuOptions) useArtifact(cmd *cobra.Command, a *cuda.Artifact, seqFlag string, seqs int) error {
 	m := &a.Manifest
 	f := cmd.Flags()
@@ -156,10 +157,29 @@ func (g *gpuOptions) useArtifact(cmd *cobra.Command, a *cuda.Artifact, seqFlag s
 	if seqFlag != "" && changed(seqFlag) && seqs != m.MaxSeqs {
 		return fmt.Errorf("--%s %d: the artifact in %s was compiled for %d sequences (memra compile --max-seqs)", seqFlag, seqs, a.Dir, m.MaxSeqs)
 	}
-	if invariantOn(g.batchInvariant) {
-		return fmt.Errorf("--batch-invariant lowers other kernels than the artifact in %s holds: serve it without --compiled", a.Dir)
+	if changed("batch-invariant") {
+		if err := artifactNumerics(a, g.batchInvariant); err != nil {
+			return err
+		}
 	}
 	g.artifact = a
+	return nil
+}
+
+// artifactNumerics refuses --batch-invariant v where it names another
+// numerical class than the artifact a was compiled in.
+func artifactNumerics(a *cuda.Artifact, v string) error {
+	want, err := a.Manifest.NumericsClass()
+	if err != nil {
+		return err
+	}
+	n, err := invariance(v)
+	if err != nil {
+		return err
+	}
+	if n != want {
+		return fmt.Errorf("--batch-invariant %s: the artifact in %s was compiled for %s (memra compile --batch-invariant)", n, a.Dir, want)
+	}
 	return nil
 }
 
@@ -168,6 +188,7 @@ func (g gpuOptions) artifactOptions(o cuda.BackendOptions) cuda.BackendOptions {
 	if a := g.artifact; a != nil {
 		o.Artifact = a
 		o.MaxSeqs, o.Context, o.PrefillTokens, o.Cache = a.Manifest.MaxSeqs, a.Manifest.Context, a.Manifest.PrefillTokens, a.Manifest.Cache
+		o.Numerics, _ = a.Manifest.NumericsClass() // OpenArtifact checked it
 	}
 	return o
 }

@@ -82,6 +82,13 @@ func TestCompiledRefusals(t *testing.T) {
 	require.ErrorContains(t, runFails(t, "run", "--compiled", dir, "--device", "cpu", "-n", "1"), "CUDA device")
 	require.ErrorContains(t, runFails(t, "run", "--compiled", dir, "--context", "100", "-n", "1"), "compiled for 512 positions")
 	require.ErrorContains(t, runFails(t, "run", "--compiled", dir, "--kv-cache", "q8_0", "-n", "1"), "compiled for f16")
+	// the fake manifest records no class: an artifact of before the field, compiled off
+	for _, c := range []string{"int8", "f16"} {
+		require.ErrorContains(t, runFails(t, "run", "--compiled", dir, "--batch-invariant="+c, "-n", "1"), "compiled for off")
+	}
+	if cuda.DefaultNumerics != cuda.NumericsWidth {
+		require.ErrorContains(t, runFails(t, "bench", "--compiled", dir, "-b", "4", "-p", "8", "-n", "2", "--device", "cuda"), "compiled for off")
+	}
 	require.ErrorContains(t, runFails(t, "serve", "--compiled", dir, "--max-running", "9"), "compiled for 4 sequences")
 	require.ErrorContains(t, runFails(t, "serve", "--compiled", dir, "--model", "a=stories260K", "--model", "b=stories260K"), "serves one model")
 	require.ErrorContains(t, runFails(t, "bench", "--compiled", dir, "-b", "8", "-p", "8", "-n", "2", "--device", "cuda"), "compiled for 4 sequences")

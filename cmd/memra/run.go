@@ -157,32 +157,22 @@ func (g gpuOptions) products() (cpu.Products, error) {
 	return 0, fmt.Errorf("--cpu-products %q: want int8 or exact", g.cpuProducts)
 }
 
-const batchInvariantHelp = "CUDA: every decode step runs the same products whatever its width, so greedy output is the same alone, batched, speculating or from the prefix cache: f16 (the flag alone: f16 tensor-core products, Q4_K/Q6_K and float weights) or int8 (the default's int8 one-row products, every width's sums in their order); off the default (the CPU backend is invariant always)"
+const batchInvariantHelp = "CUDA: the decode products' numerical class. int8 (the one-row int8 products as tuned, every other width's sums in their order) and f16 (the flag alone: f16 tensor-core products at every width, Q4_K/Q6_K and float weights) are batch invariant: greedy output is the same alone, batched, speculating or from the prefix cache; off runs each width's fastest products (the CPU backend is invariant always)"
 
 // addInvariantFlag registers --batch-invariant: the flag alone is f16.
 func addInvariantFlag(f *pflag.FlagSet, v *string) {
-	f.StringVar(v, "batch-invariant", "", batchInvariantHelp)
-	f.Lookup("batch-invariant").NoOptDefVal = "f16"
+	f.StringVar(v, "batch-invariant", cuda.DefaultNumerics.String(), batchInvariantHelp)
+	f.Lookup("batch-invariant").NoOptDefVal = cuda.NumericsF16.String()
 }
 
-// invariantOn reports whether --batch-invariant v asks for invariance.
-func invariantOn(v string) bool {
-	on, _, _ := invariance(v)
-	return on
-}
-
-// invariance reads --batch-invariant: whether decode steps are batch
-// invariant and whether in the int8 class.
-func invariance(v string) (on, int8 bool, err error) {
-	switch strings.ToLower(v) {
-	case "", "off", "false":
-		return false, false, nil
-	case "f16", "true", "on":
-		return true, false, nil
-	case "int8":
-		return true, true, nil
+// invariance reads --batch-invariant: the decode products' numerical
+// class ("" is the default's).
+func invariance(v string) (cuda.Numerics, error) {
+	n, err := cuda.ParseNumerics(v)
+	if err != nil {
+		return cuda.NumericsDefault, fmt.Errorf("--batch-invariant %q: want int8, f16 or off", v)
 	}
-	return false, false, fmt.Errorf("--batch-invariant %q: want f16, int8 or off", v)
+	return n.Resolve(), nil
 }
 
 // check refuses values the backends cannot honour.
@@ -193,7 +183,7 @@ func (g gpuOptions) check() error {
 	if g.kvMemory < 0 || math.IsNaN(g.kvMemory) || math.IsInf(g.kvMemory, 0) {
 		return fmt.Errorf("--kv-memory %g: want GiB (1 and up), a fraction (below 1) or 0", g.kvMemory)
 	}
-	_, _, err := invariance(g.batchInvariant)
+	_, err := invariance(g.batchInvariant)
 	return err
 }
 
@@ -208,7 +198,7 @@ func (g gpuOptions) kvBytes() (bytes int64, fraction float64) {
 // cudaOptions are the CUDA backend's options from g.
 func (g gpuOptions) cudaOptions(o cuda.BackendOptions) cuda.BackendOptions {
 	o.Cache = g.kvCache
-	o.BatchInvariant, o.InvariantInt8, _ = invariance(g.batchInvariant) // check refused the others
+	o.Numerics, _ = invariance(g.batchInvariant) // check refused the others
 	if g.context > 0 {
 		o.Context = g.context
 	}

@@ -132,25 +132,29 @@ func TestStepTokensReachTheBackend(t *testing.T) {
 }
 
 // TestBatchInvariantFlag: --batch-invariant alone is the f16 class,
-// =int8 the int8 one, off (or no flag) neither, and another value is
-// refused by name.
+// =int8 the int8 one, off none, no flag (or an empty value) the default
+// class, and another value is refused by name.
 func TestBatchInvariantFlag(t *testing.T) {
 	for _, c := range []struct {
-		v         string
-		inv, int8 bool
-	}{{"", false, false}, {"off", false, false}, {"false", false, false}, {"f16", true, false}, {"true", true, false}, {"int8", true, true}, {"INT8", true, true}} {
+		v    string
+		want cuda.Numerics
+	}{{"", cuda.DefaultNumerics}, {"off", cuda.NumericsWidth}, {"false", cuda.NumericsWidth}, {"f16", cuda.NumericsF16}, {"true", cuda.NumericsF16},
+		{"int8", cuda.NumericsInt8}, {"INT8", cuda.NumericsInt8}} {
 		g := gpuOptions{batchInvariant: c.v}
 		require.NoError(t, g.check(), c.v)
 		o := g.cudaOptions(cuda.BackendOptions{})
-		require.Equal(t, c.inv, o.BatchInvariant, c.v)
-		require.Equal(t, c.int8, o.InvariantInt8, c.v)
+		require.Equal(t, c.want, o.Numerics, c.v)
+		require.Equal(t, c.want != cuda.NumericsWidth, o.Numerics.Invariant(), c.v)
 	}
 	err := gpuOptions{batchInvariant: "bf16"}.check()
 	require.ErrorContains(t, err, `--batch-invariant "bf16"`)
 	cmd := newRunCmd()
 	f := cmd.Flags()
-	require.NoError(t, f.Parse([]string{"--batch-invariant"}))
 	v, err := f.GetString("batch-invariant")
+	require.NoError(t, err)
+	require.Equal(t, cuda.DefaultNumerics.String(), v, "no flag: the default class")
+	require.NoError(t, f.Parse([]string{"--batch-invariant"}))
+	v, err = f.GetString("batch-invariant")
 	require.NoError(t, err)
 	require.Equal(t, "f16", v, "the flag alone")
 }

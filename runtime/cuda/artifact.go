@@ -59,6 +59,9 @@ type Manifest struct {
 	PrefillTokens   int    `json:"prefill_tokens"`
 	Cache           string `json:"kv_cache"`
 	Multiprocessors int    `json:"multiprocessors"`
+	// Numerics is the decode products' numerical class (Numerics.String);
+	// empty in artifacts compiled before it was recorded, which are "off".
+	Numerics string `json:"numerics,omitempty"`
 	// Card is the tunedb key whose entries chose the arms ("" when the
 	// family defaults did); Picks are the arms it chose.
 	Card  string            `json:"card,omitempty"`
@@ -148,6 +151,9 @@ func (a *Artifact) check() error {
 		return fmt.Errorf("manifest format %d; this memra reads format %d (compile the model again)", m.Format, ArtifactFormat)
 	}
 	if _, err := nvrtcVersion(m.NVRTC); err != nil {
+		return err
+	}
+	if _, err := m.NumericsClass(); err != nil {
 		return err
 	}
 	if m.PTX == "" && len(m.Targets) == 0 {
@@ -401,4 +407,18 @@ func (a *Artifact) configuration() string {
 		s += ", " + strings.Join(env, " ")
 	}
 	return s + ": run with that configuration, or compile again with this one"
+}
+
+// NumericsClass is the numerical class the artifact was compiled in: an
+// artifact that records none was compiled in NumericsWidth, the only
+// class memra compile had before the field.
+func (m *Manifest) NumericsClass() (Numerics, error) {
+	if m.Numerics == "" {
+		return NumericsWidth, nil
+	}
+	n, err := ParseNumerics(m.Numerics)
+	if err != nil {
+		return NumericsDefault, fmt.Errorf("manifest numerics %q: want int8, f16 or off", m.Numerics)
+	}
+	return n.Resolve(), nil
 }

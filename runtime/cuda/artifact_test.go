@@ -96,6 +96,7 @@ func TestArtifactOpenRefuses(t *testing.T) {
 		"old format":      func(_ string, m map[string]any) { m["format"] = 1 },
 		"unknown field":   func(_ string, m map[string]any) { m["extra"] = true },
 		"bad nvrtc":       func(_ string, m map[string]any) { m["nvrtc"] = "thirteen" },
+		"bad numerics":    func(_ string, m map[string]any) { m["numerics"] = "bf16" },
 		"tampered image": func(dir string, m map[string]any) {
 			p := filepath.Join(dir, image(m, "sm_90a")["file"].(string))
 			b, _ := os.ReadFile(p)

@@ -66,18 +66,13 @@ type BackendOptions struct {
 	// its own launch (codegen.LowerOptions.NoFusePrologue), for tests that
 	// compare products alone; the default fuses them where the arms allow.
 	NoFusePrologue bool
-	// BatchInvariant runs the f16 tensor-core products at every decode
-	// step, one row included (HalfFrom 1), so that a sequence's logits do
-	// not depend on how many sequences share its step: greedy output is
-	// then the same alone, batched, speculating or from the prefix cache,
-	// for products of the types the f16 kernel covers (codegen.HalfTypes).
-	BatchInvariant bool
-	// InvariantInt8, with BatchInvariant, makes the invariant products
-	// those of the int8 class instead of the f16 tensor cores': unsplit
-	// XQ 2 kernels to 15 rows and the ordered int8 tensor-core kernel from
-	// 16, every row's sums in the one-row kernel's order
-	// (codegen.LowerOptions.InvariantInt8).
-	InvariantInt8 bool
+	// Numerics is the decode products' numerical class (DefaultNumerics
+	// where zero). In the invariant classes (NumericsF16, NumericsInt8) a
+	// sequence's logits do not depend on how many sequences share its
+	// step: greedy output is then the same alone, batched, speculating or
+	// from the prefix cache, and each prefill product's algorithm is
+	// pinned to the largest chunk's.
+	Numerics Numerics
 	// Multiprocessors is the card's count, set by NewBackend; Lower, with
 	// no card, takes DefaultMultiprocessors.
 	Multiprocessors int
@@ -315,7 +310,7 @@ func lowerOptions(opts BackendOptions, cache dtype.Type) codegen.LowerOptions {
 		NoQuantOut: codegen.QuantOutBatch, RopeInProduct: opts.MaxSeqs == 1,
 		DecodePreload: true, FlashPrefill: DefaultFlashPrefill,
 		Multiprocessors: cmp.Or(opts.Multiprocessors, DefaultMultiprocessors)}
-	base.BatchInvariant, base.InvariantInt8 = opts.BatchInvariant, opts.InvariantInt8
+	base.BatchInvariant, base.InvariantInt8 = opts.Numerics.Invariant(), opts.Numerics.Resolve() == NumericsInt8
 	base.GEMVSplitBlocks = base.Multiprocessors
 	if opts.Untuned {
 		base.Arms, base.Pick = codegen.Arms{}, nil

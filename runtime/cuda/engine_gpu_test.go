@@ -63,12 +63,12 @@ func gpuEngineModels(t *testing.T) map[string]func() (*Backend, int) {
 		},
 		"llama3-8b-q4_k_m/batch-invariant": func() (*Backend, int) {
 			m := synthModel(t, "llama3-8b", "q4_k_m", synth.WeightsFloat)
-			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 16, BatchInvariant: true})
+			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 16, Numerics: NumericsF16})
 			return b, b.Info().VocabSize
 		},
 		"llama3-8b-q4_k_m/batch-invariant-int8": func() (*Backend, int) {
 			m := synthModel(t, "llama3-8b", "q4_k_m", synth.WeightsFloat)
-			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 16, BatchInvariant: true, InvariantInt8: true})
+			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 16, Numerics: NumericsInt8})
 			return b, b.Info().VocabSize
 		},
 	}
@@ -138,13 +138,13 @@ func TestGPUSpecExact(t *testing.T) {
 func TestGPUBatchWidthsExact(t *testing.T) {
 	gpuOrSkip(t)
 	for _, c := range []struct {
-		name      string
-		inv, int8 bool
-	}{{"default", false, false}, {"batch-invariant", true, false}, {"batch-invariant-int8", true, true}} {
+		name     string
+		numerics Numerics
+	}{{"default", NumericsDefault}, {"batch-invariant", NumericsF16}, {"batch-invariant-int8", NumericsInt8}} {
 		name := c.name
 		t.Run(name, func(t *testing.T) {
 			m := synthModel(t, "llama3-8b", "q4_k_m", synth.WeightsFloat)
-			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 64, BatchInvariant: c.inv, InvariantInt8: c.int8})
+			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 64, Numerics: c.numerics})
 			e := runtime.NewEngine(b, nil, runtime.EngineConfig{MaxRunning: 64, NoPrefixCache: true})
 			t.Cleanup(func() { _ = e.Close() })
 			var reqs []runtime.Request

@@ -32,7 +32,7 @@ import (
 // backend of opts beside decode, lowered from decode's graph g and options
 // base, or nil where there is none (see above).
 func lowerOne(g *ir.Graph, base codegen.LowerOptions, opts BackendOptions, decode *codegen.Program) (*codegen.Program, error) {
-	if opts.MaxSeqs < 2 || (opts.BatchInvariant && !opts.InvariantInt8) {
+	if opts.MaxSeqs < 2 || opts.Numerics.Resolve() == NumericsF16 {
 		return nil, nil
 	}
 	base.Class, base.MaxSeqs = codegen.Decode, 1

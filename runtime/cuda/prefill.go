@@ -178,7 +178,7 @@ func (b *Backend) newBLASPrefill(c *Ctx, plan *prefillPlan, images map[string][]
 	if bpf.bl, err = newBLAS(ws); err != nil {
 		return nil, err
 	}
-	if b.opts.BatchInvariant {
+	if b.opts.Numerics.Invariant() {
 		bpf.bl.pinM = b.opts.PrefillTokens
 	}
 	return bpf, nil
