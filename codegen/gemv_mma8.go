@@ -130,7 +130,7 @@ func mma8Groups(k int) int { return k / 32 }
 // 4096 rows ran 64 blocks of four warps on 132 SMs, each warp a serial
 // chain over all of K. grid (⌈n/(16·RowsPerWarp·RowsPerBlock)⌉, ⌈m/MB⌉).
 func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystride int) (*Kernel, error) {
-	ord := arm.Ordered == 1
+	ord := arm.Ordered != 0
 	if ord && (!mma8OrderTypes[t] || e.QuantOut || e.SwiGLUOut || e.Rope) {
 		return nil, fmt.Errorf("%w: ordered int8 tensor-core gemv for %v, ends %q", ErrUnsupported, t, e.suffix())
 	}

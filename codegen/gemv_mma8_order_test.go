@@ -90,6 +90,15 @@ func TestOrderedTerms(t *testing.T) {
 		require.Contains(t, o.Source, "v3 = __fadd_rn(v3, v7);", "the warps' level 4 of eight")
 		require.Contains(t, o.Source, "oacc[1][mt][nt][i] = __fadd_rn(oacc[1][mt][nt][i], oacc[3][mt][nt][i]);", "level 16 of four slots")
 		require.NotContains(t, o.Source, "acc[mt][nt][i] += red")
+		// the split order's kernel is ordered too: its sets, the leaf add, no loop of +=
+		sa := orderedArm(16)
+		sa.Ordered = 21
+		so, err := codegen.GEMVXQ(ty, 512, 512, false, sa, codegen.XQEnds{}, 0)
+		require.NoError(t, err)
+		require.Equal(t, term(x2.Source), term(so.Source), "%v: one term function", ty)
+		require.Contains(t, so.Source, "2 sets of R lane sums")
+		require.Contains(t, so.Source, "oacc[0][mt][nt][i] = __fadd_rn(oacc[0][mt][nt][i], oacc[2][mt][nt][i]);", "set 1's value into residue 0's lane sum")
+		require.NotContains(t, so.Source, "acc[mt][nt][i] += red")
 	}
 }
 

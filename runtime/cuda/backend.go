@@ -73,6 +73,7 @@ type BackendOptions struct {
 	// from the prefix cache, and each prefill product's algorithm is
 	// pinned to the largest chunk's.
 	Numerics Numerics
+	diag     oneDiag // tests only
 	// Multiprocessors is the card's count, set by NewBackend; Lower, with
 	// no card, takes DefaultMultiprocessors.
 	Multiprocessors int

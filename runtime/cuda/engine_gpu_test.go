@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/memra-ai/memra/codegen"
 	"github.com/memra-ai/memra/runtime"
 	"github.com/memra-ai/memra/runtime/load/builtin"
 	"github.com/memra-ai/memra/runtime/synth"
@@ -161,6 +162,41 @@ func TestGPUBatchWidthsExact(t *testing.T) {
 				}
 			}
 			require.Empty(t, parted, "%s: greedy tokens alone differ from those in batches of these widths", name)
+		})
+	}
+}
+
+// TestGPUInt8OneProgram: in the int8 class, a lone sequence's greedy
+// tokens are those it has beside others with each of the one-sequence
+// program's fusions taken away in turn: the whole program (one row runs
+// the decode program), RoPE in the QKV products, and each producer that
+// quantises in its epilogue (the residual products for the next norm,
+// the gate/up products for the down product, the attention combine for
+// the output projection). Each of these parts must keep the floats of
+// the launches it replaces, so each case must pass; a failure names the
+// fusion that does not.
+func TestGPUInt8OneProgram(t *testing.T) {
+	gpuOrSkip(t)
+	for _, c := range []struct {
+		name string
+		diag oneDiag
+	}{{"no-one-program", oneDiag{noOne: true}}, {"one-program-rope-apart", oneDiag{oneNoRope: true}},
+		{"one-program-norm-quantised-apart", oneDiag{oneNoQuantOut: codegen.QuantOutNorm}},
+		{"one-program-swiglu-quantised-apart", oneDiag{oneNoQuantOut: codegen.QuantOutSwiGLU}},
+		{"one-program-attention-quantised-apart", oneDiag{oneNoQuantOut: codegen.QuantOutAttn}},
+		{"one-program-all-apart", oneDiag{oneNoRope: true, oneNoQuantOut: codegen.QuantOutNorm | codegen.QuantOutSwiGLU | codegen.QuantOutAttn}}} {
+		t.Run(c.name, func(t *testing.T) {
+			m := synthModel(t, "llama3-8b", "q4_k_m", synth.WeightsFloat)
+			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 16, Numerics: NumericsInt8, diag: c.diag})
+			e := runtime.NewEngine(b, nil, runtime.EngineConfig{MaxRunning: 16, NoPrefixCache: true})
+			t.Cleanup(func() { _ = e.Close() })
+			var reqs []runtime.Request
+			for _, p := range prompts(b.Info().VocabSize, 3, 330, 23) {
+				reqs = append(reqs, runtime.Request{Prompt: p, MaxTokens: 48, IgnoreEOS: true})
+			}
+			alone, _ := greedy(t, e, reqs[:1])
+			got, _ := greedy(t, e, reqs)
+			require.Equal(t, alone[0], got[0], "%s: first difference at token %d", c.name, firstTokenDiff(alone[0], got[0]))
 		})
 	}
 }

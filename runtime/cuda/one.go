@@ -32,11 +32,12 @@ import (
 // backend of opts beside decode, lowered from decode's graph g and options
 // base, or nil where there is none (see above).
 func lowerOne(g *ir.Graph, base codegen.LowerOptions, opts BackendOptions, decode *codegen.Program) (*codegen.Program, error) {
-	if opts.MaxSeqs < 2 || opts.Numerics.Resolve() == NumericsF16 {
+	if opts.MaxSeqs < 2 || opts.Numerics.Resolve() == NumericsF16 || opts.diag.noOne {
 		return nil, nil
 	}
 	base.Class, base.MaxSeqs = codegen.Decode, 1
-	base.RopeInProduct = true
+	base.RopeInProduct = !opts.diag.oneNoRope
+	base.NoQuantOut |= opts.diag.oneNoQuantOut
 	one, err := codegen.Lower(g, base)
 	if err != nil {
 		return nil, err
@@ -55,6 +56,15 @@ func lowerOne(g *ir.Graph, base codegen.LowerOptions, opts BackendOptions, decod
 		return nil, nil
 	}
 	return one, nil
+}
+
+// oneDiag are the GPU tests' handles on the one-sequence program, which
+// find out which of its fusions parts it from the decode program: none
+// at all (noOne), RoPE in the QKV products left to RopeKV (oneNoRope),
+// and producers that quantise in their epilogues (oneNoQuantOut).
+type oneDiag struct {
+	noOne, oneNoRope bool
+	oneNoQuantOut    codegen.QuantOuts
 }
 
 // sharesWeights reports whether every weight of p is one of q's.
