@@ -6,10 +6,9 @@ import (
 )
 
 // OrderedCheckRows are the rows of kernel-check's ordered cases: a
-// speculative verify step's (5) and a small batch's (8), where the
-// ordered arm of 8 tokens a block would serve if it beat the XQ 2 batch
-// kernel, the first step that takes the ordered arm, a ragged one and
-// the widest.
+// speculative verify step's (5) and a small batch's (8), where the XQ 2
+// batch kernel beat every ordered arm on an H100 (session 27), the first
+// step that takes the ordered arm, a ragged one and the widest.
 var OrderedCheckRows = []int{5, 8, 16, 37, 64}
 
 // orderedCheckCases are kernel-check's cases of the int8 invariant
@@ -19,7 +18,7 @@ var OrderedCheckRows = []int{5, 8, 16, 37, 64}
 // below 16 rows (the space's default, the time to beat), the ordered
 // tensor-core arm lowering runs from 16 rows, its pipelined form, its
 // form in the order of XQ 2 kernels split over two warps, and those two
-// with blocks of 8 tokens. Nil
+// with blocks of 32 tokens (codegen.OrderedWideArm). Nil
 // for a type the ordered arm does not cover.
 func orderedCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
 	if !codegen.OrderedType(t) {
@@ -31,7 +30,7 @@ func orderedCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
 		cs = append(cs, productArms(Product(s.Name, "gemv", "qkv", t, qkv, s.Hidden, m, false, seed), "gemv-ordered", m, codegen.GEMVBatchClass, codegen.GEMVBatchSpaceFor(t)),
 			productArms(Product(s.Name, "gemv", "down", t, s.Hidden, s.FFN, m, true, seed), "gemv-ordered", m, codegen.GEMVBatchClass, codegen.GEMVBatchSpaceFor(t)))
 	}
-	narrow, narrowSplit := codegen.DefaultXQOrderedArm, codegen.DefaultXQOrderedSplitArm
-	narrow.BatchRows, narrowSplit.BatchRows = 8, 8
-	return withArms([]codegen.GEMVArm{codegen.DefaultXQOrderedArm, codegen.DefaultXQOrderedPipeArm, codegen.DefaultXQOrderedSplitArm, narrow, narrowSplit}, cs...)
+	wide, _ := codegen.OrderedWideArm(codegen.DefaultXQGlobalOneArm)
+	wideSplit, _ := codegen.OrderedWideArm(codegen.DefaultXQGlobalOneArm.Split(2))
+	return withArms([]codegen.GEMVArm{codegen.DefaultXQOrderedArm, codegen.DefaultXQOrderedPipeArm, codegen.DefaultXQOrderedSplitArm, wide, wideSplit}, cs...)
 }
