@@ -59,7 +59,7 @@ func OrderedWideArm(x GEMVArm) (GEMVArm, bool) {
 	if !ok {
 		return a, false
 	}
-	a.Threads, a.RowsPerBlock, a.RowsPerWarp, a.BatchRows = 512, 1, 0, 32
+	a.Threads, a.RowsPerBlock, a.RowsPerWarp, a.BatchRows, a.Stages = 512, 1, 0, 32, 0
 	return a, a.Validate() == nil
 }
 
@@ -84,12 +84,15 @@ func (a GEMVArm) orderUnroll() int {
 }
 
 // OrderedFor returns the ordered arm whose sums are the XQ 2 arm x's, bit
-// for bit: DefaultXQOrderedArm for an unsplit x, DefaultXQOrderedSplitArm
-// with x's unroll for x split over two warps; false for other splits.
+// for bit: DefaultXQOrderedPipeArm for an unsplit x (on an H100 it beat
+// DefaultXQOrderedArm at every width from 16 rows, 1.2–1.3×; Q4_0 and
+// rows not of whole super-blocks take the unpipelined kernel),
+// DefaultXQOrderedSplitArm with x's unroll for x split over two warps;
+// false for other splits.
 func OrderedFor(x GEMVArm) (GEMVArm, bool) {
 	switch x.kSplit() {
 	case 1:
-		return DefaultXQOrderedArm, true
+		return DefaultXQOrderedPipeArm, true
 	case 2:
 		a := DefaultXQOrderedSplitArm
 		a.Ordered = 20 + x.Unroll

@@ -618,7 +618,7 @@ func TestLowerInvariantInt8(t *testing.T) {
 		}
 		xq2++
 		if arm(16) != arm(2) {
-			require.Equal(t, DefaultXQOrderedArm, arm(16), "from 16 rows: the ordered arm")
+			require.Equal(t, DefaultXQOrderedPipeArm, arm(16), "from 16 rows: the (pipelined) ordered arm")
 			require.Equal(t, ln.KernelFor(16), ln.KernelFor(64))
 			ordered++
 		}
