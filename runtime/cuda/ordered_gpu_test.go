@@ -83,7 +83,9 @@ func TestGPUOrderedSameAsXQ2(t *testing.T) {
 										}
 									}
 								}
-								require.Zero(t, n, "output %d: %d floats of %v differ from the %s arm %v's, the first at %d", o, n, gr.ordered, name, a, first)
+								if n > 0 { // every arm's verdict, not only the first's
+									t.Errorf("output %d: %d floats of %v differ from the %s arm %v's, the first at %d", o, n, gr.ordered, name, a, first)
+								}
 							}
 						}
 					}
