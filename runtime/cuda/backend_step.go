@@ -107,7 +107,14 @@ func (b *Backend) step(ctx context.Context, batch []runtime.SeqStep, mode stepMo
 		cur, curT = cur[:0], 0
 		return err
 	}
-	for i, e := range batch {
+	order, split := b.stepOrder(batch)
+	for k, i := range order {
+		if k == split {
+			if err := flush(); err != nil { // the decodes' launch sequence ends before the prompts'
+				return err
+			}
+		}
+		e := batch[i]
 		toks, pos := e.Tokens, e.Pos
 		for len(toks) > 0 {
 			if curT == b.opts.PrefillTokens || len(cur) == b.opts.MaxSeqs {
@@ -129,6 +136,42 @@ func (b *Backend) step(ctx context.Context, batch []runtime.SeqStep, mode stepMo
 		}
 	}
 	return nil
+}
+
+// stepOrder returns the order step runs batch's entries in, and where a
+// launch sequence must end (len(batch) for nowhere). A launch sequence
+// with a prompt chunk runs the prefill program, so a decode entry riding
+// in it would take the prefill products (cuBLASLt's bf16, the tensor-core
+// attention) and get other logits than in a step of decodes alone. In an
+// invariant numerical class the one-token entries (decodes, speculative
+// drafts) run first as a launch sequence of their own, on the decode
+// program, and the prompt chunks after them; a sequence appears once a
+// step (drafts are sequences of their own), so no entry reads what
+// another of the same step writes. Otherwise, and in a pipeline stage
+// (whose hidden rows follow the batch's order), the batch's order.
+func (b *Backend) stepOrder(batch []runtime.SeqStep) (order []int, split int) {
+	order = make([]int, 0, len(batch))
+	if !b.opts.Numerics.Invariant() || b.stage != nil {
+		for i := range batch {
+			order = append(order, i)
+		}
+		return order, len(batch)
+	}
+	for i, e := range batch {
+		if len(e.Tokens) == 1 {
+			order = append(order, i)
+		}
+	}
+	split = len(order)
+	for i, e := range batch {
+		if len(e.Tokens) != 1 {
+			order = append(order, i)
+		}
+	}
+	if split == 0 || split == len(batch) {
+		split = len(batch) // one kind only: nothing to end early
+	}
+	return order, split
 }
 
 // bucket returns the padded batch size of a decode step of s sequences

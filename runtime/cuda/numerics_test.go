@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/memra-ai/memra/runtime"
 )
 
 // TestNumerics: the classes' names parse back, "" is the default class,
@@ -45,4 +47,27 @@ func TestLowerNumerics(t *testing.T) {
 		o := lowerOptions(BackendOptions{Numerics: n}, 0)
 		require.Equal(t, want, [2]bool{o.BatchInvariant, o.InvariantInt8}, n.String())
 	}
+}
+
+// TestStepOrder: in an invariant class a step's one-token entries run
+// first as a launch sequence of their own (so a decode beside prompt
+// chunks still runs the decode program), the prompt chunks after them;
+// otherwise, and in a pipeline stage, the batch's order.
+func TestStepOrder(t *testing.T) {
+	batch := []runtime.SeqStep{{Tokens: []int32{1, 2, 3}}, {Tokens: []int32{4}}, {Tokens: []int32{5, 6}}, {Tokens: []int32{7}}}
+	b := &Backend{opts: BackendOptions{Numerics: NumericsInt8}}
+	order, split := b.stepOrder(batch)
+	require.Equal(t, []int{1, 3, 0, 2}, order)
+	require.Equal(t, 2, split)
+	b.opts.Numerics = NumericsWidth
+	order, split = b.stepOrder(batch)
+	require.Equal(t, []int{0, 1, 2, 3}, order)
+	require.Equal(t, 4, split)
+	b.opts.Numerics, b.stage = NumericsF16, &stageIO{}
+	order, split = b.stepOrder(batch)
+	require.Equal(t, []int{0, 1, 2, 3}, order, "a pipeline stage keeps the batch's order")
+	require.Equal(t, 4, split)
+	b.stage = nil
+	_, split = b.stepOrder(batch[1:2])
+	require.Equal(t, 1, split, "decodes alone: no early end")
 }
