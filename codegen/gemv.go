@@ -198,8 +198,8 @@ func (a GEMVArm) Validate() error {
 		a.Layout < 0 || a.Layout > 1 || (a.Layout == 1 && a.SharedX != 1) ||
 		a.XQ < 0 || a.XQ > 4 || (a.XQ != 0 && (a.Layout != 1 || (a.XQ == 1 && a.Threads/a.RowsPerBlock != 32))) ||
 		(a.XQ == 2 && a.Threads/a.RowsPerBlock > 32*xqMaxSplit) ||
-		(a.XQ == 0 && a.BatchRows != 0) || (a.XQ != 0 && (a.BatchRows < 1 || a.BatchRows > 16) && !a.wideBatch() && !a.orderedWide()) ||
-		(a.BatchRows > 16 && !a.wideFits() && !a.orderedWide()) ||
+		(a.XQ == 0 && a.BatchRows != 0) || (a.XQ != 0 && (a.BatchRows < 1 || a.BatchRows > 16) && !a.wideBatch()) ||
+		(a.BatchRows > 16 && !a.wideFits()) ||
 		(a.RowsPerWarp != 0 && a.RowsPerWarp != 2 && a.RowsPerWarp != 4) || (a.RowsPerWarp != 0 && a.XQ == 0) ||
 		(a.XQ == 3 && a.mma8SplitBytes() > 48<<10) || // the split sums in static shared memory
 		(a.XQ == 4 && (a.Stages == 0 || a.mmahMaxShared() > xqMaxShared || a.mmahRegs() > a.mmahRegLimit())) ||

@@ -44,25 +44,6 @@ var DefaultXQOrderedPipeArm = GEMVArm{Threads: 512, RowsPerBlock: 1, Unroll: 1, 
 // (OrderedFor).
 var DefaultXQOrderedSplitArm = GEMVArm{Threads: 512, RowsPerBlock: 1, Unroll: 1, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16, RowsPerWarp: 2, Ordered: 21}
 
-// orderedWide reports whether a is an ordered arm of 32 tokens a block
-// (unpipelined, one tile of 16 weight rows a warp, 16 warps splitting K):
-// a 64-row step reads each weight twice instead of four times, with the
-// lane sums of the 16-token arms (NT 4, MT 1).
-func (a GEMVArm) orderedWide() bool {
-	return a.XQ == 3 && a.Ordered != 0 && a.BatchRows == 32 && a.Stages == 0 && a.rowsPerWarp() == 1 && a.kSplit() >= 16
-}
-
-// OrderedWideArm is the ordered arm of 32 tokens a block (orderedWide) in
-// the order of XQ 2 arm x (OrderedFor).
-func OrderedWideArm(x GEMVArm) (GEMVArm, bool) {
-	a, ok := OrderedFor(x)
-	if !ok {
-		return a, false
-	}
-	a.Threads, a.RowsPerBlock, a.RowsPerWarp, a.BatchRows, a.Stages = 512, 1, 0, 32, 0
-	return a, a.Validate() == nil
-}
-
 // validOrder reports whether o is an Ordered value: 1, or 10·2 + u for
 // u in 1, 2, 4, 8.
 func validOrder(o int) bool {

@@ -17,8 +17,9 @@ var OrderedCheckRows = []int{5, 8, 16, 37, 64}
 // OrderedCheckRows, each with the unsplit XQ 2 batch arm the class runs
 // below 16 rows (the space's default, the time to beat), the ordered
 // tensor-core arm lowering runs from 16 rows, its pipelined form, its
-// form in the order of XQ 2 kernels split over two warps, and those two
-// with blocks of 32 tokens (codegen.OrderedWideArm). Nil
+// form in the order of XQ 2 kernels split over two warps (arms of 8 and
+// 32 tokens a block lost at every width on an H100, docs/PERFORMANCE.md
+// session 27). Nil
 // for a type the ordered arm does not cover.
 func orderedCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
 	if !codegen.OrderedType(t) {
@@ -30,7 +31,5 @@ func orderedCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
 		cs = append(cs, productArms(Product(s.Name, "gemv", "qkv", t, qkv, s.Hidden, m, false, seed), "gemv-ordered", m, codegen.GEMVBatchClass, codegen.GEMVBatchSpaceFor(t)),
 			productArms(Product(s.Name, "gemv", "down", t, s.Hidden, s.FFN, m, true, seed), "gemv-ordered", m, codegen.GEMVBatchClass, codegen.GEMVBatchSpaceFor(t)))
 	}
-	wide, _ := codegen.OrderedWideArm(codegen.DefaultXQGlobalOneArm)
-	wideSplit, _ := codegen.OrderedWideArm(codegen.DefaultXQGlobalOneArm.Split(2))
-	return withArms([]codegen.GEMVArm{codegen.DefaultXQOrderedArm, codegen.DefaultXQOrderedPipeArm, codegen.DefaultXQOrderedSplitArm, wide, wideSplit}, cs...)
+	return withArms([]codegen.GEMVArm{codegen.DefaultXQOrderedArm, codegen.DefaultXQOrderedPipeArm, codegen.DefaultXQOrderedSplitArm}, cs...)
 }

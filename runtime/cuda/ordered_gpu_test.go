@@ -41,20 +41,15 @@ func TestGPUOrderedSameAsXQ2(t *testing.T) {
 		ordered codegen.GEMVArm
 		refs    map[string]codegen.GEMVArm
 	}
-	wide, ok := codegen.OrderedWideArm(codegen.DefaultXQGlobalOneArm)
-	require.True(t, ok)
 	groups := []group{{codegen.DefaultXQOrderedArm, map[string]codegen.GEMVArm{"one": codegen.DefaultXQGlobalOneArm, "batch": codegen.DefaultXQGlobalBatchArm,
-		"ordered16": codegen.DefaultXQOrderedArm.Split(16), "ordered-pipe": codegen.DefaultXQOrderedPipeArm, "ordered-wide": wide}}}
+		"ordered16": codegen.DefaultXQOrderedArm.Split(16), "ordered-pipe": codegen.DefaultXQOrderedPipeArm}}}
 	for _, u := range []int{1, 2} {
 		one, batch := codegen.DefaultXQGlobalOneArm, codegen.DefaultXQGlobalBatchArm
 		one.Unroll, batch.Unroll, batch.RowsPerBlock = u, u, batch.RowsPerBlock/2
 		one, batch = one.Split(2), batch.Split(2)
 		ord, ok := codegen.OrderedFor(one)
 		require.True(t, ok)
-		w, ok := codegen.OrderedWideArm(one)
-		require.True(t, ok)
-		groups = append(groups, group{ord, map[string]codegen.GEMVArm{fmt.Sprintf("one-split2-u%d", u): one, fmt.Sprintf("batch-split2-u%d", u): batch,
-			fmt.Sprintf("ordered-wide-split2-u%d", u): w}})
+		groups = append(groups, group{ord, map[string]codegen.GEMVArm{fmt.Sprintf("one-split2-u%d", u): one, fmt.Sprintf("batch-split2-u%d", u): batch}})
 	}
 	for _, ty := range []dtype.Type{dtype.Q4_K, dtype.Q6_K, dtype.Q4_0} {
 		for i, p := range []struct {
