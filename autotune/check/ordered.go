@@ -14,8 +14,9 @@ var OrderedCheckRows = []int{5, 8, 16, 37, 64}
 // orderedCheckCases are kernel-check's cases of the int8 invariant
 // class's products at s (codegen.LowerOptions.InvariantInt8): the QKV
 // product and the FFN-down product with its residual add at
-// OrderedCheckRows, each with the unsplit XQ 2 batch arm the class runs
-// below 16 rows (the space's default, the time to beat), the ordered
+// OrderedCheckRows, each with the XQ 2 batch arm the class runs below 16
+// rows for unsplit products (the space's default, the time to beat), the
+// ordered
 // tensor-core arm lowering runs from 16 rows, its pipelined form, its
 // form in the order of XQ 2 kernels split over two warps (arms of 8 and
 // 32 tokens a block lost at every width on an H100, docs/PERFORMANCE.md

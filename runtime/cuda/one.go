@@ -22,11 +22,11 @@ import (
 // the batch's kernels there), pipeline stages, or a compiled artifact
 // that does not hold its kernels (one compiled before it; memra compile
 // includes them, ArtifactKernels). The int8 class keeps it: its products
-// are unsplit XQ 2 kernels in both programs, and each epilogue the
-// one-sequence program fuses writes the floats of the launch it replaces
-// (the quantising epilogues sum a group by XQuant's tree, warp_sum_up;
-// RoPE rotates through rope_rot in both), so a lone sequence's tokens stay
-// those it has in any batch.
+// are XQ 2 kernels of the same split and unroll in both programs, and
+// each epilogue the one-sequence program fuses writes the floats of the
+// launch it replaces (the quantising epilogues sum a group by XQuant's
+// tree, warp_sum_up; RoPE rotates through rope_rot in both), so a lone
+// sequence's tokens stay those it has in any batch.
 
 // lowerOne returns the one-sequence decode program of a whole-model
 // backend of opts beside decode, lowered from decode's graph g and options
