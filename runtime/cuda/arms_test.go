@@ -23,7 +23,8 @@ import (
 func TestTunedbChoosesFormerSwitches(t *testing.T) {
 	m := tinyModel(t, "llama3-8b", "q4_k_m")
 	asked := map[string][]string{} // family → classes lowering looks up
-	opts := cuda.BackendOptions{MaxSeqs: 16, Pick: func(family, class string) (codegen.Point, bool) {
+	// the width class's programs (the f16 large and small arms, the one-row switches), whatever the default class
+	opts := cuda.BackendOptions{MaxSeqs: 16, Numerics: cuda.NumericsWidth, Pick: func(family, class string) (codegen.Point, bool) {
 		if !slices.Contains(asked[family], class) {
 			asked[family] = append(asked[family], class)
 		}
