@@ -79,7 +79,7 @@ func TestTunedbChoosesFormerSwitches(t *testing.T) {
 				return slices.ContainsFunc(names, func(n string) bool { return strings.Contains(n, c.tag) })
 			}
 			require.False(t, has(base), "untuned: no %s kernel", c.tag)
-			dec, pre, err := cuda.Lower(m, cuda.BackendOptions{MaxSeqs: 16, Pick: cuda.TunedPicker(db, key)})
+			dec, pre, err := cuda.Lower(m, cuda.BackendOptions{MaxSeqs: 16, Numerics: cuda.NumericsWidth, Pick: cuda.TunedPicker(db, key)})
 			require.NoError(t, err)
 			require.True(t, has(kernelNames(dec, pre)), "the tunedb entry for %s %s gives a %s kernel", c.family, c.class, c.tag)
 		})
