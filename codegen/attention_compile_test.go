@@ -47,6 +47,8 @@ func TestCompileDecodeAttentionTilings(t *testing.T) {
 		{32, 8, 64, codegen.CacheQ8, codegen.DecodeArm{Threads: 128, Chunk: 256, Live: 3, SMs: 132, Preload: true}},
 		// Live 4: a block's loop over the live splits, f16 and 8-bit caches, one and several passes
 		{32, 32, 128, dtype.F16, codegen.DecodeArm{Threads: 256, Chunk: 128, Live: 4, SMs: 132}},
+		{32, 32, 128, dtype.F16, codegen.DecodeArm{Threads: 256, Chunk: 128, Live: 4, SMs: 132, Preload: true}},
+		{32, 8, 128, codegen.CacheQ8, codegen.DecodeArm{Threads: 128, Chunk: 64, Live: 4, SMs: 132, Preload: true}},
 		{32, 8, 128, codegen.CacheQ8, codegen.DecodeArm{Threads: 128, Chunk: 64, Live: 4, SMs: 132}},
 		{40, 8, 128, dtype.BF16, codegen.DecodeArm{Threads: 64, Chunk: 256, Live: 4, SMs: 16}},
 		{32, 32, 96, codegen.CacheQ8, codegen.DecodeArm{Threads: 128, Chunk: 256, Live: 2}},

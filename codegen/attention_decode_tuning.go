@@ -31,7 +31,9 @@ type DecodeArm struct {
 	//      sums never depend on the step's width (batch invariant, as Live
 	//      2), launched as Live 3 launches them (the splits that give each
 	//      multiprocessor liveBlocksPerSM blocks): a block takes split y,
-	//      y + launched, … (no Preload). Where Live 3 would give a sequence
+	//      y + launched, … (with Preload, each split's first step is loaded
+	//      before the wait, which only the first split's loads precede).
+	//      Where Live 3 would give a sequence
 	//      one split of 600 keys at 64 sequences, Live 4 gives it five of
 	//      CHUNK 128 in one block, and at one sequence the same five. The
 	//      --batch-invariant configuration's (decodeArm maps Live 3 to it).
@@ -86,9 +88,6 @@ func (a DecodeArm) validKernel() error {
 	}
 	if a.Live >= 3 && a.SMs == 0 {
 		return fmt.Errorf("%w: decode attention arm %v: Live %d needs the card's multiprocessors (SMs)", ErrUnsupported, a, a.Live)
-	}
-	if a.Live == 4 && a.Preload {
-		return fmt.Errorf("%w: decode attention arm %v: Live 4 blocks take several splits, so none preloads", ErrUnsupported, a)
 	}
 	return nil
 }

@@ -531,7 +531,9 @@ func requireQ8ScaleLoads(t *testing.T, s AttnShape, arm DecodeArm) {
 
 // TestDecodeLive4: Live 4 sizes a sequence's splits by its own length
 // alone (the same for one sequence and 64, and on any card), launches as
-// Live 3 does, never preloads, and its live splits fit the capacity's.
+// Live 3 does, may preload each split's first step (its kernel waits in
+// the loop over a block's splits, after the first split's loads), and its
+// live splits fit the capacity's.
 func TestDecodeLive4(t *testing.T) {
 	a := DecodeArm{Threads: 256, Chunk: 128, Live: 4}
 	require.ErrorIs(t, a.validKernel(), ErrUnsupported, "Live 4 needs the card's multiprocessors")
@@ -540,7 +542,14 @@ func TestDecodeLive4(t *testing.T) {
 	require.Equal(t, "t256_c128_l4_m132", a.String())
 	p := a
 	p.Preload = true
-	require.ErrorIs(t, p.validKernel(), ErrUnsupported)
+	require.NoError(t, p.validKernel())
+	s := AttnShape{Heads: 32, HeadsKV: 32, HeadDim: 128, QStride: 4096, Cache: dtype.F16, PageSize: 16}
+	k, err := decodePartial(s, p)
+	require.NoError(t, err)
+	loop := strings.Index(k.Source, "for (int split = blockIdx.y;")
+	require.Positive(t, loop)
+	require.NotContains(t, k.Source[:loop], "pdl_wait();", "no wait before the loop: each split preloads, then waits")
+	require.Contains(t, k.Source[loop:], "pdl_wait();")
 	for _, capacity := range []int{640, 4096, 32768} {
 		splits := a.Splits(capacity)
 		for _, n := range []int{1, 37, 128, 600, 4096, capacity} {

@@ -151,7 +151,7 @@ func (l *lowerer) decodeArm(class string) DecodeArm {
 		arm.Live = 4
 	}
 	arm = arm.OnCard(l.o.Multiprocessors)
-	arm.Preload = l.o.DecodePreload && arm.Live != 4 // a Live 4 block takes several splits
+	arm.Preload = l.o.DecodePreload
 	return arm
 }
 
