@@ -174,8 +174,7 @@ func gemvMMA8(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystr
 			w.Raw(ysDefine(ystride))
 			w.Blank()
 			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: xqGlobalParams, Body: func(w *Writer) {
-				w.Line("const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
-				w.Line("const int wi = threadIdx.x >> 5, tw = wi % RPB, ks = wi / RPB; // set of rows, share of K")
+				emitMMA8Lanes(w)
 				w.Line("const int r0 = (blockIdx.x * RPB + tw) * 16 * MT; // the warp's first row")
 				w.Comment("rows past N read row N-1 and store nothing; tile i: rows r0 + 16i + g (suffix ai) and + 8 (bi)")
 				for i := range mt {
@@ -347,6 +346,14 @@ func emitMMA8Ops(w *Writer) {
 			w.Line(`asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"`)
 			w.Line(`    : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3]) : "r"(a0), "r"(a1), "r"(b0));`)
 		}})
+}
+
+// emitMMA8Lanes writes a lane's place in an XQ 3 kernel: its lane, its
+// mma group g and thread t, its warp wi, the warp's set of rows tw and its
+// share of K ks.
+func emitMMA8Lanes(w *Writer) {
+	w.Line("const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
+	w.Line("const int wi = threadIdx.x >> 5, tw = wi % RPB, ks = wi / RPB; // set of rows, share of K")
 }
 
 // mma8Red is where an XQ 3 kernel's warps leave their split sums.

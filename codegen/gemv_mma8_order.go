@@ -360,8 +360,7 @@ func gemvMMA8OrderPipe(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQE
 			w.Blank()
 			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: xqGlobalParams, Body: func(w *Writer) {
 				w.Line("extern __shared__ uint4 psm[];")
-				w.Line("const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
-				w.Line("const int wi = threadIdx.x >> 5, tw = wi % RPB, ks = wi / RPB; // set of rows, share of K")
+				emitMMA8Lanes(w)
 				w.Line("const int r0 = (blockIdx.x * RPB + tw) * WR; // the warp's first row")
 				w.Line("const u8* ws = (const u8*)psm + wi * P * SB; // the warp's ring")
 				w.Line("const u32 wsa = (u32)__cvta_generic_to_shared(ws);")

@@ -200,8 +200,7 @@ func (pr pipeRing) defines(w *Writer, pt mma8PipeType, tokenBytes, ystride int) 
 // its ring) and the pointers to the weight rows its lanes copy.
 func (pr pipeRing) warpStart(w *Writer) {
 	w.Line("extern __shared__ uint4 psm[];")
-	w.Line("const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
-	w.Line("const int wi = threadIdx.x >> 5, tw = wi % RPB, ks = wi / RPB; // set of rows, share of K")
+	emitMMA8Lanes(w)
 	w.Line("const int r0 = (blockIdx.x * RPB + tw) * WR; // the warp's first row")
 	w.Line("const u8* ws = (const u8*)psm + wi * WSM; // the warp's ring, then its two heads")
 	w.Line("const u32 wsa = (u32)__cvta_generic_to_shared(ws);")

@@ -606,12 +606,7 @@ func TestLowerInvariantInt8(t *testing.T) {
 			require.Equal(t, ln.KernelFor(1), ln.KernelFor(64), name)
 			continue
 		}
-		arm := func(rows int) GEMVArm {
-			name := p.Kernels[ln.KernelFor(rows)].Name
-			a, err := ParseGEMVArm(name[strings.LastIndex(name, "_t")+1:])
-			require.NoError(t, err, name)
-			return a
-		}
+		arm := func(rows int) GEMVArm { return kernelArm(t, p, ln.KernelFor(rows)) }
 		for _, rows := range []int{1, 2} {
 			require.Equal(t, 2, arm(rows).XQ, name)
 			require.Equal(t, 1, arm(rows).Threads/32/arm(rows).RowsPerBlock, "%s: unsplit", name)
@@ -677,12 +672,7 @@ func TestLowerInvariantInt8Picks(t *testing.T) {
 		if p.Kernels[ln.Kernel].Family != "gemv" || !strings.Contains(name, "_l1_") {
 			continue
 		}
-		arm := func(rows int) GEMVArm {
-			name := p.Kernels[ln.KernelFor(rows)].Name
-			a, err := ParseGEMVArm(name[strings.LastIndex(name, "_t")+1:])
-			require.NoError(t, err, name)
-			return a
-		}
+		arm := func(rows int) GEMVArm { return kernelArm(t, p, ln.KernelFor(rows)) }
 		require.Equal(t, one, arm(1), "%s: the one-row pick, split over two warps", name)
 		b := batch
 		b.Unroll = one.Unroll

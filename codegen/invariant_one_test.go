@@ -44,10 +44,7 @@ func TestLowerInvariantInt8One(t *testing.T) {
 		require.NoError(t, err)
 		for _, ln := range p.Launches {
 			if o.MaxSeqs > 1 && p.Kernels[ln.Kernel].Family == "gemv" && strings.Contains(p.Kernels[ln.Kernel].Name, "_l1_") {
-				name := p.Kernels[ln.KernelFor(16)].Name
-				a, err := ParseGEMVArm(name[strings.LastIndex(name, "_t")+1:])
-				require.NoError(t, err, name)
-				require.Equal(t, 22, a.Ordered, "%s: from 16 rows the ordered kernel of the split, unroll 2 order", name)
+				require.Equal(t, 22, kernelArm(t, p, ln.KernelFor(16)).Ordered, "%s: from 16 rows the ordered kernel of the split, unroll 2 order", p.Kernels[ln.KernelFor(16)].Name)
 			}
 			for _, k := range []int{ln.KernelFor(1), ln.KernelFor(2)} {
 				kern := p.Kernels[k]
@@ -70,9 +67,7 @@ func TestLowerInvariantInt8One(t *testing.T) {
 				if kern.Family != "gemv" || !strings.Contains(name, "_l1_") {
 					continue
 				}
-				a, err := ParseGEMVArm(name[strings.LastIndex(name, "_t")+1:])
-				require.NoError(t, err, name)
-				if a.XQ == 2 {
+				if a := kernelArm(t, p, k); a.XQ == 2 {
 					require.Equal(t, 2, a.kSplit(), "%s (%d sequences): split as the pick, in both programs", name, o.MaxSeqs)
 					require.Equal(t, 2, a.Unroll, "%s (%d sequences): the pick's unroll", name, o.MaxSeqs)
 				}
@@ -82,4 +77,13 @@ func TestLowerInvariantInt8One(t *testing.T) {
 	require.Positive(t, fused["_qo_"], "the one-sequence program quantises in its residual products")
 	require.Positive(t, fused["_so_"], "… and in its gate/up products")
 	require.Positive(t, fused["_rope_"], "… and rotates in its QKV products")
+}
+
+// kernelArm is the GEMV arm of p's kernel k, read back from its name.
+func kernelArm(t *testing.T, p *Program, k int) GEMVArm {
+	t.Helper()
+	name := p.Kernels[k].Name
+	a, err := ParseGEMVArm(name[strings.LastIndex(name, "_t")+1:])
+	require.NoError(t, err, name)
+	return a
 }

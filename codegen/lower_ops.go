@@ -370,9 +370,11 @@ func (l *lowerer) swigluOut(parts []matPart, k int) (swigluOutArms, bool) {
 	}
 	n := 2 * g.n
 	class := ProductClass(g.t, n, k, false)
-	one := l.gemvArm(class, g.t, k)
+	var one GEMVArm
 	if l.int8Class() {
 		one = int8One(l.productArm(class, g.t, n, k)) // as the decode program's gate/up product adds its rows
+	} else {
+		one = l.gemvArm(class, g.t, k)
 	}
 	e := XQEnds{SwiGLUOut: true}
 	so.sw = sw

@@ -174,10 +174,11 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 			return nil, fmt.Errorf("bench: --compiled runs one CUDA device with the artifact's arms: not with --device cpu, --pp-stages, --roofline or --untuned")
 		case maxSeqs > a.Manifest.MaxSeqs:
 			return nil, fmt.Errorf("bench: -b %d: the artifact in %s was compiled for %d sequences", maxSeqs, a.Dir, a.Manifest.MaxSeqs)
-		case artifactNumerics(a, o.batchInvariant) != nil:
-			return nil, fmt.Errorf("bench: %w", artifactNumerics(a, o.batchInvariant))
 		case o.prompt > a.Manifest.PrefillTokens:
 			return nil, fmt.Errorf("bench: -p %d: the artifact in %s was compiled for %d prefill tokens", o.prompt, a.Dir, a.Manifest.PrefillTokens)
+		}
+		if err := artifactNumerics(a, o.batchInvariant); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
 		}
 		kv.artifact = a
 	}

@@ -162,6 +162,7 @@ type Backend struct {
 
 	stage   *stageIO // the boundary of a pipeline stage (stage.go), or nil
 	rowBase int      // tokens of the running step before the current launch sequence
+	order   []int    // the running step's entries in the order they run (stepOrder)
 
 	host   []byte // staging for the inputs
 	logits []float32

@@ -150,7 +150,8 @@ func (b *Backend) step(ctx context.Context, batch []runtime.SeqStep, mode stepMo
 // another of the same step writes. Otherwise, and in a pipeline stage
 // (whose hidden rows follow the batch's order), the batch's order.
 func (b *Backend) stepOrder(batch []runtime.SeqStep) (order []int, split int) {
-	order = make([]int, 0, len(batch))
+	order = b.order[:0] // reused: no allocation a step
+	defer func() { b.order = order }()
 	if !b.opts.Numerics.Invariant() || b.stage != nil {
 		for i := range batch {
 			order = append(order, i)

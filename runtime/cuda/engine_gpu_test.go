@@ -144,14 +144,7 @@ func TestGPUBatchWidthsExact(t *testing.T) {
 	}{{"default", NumericsDefault}, {"batch-invariant", NumericsF16}, {"batch-invariant-int8", NumericsInt8}} {
 		name := c.name
 		t.Run(name, func(t *testing.T) {
-			m := synthModel(t, "llama3-8b", "q4_k_m", synth.WeightsFloat)
-			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 64, Numerics: c.numerics})
-			e := runtime.NewEngine(b, nil, runtime.EngineConfig{MaxRunning: 64, NoPrefixCache: true})
-			t.Cleanup(func() { _ = e.Close() })
-			var reqs []runtime.Request
-			for _, p := range prompts(b.Info().VocabSize, 64, 330, 23) {
-				reqs = append(reqs, runtime.Request{Prompt: p, MaxTokens: 48, IgnoreEOS: true})
-			}
+			e, reqs := widthsEngine(t, BackendOptions{MaxSeqs: 64, Numerics: c.numerics}, 64)
 			alone, _ := greedy(t, e, reqs[:1])
 			var parted []int
 			for _, w := range []int{2, 3, 8, 16, 64} {
@@ -186,19 +179,27 @@ func TestGPUInt8OneProgram(t *testing.T) {
 		{"one-program-attention-quantised-apart", oneDiag{oneNoQuantOut: codegen.QuantOutAttn}},
 		{"one-program-all-apart", oneDiag{oneNoRope: true, oneNoQuantOut: codegen.QuantOutNorm | codegen.QuantOutSwiGLU | codegen.QuantOutAttn}}} {
 		t.Run(c.name, func(t *testing.T) {
-			m := synthModel(t, "llama3-8b", "q4_k_m", synth.WeightsFloat)
-			b := gpuBackend(t, m, BackendOptions{MaxSeqs: 16, Numerics: NumericsInt8, diag: c.diag})
-			e := runtime.NewEngine(b, nil, runtime.EngineConfig{MaxRunning: 16, NoPrefixCache: true})
-			t.Cleanup(func() { _ = e.Close() })
-			var reqs []runtime.Request
-			for _, p := range prompts(b.Info().VocabSize, 3, 330, 23) {
-				reqs = append(reqs, runtime.Request{Prompt: p, MaxTokens: 48, IgnoreEOS: true})
-			}
+			e, reqs := widthsEngine(t, BackendOptions{MaxSeqs: 16, Numerics: NumericsInt8, diag: c.diag}, 3)
 			alone, _ := greedy(t, e, reqs[:1])
 			got, _ := greedy(t, e, reqs)
 			require.Equal(t, alone[0], got[0], "%s: first difference at token %d", c.name, firstTokenDiff(alone[0], got[0]))
 		})
 	}
+}
+
+// widthsEngine is an engine of opts.MaxSeqs running sequences (no prefix
+// cache) over the synthesized two-layer llama3-8b q4_k_m, and n greedy
+// requests of 48 tokens whose prompts shorten from 330 tokens.
+func widthsEngine(t *testing.T, opts BackendOptions, n int) (*runtime.Engine, []runtime.Request) {
+	m := synthModel(t, "llama3-8b", "q4_k_m", synth.WeightsFloat)
+	b := gpuBackend(t, m, opts)
+	e := runtime.NewEngine(b, nil, runtime.EngineConfig{MaxRunning: opts.MaxSeqs, NoPrefixCache: true})
+	t.Cleanup(func() { _ = e.Close() })
+	var reqs []runtime.Request
+	for _, p := range prompts(b.Info().VocabSize, n, 330, 23) {
+		reqs = append(reqs, runtime.Request{Prompt: p, MaxTokens: 48, IgnoreEOS: true})
+	}
+	return e, reqs
 }
 
 func firstTokenDiff(a, b []int32) int {
