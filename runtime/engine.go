@@ -321,7 +321,7 @@ func (e *Engine) newSequence(ctx context.Context, req Request) (*sequence, error
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	st := e.stats
-	st.Queued = len(e.queue) + len(e.embeds.jobs)
+	st.Queued = e.queued()
 	e.mu.Unlock()
 	if dt, ok := e.b.(DeviceTimer); ok {
 		n, in, step := dt.DeviceTimes()
@@ -332,6 +332,10 @@ func (e *Engine) Stats() Stats {
 	st.KVTokensUsed = ps.Used * ps.PageSize
 	return st
 }
+
+// queued is the number of requests waiting for a slot, generation and
+// embedding ones together. The caller holds e.mu.
+func (e *Engine) queued() int { return len(e.queue) + len(e.embeds.jobs) }
 
 // KVPool returns the page pool the engine schedules (the backend's, or
 // the engine's own accounting over a backend without one).
