@@ -56,6 +56,12 @@ func (e *Engine) loop() {
 	defer close(e.done)
 	var running []*sequence
 	defer func() {
+		if v := recover(); v != nil {
+			// a bug: let it end the process with its trace. The clean-up
+			// below would take e.mu, which the panicking code may hold,
+			// and leave the server hung instead
+			panic(v)
+		}
 		e.settle()
 		e.mu.Lock()
 		queued := e.queue
