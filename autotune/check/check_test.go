@@ -35,7 +35,7 @@ func TestKernelCheckCases(t *testing.T) {
 		"gemv-wide/qkv×32 q4_k", "gemv-wide/down×32 q4_k", "gemv-wide/qkv×64 q4_k", "gemv-wide/down×64 q4_k", "gemv-wide/gate_up×40 q4_k",
 		"gemv-small/qkv×1 q4_k", "gemv-small/down×1 q4_k", "gemv-small/qkv×2 q4_k", "gemv-small/down×2 q4_k",
 		"gemv-small/qkv×5 q4_k", "gemv-small/down×5 q4_k", "gemv-small/qkv×8 q4_k", "gemv-small/down×8 q4_k",
-		"gemv-ordered/qkv×5 q4_k", "gemv-ordered/down×5 q4_k", "gemv-ordered/qkv×8 q4_k", "gemv-ordered/down×8 q4_k",
+		"gemv-ordered/qkv×1 q4_k", "gemv-ordered/down×1 q4_k", "gemv-ordered/qkv×5 q4_k", "gemv-ordered/down×5 q4_k", "gemv-ordered/qkv×8 q4_k", "gemv-ordered/down×8 q4_k",
 		"gemv-ordered/qkv×16 q4_k", "gemv-ordered/down×16 q4_k", "gemv-ordered/qkv×37 q4_k", "gemv-ordered/down×37 q4_k",
 		"gemv-ordered/qkv×64 q4_k", "gemv-ordered/down×64 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
 		"gemv+norm/v (rows of 512) q4_k", "gemv+rope/q+k q4_k", "gemv+rope/v×12 q4_k", "gemv+quant-out/attn_out→qkv q4_k", "gemv+quant-out/down→gate_up×12 q4_k",
@@ -82,10 +82,21 @@ func TestKernelCheckCases(t *testing.T) {
 				require.Equal(t, codegen.DefaultXQHalfArm.Point(), c.Space().Default, c.Label)
 				require.True(t, strings.HasSuffix(c.Class, "_wide"), c.Class)
 			case strings.HasPrefix(c.Label, "gemv-ordered/"):
-				want = 3 // the ordered arm, its pipelined form and its split order beside the XQ 2 batch default, at 5 to 64 rows
+				// the ordered arm, its pipelined form and its split order, the XQ 2 one-row arm
+				// unsplit and split, and the XQ 3 arms of one tile of 8 rows beside the XQ 2
+				// batch default, at 1 to 64 rows
+				want = 11
 				require.Equal(t, codegen.DefaultXQGlobalBatchArm.Point(), c.Space().Default, c.Label)
-				for _, a := range c.ExtraArms {
-					require.Contains(t, []int{1, 21}, a["ordered"], c.Label)
+				for i, a := range c.ExtraArms {
+					switch {
+					case i < 3:
+						require.Contains(t, []int{1, 21}, a["ordered"], c.Label)
+					case i < 5:
+						require.Equal(t, 1, a["batch_rows"], c.Label)
+					default:
+						require.Equal(t, 8, a["batch_rows"], c.Label)
+						require.Equal(t, 3, codegen.GEMVArmOf(a).XQ, c.Label)
+					}
 				}
 			case strings.HasPrefix(c.Label, "gemv-small/"):
 				want = 5 // codegen.SmallArms beside the 16-row default, at 1, 2, 5 and 8 rows

@@ -9,7 +9,21 @@ import (
 // speculative verify step's (5) and a small batch's (8), where the XQ 2
 // batch kernel beat every ordered arm on an H100 (session 27), the first
 // step that takes the ordered arm, a ragged one and the widest.
-var OrderedCheckRows = []int{5, 8, 16, 37, 64}
+var OrderedCheckRows = []int{1, 5, 8, 16, 37, 64}
+
+// oneTileArms are int8 tensor-core arms of one tile of 8 activation rows
+// (NT 1), timed beside the ordered ones from one row: whether one XQ 3
+// geometry of fixed K split could serve every width (its sums depend on
+// the split, not on the tokens a block takes) at the one-row kernel's
+// speed, and 2 to 8 rows at nearly one row's cost.
+var oneTileArms = []codegen.GEMVArm{
+	{Threads: 256, RowsPerBlock: 1, Unroll: 1, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 8},
+	{Threads: 512, RowsPerBlock: 1, Unroll: 1, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 8},
+	{Threads: 256, RowsPerBlock: 1, Unroll: 1, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 8, RowsPerWarp: 2},
+	{Threads: 512, RowsPerBlock: 1, Unroll: 1, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 8, Stages: 4},
+	{Threads: 512, RowsPerBlock: 1, Unroll: 2, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 8, RowsPerWarp: 2, Stages: 2},
+	{Threads: 256, RowsPerBlock: 1, Unroll: 2, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 8, Stages: 4},
+}
 
 // orderedCheckCases are kernel-check's cases of the int8 invariant
 // class's products at s (codegen.LowerOptions.InvariantInt8): the QKV
@@ -32,5 +46,7 @@ func orderedCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
 		cs = append(cs, productArms(Product(s.Name, "gemv", "qkv", t, qkv, s.Hidden, m, false, seed), "gemv-ordered", m, codegen.GEMVBatchClass, codegen.GEMVBatchSpaceFor(t)),
 			productArms(Product(s.Name, "gemv", "down", t, s.Hidden, s.FFN, m, true, seed), "gemv-ordered", m, codegen.GEMVBatchClass, codegen.GEMVBatchSpaceFor(t)))
 	}
-	return withArms([]codegen.GEMVArm{codegen.DefaultXQOrderedArm, codegen.DefaultXQOrderedPipeArm, codegen.DefaultXQOrderedSplitArm}, cs...)
+	arms := []codegen.GEMVArm{codegen.DefaultXQOrderedArm, codegen.DefaultXQOrderedPipeArm, codegen.DefaultXQOrderedSplitArm,
+		codegen.DefaultXQGlobalOneArm, codegen.DefaultXQGlobalOneArm.Split(2)}
+	return withArms(append(arms, oneTileArms...), cs...)
 }
