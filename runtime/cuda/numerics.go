@@ -29,8 +29,13 @@ const (
 	NumericsInt8
 )
 
-// DefaultNumerics is the class of a backend whose options name none.
-const DefaultNumerics = NumericsWidth
+// DefaultNumerics is the class of a backend whose options name none: the
+// int8 class, so a sequence's greedy output does not depend on what shares
+// its steps. It costs nothing at one row and the speed of wide steps (on
+// an H200, llama2-7b q4_k_m: 1.01x off's tg128 at one row, 0.76x at 5,
+// 0.64x at 16, 0.44x at 64; docs/PERFORMANCE.md, session 28); the f16
+// class costs one row 0.60x instead. --batch-invariant=off is the speed.
+const DefaultNumerics = NumericsInt8
 
 // Resolve is n with NumericsDefault replaced by DefaultNumerics.
 func (n Numerics) Resolve() Numerics {
