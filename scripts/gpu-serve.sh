@@ -23,8 +23,8 @@
 #   scripts/gpu-serve.sh mixed   # the kernels of one serving step of 48 decodes and 1,600 prompt
 #                                # tokens (bench --profile-prefill), beside pp512 and pp2048
 #   scripts/gpu-serve.sh exact   # greedy from the prefix cache as cold, with speculation as without,
-#                                # alone as in batches of 2-64 (default and --batch-invariant), and
-#                                # what --batch-invariant costs at 1-64 rows
+#                                # alone as in batches of 2-64 (the default int8 class and f16), and
+#                                # what the default costs against --batch-invariant=off at 1-64 rows
 #   scripts/gpu-serve.sh spec    # exact, then speculative decoding's speed (memra run, bench --spec,
 #                                # the verify step's cost as bench -b 1,2,4,5,8)
 #   scripts/gpu-serve.sh long    # qwen2.5-7b q4_k_m with a 32k context: a 30,000-token prompt
@@ -205,14 +205,12 @@ exact | spec)
 	# GPU (runtime/cuda engine tests), then speculative decoding's speed on a copy-heavy prompt
 	cuda_tests() { (cd runtime/cuda && ../../.gpu/cuda.test -test.v -test.count=1 -test.run 'TestGPUPrefixCacheExact|TestGPUSpecExact|TestGPUBatchWidthsExact'); }
 	step engine-exact cuda_tests
-	# what batch invariance costs: the f16 products at every width against the default
+	# what batch invariance costs: the default int8 class against off, each width's fastest products
 	step synth-llama2-7b synth "$L7" --preset llama2-7b --quant q4_k_m --weights blocks
-	for inv in default invariant; do
-		flag=()
-		[ $inv = invariant ] && flag=(--batch-invariant)
-		step "bench-$inv" "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,2,5,8,16,64 "${flag[@]}"
+	for inv in int8 off; do
+		step "bench-$inv" "$BIN" bench "$L7" --device cuda --no-progress --perf-rows -p 512 -n 128 -r 3 -b 1,2,5,8,16,64 --batch-invariant=$inv
 	done
-	grep -H -E '^\| 2.*tg' "$OUT"/bench-default.log "$OUT"/bench-invariant.log
+	grep -H -E '^\| 2.*tg' "$OUT"/bench-int8.log "$OUT"/bench-off.log
 	[ "$MODE" = spec ] && {
 		P="Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. One day, she saw a big red ball under a tree. Please say the story again. Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. One day, she saw a big red ball under a tree. Once upon a time,"
 		step synth-llama2-7b synth "$L7" --preset llama2-7b --quant q4_k_m --weights blocks
