@@ -219,6 +219,14 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 		if fl := cmd.Flags().Lookup("kv-cache"); fl != nil && fl.Changed && !strings.EqualFold(o.kvCache, a.Manifest.Cache) {
 			return fmt.Errorf("--kv-cache %s: the artifact in %s was compiled for %s", o.kvCache, a.Dir, a.Manifest.Cache)
 		}
+		if fl := cmd.Flags().Lookup("batch-invariant"); fl == nil || !fl.Changed {
+			// as run and serve: the artifact's class unless the flag names one
+			n, err := a.Manifest.NumericsClass()
+			if err != nil {
+				return err
+			}
+			o.batchInvariant = n.String()
+		}
 		o.artifact, modelArg = a, path
 	}
 	m, err := openModel(cmd, modelArg)

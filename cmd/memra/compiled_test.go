@@ -86,9 +86,9 @@ func TestCompiledRefusals(t *testing.T) {
 	for _, c := range []string{"int8", "f16"} {
 		require.ErrorContains(t, runFails(t, "run", "--compiled", dir, "--batch-invariant="+c, "-n", "1"), "compiled for off")
 	}
-	if cuda.DefaultNumerics != cuda.NumericsWidth {
-		require.ErrorContains(t, runFails(t, "bench", "--compiled", dir, "-b", "4", "-p", "8", "-n", "2", "--device", "cuda"), "compiled for off")
-	}
+	// bench, as run and serve, takes the artifact's class when the flag names none
+	require.ErrorContains(t, runFails(t, "bench", "--compiled", dir, "--batch-invariant=int8", "-b", "4", "-p", "8", "-n", "2", "--device", "cuda"), "compiled for off")
+	require.NotContains(t, runFails(t, "bench", "--compiled", dir, "-b", "4", "-p", "8", "-n", "2", "--device", "cuda").Error(), "compiled for")
 	require.ErrorContains(t, runFails(t, "serve", "--compiled", dir, "--max-running", "9"), "compiled for 4 sequences")
 	require.ErrorContains(t, runFails(t, "serve", "--compiled", dir, "--model", "a=stories260K", "--model", "b=stories260K"), "serves one model")
 	require.ErrorContains(t, runFails(t, "bench", "--compiled", dir, "-b", "8", "-p", "8", "-n", "2", "--device", "cuda"), "compiled for 4 sequences")
