@@ -242,7 +242,7 @@ func (e *Engine) admits(n int) error {
 	switch {
 	case e.closed || e.draining:
 		return ErrDraining
-	case e.running+len(e.queue)+len(e.embeds.jobs)+n > e.cfg.MaxRunning+e.cfg.MaxQueue:
+	case e.running+e.queued()+n > e.cfg.MaxRunning+e.cfg.MaxQueue:
 		return fmt.Errorf("%w: %d running, %d queued", ErrOverloaded, e.cfg.MaxRunning, e.cfg.MaxQueue)
 	}
 	return nil

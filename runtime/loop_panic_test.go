@@ -1,13 +1,12 @@
 package runtime
 
 import (
-	"context"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/memra-ai/memra/internal/childtest"
 )
 
 // TestLoopPanicEndsProcess: a panic in the scheduler loop while it holds
@@ -16,16 +15,12 @@ import (
 // hanging it on its own lock. The body runs in a child process, which the
 // parent gives 60 seconds.
 func TestLoopPanicEndsProcess(t *testing.T) {
-	if os.Getenv("MEMRA_TEST_LOOP_PANIC") == "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestLoopPanicEndsProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "MEMRA_TEST_LOOP_PANIC=1")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, ctx.Err(), "the child hung:\n%s", out)
+	if !childtest.InChild("MEMRA_TEST_LOOP_PANIC") {
+		out, hung, err := childtest.Run(t, "MEMRA_TEST_LOOP_PANIC", 60*time.Second)
+		require.False(t, hung, "the child hung:\n%s", out)
 		require.Error(t, err, "the child ended cleanly:\n%s", out)
-		require.Contains(t, string(out), "nil pointer dereference")
-		require.Contains(t, string(out), "embedStep", "the trace names where")
+		require.Contains(t, out, "nil pointer dereference")
+		require.Contains(t, out, "embedStep", "the trace names where")
 		return
 	}
 	b := newFakeBackend(16, 64, hashLogits(16))

@@ -5,7 +5,8 @@ import (
 	"github.com/memra-ai/memra/ir/dtype"
 )
 
-// OrderedCheckRows are the rows of kernel-check's ordered cases: a
+// OrderedCheckRows are the rows of kernel-check's ordered cases: one
+// row (the one-row arms' time, the one-tile arms' question), a
 // speculative verify step's (5) and a small batch's (8), where the XQ 2
 // batch kernel beat every ordered arm on an H100 (session 27), the first
 // step that takes the ordered arm, a ragged one and the widest.
@@ -30,12 +31,11 @@ var oneTileArms = []codegen.GEMVArm{
 // product and the FFN-down product with its residual add at
 // OrderedCheckRows, each with the XQ 2 batch arm the class runs below 16
 // rows for unsplit products (the space's default, the time to beat), the
-// ordered
-// tensor-core arm lowering runs from 16 rows, its pipelined form, its
-// form in the order of XQ 2 kernels split over two warps (arms of 8 and
-// 32 tokens a block lost at every width on an H100, docs/PERFORMANCE.md
-// session 27). Nil
-// for a type the ordered arm does not cover.
+// ordered tensor-core arm lowering runs from 16 rows, its pipelined form,
+// its form in the order of XQ 2 kernels split over two warps (arms of 8
+// and 32 tokens a block lost at every width on an H100, docs/PERFORMANCE.md
+// session 27), the XQ 2 one-row arm unsplit and split over two warps, and
+// oneTileArms. Nil for a type the ordered arm does not cover.
 func orderedCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
 	if !codegen.OrderedType(t) {
 		return nil

@@ -177,9 +177,6 @@ func benchBackend(m *load.Model, o *benchOptions, ctxLen, maxSeqs int, stderr io
 		case o.prompt > a.Manifest.PrefillTokens:
 			return nil, fmt.Errorf("bench: -p %d: the artifact in %s was compiled for %d prefill tokens", o.prompt, a.Dir, a.Manifest.PrefillTokens)
 		}
-		if err := artifactNumerics(a, o.batchInvariant); err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
-		}
 		kv.artifact = a
 	}
 	if o.pp.enabled() {
@@ -219,13 +216,12 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 		if fl := cmd.Flags().Lookup("kv-cache"); fl != nil && fl.Changed && !strings.EqualFold(o.kvCache, a.Manifest.Cache) {
 			return fmt.Errorf("--kv-cache %s: the artifact in %s was compiled for %s", o.kvCache, a.Dir, a.Manifest.Cache)
 		}
-		if fl := cmd.Flags().Lookup("batch-invariant"); fl == nil || !fl.Changed {
-			// as run and serve: the artifact's class unless the flag names one
-			n, err := a.Manifest.NumericsClass()
-			if err != nil {
-				return err
+		// as run and serve: the artifact's class (artifactOptions), and a
+		// flag that names another is refused
+		if fl := cmd.Flags().Lookup("batch-invariant"); fl != nil && fl.Changed {
+			if err := artifactNumerics(a, o.batchInvariant); err != nil {
+				return fmt.Errorf("bench: %w", err)
 			}
-			o.batchInvariant = n.String()
 		}
 		o.artifact, modelArg = a, path
 	}

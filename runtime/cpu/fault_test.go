@@ -3,12 +3,13 @@ package cpu
 import (
 	"context"
 	"os"
-	osexec "os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/memra-ai/memra/internal/childtest"
 	"github.com/memra-ai/memra/runtime"
 )
 
@@ -19,12 +20,10 @@ import (
 // a prompt). The body runs in a child process, so that a regression kills
 // the child rather than this test binary.
 func TestWeightFault(t *testing.T) {
-	if os.Getenv("MEMRA_TEST_WEIGHT_FAULT") == "" {
-		cmd := osexec.Command(os.Args[0], "-test.run=^TestWeightFault$", "-test.v", "-test.count=1")
-		cmd.Env = append(os.Environ(), "MEMRA_TEST_WEIGHT_FAULT=1")
-		out, err := cmd.CombinedOutput()
+	if !childtest.InChild("MEMRA_TEST_WEIGHT_FAULT") {
+		out, _, err := childtest.Run(t, "MEMRA_TEST_WEIGHT_FAULT", 10*time.Minute)
 		require.NoError(t, err, "child:\n%s", out)
-		require.Contains(t, string(out), "--- PASS: TestWeightFault")
+		require.Contains(t, out, "--- PASS: TestWeightFault")
 		return
 	}
 	raw, err := os.ReadFile("../../testdata/models/tinyllamas-stories-260k-f32.gguf")
