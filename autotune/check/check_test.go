@@ -83,9 +83,9 @@ func TestKernelCheckCases(t *testing.T) {
 				require.True(t, strings.HasSuffix(c.Class, "_wide"), c.Class)
 			case strings.HasPrefix(c.Label, "gemv-ordered/"):
 				// the ordered arm, its pipelined form and its split order, the XQ 2 one-row arm
-				// unsplit and split, and the XQ 3 arms of one tile of 8 rows beside the XQ 2
-				// batch default, at 1 to 64 rows
-				want = 11
+				// unsplit and split, the XQ 3 arms of one tile of 8 rows and XQ 2 batch arms of
+				// 8 and 4 rows beside the XQ 2 batch default, at 1 to 64 rows
+				want = 16
 				require.Equal(t, codegen.DefaultXQGlobalBatchArm.Point(), c.Space().Default, c.Label)
 				for i, a := range c.ExtraArms {
 					switch {
@@ -93,9 +93,13 @@ func TestKernelCheckCases(t *testing.T) {
 						require.Contains(t, []int{1, 21}, a["ordered"], c.Label)
 					case i < 5:
 						require.Equal(t, 1, a["batch_rows"], c.Label)
-					default:
+					case i < 11:
 						require.Equal(t, 8, a["batch_rows"], c.Label)
 						require.Equal(t, 3, codegen.GEMVArmOf(a).XQ, c.Label)
+					default: // XQ 2 batch arms of 8 and 4 rows a block
+						require.Contains(t, []int{4, 8}, a["batch_rows"], c.Label)
+						require.Equal(t, 2, codegen.GEMVArmOf(a).XQ, c.Label)
+						require.NoError(t, codegen.GEMVArmOf(a).Validate(), c.Label)
 					}
 				}
 			case strings.HasPrefix(c.Label, "gemv-small/"):

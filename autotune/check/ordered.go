@@ -26,6 +26,21 @@ var oneTileArms = []codegen.GEMVArm{
 	{Threads: 256, RowsPerBlock: 1, Unroll: 2, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 8, Stages: 4},
 }
 
+// smallBatchArms are XQ 2 batch arms of fewer activation rows a block
+// (BatchRows 8 and 4) and more weight rows a warp than the space's default
+// (16 and 2): a verify step's 5 rows and a small batch's run the XQ 2
+// batch kernel in the int8 class, and its default arm holds 16 rows'
+// sums while 5 are used; more weight rows a warp read each activation
+// unit for more of them. Their sums are in the XQ 2 order of one split,
+// so any of them could serve the class below 16 rows.
+var smallBatchArms = []codegen.GEMVArm{
+	{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 8, RowsPerWarp: 2},
+	{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 8, RowsPerWarp: 4},
+	{Threads: 256, RowsPerBlock: 8, Unroll: 2, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 8, RowsPerWarp: 4},
+	{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 4, RowsPerWarp: 4},
+	{Threads: 512, RowsPerBlock: 16, Unroll: 1, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 8, RowsPerWarp: 4},
+}
+
 // orderedCheckCases are kernel-check's cases of the int8 invariant
 // class's products at s (codegen.LowerOptions.InvariantInt8): the QKV
 // product and the FFN-down product with its residual add at
@@ -34,8 +49,8 @@ var oneTileArms = []codegen.GEMVArm{
 // ordered tensor-core arm lowering runs from 16 rows, its pipelined form,
 // its form in the order of XQ 2 kernels split over two warps (arms of 8
 // and 32 tokens a block lost at every width on an H100, docs/PERFORMANCE.md
-// session 27), the XQ 2 one-row arm unsplit and split over two warps, and
-// oneTileArms. Nil for a type the ordered arm does not cover.
+// session 27), the XQ 2 one-row arm unsplit and split over two warps,
+// oneTileArms and smallBatchArms. Nil for a type the ordered arm does not cover.
 func orderedCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
 	if !codegen.OrderedType(t) {
 		return nil
@@ -48,5 +63,6 @@ func orderedCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
 	}
 	arms := []codegen.GEMVArm{codegen.DefaultXQOrderedArm, codegen.DefaultXQOrderedPipeArm, codegen.DefaultXQOrderedSplitArm,
 		codegen.DefaultXQGlobalOneArm, codegen.DefaultXQGlobalOneArm.Split(2)}
-	return withArms(append(arms, oneTileArms...), cs...)
+	arms = append(append(arms, oneTileArms...), smallBatchArms...)
+	return withArms(arms, cs...)
 }
