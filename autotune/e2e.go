@@ -15,38 +15,40 @@ import (
 // steps slower (docs/AUTOTUNE.md). cmd/memra implements it on the CUDA
 // backend.
 type E2ERunner interface {
-	// Step lowers and loads the model with pick, runs decode steps of
-	// batch sequences and returns the median µs per step, with the
-	// relative error of a step's logits against the runner's reference for
-	// batch (the first Step at that batch is its own reference).
-	Step(ctx context.Context, pick codegen.ArmPicker, batch int) (Measurement, error)
+	// Step lowers and loads the model with pick in the numerical class
+	// numerics (a name the runner knows; "" its default), runs decode
+	// steps of batch sequences and returns the median µs per step, with
+	// the relative error of a step's logits against the runner's reference
+	// for batch and numerics (the first Step there is its own reference).
+	Step(ctx context.Context, pick codegen.ArmPicker, batch int, numerics string) (Measurement, error)
 }
 
 // E2EResult is the end-to-end comparison of two pickers at one batch.
 type E2EResult struct {
 	Batch     int
+	Numerics  string // the numerical class the steps ran in ("" the runner's default)
 	Tuned     Measurement
 	Baseline  Measurement
 	Speedup   float64 // Baseline.TimeUS / Tuned.TimeUS
 	TunedPass bool
 }
 
-// CompareE2E measures tuned against baseline at each batch size, the
-// baseline first (it is the reference of the tuned step's logits). A tuned
-// step outside the tolerance is reported with TunedPass false; the caller
-// must then not keep the tuned arms.
-func CompareE2E(ctx context.Context, r E2ERunner, tuned, baseline codegen.ArmPicker, batches []int) ([]E2EResult, error) {
+// CompareE2E measures tuned against baseline at each batch size in the
+// numerical class numerics, the baseline first (it is the reference of the
+// tuned step's logits). A tuned step outside the tolerance is reported
+// with TunedPass false; the caller must then not keep the tuned arms.
+func CompareE2E(ctx context.Context, r E2ERunner, tuned, baseline codegen.ArmPicker, batches []int, numerics string) ([]E2EResult, error) {
 	var out []E2EResult
 	for _, b := range batches {
-		base, err := r.Step(ctx, baseline, b)
+		base, err := r.Step(ctx, baseline, b, numerics)
 		if err != nil {
 			return out, fmt.Errorf("autotune: e2e baseline at batch %d: %w", b, err)
 		}
-		tm, err := r.Step(ctx, tuned, b)
+		tm, err := r.Step(ctx, tuned, b, numerics)
 		if err != nil {
 			return out, fmt.Errorf("autotune: e2e tuned at batch %d: %w", b, err)
 		}
-		res := E2EResult{Batch: b, Tuned: tm, Baseline: base, TunedPass: tm.Pass()}
+		res := E2EResult{Batch: b, Numerics: numerics, Tuned: tm, Baseline: base, TunedPass: tm.Pass()}
 		if tm.TimeUS > 0 {
 			res.Speedup = base.TimeUS / tm.TimeUS
 		}
@@ -76,11 +78,14 @@ func Overlay(base codegen.ArmPicker, entries []tunedb.Entry) codegen.ArmPicker {
 
 // ConfirmGroup is a set of tuned entries judged together end to end, at
 // the batch size their kernels serve (the one-row arms at 1, the batch
-// arms at the batch they were tuned at).
+// arms at the batch they were tuned at) and in the numerical class they
+// run in: kernels that only one class launches would otherwise be judged
+// by steps that never run them.
 type ConfirmGroup struct {
-	Name    string
-	Batch   int
-	Entries []tunedb.Entry
+	Name     string
+	Batch    int
+	Numerics string // the runner's name of the class ("" its default)
+	Entries  []tunedb.Entry
 }
 
 // Confirmed is a group's end-to-end verdict.
@@ -107,7 +112,7 @@ func Confirm(ctx context.Context, r E2ERunner, base codegen.ArmPicker, groups []
 			continue
 		}
 		b := Overlay(base, kept)
-		res, err := CompareE2E(ctx, r, Overlay(b, g.Entries), b, []int{g.Batch})
+		res, err := CompareE2E(ctx, r, Overlay(b, g.Entries), b, []int{g.Batch}, g.Numerics)
 		if err != nil {
 			return out, fmt.Errorf("autotune: confirming %s: %w", g.Name, err)
 		}

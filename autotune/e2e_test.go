@@ -18,10 +18,15 @@ type fakeE2E struct {
 	cost    map[string]float64 // class:arm name → µs
 	wrong   string             // class:arm name
 	steps   int
+	byClass map[string]int // numerical class → steps run in it
 }
 
-func (f *fakeE2E) Step(_ context.Context, pick codegen.ArmPicker, batch int) (Measurement, error) {
+func (f *fakeE2E) Step(_ context.Context, pick codegen.ArmPicker, batch int, numerics string) (Measurement, error) {
 	f.steps++
+	if f.byClass == nil {
+		f.byClass = map[string]int{}
+	}
+	f.byClass[numerics]++
 	sp, err := codegen.SpaceByName("gemv")
 	if err != nil {
 		return Measurement{}, err
@@ -54,7 +59,7 @@ func TestCompareE2E(t *testing.T) {
 	fast := codegen.GEMVArm{Threads: 128, RowsPerBlock: 4, Unroll: 2, SharedX: 1}
 	f := &fakeE2E{classes: []string{"a", "b"}, cost: map[string]float64{"a:" + fast.String(): 5}}
 	tuned := Overlay(nil, []tunedb.Entry{entry("a", fast)})
-	res, err := CompareE2E(context.Background(), f, tuned, nil, []int{1, 4})
+	res, err := CompareE2E(context.Background(), f, tuned, nil, []int{1, 4}, "")
 	require.NoError(t, err)
 	require.Len(t, res, 2)
 	for _, r := range res {
@@ -62,9 +67,11 @@ func TestCompareE2E(t *testing.T) {
 		require.InDelta(t, 20.0/15.0, r.Speedup, 1e-9)
 	}
 	f.wrong = "a:" + fast.String()
-	res, err = CompareE2E(context.Background(), f, tuned, nil, []int{1})
+	res, err = CompareE2E(context.Background(), f, tuned, nil, []int{1}, "off")
 	require.NoError(t, err)
 	require.False(t, res[0].TunedPass, "a wrong step is refused")
+	require.Equal(t, "off", res[0].Numerics)
+	require.Equal(t, map[string]int{"": 4, "off": 2}, f.byClass, "each step in its comparison's class")
 }
 
 // TestOverlay: entries win for their class, the base answers the rest.
@@ -109,7 +116,7 @@ func TestConfirm(t *testing.T) {
 		{Name: "empty", Batch: 1},
 		{Name: "one-row b", Batch: 1, Entries: []tunedb.Entry{entry("b", slow)}},
 		{Name: "batch c", Batch: 16, Entries: []tunedb.Entry{entry("c", fast)}},
-		{Name: "batch d", Batch: 16, Entries: []tunedb.Entry{entry("d", fast)}},
+		{Name: "batch d", Batch: 16, Numerics: "off", Entries: []tunedb.Entry{entry("d", fast)}},
 	}
 	res, err := Confirm(context.Background(), f, nil, groups)
 	require.NoError(t, err)
@@ -124,4 +131,6 @@ func TestConfirm(t *testing.T) {
 	require.InDelta(t, 35.0, res[1].Result.Baseline.TimeUS, 1e-9)
 	require.InDelta(t, 45.0, res[1].Result.Tuned.TimeUS, 1e-9)
 	require.False(t, res[3].Result.TunedPass)
+	require.Equal(t, "off", res[3].Result.Numerics, "a group is judged in its class")
+	require.Equal(t, map[string]int{"": 6, "off": 2}, f.byClass)
 }

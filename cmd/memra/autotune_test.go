@@ -14,6 +14,7 @@ import (
 	"github.com/memra-ai/memra/autotune/check"
 	"github.com/memra-ai/memra/codegen"
 	"github.com/memra-ai/memra/ir/dtype"
+	"github.com/memra-ai/memra/runtime/cuda"
 	"github.com/memra-ai/memra/runtime/load"
 	"github.com/memra-ai/memra/runtime/synth"
 	"github.com/memra-ai/memra/tunedb"
@@ -137,8 +138,11 @@ func resetFlags(fs *pflag.FlagSet) {
 }
 
 // TestConfirmGroups: the tuned entries of the decode products go to the
-// one-row (batch 1), batch (batch 16) and small-row f16 (5 rows) groups, every other family's entry
-// is kept without confirmation, and a dropped group's entries are removed.
+// one-row (batch 1) and batch (8 rows) groups in the default class, and to
+// the small-row f16 (5 rows), large (16) and wide (64) groups in the speed
+// class, the only one that launches their kernels; every other family's
+// entry is kept without confirmation, and a dropped group's entries are
+// removed.
 func TestConfirmGroups(t *testing.T) {
 	tiny, err := codegen.ShapeByName("tiny")
 	require.NoError(t, err)
@@ -153,20 +157,30 @@ func TestConfirmGroups(t *testing.T) {
 		}
 	}
 	groups := confirmGroups(entries)
-	require.Len(t, groups, 3)
-	require.Equal(t, 1, groups[0].Batch)
-	require.Equal(t, check.BatchTuneTokens, groups[1].Batch)
-	require.Equal(t, check.SmallTuneTokens, groups[2].Batch)
+	type at struct {
+		batch    int
+		numerics string
+		suffix   string
+	}
+	want := []at{{1, "", ""}, {check.BatchTuneTokens, "", "_batch"}, {check.SmallTuneTokens, "off", "_small"},
+		{check.LargeTuneTokens, "off", "_large"}, {check.WideTuneTokens, "off", "_wide"}}
+	require.Len(t, groups, len(want))
 	inGroup := map[string]bool{}
-	for _, g := range groups {
+	for i, g := range groups {
+		require.Equal(t, want[i].batch, g.Batch, g.Name)
+		require.Equal(t, want[i].numerics, g.Numerics, g.Name)
 		require.NotEmpty(t, g.Entries)
 		for _, e := range g.Entries {
 			require.Equal(t, "gemv", e.Family)
-			require.Equal(t, g.Batch == check.BatchTuneTokens, strings.HasSuffix(e.Class, "_batch"), e.Class)
-			require.Equal(t, g.Batch == check.SmallTuneTokens, strings.HasSuffix(e.Class, "_small"), e.Class)
+			for _, w := range want[1:] {
+				require.Equal(t, w.suffix == want[i].suffix, strings.HasSuffix(e.Class, w.suffix), "%s in %s", e.Class, g.Name)
+			}
 			inGroup[e.Family+"/"+e.Class] = true
 		}
 	}
+	_, err = cuda.ParseNumerics(speedClass)
+	require.NoError(t, err)
+	require.NotEqual(t, cuda.DefaultNumerics.String(), speedClass, "the f16 and large arms are judged in a class that runs them")
 	var f16, q4k bool
 	for _, e := range entries {
 		require.Equal(t, e.Family == "gemv", inGroup[e.Family+"/"+e.Class], "%s/%s", e.Family, e.Class)
@@ -181,12 +195,13 @@ func TestConfirmGroups(t *testing.T) {
 	for _, e := range kept {
 		require.False(t, e.Family == "gemv" && strings.HasSuffix(e.Class, "_batch"), e.Class)
 	}
-	// a confirmation that stopped after the first group keeps nothing of the second
+	// a confirmation that stopped after the first group keeps nothing of the others
 	rest := unjudged(groups, []autotune.Confirmed{{Group: groups[0], Keep: true}})
-	require.Len(t, rest, 2)
-	require.Equal(t, groups[1].Name, rest[0].Group.Name)
-	require.Equal(t, groups[2].Name, rest[1].Group.Name)
-	require.False(t, rest[0].Keep || rest[1].Keep)
+	require.Len(t, rest, len(groups)-1)
+	for i, r := range rest {
+		require.Equal(t, groups[i+1].Name, r.Group.Name)
+		require.False(t, r.Keep)
+	}
 }
 
 // TestConfirmE2EStops: an interrupted sweep or a model that does not open

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -35,15 +36,21 @@ const (
 
 // confirmGroups sorts the tuned entries of the decode products (family
 // gemv: the int8 products of repacked weights and the float ones) into the
-// groups an end-to-end step judges: their one-row arms at batch 1, the
-// batch arms of repacked products at the batch they were tuned at, the
-// small-row f16 arms (codegen.GEMVSmallClass: the kernel of steps of 3 to
-// 16 rows) at the rows they were tuned at. Entries of other families are
-// not confirmed.
+// groups an end-to-end step judges, each at the rows and in the numerical
+// class whose steps launch its kernels: the one-row arms at batch 1, the
+// XQ 2 batch arms at the batch they were tuned at (2 to 15 rows in both
+// classes; the int8 class's ordered kernels from 16 rows keep their split)
+// in the default class; in the speed class ("off"), the only one that
+// launches them, the small-row f16 arms (codegen.GEMVSmallClass: steps of
+// 3 to 16 rows), the large arms (GEMVLargeClass: from 16 rows) and the
+// wide ones (GEMVWideClass: the widest steps) at the rows they were tuned
+// at. Entries of other families are not confirmed.
 func confirmGroups(entries []tunedb.Entry) []autotune.ConfirmGroup {
 	one := autotune.ConfirmGroup{Name: "one-row arms of the decode products", Batch: 1}
 	batch := autotune.ConfirmGroup{Name: "batch arms of the decode products", Batch: check.BatchTuneTokens}
-	small := autotune.ConfirmGroup{Name: "small-row f16 arms of the decode products", Batch: check.SmallTuneTokens}
+	small := autotune.ConfirmGroup{Name: "small-row f16 arms of the decode products", Batch: check.SmallTuneTokens, Numerics: speedClass}
+	large := autotune.ConfirmGroup{Name: "large arms of the decode products", Batch: check.LargeTuneTokens, Numerics: speedClass}
+	wide := autotune.ConfirmGroup{Name: "wide f16 arms of the decode products", Batch: check.WideTuneTokens, Numerics: speedClass}
 	for _, e := range entries {
 		switch {
 		case e.Family != "gemv":
@@ -51,18 +58,26 @@ func confirmGroups(entries []tunedb.Entry) []autotune.ConfirmGroup {
 			batch.Entries = append(batch.Entries, e)
 		case strings.HasSuffix(e.Class, codegen.GEMVSmallClass("")):
 			small.Entries = append(small.Entries, e)
+		case strings.HasSuffix(e.Class, codegen.GEMVLargeClass("")):
+			large.Entries = append(large.Entries, e)
+		case strings.HasSuffix(e.Class, codegen.GEMVWideClass("")):
+			wide.Entries = append(wide.Entries, e)
 		default:
 			one.Entries = append(one.Entries, e)
 		}
 	}
 	var out []autotune.ConfirmGroup
-	for _, g := range []autotune.ConfirmGroup{one, batch, small} {
+	for _, g := range []autotune.ConfirmGroup{one, batch, small, large, wide} {
 		if len(g.Entries) > 0 {
 			out = append(out, g)
 		}
 	}
 	return out
 }
+
+// speedClass is the numerical class in which the f16 and large decode
+// products run (cuda.NumericsWidth's name).
+var speedClass = cuda.NumericsWidth.String()
 
 // confirmed returns entries without those of the groups verdicts dropped.
 func confirmed(entries []tunedb.Entry, verdicts []autotune.Confirmed) []tunedb.Entry {
@@ -98,8 +113,9 @@ func writeVerdicts(w io.Writer, verdicts []autotune.Confirmed) {
 		if v.Keep {
 			what = "kept"
 		}
-		fmt.Fprintf(w, "confirm: %s (%d entries) at batch %d: %.1f µs a step tuned, %.1f untuned (×%.3f), logits rel. err %.3g (tol %.3g): %s\n",
-			v.Group.Name, len(v.Group.Entries), r.Batch, r.Tuned.TimeUS, r.Baseline.TimeUS, r.Speedup, r.Tuned.RelErr, r.Tuned.Tol, what)
+		class := cmp.Or(v.Group.Numerics, cuda.DefaultNumerics.String())
+		fmt.Fprintf(w, "confirm: %s (%d entries) at batch %d, %s class: %.1f µs a step tuned, %.1f untuned (×%.3f), logits rel. err %.3g (tol %.3g): %s\n",
+			v.Group.Name, len(v.Group.Entries), r.Batch, class, r.Tuned.TimeUS, r.Baseline.TimeUS, r.Speedup, r.Tuned.RelErr, r.Tuned.Tol, what)
 	}
 }
 
@@ -127,7 +143,7 @@ type cudaE2E struct {
 	prompt []int32
 	gen    int
 	reps   int
-	ref    map[int][]float32 // batch → the first step's logits there
+	ref    map[string][]float32 // batch/class → the first step's logits there
 	logf   func(string, ...any)
 }
 
@@ -141,13 +157,17 @@ func newCudaE2E(m *load.Model, device int, logf func(string, ...any)) *cudaE2E {
 	for i := range prompt {
 		prompt[i] = int32(rng.IntN(max(m.HParams.VocabSize, 1)))
 	}
-	return &cudaE2E{m: m, device: device, prompt: prompt, gen: confirmGen, reps: confirmReps, ref: map[int][]float32{}, logf: logf}
+	return &cudaE2E{m: m, device: device, prompt: prompt, gen: confirmGen, reps: confirmReps, ref: map[string][]float32{}, logf: logf}
 }
 
-func (r *cudaE2E) Step(ctx context.Context, pick codegen.ArmPicker, batch int) (autotune.Measurement, error) {
+func (r *cudaE2E) Step(ctx context.Context, pick codegen.ArmPicker, batch int, numerics string) (autotune.Measurement, error) {
 	m := autotune.Measurement{Tol: confirmTol, Samples: r.reps}
+	class, err := cuda.ParseNumerics(numerics)
+	if err != nil {
+		return m, err
+	}
 	b, err := cuda.NewBackend(r.m, cuda.BackendOptions{Device: r.device, MaxSeqs: batch, Context: len(r.prompt) + r.gen + 1,
-		PrefillTokens: len(r.prompt), Pick: pick, Logf: r.logf})
+		PrefillTokens: len(r.prompt), Pick: pick, Numerics: class, Logf: r.logf})
 	if err != nil {
 		return m, err
 	}
@@ -156,10 +176,11 @@ func (r *cudaE2E) Step(ctx context.Context, pick codegen.ArmPicker, batch int) (
 	if err != nil {
 		return m, err
 	}
-	if ref, ok := r.ref[batch]; ok {
+	key := fmt.Sprintf("%d/%v", batch, class)
+	if ref, ok := r.ref[key]; ok {
 		m.RelErr = codegen.RelErr(logits, ref)
 	} else {
-		r.ref[batch] = logits
+		r.ref[key] = logits
 	}
 	times := make([]float64, 0, r.reps)
 	for range r.reps {
