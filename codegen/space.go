@@ -304,13 +304,16 @@ func classGEMVSpace(t dtype.Type, values map[string][]int, def GEMVArm, keep fun
 func GEMVBatchClass(class string) string { return class + "_batch" }
 
 // GEMVBatchSpaceFor is the gemv space of the batch arms of products with
-// repacked weights of type t: the XQ 2 arms with eight or sixteen rows a
-// block, which read the XQuant rows the untuned one-row arm reads,
+// repacked weights of type t: the XQ 2 arms with four, eight or sixteen
+// rows a block, which read the XQuant rows the untuned one-row arm reads,
 // starting from DefaultXQGlobalBatchArm. The batch kernel serves steps of
 // 2 to GEMVLargeRows-1 rows; from GEMVLargeRows the tensor-core kernel
 // (Arms.GEMVLarge, XQ 3) runs, which measured slower than XQ 2 below that.
+// Four rows a block with four weight rows a warp ran the 8-row step of
+// llama3-8b's down product in 36.9 against the default's 46.9 µs on an
+// H100 and no slower at 1 to 16 rows (docs/PERFORMANCE.md, session 29).
 func GEMVBatchSpaceFor(t dtype.Type) Space {
-	s := narrowedGEMVSpace(t, map[string][]int{"layout": {1}, "shared_x": {1}, "xq": {2}, "batch_rows": {8, 16}})
+	s := narrowedGEMVSpace(t, map[string][]int{"layout": {1}, "shared_x": {1}, "xq": {2}, "batch_rows": {4, 8, 16}})
 	s.Default = DefaultXQGlobalBatchArm.Point()
 	return s
 }
