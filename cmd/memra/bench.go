@@ -374,7 +374,7 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 			if r := tgs[i]; len(r.rates) > 0 {
 				step = float64(bs) / medianOf(r.rates)
 			}
-			if err := profileDecode(ctx, stdout, cb, tokens[:p], bs, o.profilePrefill, o.reps, step); err != nil {
+			if err := profileDecode(ctx, stdout, cb, tokens[:p], bs, o.profilePrefill, o.reps, step, costOf(m).expertShare(bs)); err != nil {
 				return err
 			}
 		}

@@ -18,8 +18,10 @@ import (
 // printed beside the sum so the gap between kernels shows. With prefill
 // above 0 the step also carries that many prompt tokens of new sequences
 // in chunks of profileChunk (the prefill program then runs the step), as a
-// serving step that admits requests beside bs decodes.
-func profileDecode(ctx context.Context, w io.Writer, b *cuda.Backend, prompt []int32, bs, prefill, reps int, stepSecs float64) error {
+// serving step that admits requests beside bs decodes. A mixture of
+// experts' expert products (family moe_gemv) are counted as reading share
+// of their stacked weights (modelCost.expertShare), not all of them.
+func profileDecode(ctx context.Context, w io.Writer, b *cuda.Backend, prompt []int32, bs, prefill, reps int, stepSecs, share float64) error {
 	seqs := make([]runtime.SeqID, bs)
 	batch := make([]runtime.SeqStep, bs)
 	for i := range seqs {
@@ -60,7 +62,11 @@ func profileDecode(ctx context.Context, w io.Writer, b *cuda.Backend, prompt []i
 		}
 		a.n++
 		a.secs += t.Seconds
-		a.bytes += t.WeightBytes
+		if t.Family == "moe_gemv" && share > 0 {
+			a.bytes += int64(float64(t.WeightBytes) * share)
+		} else {
+			a.bytes += t.WeightBytes
+		}
 		total += t.Seconds
 	}
 	slices.SortStableFunc(order, func(x, y *agg) int {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -72,10 +73,50 @@ type benchReport struct {
 
 // modelCost is what one decode step reads and what prefill multiplies.
 type modelCost struct {
-	FileBytes   int64 // all tensor bytes
-	Params      int64 // all tensor elements
-	DecodeBytes int64 // weight bytes read per decode step: every tensor, one embedding row
+	FileBytes int64 // all tensor bytes
+	Params    int64 // all tensor elements
+	// DecodeBytes is the weight bytes one token's decode step reads: every
+	// tensor, one embedding row, and of a mixture of experts' stacked
+	// expert tensors the share of the experts a token uses
+	// (ExpertsUsed/Experts: its active weights).
+	DecodeBytes int64
 	MatParams   int64 // elements of the weight matrices of the products
+	// ExpertBytes is the bytes of the stacked expert tensors
+	// (blk.N.ffn_{gate,up,down}_exps), all experts; Experts and
+	// ExpertsUsed are the model's (0 for a dense model).
+	ExpertBytes          int64
+	Experts, ExpertsUsed int
+}
+
+// expertShare is the share of the experts a decode step of batch tokens
+// reads: 1 − (1 − k/E)^batch, the expected distinct experts of batch
+// tokens that each choose k of E uniformly (k/E at one token); 0 for a
+// dense model.
+func (c modelCost) expertShare(batch int) float64 {
+	if c.Experts <= 0 || c.ExpertsUsed <= 0 {
+		return 0
+	}
+	return 1 - math.Pow(1-float64(c.ExpertsUsed)/float64(c.Experts), float64(max(batch, 1)))
+}
+
+// expertNote says, for a mixture of experts, which share of the expert
+// tensors a step of batch tokens is counted as reading ("" for a dense
+// model).
+func (c modelCost) expertNote(batch int) string {
+	if c.Experts <= 0 {
+		return ""
+	}
+	if batch <= 1 {
+		return fmt.Sprintf(" (active weights: %d of %d experts a token)", c.ExpertsUsed, c.Experts)
+	}
+	return fmt.Sprintf(" (%.1f of %d experts expected for %d tokens choosing %d each)", c.expertShare(batch)*float64(c.Experts), c.Experts, batch, c.ExpertsUsed)
+}
+
+// stepBytes is the weight bytes a decode step of batch tokens reads: the
+// dense part once, and the expected share of the expert tensors.
+func (c modelCost) stepBytes(batch int) float64 {
+	dense := c.DecodeBytes - int64(float64(c.ExpertBytes)*c.expertShare(1))
+	return float64(dense) + float64(c.ExpertBytes)*c.expertShare(batch)
 }
 
 // tensorBytes returns the bytes of t (rows × row bytes), without reading it.
@@ -103,6 +144,10 @@ func costOf(m *load.Model) modelCost {
 	var c modelCost
 	_, tied := m.Tensors["output.weight"]
 	tied = !tied
+	hp := m.HParams
+	if hp.Experts > 0 && hp.ExpertsUsed > 0 {
+		c.Experts, c.ExpertsUsed = hp.Experts, hp.ExpertsUsed
+	}
 	for name, t := range m.Tensors {
 		b, n := tensorBytes(t)
 		c.FileBytes += b
@@ -113,6 +158,8 @@ func costOf(m *load.Model) modelCost {
 			if rows := n / int64(max(t.Shape[0], 1)); rows > 0 {
 				c.DecodeBytes += b / rows
 			}
+		case c.Experts > 0 && isExpertTensor(name):
+			c.ExpertBytes += b
 		default:
 			c.DecodeBytes += b
 		}
@@ -120,7 +167,19 @@ func costOf(m *load.Model) modelCost {
 			c.MatParams += n
 		}
 	}
+	c.DecodeBytes += int64(float64(c.ExpertBytes) * c.expertShare(1))
 	return c
+}
+
+// isExpertTensor reports whether the tensor name is a stacked expert
+// tensor of a mixture of experts (blk.N.ffn_{gate,up,down}_exps.weight).
+func isExpertTensor(name string) bool {
+	for _, p := range []string{"ffn_gate_exps.", "ffn_up_exps.", "ffn_down_exps."} {
+		if strings.Contains(name, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // attnFLOPs is the causal attention work of prefilling p tokens from
@@ -191,7 +250,7 @@ func (r *benchReport) rows() []benchRow {
 		row := benchRow{Test: res.test, Batch: res.batch, N: len(s), Rates: res.rates, Median: med, Min: s[0], Max: s[len(s)-1]}
 		if r.roof != nil {
 			if res.tg {
-				row.GBs = float64(cost.DecodeBytes) * med / float64(res.batch) / 1e9
+				row.GBs = cost.stepBytes(res.batch) * med / float64(res.batch) / 1e9
 				row.Roofline = row.GBs * 1e9 / r.roof.CopyBW
 			} else {
 				p := r.promptLen(res.test)
@@ -255,12 +314,12 @@ func (r *benchReport) write(w io.Writer) error {
 	}
 	if onCPU {
 		c := r.roof.CPU
-		fmt.Fprintf(w, "roofline: %s, %d threads, %s products: copy %.1f GB/s (%d MiB, read+write, median of %d); FMA %.0f GFLOP/s (%s); int8 multiply-add %.0f GOP/s (%s); weights read per decode step %.3f GB\n\n",
-			c.Model, c.Threads, r.products, c.CopyBW/1e9, c.CopyBytes>>20, cpuPeakReps, c.FMAFLOPs/1e9, c.FMAUnit, c.Int8Ops/1e9, c.Kernels, float64(cost.DecodeBytes)/1e9)
+		fmt.Fprintf(w, "roofline: %s, %d threads, %s products: copy %.1f GB/s (%d MiB, read+write, median of %d); FMA %.0f GFLOP/s (%s); int8 multiply-add %.0f GOP/s (%s); weights read per decode step %.3f GB%s\n\n",
+			c.Model, c.Threads, r.products, c.CopyBW/1e9, c.CopyBytes>>20, cpuPeakReps, c.FMAFLOPs/1e9, c.FMAUnit, c.Int8Ops/1e9, c.Kernels, float64(cost.DecodeBytes)/1e9, cost.expertNote(1))
 	} else if r.roof != nil {
-		fmt.Fprintf(w, "roofline: %s (%s): copy %.0f GB/s (cuMemcpyDtoD %d GiB, read+write, median of %d); bf16 product %.1f TFLOP/s (%s, %d×%d×%d, median of %d); weights read per decode step %.3f GB\n\n",
+		fmt.Fprintf(w, "roofline: %s (%s): copy %.0f GB/s (cuMemcpyDtoD %d GiB, read+write, median of %d); bf16 product %.1f TFLOP/s (%s, %d×%d×%d, median of %d); weights read per decode step %.3f GB%s\n\n",
 			r.roof.Card, r.roof.Driver, r.roof.CopyBW/1e9, r.roof.CopyBytes>>30, rooflineReps, r.roof.MatmulTFLOPs, r.roof.MatmulKernel,
-			r.roof.MatmulDims[0], r.roof.MatmulDims[1], r.roof.MatmulDims[2], rooflineReps, float64(cost.DecodeBytes)/1e9)
+			r.roof.MatmulDims[0], r.roof.MatmulDims[1], r.roof.MatmulDims[2], rooflineReps, float64(cost.DecodeBytes)/1e9, cost.expertNote(1))
 		if r.roof.OwnKernel != "" {
 			fmt.Fprintf(w, "roofline: memra's own bf16 product at the same size: %.1f TFLOP/s (%s)\n\n", r.roof.OwnTFLOPs, r.roof.OwnKernel)
 		}
@@ -373,7 +432,7 @@ func (r *benchReport) perfRows(rows []benchRow, cost modelCost) []string {
 			if row.TFLOPs > 0 {
 				notes = append(notes, fmt.Sprintf("%.1f GFLOP/s of %.0f FMA peak (%s), int8 peak %.0f GOP/s (%s)", row.TFLOPs*1e3, c.FMAFLOPs/1e9, c.FMAUnit, c.Int8Ops/1e9, c.Kernels))
 			} else {
-				notes = append(notes, fmt.Sprintf("%.1f GB/s weights of %.1f GB/s copy; %.3f GB/step", row.GBs, c.CopyBW/1e9, float64(cost.DecodeBytes)/1e9))
+				notes = append(notes, fmt.Sprintf("%.1f GB/s weights of %.1f GB/s copy; %.3f GB/step%s", row.GBs, c.CopyBW/1e9, cost.stepBytes(row.Batch)/1e9, cost.expertNote(row.Batch)))
 			}
 		} else if r.roof != nil {
 			if row.TFLOPs > 0 {
@@ -383,7 +442,7 @@ func (r *benchReport) perfRows(rows []benchRow, cost modelCost) []string {
 				}
 				notes = append(notes, note+")")
 			} else {
-				notes = append(notes, fmt.Sprintf("%.0f GB/s weights of %.0f GB/s copy; %.3f GB/step", row.GBs, r.roof.CopyBW/1e9, float64(cost.DecodeBytes)/1e9))
+				notes = append(notes, fmt.Sprintf("%.0f GB/s weights of %.0f GB/s copy; %.3f GB/step%s", row.GBs, r.roof.CopyBW/1e9, cost.stepBytes(row.Batch)/1e9, cost.expertNote(row.Batch)))
 			}
 		}
 		if r.opts.untuned {

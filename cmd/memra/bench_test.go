@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -136,6 +137,52 @@ func TestCostOf(t *testing.T) {
 			require.Positive(t, cost.MatParams)
 		})
 	}
+}
+
+// TestCostOfMoE: a mixture of experts' decode step reads its dense
+// tensors and, of the stacked expert tensors, the share of the experts its
+// tokens choose: k/E at one token (the active weights), the expected
+// distinct share 1 − (1 − k/E)^b at b tokens, never more than all.
+func TestCostOfMoE(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "moe.gguf")
+	_, err := synth.WriteGGUF(path, synth.Options{Preset: "qwen3-30b-a3b", Layers: 1, Dim: 256, Quant: "q8_0", Context: 64, Weights: synth.WeightsBlocks})
+	require.NoError(t, err)
+	m, err := load.Open(path)
+	require.NoError(t, err)
+	defer m.Close()
+	cost := costOf(m)
+	hp := m.HParams
+	require.Equal(t, hp.Experts, cost.Experts)
+	require.Equal(t, hp.ExpertsUsed, cost.ExpertsUsed)
+	require.Less(t, hp.ExpertsUsed, hp.Experts)
+	var experts int64
+	for name, tn := range m.Tensors {
+		if isExpertTensor(name) {
+			b, _ := tensorBytes(tn)
+			experts += b
+		}
+	}
+	require.Positive(t, experts)
+	require.Equal(t, experts, cost.ExpertBytes)
+	emb := m.Tensors["token_embd.weight"]
+	eb, _ := tensorBytes(emb)
+	dense := cost.FileBytes - experts
+	if _, hasOut := m.Tensors["output.weight"]; hasOut {
+		dense += eb/int64(emb.Shape[1]) - eb
+	}
+	active := int64(float64(experts) * float64(hp.ExpertsUsed) / float64(hp.Experts))
+	require.InDelta(t, float64(dense+active), float64(cost.DecodeBytes), 1)
+	require.InDelta(t, float64(cost.DecodeBytes), cost.stepBytes(1), 1)
+	prev := cost.stepBytes(1)
+	for _, b := range []int{2, 16, 64, 4096} {
+		sb := cost.stepBytes(b)
+		require.Greater(t, sb, prev, "batch %d", b)
+		require.LessOrEqual(t, sb, float64(dense+experts)+1, "batch %d", b)
+		prev = sb
+	}
+	require.Contains(t, cost.expertNote(1), fmt.Sprintf("%d of %d experts", hp.ExpertsUsed, hp.Experts))
+	require.Empty(t, modelCost{}.expertNote(1))
+	require.Zero(t, modelCost{}.expertShare(16))
 }
 
 func TestAttnFLOPs(t *testing.T) {
