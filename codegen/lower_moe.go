@@ -56,7 +56,8 @@ func (l *lowerer) routerProduct(n *ir.Node) bool {
 // router lowers a router's product as the float32 GEMV on the file's
 // layout in every step class, so the experts it chooses are those of the
 // CPU reference's logits up to float32 rounding (a bf16 prefill product
-// would move near ties).
+// would move near ties): the tunedb's arm of its class (RouterArm), else
+// the untuned one.
 func (l *lowerer) router(n *ir.Node) error {
 	x, err := l.valueOf(n.Args[0])
 	if err != nil {
@@ -73,7 +74,7 @@ func (l *lowerer) router(n *ir.Node) error {
 	if err != nil {
 		return err
 	}
-	k, err := l.kernel(GEMV(p.t, p.n, p.k, false, DefaultGEMVArm))
+	k, err := l.kernel(GEMV(p.t, p.n, p.k, false, RouterArm(l.gemvArm(ProductClass(p.t, p.n, p.k, false), p.t, p.k))))
 	if err != nil {
 		return err
 	}
@@ -81,6 +82,18 @@ func (l *lowerer) router(n *ir.Node) error {
 	l.launch(k, n.Shape[0], []int{n.ID}, wArg(w), bufArg(x), bufArg(y), rowsArg())
 	l.val[n.ID] = y
 	return nil
+}
+
+// RouterArm is the arm a router's product runs for the gemv arm a of its
+// class: a's geometry on float activations and the file's layout (no
+// int8 activations, no repacked weights), so that every arm adds a row's
+// float32 products, in an order that does not depend on the step's rows.
+func RouterArm(a GEMVArm) GEMVArm {
+	r := GEMVArm{Threads: a.Threads, RowsPerBlock: a.RowsPerBlock, Unroll: a.Unroll, SharedX: a.SharedX}
+	if r.Validate() != nil {
+		return DefaultGEMVArm
+	}
+	return r
 }
 
 // rowNorm lowers an rms_norm of [T,E] rows outside a product group (the

@@ -169,6 +169,51 @@ func TestLowerMoE(t *testing.T) {
 	}
 }
 
+// TestLowerMoERouterArm: a router's product runs the tunedb's pick of its
+// gemv class as a float32 GEMV on the file's layout (an int8 or repacked
+// pick keeps only its geometry), else the untuned arm.
+func TestLowerMoERouterArm(t *testing.T) {
+	c := moeLowerCases()[0]
+	g := c.g(t)
+	routerKernels := func(p *Program) []string {
+		var names []string
+		for _, l := range p.Launches {
+			if k := p.Kernels[l.Kernel]; k.Family == "gemv" && strings.HasPrefix(k.Name, "gemv_f32_n") {
+				names = append(names, k.Name)
+			}
+		}
+		return names
+	}
+	p, err := Lower(g, c.opts)
+	require.NoError(t, err)
+	untuned := routerKernels(p)
+	require.NotEmpty(t, untuned)
+	for _, n := range untuned {
+		require.True(t, strings.HasSuffix(n, "_"+DefaultGEMVArm.String()), n)
+	}
+	pick := GEMVArm{Threads: 64, RowsPerBlock: 2, Unroll: 2, SharedX: 1}
+	quant := GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 1, RowsPerWarp: 4}
+	for _, want := range []struct{ picked, runs GEMVArm }{{pick, pick}, {quant, RouterArm(quant)}} {
+		o := c.opts
+		o.Pick = func(family, class string) (Point, bool) {
+			if family == "gemv" && strings.HasPrefix(class, "f32_n") {
+				return want.picked.Point(), true
+			}
+			return nil, false
+		}
+		p, err := Lower(g, o)
+		require.NoError(t, err)
+		names := routerKernels(p)
+		require.Len(t, names, len(untuned))
+		for _, n := range names {
+			require.True(t, strings.HasSuffix(n, "_"+want.runs.String()), "%s runs %v", n, want.runs)
+		}
+	}
+	require.Zero(t, RouterArm(quant).XQ)
+	require.Zero(t, RouterArm(quant).Layout)
+	require.Equal(t, DefaultGEMVArm, RouterArm(GEMVArm{}))
+}
+
 // A graph the MoE lowering does not cover is refused with the node named:
 // here layer 0's choice is weighed by layer 1's moe_weights, so its topk has
 // no weights of its own.

@@ -260,9 +260,10 @@ func bytesI32(b []byte) []int32 {
 }
 
 // moeTuneCases are the mixture-of-experts cases a model of shape s with
-// weights w needs tuned (none for a dense shape): the routing and the sum
-// at the decode batch, the gate/up pair (w.FFNUp) and the downs (w.Downs,
-// else w.FFNDown) in their grouped arm at the batch arms' batch.
+// weights w needs tuned (none for a dense shape): the routing, the sum and
+// the router's float32 product at the decode batch, the gate/up pair
+// (w.FFNUp) and the downs (w.Downs, else w.FFNDown) in their grouped arm
+// at the batch arms' batch.
 func moeTuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 	if s.Experts == 0 {
 		return nil
@@ -272,7 +273,10 @@ func moeTuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 		bt = BatchTuneTokens
 	}
 	cs := []*Case{MoERoute(s.Name, s.Experts, s.ExpertsUsed, s.ExpertNorm, z.DecodeTokens, seed),
-		MoESum(s.Name, s.Hidden, s.ExpertsUsed, z.DecodeTokens, seed)}
+		MoESum(s.Name, s.Hidden, s.ExpertsUsed, z.DecodeTokens, seed),
+		// the router's float32 product (routers are F32), whose class
+		// lowering looks up (codegen.RouterArm)
+		Product(s.Name, "gemv", "router", dtype.F32, s.Experts, s.Hidden, z.DecodeTokens, false, seed)}
 	gu, _ := codegen.MoEShapes(s, w.FFNUp)
 	if rowOK(gu.Type, gu.K) {
 		cs = append(cs, MoEProduct(s.Name, "gate_up", gu, bt, seed))

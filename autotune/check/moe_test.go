@@ -120,6 +120,6 @@ func TestMoETuneCases(t *testing.T) {
 	for _, c := range moeTuneCases(s, w, DefaultSizes, 1) {
 		ids = append(ids, c.ID())
 	}
-	require.Equal(t, []string{"moe_route/e128_u8_norm", "moe_sum/n2048_u8_res", "moe_gemv/q4_k_n768_k2048_e128_u8_swiglu",
+	require.Equal(t, []string{"moe_route/e128_u8_norm", "moe_sum/n2048_u8_res", "gemv/f32_n128_k2048", "moe_gemv/q4_k_n768_k2048_e128_u8_swiglu",
 		"moe_gemv/q4_k_n2048_k768_e128_u8_slot", "moe_gemv/q6_k_n2048_k768_e128_u8_slot"}, ids)
 }
