@@ -3,6 +3,7 @@ package codegen
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/memra-ai/memra/ir/dtype"
 )
@@ -235,4 +236,17 @@ func RelErr(got, want []float32) float64 {
 		return math.Sqrt(num)
 	}
 	return math.Sqrt(num / den)
+}
+
+// RefHeadRMSNorm is HeadRMSNorm on the CPU: a copy of rows (of s.Stride
+// floats) with each of s.Heads heads of s.HeadDim at s.Offset normalised
+// as RefRMSNormAdd normalises a row; the rest of each row as it was.
+func RefHeadRMSNorm(s HeadNormShape, x, w []float32) []float32 {
+	out := slices.Clone(x)
+	for r := 0; r+s.Stride <= len(x); r += s.Stride {
+		p := out[r+s.Offset : r+s.Offset+s.Heads*s.HeadDim]
+		_, y := RefRMSNormAdd(s.HeadDim, s.Eps, false, p, nil, w)
+		copy(p, y)
+	}
+	return out
 }

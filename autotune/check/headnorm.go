@@ -1,0 +1,31 @@
+package check
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/memra-ai/memra/codegen"
+)
+
+// HeadNorm is the in-place per-head RMSNorm (qwen3's and Gemma 3's q/k
+// norm) over tokens fused QKV rows of shape sh: its heads of the q part
+// (part "q": sh.Heads heads from column 0) or of the k part ("k":
+// sh.HeadsKV heads after q), checked against the CPU on the whole row (the
+// other columns must stay as they were).
+func HeadNorm(sh codegen.Shape, part string, tokens int, seed uint64) *Case {
+	stride := (sh.Heads + 2*sh.HeadsKV) * sh.HeadDim
+	hs := codegen.HeadNormShape{Heads: sh.Heads, HeadDim: sh.HeadDim, Stride: stride, Eps: sh.Eps}
+	if part == "k" {
+		hs.Heads, hs.Offset = sh.HeadsKV, sh.Heads*sh.HeadDim
+	}
+	c := &Case{Family: "head_rmsnorm", Label: "head_rmsnorm/" + part, Shape: sh.Name, DType: "f32",
+		Class: fmt.Sprintf("h%d_d%d_o%d_s%d", hs.Heads, hs.HeadDim, hs.Offset, hs.Stride), Tol: 1e-5, seed: seed, space: blockSpace("head_rmsnorm")}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		return one(codegen.HeadRMSNorm(hs, codegen.BlockArmOf(arm)))
+	}
+	return rowCase(c, tokens, func(r *rand.Rand) ([]Arg, []*Buf, func() [][]float32) {
+		x, w := randn(r, tokens*stride), randn(r, sh.HeadDim)
+		xb := fbuf(x)
+		return []Arg{b(xb), b(fbuf(w)), s(tokens)}, []*Buf{xb}, func() [][]float32 { return [][]float32{codegen.RefHeadRMSNorm(hs, x, w)} }
+	})
+}
