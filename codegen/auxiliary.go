@@ -41,30 +41,40 @@ func BiasAdd(n int, arm BlockArm) (*Kernel, error) {
 }
 
 // HeadNormShape places per-head RMSNorm inside activation rows: Heads heads
-// of HeadDim floats starting at float Offset of rows of Stride floats.
+// of HeadDim floats starting at float Offset of rows of Stride floats, and
+// Heads2 more right after them with a second weight (a layer's k norm
+// beside its q norm: one launch for both).
 type HeadNormShape struct {
 	Heads, HeadDim, Offset, Stride int
+	Heads2                         int
 	Eps                            float32
 }
 
 // HeadRMSNorm returns the in-place per-head RMSNorm (qwen3's q/k norm):
-// each head h of each row, x[h] = x[h] / sqrt(mean(x[h]²) + eps) · w:
+// each head h of each row, x[h] = x[h] / sqrt(mean(x[h]²) + eps) · w (w2
+// for the s.Heads2 heads after the first s.Heads):
 //
-//	head_rmsnorm(float* x, const float* w, int rows)
+//	head_rmsnorm(float* x, const float* w, [const float* w2,] int rows)
 //
 // One warp per head; grid (rows).
 func HeadRMSNorm(s HeadNormShape, arm BlockArm) (*Kernel, error) {
 	if err := arm.Validate(); err != nil {
 		return nil, err
 	}
-	if s.Heads <= 0 || s.HeadDim <= 0 || s.Offset < 0 || s.Stride < s.Offset+s.Heads*s.HeadDim {
+	if s.Heads <= 0 || s.HeadDim <= 0 || s.Offset < 0 || s.Heads2 < 0 || s.Stride < s.Offset+(s.Heads+s.Heads2)*s.HeadDim {
 		return nil, fmt.Errorf("%w: head norm %+v", ErrUnsupported, s)
 	}
-	name := fmt.Sprintf("head_rmsnorm_h%d_d%d_o%d_s%d_%s", s.Heads, s.HeadDim, s.Offset, s.Stride, arm)
+	two := ""
 	params := []Param{{"float* __restrict__", "x"}, {"const float* __restrict__", "w"}, {"int", "rows"}}
-	src := source(fmt.Sprintf("per-head rmsnorm: %d heads of %d at %d of %d, eps %g, %v", s.Heads, s.HeadDim, s.Offset, s.Stride, s.Eps, arm),
+	if s.Heads2 > 0 {
+		two = fmt.Sprintf("_k%d", s.Heads2)
+		params = []Param{{"float* __restrict__", "x"}, {"const float* __restrict__", "w"}, {"const float* __restrict__", "w2"}, {"int", "rows"}}
+	}
+	name := fmt.Sprintf("head_rmsnorm_h%d%s_d%d_o%d_s%d_%s", s.Heads, two, s.HeadDim, s.Offset, s.Stride, arm)
+	src := source(fmt.Sprintf("per-head rmsnorm: %d (+%d) heads of %d at %d of %d, eps %g, %v", s.Heads, s.Heads2, s.HeadDim, s.Offset, s.Stride, s.Eps, arm),
 		[]string{"types", "warp", "pdl"}, func(w *Writer) {
 			w.Linef("#define HEADS %d", s.Heads)
+			w.Linef("#define ALL %d // heads with the first weight and after them with the second", s.Heads+s.Heads2)
 			w.Linef("#define HD %d", s.HeadDim)
 			w.Linef("#define OFF %d", s.Offset)
 			w.Linef("#define STRIDE %d", s.Stride)
@@ -74,13 +84,18 @@ func HeadRMSNorm(s HeadNormShape, arm BlockArm) (*Kernel, error) {
 			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
 				w.Line("const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;")
 				w.Line("pdl_wait();")
-				w.For("h", "warp", "HEADS", "NW", 0, func() {
+				w.For("h", "warp", "ALL", "NW", 0, func() {
 					w.Line("float* p = x + (size_t)blockIdx.x * STRIDE + OFF + h * HD;")
+					if s.Heads2 > 0 {
+						w.Line("const float* wh = h < HEADS ? w : w2;")
+					} else {
+						w.Line("const float* wh = w;")
+					}
 					w.Line("float ss = 0.f;")
 					w.For("d", "lane", "HD", "32", 0, func() { w.Line("ss += p[d] * p[d];") })
 					w.Line("ss = warp_sum(ss);")
 					w.Line("const float r = rsqrtf(ss / (float)HD + EPS);")
-					w.For("d", "lane", "HD", "32", 0, func() { w.Line("p[d] = p[d] * r * w[d];") })
+					w.For("d", "lane", "HD", "32", 0, func() { w.Line("p[d] = p[d] * r * wh[d];") })
 				})
 				w.Line("pdl_launch();")
 			}})

@@ -95,10 +95,13 @@ func DefaultKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 	if err := add(StepInputs(DefaultBlockArm)); err != nil {
 		return nil, err
 	}
-	// the per-head q/k norm (qwen3, Gemma 3) inside the fused QKV row
+	// the per-head q/k norms (qwen3, Gemma 3) inside the fused QKV row: one
+	// part's, and both in one launch
 	stride := (s.Heads + 2*s.HeadsKV) * s.HeadDim
-	if err := add(HeadRMSNorm(HeadNormShape{Heads: s.Heads, HeadDim: s.HeadDim, Stride: stride, Eps: s.Eps}, DefaultBlockArm)); err != nil {
-		return nil, err
+	for _, two := range []int{0, s.HeadsKV} {
+		if err := add(HeadRMSNorm(HeadNormShape{Heads: s.Heads, Heads2: two, HeadDim: s.HeadDim, Stride: stride, Eps: s.Eps}, DefaultBlockArm)); err != nil {
+			return nil, err
+		}
 	}
 	p, c, err := DecodeAttention(s.Attn(cache), DefaultDecodeArm)
 	if err != nil {

@@ -240,13 +240,19 @@ func RelErr(got, want []float32) float64 {
 
 // RefHeadRMSNorm is HeadRMSNorm on the CPU: a copy of rows (of s.Stride
 // floats) with each of s.Heads heads of s.HeadDim at s.Offset normalised
-// as RefRMSNormAdd normalises a row; the rest of each row as it was.
-func RefHeadRMSNorm(s HeadNormShape, x, w []float32) []float32 {
+// as RefRMSNormAdd normalises a row with weight w, and the s.Heads2 heads
+// after them with w2; the rest of each row as it was.
+func RefHeadRMSNorm(s HeadNormShape, x, w, w2 []float32) []float32 {
 	out := slices.Clone(x)
 	for r := 0; r+s.Stride <= len(x); r += s.Stride {
 		p := out[r+s.Offset : r+s.Offset+s.Heads*s.HeadDim]
 		_, y := RefRMSNormAdd(s.HeadDim, s.Eps, false, p, nil, w)
 		copy(p, y)
+		if s.Heads2 > 0 {
+			p = out[r+s.Offset+s.Heads*s.HeadDim : r+s.Offset+(s.Heads+s.Heads2)*s.HeadDim]
+			_, y = RefRMSNormAdd(s.HeadDim, s.Eps, false, p, nil, w2)
+			copy(p, y)
+		}
 	}
 	return out
 }

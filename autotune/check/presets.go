@@ -28,6 +28,7 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 		DecodeLive4(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1, 20, 4096}, 4096, seed),
 		HeadNorm(s, "q", tokens, seed),
 		HeadNorm(s, "k", tokens, seed),
+		HeadNorm(s, "qk", tokens, seed),
 	}
 	// tensor-core prefill attention: one block of keys, then several, the first warps done early
 	for _, c := range []*Case{FlashPrefill(s.Name, s.Attn(dtype.F16), 48, 16, seed), FlashPrefill(s.Name, s.Attn(dtype.F16), 100, 150, seed),
