@@ -34,7 +34,7 @@ MODE=${1:-full}
 BIN=${BIN:-.gpu/memra}
 OUT=${OUT:-/tmp/memra-battery}
 MODELS=${MODELS:-/tmp/memra-models}
-TUNEDB_KEY=${TUNEDB_KEY:-nvidia-h200.sm90.132sm.140gib} # the card whose merged tunedb tune exports
+TUNEDB_KEY=${TUNEDB_KEY:-} # a card whose merged tunedb tune also exports (the run's own card's entries are in $OUT/shipped)
 STEP_WIDTH=34
 source scripts/gpu-lib.sh
 
@@ -113,9 +113,10 @@ fi
 
 # Autotune with the end-to-end confirmation (autotune --confirm): first the model's default sweep
 # (the families its default programs launch, TUNE_BLOCKS_BUDGET), then the decode products; the
-# confirm lines say which groups were kept; a bench with the user tunedb it wrote follows, the
-# card's merged tunedb is exported, and $OUT/shipped holds the entries as a shipped-defaults file
-# (copy it into tunedb/defaults with its reports under docs/autotune/). By default llama2-7b
+# confirm lines say which groups were kept; a bench with the user tunedb it wrote follows, and
+# $OUT/shipped holds the entries as a shipped-defaults file named by the card's key (copy it into
+# tunedb/defaults with its reports under docs/autotune/; TUNEDB_KEY also exports that card's merged
+# tunedb: a key that is not the card's own failed the step before). By default llama2-7b
 # q4_k_m: its sweep, then its int8 decode products (--families gemv: the one-row, batch, large and
 # wide classes); TUNE_F16=llama3.2-1b or llama2-7b tunes that f16 model
 # instead (one model a call: about 4 minutes for the 1B, 6 for the 7B). NVRTC compiles from
@@ -134,7 +135,7 @@ if [ "$MODE" = tune ]; then
 			MEMRA_NVRTC_PARALLEL=$par "$BIN" autotune "$f" --families gemv ${TUNE_TASKS:+--tasks "$TUNE_TASKS"} --budget "${TUNE_BUDGET:-180s}" --parallel 16 \
 				--write-shipped "$OUT/shipped" --report "/tmp/memra-$1-report" &&
 			tar czf "$OUT/$1-report.tgz" -C /tmp $(cd /tmp && ls -d "memra-$1-report" "memra-$1-blocks-report" 2>/dev/null) &&
-			"$BIN" tunedb export "$TUNEDB_KEY" -o "$OUT/$1-tunedb.json" &&
+			{ [ -z "$TUNEDB_KEY" ] || "$BIN" tunedb export "$TUNEDB_KEY" -o "$OUT/$1-tunedb.json"; } &&
 			{ grep '^confirm:' "$OUT/$1.log" >&2 || true; } &&
 			"$BIN" bench "$f" --device cuda --roofline -p 512 -n 128 -r 5 -b "$4" --no-progress --perf-rows
 	}
