@@ -16,6 +16,7 @@ import (
 
 // MoECases are the mixture-of-experts cases of shape s (none for a dense
 // shape): the routing at one token, a decode batch and a prefill chunk;
+// the router's product at one token and a decode batch (routerCheckArms);
 // for each weight type the gate/up pair (SwiGLU) and the down product at
 // one token (with the one-row arm too), a decode batch of 12 and, for the
 // gate/up pair, a prefill chunk of 64; the weighted sum into the residual.
@@ -28,6 +29,13 @@ func MoECases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case {
 		MoERoute(s.Name, s.Experts, s.ExpertsUsed, s.ExpertNorm, 12, seed),
 		MoERoute(s.Name, s.Experts, s.ExpertsUsed, s.ExpertNorm, 300, seed),
 		MoESum(s.Name, s.Hidden, s.ExpertsUsed, 12, seed),
+	}
+	// the router's float32 product (gemv/router: a layer's experts × hidden),
+	// with arms of more blocks than the untuned one's experts/8
+	for _, m := range []int{1, 12} {
+		c := Product(s.Name, "gemv", "router", dtype.F32, s.Experts, s.Hidden, m, false, seed)
+		c.Label = fmt.Sprintf("moe_router×%d", m) // kernel-check --only moe selects it
+		cs = append(cs, withArms(routerCheckArms, c)...)
 	}
 	for _, t := range types {
 		gu, dn := codegen.MoEShapes(s, t)
@@ -45,6 +53,19 @@ func MoECases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case {
 		}
 	}
 	return cs
+}
+
+// routerCheckArms are float GEMV arms of one to four rows a block that
+// kernel-check times beside the untuned t256_r8_u4_s1 on a router's
+// product: 128 experts give the untuned arm 16 blocks (9.4 µs a layer on an
+// H100 in a qwen3-30b-a3b step, docs/PERFORMANCE.md session 29), these 32
+// to 128.
+var routerCheckArms = []codegen.GEMVArm{
+	{Threads: 32, RowsPerBlock: 1, Unroll: 4, SharedX: 1},
+	{Threads: 64, RowsPerBlock: 2, Unroll: 4, SharedX: 1},
+	{Threads: 128, RowsPerBlock: 4, Unroll: 4, SharedX: 1},
+	{Threads: 64, RowsPerBlock: 1, Unroll: 4, SharedX: 1},
+	{Threads: 128, RowsPerBlock: 2, Unroll: 4, SharedX: 1},
 }
 
 // MoERoute is the router kernel over m tokens of random logits (the first

@@ -2,6 +2,7 @@ package check
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,6 +21,7 @@ func TestMoECases(t *testing.T) {
 		labels = append(labels, c.Label+" "+c.DType)
 	}
 	require.Equal(t, []string{"moe_route×1 f32", "moe_route×12 f32", "moe_route×300 f32", "moe_sum×12 f32",
+		"moe_router×1 f32", "moe_router×12 f32",
 		"moe_gemv/gate_up q4_k", "moe_gemv/gate_up×12 q4_k", "moe_gemv/gate_up×64 q4_k", "moe_gemv/down q4_k", "moe_gemv/down×12 q4_k",
 		"moe_gemv/gate_up q8_0", "moe_gemv/gate_up×12 q8_0", "moe_gemv/gate_up×64 q8_0", "moe_gemv/down q8_0", "moe_gemv/down×12 q8_0"}, labels)
 	require.Empty(t, MoECases(tiny(t), []dtype.Type{dtype.Q4_K}, 1), "a dense shape has none")
@@ -36,13 +38,18 @@ func TestMoECases(t *testing.T) {
 			g := l.Kernels[0].Launch(l.Dims)
 			require.Positive(t, g.Grid[0]*g.Grid[1], c.Label)
 		}
+		if strings.HasPrefix(c.Label, "moe_router") {
+			require.Equal(t, "gemv", c.Family, "the router is a float GEMV")
+			require.Len(t, c.ExtraArms, len(routerCheckArms))
+		}
 		if strings.HasPrefix(c.Label, "moe_gemv") && !strings.Contains(c.Label, "×") {
 			require.Len(t, c.ExtraArms, 1, "one token: the one-row arm too")
 			require.Equal(t, 1, c.ExtraArms[0]["one"])
 		}
 	}
 	// a one-row arm is no arm of a batch case
-	_, err = cs[5].Launch(codegen.DefaultMoEOneArm.Point())
+	batch := cs[slices.IndexFunc(cs, func(c *Case) bool { return c.Label == "moe_gemv/gate_up×12" })]
+	_, err = batch.Launch(codegen.DefaultMoEOneArm.Point())
 	require.ErrorIs(t, err, ErrCase)
 }
 
