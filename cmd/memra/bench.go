@@ -369,12 +369,13 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 		if !ok {
 			return fmt.Errorf("bench: --profile needs the CUDA backend")
 		}
+		cost := costOf(m)
 		for i, bs := range batches {
 			step := 0.0
 			if r := tgs[i]; len(r.rates) > 0 {
 				step = float64(bs) / medianOf(r.rates)
 			}
-			if err := profileDecode(ctx, stdout, cb, tokens[:p], bs, o.profilePrefill, o.reps, step, costOf(m).expertShare(bs)); err != nil {
+			if err := profileDecode(ctx, stdout, cb, tokens[:p], bs, o.profilePrefill, o.reps, step, cost.expertShare(bs)); err != nil {
 				return err
 			}
 		}

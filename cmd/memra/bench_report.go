@@ -86,6 +86,7 @@ type modelCost struct {
 	// ExpertsUsed are the model's (0 for a dense model).
 	ExpertBytes          int64
 	Experts, ExpertsUsed int
+	denseBytes           int64 // DecodeBytes without the expert tensors' share
 }
 
 // expertShare is the share of the experts a decode step of batch tokens
@@ -93,7 +94,7 @@ type modelCost struct {
 // tokens that each choose k of E uniformly (k/E at one token); 0 for a
 // dense model.
 func (c modelCost) expertShare(batch int) float64 {
-	if c.Experts <= 0 || c.ExpertsUsed <= 0 {
+	if c.Experts <= 0 {
 		return 0
 	}
 	return 1 - math.Pow(1-float64(c.ExpertsUsed)/float64(c.Experts), float64(max(batch, 1)))
@@ -115,8 +116,7 @@ func (c modelCost) expertNote(batch int) string {
 // stepBytes is the weight bytes a decode step of batch tokens reads: the
 // dense part once, and the expected share of the expert tensors.
 func (c modelCost) stepBytes(batch int) float64 {
-	dense := c.DecodeBytes - int64(float64(c.ExpertBytes)*c.expertShare(1))
-	return float64(dense) + float64(c.ExpertBytes)*c.expertShare(batch)
+	return float64(c.denseBytes) + float64(c.ExpertBytes)*c.expertShare(batch)
 }
 
 // tensorBytes returns the bytes of t (rows × row bytes), without reading it.
@@ -156,18 +156,18 @@ func costOf(m *load.Model) modelCost {
 		switch {
 		case isEmbd && !tied:
 			if rows := n / int64(max(t.Shape[0], 1)); rows > 0 {
-				c.DecodeBytes += b / rows
+				c.denseBytes += b / rows
 			}
 		case c.Experts > 0 && isExpertTensor(name):
 			c.ExpertBytes += b
 		default:
-			c.DecodeBytes += b
+			c.denseBytes += b
 		}
 		if len(t.Shape) >= 2 && (!isEmbd || tied) {
 			c.MatParams += n
 		}
 	}
-	c.DecodeBytes += int64(float64(c.ExpertBytes) * c.expertShare(1))
+	c.DecodeBytes = int64(c.stepBytes(1))
 	return c
 }
 
