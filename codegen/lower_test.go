@@ -244,7 +244,12 @@ func TestLowerStructure(t *testing.T) {
 
 	q3, err := Lower(buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q8_0, dtype.Q8_0)), LowerOptions{Class: Decode, MaxSeqs: 2, Context: 256, Cache: dtype.F16})
 	require.NoError(t, err)
-	require.Equal(t, 4, count(q3, "head_rmsnorm"))
+	require.Equal(t, 2, count(q3, "head_rmsnorm"), "a layer's q and k norms share one launch")
+	for _, k := range q3.Kernels {
+		if k.Family == "head_rmsnorm" {
+			require.Len(t, k.Params, 4, "%s normalises the k heads with their own weight", k.Name)
+		}
+	}
 	require.Equal(t, 0, count(q3, "concat"))
 }
 
