@@ -15,20 +15,34 @@ import (
 // budget is shared: each task gets an equal share of what is left when it
 // starts, so time one task does not use passes to the next. A task that runs
 // out of time still returns the best arm measured so far; a task that starts
-// with none left measures its default arm only. Cancelling ctx
-// stops the search between measurements; the results so far are returned
-// with ctx's error.
+// with none left measures its default arm only. The arms compiled and
+// measured together are fewer where the tasks so far say a share holds
+// fewer of them, and a task stops before a chunk of arms that would end
+// past its share, so that early tasks do not overrun theirs and starve the
+// last ones. Cancelling ctx stops the search between measurements; the
+// results so far are returned with ctx's error.
 func Tune(ctx context.Context, r Runner, tasks []Task, o Options) ([]Result, error) {
 	o = o.withDefaults()
 	start := o.Clock.Now()
 	var out []Result
+	var spent time.Duration // on the arms tried so far
+	tried := 0
 	for i, t := range tasks {
 		var deadline time.Time
+		chunk := 2 * o.Parallel
 		if o.Budget > 0 {
 			left := o.Budget - o.Clock.Now().Sub(start)
-			deadline = o.Clock.Now().Add(left / time.Duration(len(tasks)-i))
+			share := left / time.Duration(len(tasks)-i)
+			deadline = o.Clock.Now().Add(share)
+			if tried > 0 && spent > 0 {
+				per := spent / time.Duration(tried)
+				chunk = max(min(chunk, int(share/per)), 1)
+			}
 		}
-		res := search(ctx, r, t, o, deadline)
+		t0 := o.Clock.Now()
+		res := search(ctx, r, t, o, deadline, chunk)
+		spent += o.Clock.Now().Sub(t0)
+		tried += res.Tried
 		out = append(out, res)
 		if err := ctx.Err(); err != nil {
 			return out, err
@@ -44,7 +58,7 @@ func Search(ctx context.Context, r Runner, t Task, o Options, budget time.Durati
 	if budget > 0 {
 		deadline = o.Clock.Now().Add(budget)
 	}
-	return search(ctx, r, t, o, deadline)
+	return search(ctx, r, t, o, deadline, 2*o.Parallel)
 }
 
 // candidates returns the default arm followed by every other arm of the space.
@@ -78,7 +92,9 @@ func plan(n int, o Options) (strategy string, reps []int, measurements int) {
 	}
 }
 
-func search(ctx context.Context, r Runner, t Task, o Options, deadline time.Time) Result {
+// search tunes t until deadline (zero: none), compiling chunk arms at a
+// time between measurements.
+func search(ctx context.Context, r Runner, t Task, o Options, deadline time.Time, chunk int) Result {
 	arms := candidates(t)
 	strategy, reps, planned := plan(len(arms), o)
 	res := Result{Task: t, Strategy: strategy}
@@ -92,11 +108,23 @@ func search(ctx context.Context, r Runner, t Task, o Options, deadline time.Time
 		complete := true
 		// compile a few arms, measure them, go on: a space too large for the
 		// budget still gets the default and a spread of arms measured
-		chunk := 2 * o.Parallel
+		var chunkAt time.Time
+		var took time.Duration // the round's last whole chunk
 		for i, a := range pool {
 			// the default is measured even past the deadline: every task
 			// reports the baseline its tunedb entry is compared with
 			first := round == 0 && i == 0
+			if i%chunk == 0 && i > 0 {
+				took = o.Clock.Now().Sub(chunkAt)
+				if !deadline.IsZero() && o.Clock.Now().Add(took).After(deadline) {
+					// the next chunk would end past the deadline: stop here
+					complete, res.OutOfTime = false, ctx.Err() == nil
+					break
+				}
+			}
+			if i%chunk == 0 {
+				chunkAt = o.Clock.Now()
+			}
 			if i%chunk == 0 && ctx.Err() == nil && (first || !expired()) {
 				end := min(i+chunk, len(pool))
 				if expired() {

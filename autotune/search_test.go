@@ -331,3 +331,27 @@ func TestLargeSpaceWithinBudget(t *testing.T) {
 	res2 := Search(context.Background(), f2, tk, Options{Clock: clock2}, 2*time.Second)
 	require.Equal(t, res.Best.Name, res2.Best.Name)
 }
+
+// TestSharesHoldAcrossTasks: where a chunk of arms costs more than a
+// task's share (NVRTC compiles and measurements of ~0.2 s an arm, many
+// tasks), the chunks shrink to what a share holds and no task starts a
+// chunk it cannot finish, so the last tasks still try several arms instead
+// of their default alone, and the sweep ends near its budget.
+func TestSharesHoldAcrossTasks(t *testing.T) {
+	clock := &fakeClock{}
+	sp := space(t, "gemv")
+	f := newFake(sp, clock, 5)
+	f.overhead = 20 * time.Millisecond
+	f.compile = 200 * time.Millisecond
+	var tasks []Task
+	for i := range 10 {
+		tasks = append(tasks, Task{Family: "gemv", Class: fmt.Sprintf("c%d", i), Space: sp})
+	}
+	budget := 25 * time.Second
+	res, err := Tune(context.Background(), f, tasks, Options{Clock: clock, Budget: budget})
+	require.NoError(t, err)
+	for _, r := range res {
+		require.GreaterOrEqual(t, r.Tried, 4, "%s tried %d arms", r.Task.ID(), r.Tried)
+	}
+	require.LessOrEqual(t, clock.Now().Sub(time.Time{}), budget+time.Second)
+}

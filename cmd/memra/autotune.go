@@ -38,7 +38,7 @@ func init() {
 			"exhaustively, large ones by successive halving, all within --budget. Results go to the user tunedb\n" +
 			"(--write-user, the default), a shipped-defaults folder (--write-shipped DIR), and --report DIR.\n" +
 			"The decode products of repacked weights are tuned only with --families gemv. With a MODEL the winners of\n" +
-			"the decode products are kept only if whole decode steps run faster with them (--confirm, docs/AUTOTUNE.md).",
+			"the kernels decode steps launch are kept only if whole decode steps run faster with them (--confirm, docs/AUTOTUNE.md).",
 		Args: cobra.MaximumNArgs(1),
 		RunE: runAutotune,
 	}
@@ -62,8 +62,9 @@ func init() {
 	f.String("device", "cuda", "cuda: the GPU's kernel families; cpu: the blocking of the CPU executor's int8 products "+
 		"(family cpu_product, a MODEL's products at --prefill tokens, each arm timed on one thread in thread CPU time)")
 	f.IntP("threads", "t", 0, "with --device cpu: the cores the tuned CPU runs on, part of its tunedb key (0: all)")
-	f.Bool("confirm", true, "with a MODEL: keep the tuned arms of the decode products (gemv) only if whole decode steps "+
-		"(batch 1 for one-row arms, 16 for batch arms) are at least 1 % faster with them than with the arms before, logits within 0.1")
+	f.Bool("confirm", true, "with a MODEL: keep the tuned arms of the kernels decode steps launch (attention, the other "+
+		"kernels, the products) only if whole decode steps (batch 1 for those and the one-row products, the tuned rows for "+
+		"batch arms) are at least 1 % faster with them than with the arms before, logits within 0.1")
 	rootCmd.AddCommand(cmd)
 }
 

@@ -162,7 +162,7 @@ func TestConfirmGroups(t *testing.T) {
 		numerics string
 		suffix   string
 	}
-	want := []at{{1, "", ""}, {check.BatchTuneTokens, "", "_batch"}, {check.SmallTuneTokens, "off", "_small"},
+	want := []at{{1, "", "attn"}, {1, "", "other"}, {1, "", ""}, {check.BatchTuneTokens, "", "_batch"}, {check.SmallTuneTokens, "off", "_small"},
 		{check.LargeTuneTokens, "off", "_large"}, {check.WideTuneTokens, "off", "_wide"}}
 	require.Len(t, groups, len(want))
 	inGroup := map[string]bool{}
@@ -171,9 +171,16 @@ func TestConfirmGroups(t *testing.T) {
 		require.Equal(t, want[i].numerics, g.Numerics, g.Name)
 		require.NotEmpty(t, g.Entries)
 		for _, e := range g.Entries {
-			require.Equal(t, "gemv", e.Family)
-			for _, w := range want[1:] {
-				require.Equal(t, w.suffix == want[i].suffix, strings.HasSuffix(e.Class, w.suffix), "%s in %s", e.Class, g.Name)
+			switch want[i].suffix {
+			case "attn":
+				require.True(t, strings.HasPrefix(e.Family, "attn_decode"), "%s in %s", e.Family, g.Name)
+			case "other":
+				require.False(t, e.Family == "gemv" || strings.HasPrefix(e.Family, "attn_") || prefillFamilies[e.Family], "%s in %s", e.Family, g.Name)
+			default:
+				require.Equal(t, "gemv", e.Family)
+				for _, w := range want[3:] {
+					require.Equal(t, w.suffix == want[i].suffix, strings.HasSuffix(e.Class, w.suffix), "%s in %s", e.Class, g.Name)
+				}
 			}
 			inGroup[e.Family+"/"+e.Class] = true
 		}
@@ -181,17 +188,20 @@ func TestConfirmGroups(t *testing.T) {
 	_, err = cuda.ParseNumerics(speedClass)
 	require.NoError(t, err)
 	require.NotEqual(t, cuda.DefaultNumerics.String(), speedClass, "the f16 and large arms are judged in a class that runs them")
+	for f := range prefillFamilies {
+		require.Contains(t, codegen.SpaceFamilies(), f, "a prefill family the tunedb knows")
+	}
 	var f16, q4k bool
 	for _, e := range entries {
-		require.Equal(t, e.Family == "gemv", inGroup[e.Family+"/"+e.Class], "%s/%s", e.Family, e.Class)
+		require.Equal(t, !prefillFamilies[e.Family], inGroup[e.Family+"/"+e.Class], "every entry a decode step launches is judged: %s/%s", e.Family, e.Class)
 		f16 = f16 || (e.Family == "gemv" && strings.HasPrefix(e.Class, "f16_"))
 		q4k = q4k || (e.Family == "gemv" && strings.HasPrefix(e.Class, "q4_k_"))
 	}
 	require.True(t, f16 && q4k, "both kinds of product are confirmed")
 	require.Empty(t, confirmGroups(nil))
 
-	kept := confirmed(entries, []autotune.Confirmed{{Group: groups[0], Keep: true}, {Group: groups[1]}})
-	require.Len(t, kept, len(entries)-len(groups[1].Entries))
+	kept := confirmed(entries, []autotune.Confirmed{{Group: groups[2], Keep: true}, {Group: groups[3]}})
+	require.Len(t, kept, len(entries)-len(groups[3].Entries))
 	for _, e := range kept {
 		require.False(t, e.Family == "gemv" && strings.HasSuffix(e.Class, "_batch"), e.Class)
 	}

@@ -34,18 +34,25 @@ const (
 	confirmTol = 0.1
 )
 
-// confirmGroups sorts the tuned entries of the decode products (family
-// gemv: the int8 products of repacked weights and the float ones) into the
-// groups an end-to-end step judges, each at the rows and in the numerical
-// class whose steps launch its kernels: the one-row arms at batch 1, the
-// XQ 2 batch arms at the batch they were tuned at (2 to 15 rows in both
-// classes; the int8 class's ordered kernels from 16 rows keep their split)
-// in the default class; in the speed class ("off"), the only one that
-// launches them, the small-row f16 arms (codegen.GEMVSmallClass: steps of
-// 3 to 16 rows), the large arms (GEMVLargeClass: from 16 rows) and the
-// wide ones (GEMVWideClass: the widest steps) at the rows they were tuned
-// at. Entries of other families are not confirmed.
+// confirmGroups sorts the tuned entries into the groups an end-to-end step
+// judges, each at the rows and in the numerical class whose steps launch
+// its kernels. The decode step's attention arms and its other kernels
+// (norms, RoPE, routing, argmax, …) go first, at batch 1 in the default
+// class: their winners are measured alone at kernel-check's sizes (4,096
+// keys for attention), and on an H100 a sweep's picks made batch-1 steps
+// 6 % slower at 640 (docs/PERFORMANCE.md, session 30). Then the decode
+// products (family gemv: the int8 products of repacked weights and the
+// float ones): the one-row arms at batch 1, the XQ 2 batch arms at the
+// batch they were tuned at (2 to 15 rows in both classes; the int8 class's
+// ordered kernels from 16 rows keep their split) in the default class; in
+// the speed class ("off"), the only one that launches them, the small-row
+// f16 arms (codegen.GEMVSmallClass: steps of 3 to 16 rows), the large arms
+// (GEMVLargeClass: from 16 rows) and the wide ones (GEMVWideClass: the
+// widest steps) at the rows they were tuned at. Entries of the families
+// only prefill launches (prefillFamilies) are not confirmed.
 func confirmGroups(entries []tunedb.Entry) []autotune.ConfirmGroup {
+	attn := autotune.ConfirmGroup{Name: "arms of the decode attention", Batch: 1}
+	other := autotune.ConfirmGroup{Name: "arms of the decode step's other kernels", Batch: 1}
 	one := autotune.ConfirmGroup{Name: "one-row arms of the decode products", Batch: 1}
 	batch := autotune.ConfirmGroup{Name: "batch arms of the decode products", Batch: check.BatchTuneTokens}
 	small := autotune.ConfirmGroup{Name: "small-row f16 arms of the decode products", Batch: check.SmallTuneTokens, Numerics: speedClass}
@@ -53,7 +60,11 @@ func confirmGroups(entries []tunedb.Entry) []autotune.ConfirmGroup {
 	wide := autotune.ConfirmGroup{Name: "wide f16 arms of the decode products", Batch: check.WideTuneTokens, Numerics: speedClass}
 	for _, e := range entries {
 		switch {
+		case prefillFamilies[e.Family]:
+		case strings.HasPrefix(e.Family, "attn_decode"):
+			attn.Entries = append(attn.Entries, e)
 		case e.Family != "gemv":
+			other.Entries = append(other.Entries, e)
 		case strings.HasSuffix(e.Class, codegen.GEMVBatchClass("")):
 			batch.Entries = append(batch.Entries, e)
 		case strings.HasSuffix(e.Class, codegen.GEMVSmallClass("")):
@@ -67,13 +78,18 @@ func confirmGroups(entries []tunedb.Entry) []autotune.ConfirmGroup {
 		}
 	}
 	var out []autotune.ConfirmGroup
-	for _, g := range []autotune.ConfirmGroup{one, batch, small, large, wide} {
+	for _, g := range []autotune.ConfirmGroup{attn, other, one, batch, small, large, wide} {
 		if len(g.Entries) > 0 {
 			out = append(out, g)
 		}
 	}
 	return out
 }
+
+// prefillFamilies are the tunable families that decode steps never launch
+// (prompt attention and the prefill products): a decode step cannot judge
+// them, so their entries are kept as measured.
+var prefillFamilies = map[string]bool{"attn_prefill": true, "attn_flash": true, "gemm_small": true, "mma": true}
 
 // speedClass is the numerical class in which the f16 and large decode
 // products run (cuda.NumericsWidth's name).
