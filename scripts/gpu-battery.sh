@@ -111,39 +111,52 @@ if has parity && [ -z "${NO_HF:-}" ]; then
 	[ -n "${EXACT_ONLY:-}" ] || step hf-parity-default hf --tie-tol 0.02 --tie-sigma 3
 fi
 
-# Autotune with the end-to-end confirmation (autotune --confirm): first the model's default sweep
-# (the families its default programs launch, TUNE_BLOCKS_BUDGET), then the decode products; the
-# confirm lines say which groups were kept; a bench with the user tunedb it wrote follows, and
-# $OUT/shipped holds the entries as a shipped-defaults file named by the card's key (copy it into
-# tunedb/defaults with its reports under docs/autotune/; TUNEDB_KEY also exports that card's merged
-# tunedb: a key that is not the card's own failed the step before). By default llama2-7b
-# q4_k_m: its sweep, then its int8 decode products (--families gemv: the one-row, batch, large and
-# wide classes); TUNE_F16=llama3.2-1b or llama2-7b tunes that f16 model
-# instead (one model a call: about 4 minutes for the 1B, 6 for the 7B). NVRTC compiles from
-# several goroutines (MEMRA_NVRTC_PARALLEL=1) where its concurrency test passes first (NVRTC 12 or
-# later); TUNE_TASKS limits the tasks (autotune --tasks, e.g. '_k[0-9]+(_res)?$' for the one-row ones).
+# Autotune with the end-to-end confirmation (autotune --confirm, on every group a decode step
+# launches): TUNE_PARTS picks what one call runs, in order, from
+#   blocks  the model's default sweep (the families its default programs launch; TUNE_BLOCKS_BUDGET)
+#   one batch small large wide   the decode products of that class (--families gemv; TUNE_BUDGET)
+# (default "blocks one": a 10-minute call holds about that much for a 7B model: the sweep, then its
+# confirmation, which builds the model twice a group). A bench (b1,16) runs before and after.
+# TUNE_SHIPPED names a carried shipped-defaults file the run's entries are merged into (a part a
+# call, across calls); $OUT/shipped holds the result, named by the card's key: copy it into
+# tunedb/defaults with the reports ($OUT/*-report.tgz) under docs/autotune/. TUNEDB_KEY also exports
+# that card's merged tunedb. By default llama2-7b q4_k_m; TUNE_F16=llama3.2-1b or llama2-7b tunes
+# that f16 model instead. NVRTC compiles from several goroutines (MEMRA_NVRTC_PARALLEL=1) where its
+# concurrency test passes first (NVRTC 12 or later).
 if [ "$MODE" = tune ]; then
 	par=0
 	step tune-nvrtc sh -c 'cd runtime/cuda && MEMRA_NVRTC_PARALLEL=1 ../../.gpu/cuda.test -test.v -test.count=1 -test.run TestNVRTCConcurrentCompile' && par=1
 	grep -h 'NVRTC' "$OUT/tune-nvrtc.log" >&2
+	mkdir -p "$OUT/shipped"
+	[ -z "${TUNE_SHIPPED:-}" ] || cp "$TUNE_SHIPPED" "$OUT/shipped/"
+	tune_part() { # tune_part FILE PART
+		local f=$1 part=$2 args=()
+		case $part in
+		blocks) args=(--budget "${TUNE_BLOCKS_BUDGET:-120s}") ;;
+		one) args=(--families gemv --tasks '_k[0-9]+(_res)?$' --budget "${TUNE_BUDGET:-180s}") ;;
+		batch | small | large | wide) args=(--families gemv --tasks "_${part}\$" --budget "${TUNE_BUDGET:-180s}") ;;
+		*) echo "tune: unknown part $part" >&2 && return 1 ;;
+		esac
+		MEMRA_NVRTC_PARALLEL=$par "$BIN" autotune "$f" "${args[@]}" --parallel 16 \
+			--write-shipped "$OUT/shipped" --report "$OUT/tune-$part-report" &&
+			tar czf "$OUT/tune-$part-report.tgz" -C "$OUT" "tune-$part-report" && rm -rf "$OUT/tune-$part-report"
+	}
 	tune() { # tune NAME PRESET QUANT BATCHES
-		local f="$MODELS/$2-$3.gguf"
+		local f="$MODELS/$2-$3.gguf" part
 		synth "$f" --preset "$2" --quant "$3" --weights blocks || return 1
-		"$BIN" bench "$f" --device cuda --roofline -p 512 -n 128 -r 5 -b "$4" --no-progress --perf-rows &&
-			{ [ -n "${TUNE_TASKS:-}" ] || MEMRA_NVRTC_PARALLEL=$par "$BIN" autotune "$f" --budget "${TUNE_BLOCKS_BUDGET:-150s}" --parallel 16 \
-				--write-shipped "$OUT/shipped" --report "/tmp/memra-$1-blocks-report"; } &&
-			MEMRA_NVRTC_PARALLEL=$par "$BIN" autotune "$f" --families gemv ${TUNE_TASKS:+--tasks "$TUNE_TASKS"} --budget "${TUNE_BUDGET:-180s}" --parallel 16 \
-				--write-shipped "$OUT/shipped" --report "/tmp/memra-$1-report" &&
-			tar czf "$OUT/$1-report.tgz" -C /tmp $(cd /tmp && ls -d "memra-$1-report" "memra-$1-blocks-report" 2>/dev/null) &&
-			{ [ -z "$TUNEDB_KEY" ] || "$BIN" tunedb export "$TUNEDB_KEY" -o "$OUT/$1-tunedb.json"; } &&
-			{ grep '^confirm:' "$OUT/$1.log" >&2 || true; } &&
-			"$BIN" bench "$f" --device cuda --roofline -p 512 -n 128 -r 5 -b "$4" --no-progress --perf-rows
+		"$BIN" bench "$f" --device cuda --roofline -p 512 -n 128 -r 3 -b "$4" --no-progress --perf-rows || return 1
+		for part in ${TUNE_PARTS:-blocks one}; do
+			tune_part "$f" "$part" || return 1
+		done
+		{ [ -z "$TUNEDB_KEY" ] || "$BIN" tunedb export "$TUNEDB_KEY" -o "$OUT/$1-tunedb.json"; } &&
+			"$BIN" bench "$f" --device cuda --roofline -p 512 -n 128 -r 3 -b "$4" --no-progress --perf-rows
 	}
 	if [ -n "${TUNE_F16:-}" ]; then
 		step "tune-f16-$TUNE_F16" tune "tune-f16-$TUNE_F16" "$TUNE_F16" f16 1
 	else
 		step tune tune tune llama2-7b q4_k_m 1,16
 	fi
+	grep -ah '^confirm:' "$OUT"/tune*.log >&2
 fi
 
 # model_bench PRESET QUANT RUNS BATCHES: tg128 after 512-token prompts of a synthesized model
