@@ -171,7 +171,7 @@ func TestLowerMoE(t *testing.T) {
 
 // TestLowerMoERouterArm: a router's product runs the tunedb's pick of its
 // gemv class as a float32 GEMV on the file's layout (an int8 or repacked
-// pick keeps only its geometry), else the untuned arm.
+// pick keeps only its geometry), else DefaultRouterArm.
 func TestLowerMoERouterArm(t *testing.T) {
 	c := moeLowerCases()[0]
 	g := c.g(t)
@@ -189,7 +189,7 @@ func TestLowerMoERouterArm(t *testing.T) {
 	untuned := routerKernels(p)
 	require.NotEmpty(t, untuned)
 	for _, n := range untuned {
-		require.True(t, strings.HasSuffix(n, "_"+DefaultGEMVArm.String()), n)
+		require.True(t, strings.HasSuffix(n, "_"+DefaultRouterArm.String()), n)
 	}
 	pick := GEMVArm{Threads: 64, RowsPerBlock: 2, Unroll: 2, SharedX: 1}
 	quant := GEMVArm{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 1, RowsPerWarp: 4}

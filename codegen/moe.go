@@ -488,7 +488,7 @@ func MoEKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 		}
 		return err
 	}
-	if err := add(GEMV(dtype.F32, s.Experts, s.Hidden, false, DefaultGEMVArm)); err != nil {
+	if err := add(GEMV(dtype.F32, s.Experts, s.Hidden, false, DefaultRouterArm)); err != nil {
 		return nil, err
 	}
 	if err := add(MoERoute(s.Experts, s.ExpertsUsed, s.ExpertNorm, DefaultMoERouteArm)); err != nil {

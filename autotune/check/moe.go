@@ -56,10 +56,11 @@ func MoECases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case {
 }
 
 // routerCheckArms are float GEMV arms of one to four rows a block that
-// kernel-check times beside the untuned t256_r8_u4_s1 on a router's
-// product: 128 experts give the untuned arm 16 blocks (9.4 µs a layer on an
-// H100 in a qwen3-30b-a3b step, docs/PERFORMANCE.md session 29), these 32
-// to 128.
+// kernel-check times beside the family's default t256_r8_u4_s1 on a
+// router's product: 128 experts give that arm 16 blocks (9.4 µs a layer on
+// an H100 in a qwen3-30b-a3b step, docs/PERFORMANCE.md session 29), these
+// 32 to 128; the fifth, t128_r2_u4_s1, is codegen.DefaultRouterArm since
+// session 30 (2.9 against 6.5 µs at one token on the H100).
 var routerCheckArms = []codegen.GEMVArm{
 	{Threads: 32, RowsPerBlock: 1, Unroll: 4, SharedX: 1},
 	{Threads: 64, RowsPerBlock: 2, Unroll: 4, SharedX: 1},
