@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/memra-ai/memra/runtime"
 	"github.com/memra-ai/memra/runtime/cpu"
 	"github.com/memra-ai/memra/runtime/cuda"
 	"github.com/memra-ai/memra/runtime/load"
@@ -30,6 +31,7 @@ type parityOptions struct {
 	seed                uint64
 	minCos, tieTol      float64
 	tieSigma            float64
+	against             string
 	gpu                 cuda.BackendOptions
 }
 
@@ -42,7 +44,9 @@ func init() {
 		Long: "gpu-parity synthesizes a small model of --preset/--quant (or opens MODEL), runs --prompts random\n" +
 			"prompts of different lengths as one batch on the CPU and on the GPU, then --steps-1 greedy decode steps\n" +
 			"feeding both the CPU's token, and prints one row: model, quant, steps, same tokens, min cosine, pass.\n" +
-			"It exits non-zero unless every greedy token agrees and every cosine reaches --min-cos.",
+			"It exits non-zero unless every greedy token agrees and every cosine reaches --min-cos.\n" +
+			"--against cpu-int8 puts the CPU's int8 products where the GPU would be (no GPU needed): how far the\n" +
+			"int8 class's rounding alone moves a model from the reference.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runParity(cmd, args, o) },
 	}
@@ -62,6 +66,7 @@ func init() {
 	f.BoolVar(&o.gpu.PrefillGEMV, "prefill-gemv", false, "prefill with the float32 GEMV instead of the tensor-core product (cuBLASLt or generated)")
 	f.BoolVar(&o.gpu.NoGraphs, "no-graphs", false, "decode with plain launches instead of CUDA graphs")
 	f.BoolVar(&o.gpu.NoPDL, "no-pdl", false, "launch without programmatic dependent launch")
+	f.StringVar(&o.against, "against", "cuda", "the backend compared with the CPU reference: cuda, or cpu-int8 (the CPU's int8 products)")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -94,9 +99,22 @@ func runParity(cmd *cobra.Command, args []string, o *parityOptions) error {
 	defer ref.Close()
 	o.gpu.MaxSeqs = max(o.prompts, 1)
 	o.gpu.Context = o.len + o.steps
-	gpu, err := cuda.NewBackend(m, o.gpu)
-	if err != nil {
-		return err
+	var gpu parityBackend
+	switch o.against {
+	case "cuda":
+		g, err := cuda.NewBackend(m, o.gpu)
+		if err != nil {
+			return err
+		}
+		gpu = g
+	case "cpu-int8":
+		c, err := cpu.New(m, cpu.Options{Products: cpu.ProductsInt8})
+		if err != nil {
+			return err
+		}
+		gpu = cpuInt8{c}
+	default:
+		return fmt.Errorf("--against %q: want cuda or cpu-int8", o.against)
 	}
 	defer gpu.Close()
 	r := rand.New(rand.NewPCG(o.seed, 11))
@@ -117,8 +135,12 @@ func runParity(cmd *cobra.Command, args []string, o *parityOptions) error {
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "model\tquant\tseqs\tsteps\tsame tokens\tworst gap\tworst gap/rms\tmin cosine\tcache\tprefill\tgraphs\tpass")
 	prefill := gpu.PrefillArm()
-	fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d/%d\t%.4f\t%.2f\t%.6f\t%s\t%s\t%v\t%v\n", name, quant, o.prompts, o.steps, total-rep.Mismatches, total,
-		rep.MaxGap, rep.MaxGapSigma, rep.MinCosine, o.gpu.Cache, prefill, !o.gpu.NoGraphs, pass)
+	cache, graphs := o.gpu.Cache, fmt.Sprint(!o.gpu.NoGraphs)
+	if o.against != "cuda" {
+		cache, graphs = "f32", "-"
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d/%d\t%.4f\t%.2f\t%.6f\t%s\t%s\t%s\t%v\n", name, quant, o.prompts, o.steps, total-rep.Mismatches, total,
+		rep.MaxGap, rep.MaxGapSigma, rep.MinCosine, cache, prefill, graphs, pass)
 	tw.Flush()
 	printFlips(cmd.OutOrStdout(), rep, 5)
 	if !pass {
@@ -127,6 +149,17 @@ func runParity(cmd *cobra.Command, args []string, o *parityOptions) error {
 	}
 	return nil
 }
+
+// parityBackend is the backend gpu-parity compares with the reference.
+type parityBackend interface {
+	runtime.Backend
+	PrefillArm() string
+}
+
+// cpuInt8 is the CPU's int8 class as a parityBackend.
+type cpuInt8 struct{ *cpu.Backend }
+
+func (cpuInt8) PrefillArm() string { return "cpu-int8" }
 
 // printFlips writes how far from a tie the disagreements were: how many
 // fall in each band of gap/RMS (the reference's margin over the step's RMS

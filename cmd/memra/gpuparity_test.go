@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 
 	"github.com/memra-ai/memra/runtime/cuda"
@@ -27,4 +28,25 @@ func TestPrintFlips(t *testing.T) {
 	require.Equal(t, "disagreements by gap/rms: ≤1 2, 1–2 1, 2–3 1, >3 1\n"+
 		"  sequence 7, step 29: gap 0.0780, rms 0.0200, 3.90×\n"+
 		"  sequence 2, step 42: gap 0.0500, rms 0.0200, 2.50×\n", b.String())
+}
+
+// TestParityAgainstCPUInt8: gpu-parity runs without a GPU against the
+// CPU's int8 class and prints its row (it passes with the bars opened);
+// an unknown backend is an error.
+func TestParityAgainstCPUInt8(t *testing.T) {
+	run := func(o parityOptions) (string, error) {
+		cmd := &cobra.Command{}
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		err := runParity(cmd, nil, &o)
+		return out.String(), err
+	}
+	o := parityOptions{preset: "qwen3-8b", quant: "q8_0", layers: 1, dim: 128, steps: 24, prompts: 2, len: 8, seed: 3,
+		minCos: 0, tieTol: 1e9, against: "cpu-int8"}
+	out, err := run(o)
+	require.NoError(t, err)
+	require.Regexp(t, `qwen3-8b +q8_0 +2 +24 +\d+/48 .* f32 +cpu-int8 +- +true`, out)
+	o.against = "rocm"
+	_, err = run(o)
+	require.ErrorContains(t, err, `--against "rocm"`)
 }
