@@ -208,6 +208,9 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 		return fmt.Errorf("moe_matmul reads %d of rows of %d", x.width, x.stride)
 	}
 	s := MoEShape{Type: t, N: N, K: K, Experts: int(n.Args[1].Shape[0]), Used: used, PerSlot: perSlot}
+	if done, err := l.moeDownSum(n, s, w, x); done || err != nil {
+		return err
+	}
 	args := []Arg{wArg(w)}
 	nodes := []int{n.ID}
 	out := n
@@ -235,6 +238,42 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 		l.val[n.ID] = y // not readable alone; only the SwiGLU's value is used
 	}
 	return nil
+}
+
+// moeDownSum lowers down product n (shape s, weight w, input x) of a
+// one-sequence decode program together with the moe_sum that is its only
+// reader and the residual add after it, as one summing launch (MoEShape.Sum:
+// the floats of the one-row product and MoESum, one launch fewer a layer).
+// It reports false, and lowers nothing, where that does not apply.
+func (l *lowerer) moeDownSum(n *ir.Node, s MoEShape, w int, x view) (bool, error) {
+	if l.o.Class != Decode || l.o.MaxSeqs != 1 || !s.PerSlot || len(l.users[n.ID]) != 1 {
+		return false, nil
+	}
+	sum := l.users[n.ID][0]
+	if sum.Op != ir.OpMoESum || sum.Args[0] != n || int(sum.Shape[1]) != s.N {
+		return false, nil
+	}
+	wts, ok := l.val[sum.Args[1].ID]
+	if !ok || !wts.contiguous() {
+		return false, nil
+	}
+	add, y := l.moeResidual(sum)
+	if add == nil {
+		return false, nil
+	}
+	s.Sum = true
+	arm := DefaultMoEOneArm
+	if p, ok := l.picked("moe_gemv", MoEClass(s)); ok && MoEArmOf(p).One == 1 {
+		arm = MoEArmOf(p)
+	}
+	k, err := l.kernel(MoEGEMV(s, arm))
+	if err != nil {
+		return false, err
+	}
+	l.launch(k, n.Shape[0], []int{n.ID, sum.ID, add.ID}, wArg(w), bufArg(x), bufArg(l.val[n.Args[2].ID]), bufArg(wts), bufArg(y), rowsArg())
+	l.val[n.ID], l.val[sum.ID], l.val[add.ID] = y, y, y // n alone is not readable; its only reader is the sum
+	l.done[sum.ID], l.done[add.ID] = true, true
+	return true, nil
 }
 
 // moeSwiGLU returns the SwiGLU that gate/up moe_matmul n feeds with its

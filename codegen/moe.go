@@ -34,6 +34,11 @@ type MoEShape struct {
 	SwiGLU              bool
 	N, K, Experts, Used int
 	PerSlot             bool
+	// Sum (a PerSlot product without SwiGLU, one-row arms only): each
+	// row's Used slot products are summed, weighted, into the residual
+	// row y, as MoESum would add them (the down product and the sum of a
+	// one-token step in one launch).
+	Sum bool
 }
 
 func (s MoEShape) check() error {
@@ -47,6 +52,9 @@ func (s MoEShape) check() error {
 	}
 	if s.N <= 0 || s.Experts <= 0 || s.Used <= 0 || s.Used > s.Experts {
 		return fmt.Errorf("%w: moe product of %d rows, %d of %d experts", ErrUnsupported, s.N, s.Used, s.Experts)
+	}
+	if s.Sum && (!s.PerSlot || s.SwiGLU) {
+		return fmt.Errorf("%w: a summing moe product is the down product (a row of x a slot, no SwiGLU)", ErrUnsupported)
 	}
 	return nil
 }
@@ -65,6 +73,9 @@ func MoEClass(s MoEShape) string {
 	}
 	if s.PerSlot {
 		c += "_slot"
+	}
+	if s.Sum {
+		c += "_sum"
 	}
 	return c
 }
@@ -297,6 +308,9 @@ func MoEGEMV(s MoEShape, arm MoEArm) (*Kernel, error) {
 	if err := arm.Validate(); err != nil {
 		return nil, err
 	}
+	if s.Sum {
+		return moeGEMVSum(s, arm)
+	}
 	rowBytes, _ := s.Type.RowBytes(s.K)
 	name := fmt.Sprintf("moe_gemv_%s_%s", MoEClass(s), arm)
 	name = strings.ReplaceAll(name, "+", "_")
@@ -415,8 +429,9 @@ func moeGEMVChunk(w *Writer, s MoEShape, arm MoEArm) {
 //
 //	moe_sum(const float* d, const float* wts, float* y, int m)
 //
-// y[t] (+)= Σ_j wts[t][j]·d[t·Used+j], j in order, for d [m·Used][n] and
-// wts [m][Used] (MoERoute's); with residual the sum is added to y (the
+// y[t] (+)= Σ_j wts[t][j]·d[t·Used+j], j in order (a fused multiply-add
+// each, from 0: MoEGEMV's Sum kernels add the same way), for d [m·Used][n]
+// and wts [m][Used] (MoERoute's); with residual the sum is added to y (the
 // residual stream). grid (m).
 func MoESum(n, used int, residual bool, arm BlockArm) (*Kernel, error) {
 	if err := arm.Validate(); err != nil {
@@ -448,7 +463,8 @@ func MoESum(n, used int, residual bool, arm BlockArm) (*Kernel, error) {
 				}
 				w.For("j", "0", "USED", "1", -1, func() {
 					w.Line("const float4 v = dr[j * (N / 4) + i];")
-					w.Line("s.x += wj[j] * v.x; s.y += wj[j] * v.y; s.z += wj[j] * v.z; s.w += wj[j] * v.w;")
+					w.Line("s.x = __fmaf_rn(wj[j], v.x, s.x); s.y = __fmaf_rn(wj[j], v.y, s.y);")
+					w.Line("s.z = __fmaf_rn(wj[j], v.z, s.z); s.w = __fmaf_rn(wj[j], v.w, s.w);")
 				})
 				if residual {
 					w.Line("yr[i] = make_float4(a.x + s.x, a.y + s.y, a.z + s.z, a.w + s.w);")
@@ -479,7 +495,8 @@ func MoEShapes(s Shape, t dtype.Type) (gateUp, down MoEShape) {
 // MoEKernels are the kernels lowering runs for the mixture-of-experts
 // feed-forward of shape s (Experts > 0): the router's float32 GEMV, the
 // routing, and for each weight type of types whose rows s allows the
-// experts' products in their grouped and one-row arms, and the weighted sum.
+// experts' products in their grouped and one-row arms (and the down
+// product that sums, MoEShape.Sum), and the weighted sum.
 func MoEKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 	var ks []*Kernel
 	add := func(k *Kernel, err error) error {
@@ -507,6 +524,12 @@ func MoEKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 				if err := add(MoEGEMV(p, a)); err != nil {
 					return nil, err
 				}
+			}
+		}
+		if dn.check() == nil {
+			dn.Sum = true // one-sequence decode programs' down product and sum
+			if err := add(MoEGEMV(dn, DefaultMoEOneArm)); err != nil {
+				return nil, err
 			}
 		}
 	}

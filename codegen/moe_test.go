@@ -26,7 +26,7 @@ func goldenMoEKernels(t *testing.T) []*Kernel {
 			out = append(out, k)
 		}
 	}
-	require.Len(t, out, 6) // route, sum, gate/up and down in their grouped and one-row arms
+	require.Len(t, out, 7) // route, sum, gate/up and down in their grouped and one-row arms, the summing down
 	return out
 }
 
@@ -67,6 +67,10 @@ func TestMoEGeometry(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, mixed.Name, "+")
 	require.Contains(t, mixed.Source, "dq32_q6_k(ur, u, vu)")
+	sum, err := MoEGEMV(MoEShape{Type: dtype.Q6_K, N: 2048, K: 768, Experts: 128, Used: 8, PerSlot: true, Sum: true}, DefaultMoEOneArm)
+	require.NoError(t, err)
+	require.Equal(t, Geometry{Grid: dim3(256, 1, 1), Block: dim3(256, 1, 1)}, sum.Launch(Dims{Tokens: 1}), "a block a row set, every slot")
+	require.Equal(t, "q6_k_n2048_k768_e128_u8_slot_sum", MoEClass(MoEShape{Type: dtype.Q6_K, N: 2048, K: 768, Experts: 128, Used: 8, PerSlot: true, Sum: true}))
 }
 
 func TestMoEUnsupported(t *testing.T) {
@@ -79,6 +83,8 @@ func TestMoEUnsupported(t *testing.T) {
 		{MoEShape{Type: dtype.Q8_0, N: 0, K: 64, Experts: 4, Used: 2}, DefaultMoEArm},                                 // no rows
 		{MoEShape{Type: dtype.Q8_0, N: 8, K: 64, Experts: 4, Used: 2}, MoEArm{RowsPerBlock: 8, BatchRows: 4, One: 1}}, // a one-row arm of 4 slots
 		{MoEShape{Type: dtype.Q8_K, N: 8, K: 256, Experts: 4, Used: 2}, DefaultMoEArm},                                // a type the dequantisers lack
+		{MoEShape{Type: dtype.Q8_0, N: 8, K: 64, Experts: 4, Used: 2, PerSlot: true, Sum: true}, DefaultMoEArm},       // a summing grouped arm
+		{MoEShape{Type: dtype.Q8_0, N: 8, K: 64, Experts: 4, Used: 2, Sum: true}, DefaultMoEOneArm},                   // a summing product of token rows
 	} {
 		_, err := MoEGEMV(c.s, c.arm)
 		require.ErrorIs(t, err, ErrUnsupported, "%+v %v", c.s, c.arm)

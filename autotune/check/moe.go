@@ -19,7 +19,8 @@ import (
 // the router's product at one token and a decode batch (routerCheckArms);
 // for each weight type the gate/up pair (SwiGLU) and the down product at
 // one token (with the one-row arm too), a decode batch of 12 and, for the
-// gate/up pair, a prefill chunk of 64; the weighted sum into the residual.
+// gate/up pair, a prefill chunk of 64; the down product that sums into the
+// residual at one token; the weighted sum into the residual.
 func MoECases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case {
 	if s.Experts == 0 {
 		return nil
@@ -50,6 +51,9 @@ func MoECases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case {
 			for _, m := range c.tokens {
 				cs = append(cs, MoEProduct(s.Name, c.use, c.p, m, seed))
 			}
+		}
+		if rowOK(t, dn.K) {
+			cs = append(cs, MoEDownSum(s.Name, dn, seed))
 		}
 	}
 	return cs
@@ -183,6 +187,57 @@ func MoEProduct(shape, use string, p codegen.MoEShape, m int, seed uint64) *Case
 				}
 				args = append(args, b(fbuf(x)), b(ibuf(ids)), b(ibuf(groups)), b(y), s(m))
 				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m}, Args: [][]Arg{args}, Outs: []*Buf{y}}, nil
+			},
+			compare: relErrTo(ref),
+		}, nil
+	}
+	return c
+}
+
+// MoEDownSum is the down product of a one-token step that adds its slots'
+// rows, weighted, into the residual stream (codegen.MoEShape.Sum, one-row
+// arms): the reference is the down product's then MoESum's.
+func MoEDownSum(shape string, dn codegen.MoEShape, seed uint64) *Case {
+	p := dn
+	p.Sum = true
+	dt := strings.ToLower(p.Type.String())
+	sp, err := codegen.SpaceByName("moe_gemv")
+	if err != nil {
+		panic("BUG: " + err.Error())
+	}
+	sp.Default = codegen.DefaultMoEOneArm.Point()
+	c := &Case{Family: "moe_gemv", Label: "moe_gemv/down_sum", Shape: shape, DType: dt, Class: codegen.MoEClass(p), Use: "down",
+		Tol: 1e-4, seed: seed, K: p.K, N: p.N, space: &sp}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		if codegen.MoEArmOf(arm).One != 1 {
+			return nil, fmt.Errorf("%w: a summing product runs one-row arms", ErrCase)
+		}
+		return one(codegen.MoEGEMV(p, codegen.MoEArmOf(arm)))
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		W, err := randWeights(p.Type, p.Experts*p.N, p.K, r.Uint64())
+		if err != nil {
+			return nil, err
+		}
+		ids, _ := moeRouting(r, p.Experts, p.Used, 1)
+		_, wts := codegen.RefMoERoute(p.Used+1, p.Used, true, randn(r, p.Used+1))
+		x, y0 := randn(r, p.Used*p.K), randn(r, p.N)
+		ref := lazy(func() ([]float32, error) {
+			d, err := refMoEGEMV(dn, W, nil, x, ids)
+			if err != nil {
+				return nil, err
+			}
+			return codegen.RefMoESum(p.N, p.Used, d, wts, y0), nil
+		})
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				y := fbuf(y0)
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: 1},
+					Args: [][]Arg{{b(&Buf{Data: W}), b(fbuf(x)), b(ibuf(ids)), b(fbuf(wts)), b(y), s(1)}}, Outs: []*Buf{y}}, nil
 			},
 			compare: relErrTo(ref),
 		}, nil

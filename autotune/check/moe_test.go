@@ -22,11 +22,11 @@ func TestMoECases(t *testing.T) {
 	}
 	require.Equal(t, []string{"moe_route×1 f32", "moe_route×12 f32", "moe_route×300 f32", "moe_sum×12 f32",
 		"moe_router×1 f32", "moe_router×12 f32",
-		"moe_gemv/gate_up q4_k", "moe_gemv/gate_up×12 q4_k", "moe_gemv/gate_up×64 q4_k", "moe_gemv/down q4_k", "moe_gemv/down×12 q4_k",
-		"moe_gemv/gate_up q8_0", "moe_gemv/gate_up×12 q8_0", "moe_gemv/gate_up×64 q8_0", "moe_gemv/down q8_0", "moe_gemv/down×12 q8_0"}, labels)
+		"moe_gemv/gate_up q4_k", "moe_gemv/gate_up×12 q4_k", "moe_gemv/gate_up×64 q4_k", "moe_gemv/down q4_k", "moe_gemv/down×12 q4_k", "moe_gemv/down_sum q4_k",
+		"moe_gemv/gate_up q8_0", "moe_gemv/gate_up×12 q8_0", "moe_gemv/gate_up×64 q8_0", "moe_gemv/down q8_0", "moe_gemv/down×12 q8_0", "moe_gemv/down_sum q8_0"}, labels)
 	require.Empty(t, MoECases(tiny(t), []dtype.Type{dtype.Q4_K}, 1), "a dense shape has none")
 	kc := KernelCheckCases(s, []dtype.Type{dtype.Q4_K}, 1)
-	require.Equal(t, "moe_gemv/down×12", kc[len(kc)-1].Label, "kernel-check runs them after the dense cases")
+	require.Equal(t, "moe_gemv/down_sum", kc[len(kc)-1].Label, "kernel-check runs them after the dense cases")
 
 	for _, c := range cs {
 		arms := append([]codegen.Point{c.Space().Default}, c.ExtraArms...)
@@ -42,11 +42,16 @@ func TestMoECases(t *testing.T) {
 			require.Equal(t, "gemv", c.Family, "the router is a float GEMV")
 			require.Len(t, c.ExtraArms, len(routerCheckArms))
 		}
-		if strings.HasPrefix(c.Label, "moe_gemv") && !strings.Contains(c.Label, "×") {
+		if strings.HasPrefix(c.Label, "moe_gemv") && !strings.Contains(c.Label, "×") && !strings.HasSuffix(c.Label, "_sum") {
 			require.Len(t, c.ExtraArms, 1, "one token: the one-row arm too")
 			require.Equal(t, 1, c.ExtraArms[0]["one"])
 		}
 	}
+	// the summing down product runs one-row arms only, the default among them
+	ds := cs[slices.IndexFunc(cs, func(c *Case) bool { return c.Label == "moe_gemv/down_sum" })]
+	require.Equal(t, 1, ds.Space().Default["one"])
+	_, err = ds.Launch(codegen.DefaultMoEArm.Point())
+	require.ErrorIs(t, err, ErrCase)
 	// a one-row arm is no arm of a batch case
 	batch := cs[slices.IndexFunc(cs, func(c *Case) bool { return c.Label == "moe_gemv/gate_up×12" })]
 	_, err = batch.Launch(codegen.DefaultMoEOneArm.Point())

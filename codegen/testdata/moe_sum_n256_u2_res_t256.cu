@@ -49,7 +49,8 @@ extern "C" __global__ void __launch_bounds__(256) moe_sum_n256_u2_res_t256(
         #pragma unroll
         for (int j = 0; j < USED; ++j) {
             const float4 v = dr[j * (N / 4) + i];
-            s.x += wj[j] * v.x; s.y += wj[j] * v.y; s.z += wj[j] * v.z; s.w += wj[j] * v.w;
+            s.x = __fmaf_rn(wj[j], v.x, s.x); s.y = __fmaf_rn(wj[j], v.y, s.y);
+            s.z = __fmaf_rn(wj[j], v.z, s.z); s.w = __fmaf_rn(wj[j], v.w, s.w);
         }
         yr[i] = make_float4(a.x + s.x, a.y + s.y, a.z + s.z, a.w + s.w);
     }

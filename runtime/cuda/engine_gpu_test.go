@@ -136,10 +136,14 @@ func TestGPUBatchWidthsExact(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		numerics Numerics
-	}{{"default", NumericsDefault}, {"f16", NumericsF16}} {
+		preset   string
+	}{{"default", NumericsDefault, "llama3-8b"}, {"f16", NumericsF16, "llama3-8b"},
+		// a mixture of experts: alone, the one-sequence program sums the
+		// experts in the down product (MoEShape.Sum); in batches MoESum does
+		{"moe-default", NumericsDefault, "qwen3-30b-a3b"}} {
 		name := c.name
 		t.Run(name, func(t *testing.T) {
-			e, reqs := widthsEngine(t, BackendOptions{MaxSeqs: 64, Numerics: c.numerics}, 64)
+			e, reqs := widthsEngine(t, c.preset, BackendOptions{MaxSeqs: 64, Numerics: c.numerics}, 64)
 			alone, _ := greedy(t, e, reqs[:1])
 			var parted []int
 			for _, w := range []int{2, 3, 8, 16, 64} {
@@ -174,7 +178,7 @@ func TestGPUInt8OneProgram(t *testing.T) {
 		{"one-program-attention-quantised-apart", oneDiag{oneNoQuantOut: codegen.QuantOutAttn}},
 		{"one-program-all-apart", oneDiag{oneNoRope: true, oneNoQuantOut: codegen.QuantOutNorm | codegen.QuantOutSwiGLU | codegen.QuantOutAttn}}} {
 		t.Run(c.name, func(t *testing.T) {
-			e, reqs := widthsEngine(t, BackendOptions{MaxSeqs: 16, Numerics: NumericsInt8, diag: c.diag}, 3)
+			e, reqs := widthsEngine(t, "llama3-8b", BackendOptions{MaxSeqs: 16, Numerics: NumericsInt8, diag: c.diag}, 3)
 			alone, _ := greedy(t, e, reqs[:1])
 			got, _ := greedy(t, e, reqs)
 			require.Equal(t, alone[0], got[0], "%s: first difference at token %d", c.name, firstTokenDiff(alone[0], got[0]))
@@ -185,8 +189,8 @@ func TestGPUInt8OneProgram(t *testing.T) {
 // widthsEngine is an engine of opts.MaxSeqs running sequences (no prefix
 // cache) over the synthesized two-layer llama3-8b q4_k_m, and n greedy
 // requests of 48 tokens whose prompts shorten from 330 tokens.
-func widthsEngine(t *testing.T, opts BackendOptions, n int) (*runtime.Engine, []runtime.Request) {
-	m := synthModel(t, "llama3-8b", "q4_k_m", synth.WeightsFloat)
+func widthsEngine(t *testing.T, preset string, opts BackendOptions, n int) (*runtime.Engine, []runtime.Request) {
+	m := synthModel(t, preset, "q4_k_m", synth.WeightsFloat)
 	b := gpuBackend(t, m, opts)
 	e := runtime.NewEngine(b, nil, runtime.EngineConfig{MaxRunning: opts.MaxSeqs, NoPrefixCache: true})
 	t.Cleanup(func() { _ = e.Close() })
