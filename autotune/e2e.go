@@ -103,13 +103,19 @@ const ConfirmMargin = 0.01
 // Confirm judges each group in turn: steps with the group's entries over
 // base against base alone, at the group's batch. A group is kept when its
 // step passes and is at least ConfirmMargin faster; a kept group's entries
-// join the base of the groups after it.
+// join the base of the groups after it. Once ctx is done (its deadline is
+// the run's budget) no further group is started; the verdicts so far are
+// returned with the error, and the caller writes none of the groups
+// without one.
 func Confirm(ctx context.Context, r E2ERunner, base codegen.ArmPicker, groups []ConfirmGroup) ([]Confirmed, error) {
 	var out []Confirmed
 	var kept []tunedb.Entry
 	for _, g := range groups {
 		if len(g.Entries) == 0 {
 			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return out, fmt.Errorf("autotune: confirming %s: %w", g.Name, err)
 		}
 		b := Overlay(base, kept)
 		res, err := CompareE2E(ctx, r, Overlay(b, g.Entries), b, []int{g.Batch}, g.Numerics)

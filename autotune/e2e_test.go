@@ -134,3 +134,36 @@ func TestConfirm(t *testing.T) {
 	require.Equal(t, "off", res[3].Result.Numerics, "a group is judged in its class")
 	require.Equal(t, map[string]int{"": 6, "off": 2}, f.byClass)
 }
+
+// TestConfirmStopsAtDeadline: a group is not started once the context is
+// done; the verdicts so far come back with the error.
+func TestConfirmStopsAtDeadline(t *testing.T) {
+	fast := codegen.GEMVArm{Threads: 128, RowsPerBlock: 4, Unroll: 2, SharedX: 1}
+	f := &fakeE2E{classes: []string{"a", "b"}, cost: map[string]float64{"a:" + fast.String(): 5, "b:" + fast.String(): 5}}
+	ctx, cancel := context.WithCancel(context.Background())
+	groups := []ConfirmGroup{
+		{Name: "one-row a", Batch: 1, Entries: []tunedb.Entry{entry("a", fast)}},
+		{Name: "one-row b", Batch: 1, Entries: []tunedb.Entry{entry("b", fast)}},
+	}
+	stop := &stopAfter{fakeE2E: f, n: 2, cancel: cancel}
+	res, err := Confirm(ctx, stop, nil, groups)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Len(t, res, 1)
+	require.Equal(t, "one-row a", res[0].Group.Name)
+	require.Equal(t, 2, f.steps, "the second group never ran a step")
+}
+
+// stopAfter cancels its context after n steps.
+type stopAfter struct {
+	*fakeE2E
+	n      int
+	cancel context.CancelFunc
+}
+
+func (s *stopAfter) Step(ctx context.Context, pick codegen.ArmPicker, batch int, numerics string) (Measurement, error) {
+	m, err := s.fakeE2E.Step(ctx, pick, batch, numerics)
+	if s.fakeE2E.steps >= s.n {
+		s.cancel()
+	}
+	return m, err
+}

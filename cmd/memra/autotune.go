@@ -27,6 +27,10 @@ import (
 
 var errAutotune = errors.New("autotune")
 
+// sweepShare is the percentage of --budget the sweep takes when an
+// end-to-end confirmation follows it (the confirmation has the rest).
+const sweepShare = 70
+
 func init() {
 	cmd := &cobra.Command{
 		Use:   "autotune [MODEL]",
@@ -46,7 +50,8 @@ func init() {
 	f.StringSlice("shapes", []string{"llama3-8b"}, "shape presets when no MODEL is given: llama3-8b, qwen2.5-7b, qwen3-8b, tiny, qwen3-30b-a3b, mixtral-8x7b, tiny-moe")
 	f.StringSlice("types", []string{"q4_k"}, "weight types for --shapes presets")
 	f.StringSlice("families", nil, "families to tune (default: those the default programs launch, less the decode products of repacked weights): "+strings.Join(codegen.SpaceFamilies(), ", "))
-	f.Duration("budget", 10*time.Minute, "time for the whole sweep; each task gets an equal share of what is left")
+	f.Duration("budget", 10*time.Minute, "time for the whole run: with a MODEL and --confirm the sweep takes 70 % (each task an equal share "+
+		"of what is left) and the end-to-end confirmation the rest (groups it has no time to judge are not written); else the sweep all of it")
 	f.Int("reps", 20, "timed samples of a final measurement")
 	f.Int("batch", 1, "rows of the decode-step families (GEMV, norm, RoPE, SwiGLU, argmax)")
 	f.Int("prefill", 256, "rows of the MMA products and prefill attention")
@@ -295,7 +300,13 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	o := autotune.Options{Observer: autotune.NewBar(cmd.ErrOrStderr())}
-	o.Budget, _ = f.GetDuration("budget")
+	budget, _ := f.GetDuration("budget")
+	start := time.Now()
+	o.Budget = budget
+	if confirm && budget > 0 {
+		// the confirmation's share: the sweep stops in time for it
+		o.Budget = budget * sweepShare / 100
+	}
 	o.Reps, _ = f.GetInt("reps")
 	o.ExhaustiveMax, _ = f.GetInt("exhaustive-max")
 	o.Parallel, _ = f.GetInt("parallel")
@@ -322,7 +333,13 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 		// the backend takes the card: the sweep's device is done with
 		_ = dev.Close()
 		logf := func(format string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", a...) }
-		verdicts, err := confirmE2E(ctx, args[0], cuda.TunedPicker(db, key), groups, logf)
+		cctx := ctx
+		if budget > 0 {
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithDeadline(ctx, start.Add(budget))
+			defer cancel()
+		}
+		verdicts, err := confirmE2E(cctx, args[0], cuda.TunedPicker(db, key), groups, logf)
 		writeVerdicts(out, verdicts)
 		if err != nil {
 			// what was not confirmed is not written; the other entries are
