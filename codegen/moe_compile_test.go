@@ -59,3 +59,32 @@ func TestCompileMoEProgramKernels(t *testing.T) {
 	}
 	compileAll(t, nv, "compute_90", ks)
 }
+
+// TestCompileMoEXQ compiles the experts' products on int8 activations
+// (codegen.MoEXQ) to compute_90 PTX: the gate/up pair and the down product
+// at the Qwen3-30B-A3B and Mixtral-8x7B shapes for every repacked type
+// whose rows the lanes hold, in one-row and grouped arms, ragged row sets
+// included.
+func TestCompileMoEXQ(t *testing.T) {
+	nv := nvrtcOrSkip(t)
+	var ks []*codegen.Kernel
+	for _, name := range []string{"tiny-moe", "qwen3-30b-a3b", "mixtral-8x7b"} {
+		s, err := codegen.ShapeByName(name)
+		require.NoError(t, err)
+		for _, typ := range codegen.RepackTypes {
+			gu, dn := codegen.MoEShapes(s, typ)
+			for _, p := range []codegen.MoEShape{gu, dn} {
+				for _, a := range []codegen.MoEArm{codegen.DefaultMoEOneArm, codegen.DefaultMoEArm, {RowsPerBlock: 3, BatchRows: 5}} {
+					k, err := codegen.MoEXQ(p, a)
+					if err != nil {
+						require.ErrorIs(t, err, codegen.ErrUnsupported, "%s %v %+v", name, typ, p)
+						continue
+					}
+					ks = append(ks, k)
+				}
+			}
+		}
+	}
+	require.NotEmpty(t, ks)
+	compileAll(t, nv, "compute_90", ks)
+}

@@ -20,7 +20,8 @@ import (
 // for each weight type the gate/up pair (SwiGLU) and the down product at
 // one token (with the one-row arm too), a decode batch of 12 and, for the
 // gate/up pair, a prefill chunk of 64; the down product that sums into the
-// residual at one token; the weighted sum into the residual.
+// residual at one token; the same products on int8 activations (moe_xq,
+// not lowered yet) at 1 and 12 tokens; the weighted sum into the residual.
 func MoECases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case {
 	if s.Experts == 0 {
 		return nil
@@ -55,6 +56,7 @@ func MoECases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case {
 		if rowOK(t, dn.K) {
 			cs = append(cs, MoEDownSum(s.Name, dn, seed))
 		}
+		cs = append(cs, moeXQCases(s, t, seed)...)
 	}
 	return cs
 }

@@ -23,20 +23,30 @@ func TestMoECases(t *testing.T) {
 	require.Equal(t, []string{"moe_route×1 f32", "moe_route×12 f32", "moe_route×300 f32", "moe_sum×12 f32",
 		"moe_router×1 f32", "moe_router×12 f32",
 		"moe_gemv/gate_up q4_k", "moe_gemv/gate_up×12 q4_k", "moe_gemv/gate_up×64 q4_k", "moe_gemv/down q4_k", "moe_gemv/down×12 q4_k", "moe_gemv/down_sum q4_k",
-		"moe_gemv/gate_up q8_0", "moe_gemv/gate_up×12 q8_0", "moe_gemv/gate_up×64 q8_0", "moe_gemv/down q8_0", "moe_gemv/down×12 q8_0", "moe_gemv/down_sum q8_0"}, labels)
+		"moe_xq/gate_up q4_k", "moe_xq/gate_up×12 q4_k", "moe_xq/down q4_k", "moe_xq/down×12 q4_k",
+		"moe_gemv/gate_up q8_0", "moe_gemv/gate_up×12 q8_0", "moe_gemv/gate_up×64 q8_0", "moe_gemv/down q8_0", "moe_gemv/down×12 q8_0", "moe_gemv/down_sum q8_0",
+		"moe_xq/gate_up q8_0", "moe_xq/gate_up×12 q8_0", "moe_xq/down q8_0", "moe_xq/down×12 q8_0"}, labels)
 	require.Empty(t, MoECases(tiny(t), []dtype.Type{dtype.Q4_K}, 1), "a dense shape has none")
 	kc := KernelCheckCases(s, []dtype.Type{dtype.Q4_K}, 1)
-	require.Equal(t, "moe_gemv/down_sum", kc[len(kc)-1].Label, "kernel-check runs them after the dense cases")
+	require.Equal(t, "moe_xq/down×12", kc[len(kc)-1].Label, "kernel-check runs them after the dense cases")
 
 	for _, c := range cs {
 		arms := append([]codegen.Point{c.Space().Default}, c.ExtraArms...)
 		for _, arm := range arms {
 			l, err := c.Launch(arm)
 			require.NoError(t, err, c.Label)
-			require.Len(t, l.Kernels, 1)
-			require.Len(t, l.Args[0], len(l.Kernels[0].Params), c.Label)
-			g := l.Kernels[0].Launch(l.Dims)
-			require.Positive(t, g.Grid[0]*g.Grid[1], c.Label)
+			if strings.HasPrefix(c.Label, "moe_xq") {
+				require.Len(t, l.Kernels, 2, "XQuant, then the product")
+				require.Equal(t, "xquant", l.Kernels[0].Family)
+				require.Equal(t, "moe_xq", l.Kernels[1].Family)
+			} else {
+				require.Len(t, l.Kernels, 1)
+			}
+			for i, k := range l.Kernels {
+				require.Len(t, l.Args[i], len(k.Params), c.Label)
+				g := k.Launch(l.Dims)
+				require.Positive(t, g.Grid[0]*g.Grid[1], c.Label)
+			}
 		}
 		if strings.HasPrefix(c.Label, "moe_router") {
 			require.Equal(t, "gemv", c.Family, "the router is a float GEMV")

@@ -1,0 +1,45 @@
+package codegen
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// TestMoEXQ: the int8-activation expert products take the float
+// products' grids and parameters (with the quantised rows for x), read the
+// expert's rows of the repacked E·N-row matrix after pdl_wait, and refuse
+// what they do not handle.
+func TestMoEXQ(t *testing.T) {
+	s := MoEShape{Type: dtype.Q4_K, Up: dtype.Q4_K, SwiGLU: true, N: 768, K: 2048, Experts: 128, Used: 8}
+	for _, a := range []MoEArm{DefaultMoEArm, DefaultMoEOneArm} {
+		x, err := MoEXQ(s, a)
+		require.NoError(t, err)
+		f, err := MoEGEMV(s, a)
+		require.NoError(t, err)
+		require.Equal(t, f.Launch(Dims{Tokens: 5}), x.Launch(Dims{Tokens: 5}), "the float product's grid")
+		require.Len(t, x.Params, len(f.Params))
+		require.Equal(t, "xq", x.Params[2].Name)
+		require.Equal(t, "moe_xq", x.Family)
+		src := x.Source
+		require.Less(t, strings.Index(src, "pdl_wait();"), strings.Index(src, "q0[i] = qp0[uu];"), "weights load once the expert is known")
+		require.Contains(t, src, "(const uint4*)Wu + (size_t)rr1 * UPR", "the up rows from their own matrix")
+		require.Contains(t, src, "#define N 98304", "the planes of all 128 experts")
+	}
+	down := MoEShape{Type: dtype.Q6_K, N: 2048, K: 768, Experts: 128, Used: 8, PerSlot: true}
+	k, err := MoEXQ(down, DefaultMoEOneArm)
+	require.NoError(t, err)
+	require.Contains(t, k.Source, "#define XROW(s) (s)")
+	for _, bad := range []MoEShape{
+		{Type: dtype.Q4_K, Up: dtype.Q6_K, SwiGLU: true, N: 768, K: 2048, Experts: 128, Used: 8}, // a pair of two types
+		{Type: dtype.Q5_K, N: 768, K: 2048, Experts: 128, Used: 8},                               // no repacked layout
+		{Type: dtype.Q6_K, N: 4096, K: 14336, Experts: 8, Used: 2, PerSlot: true},                // 14 units a lane
+		{Type: dtype.Q6_K, N: 2048, K: 768, Experts: 128, Used: 8, PerSlot: true, Sum: true},     // the summing product
+	} {
+		_, err := MoEXQ(bad, DefaultMoEOneArm)
+		require.ErrorIs(t, err, ErrUnsupported, "%+v", bad)
+	}
+}
