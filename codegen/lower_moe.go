@@ -208,15 +208,21 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 		return fmt.Errorf("moe_matmul reads %d of rows of %d", x.width, x.stride)
 	}
 	s := MoEShape{Type: t, N: N, K: K, Experts: int(n.Args[1].Shape[0]), Used: used, PerSlot: perSlot}
-	if done, err := l.moeDownSum(n, s, w, x); done || err != nil {
-		return err
+	sw, up := l.moeSwiGLU(n)
+	if sw != nil {
+		s.SwiGLU, s.Up = true, up.Args[1].DType("type")
+	}
+	arm, oneArm := l.moeArms(s)
+	if arm.XQ == 0 {
+		if done, err := l.moeDownSum(n, s, w, x); done || err != nil {
+			return err
+		}
 	}
 	args := []Arg{wArg(w)}
 	nodes := []int{n.ID}
 	out := n
-	if sw, up := l.moeSwiGLU(n); sw != nil {
-		tu, _, _, wu := l.expertWeight(up.Args[1])
-		s.SwiGLU, s.Up = true, tu
+	if sw != nil {
+		_, _, _, wu := l.expertWeight(up.Args[1])
 		args = append(args, wArg(wu))
 		nodes = append(nodes, up.ID, sw.ID)
 		out = sw
@@ -224,14 +230,26 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 	}
 	rows := n.Shape[0]
 	y := view{buf: l.buffer("moe_"+shortName(n.Args[1].Str("name")), rows, used*N), width: used * N, stride: used * N}
-	args = append(args, bufArg(x), bufArg(l.val[n.Args[2].ID]), bufArg(route.groups), bufArg(y), rowsArg())
-	kern, one, err := l.moeKernels(s)
+	xin := x
+	if arm.XQ == 1 {
+		// int8 activations: a token's row (the down product's: its slots' rows side by side)
+		q, _, err := l.quantised(x, x.width, rows, nil)
+		if err != nil {
+			return err
+		}
+		xin = q
+	}
+	args = append(args, bufArg(xin), bufArg(l.val[n.Args[2].ID]), bufArg(route.groups), bufArg(y), rowsArg())
+	kern, one, err := l.moeKernels(s, arm, oneArm)
 	if err != nil {
 		return err
 	}
 	l.launch(kern, rows, nodes, args...)
 	if one >= 0 {
 		l.p.Launches[len(l.p.Launches)-1].One = one + 1
+	}
+	if arm.XQ == 1 {
+		l.repacked[kern] = true // W (and Wu) in layout 1; the one-row kernel takes the same arguments
 	}
 	l.val[out.ID] = y
 	if out != n {
@@ -292,24 +310,46 @@ func (l *lowerer) moeSwiGLU(n *ir.Node) (sw, partner *ir.Node) {
 	return sw, up
 }
 
+// moeArms returns the grouped and one-row arms of MoEGEMV s: the tunedb's
+// pick of its class (a grouped pick's geometry for the grouped arm, a
+// one-row pick's for the one-row arm, its XQ for both, so that one-row and
+// grouped steps keep one order), else the defaults. An int8-activation pick
+// (XQ 1) runs only where that class may (not the exact configuration, not
+// the f16 class) and where MoEXQ takes s; elsewhere the float products do.
+func (l *lowerer) moeArms(s MoEShape) (arm, one MoEArm) {
+	arm, one = DefaultMoEArm, DefaultMoEOneArm
+	if p, ok := l.picked("moe_gemv", MoEClass(s)); ok {
+		a := MoEArmOf(p)
+		if a.One == 1 {
+			one = a
+		} else {
+			arm = a
+		}
+		arm.XQ, one.XQ = a.XQ, a.XQ
+	}
+	if arm.XQ == 1 {
+		_, e1 := MoEXQ(s, arm)
+		_, e2 := MoEXQ(s, one)
+		if l.o.PrefillGEMV || (l.o.BatchInvariant && !l.o.InvariantInt8) || e1 != nil || e2 != nil {
+			arm.XQ, one.XQ = 0, 0
+		}
+	}
+	return arm, one
+}
+
 // moeKernels returns the kernel of MoEGEMV s a launch runs and the one-row
 // kernel it runs at one-row steps (-1 for none): decode programs of two or
 // more sequences run both, one-sequence programs the one-row arm alone,
-// prefill the grouped arm. A tunedb pick for (moe_gemv, MoEClass) replaces
-// the grouped arm.
-func (l *lowerer) moeKernels(s MoEShape) (kern, one int, err error) {
-	arm := DefaultMoEArm
-	if p, ok := l.picked("moe_gemv", MoEClass(s)); ok && MoEArmOf(p).One == 0 {
-		arm = MoEArmOf(p)
-	}
+// prefill the grouped arm (moeArms chooses them).
+func (l *lowerer) moeKernels(s MoEShape, arm, oneArm MoEArm) (kern, one int, err error) {
 	if l.o.Class == Decode && l.o.MaxSeqs == 1 {
-		kern, err = l.kernel(MoEGEMV(s, DefaultMoEOneArm))
+		kern, err = l.kernel(MoEGEMV(s, oneArm))
 		return kern, -1, err
 	}
 	if kern, err = l.kernel(MoEGEMV(s, arm)); err != nil || l.o.Class != Decode {
 		return kern, -1, err
 	}
-	one, err = l.kernel(MoEGEMV(s, DefaultMoEOneArm))
+	one, err = l.kernel(MoEGEMV(s, oneArm))
 	return kern, one, err
 }
 

@@ -246,3 +246,56 @@ func TestLowerMoEErrors(t *testing.T) {
 	require.ErrorIs(t, err, ErrLower)
 	require.ErrorContains(t, err, "topk without moe_weights")
 }
+
+// TestLowerMoEXQ: a tunedb pick of an int8-activation arm (XQ 1) for the
+// experts' products lowers them as moe_xq launches on repacked expert
+// weights after an XQuant launch of their input (the down product's of its
+// token's slot rows side by side), with one-row kernels of the same kind
+// and no summing down product; the exact configuration and the f16 class
+// keep the float products.
+func TestLowerMoEXQ(t *testing.T) {
+	pick := func(family, class string) (Point, bool) {
+		if family == "moe_gemv" {
+			return MoEArm{RowsPerBlock: 8, BatchRows: 8, XQ: 1}.Point(), true
+		}
+		return nil, false
+	}
+	for _, c := range moeLowerCases() {
+		t.Run(c.name, func(t *testing.T) {
+			o := c.opts
+			o.Pick = pick
+			p, err := Lower(c.g(t), o)
+			require.NoError(t, err)
+			xqOK := !o.PrefillGEMV
+			if !xqOK {
+				require.Zero(t, launchesOf(p, "moe_xq"), "the exact configuration keeps the float products")
+				return
+			}
+			require.Equal(t, 2*p.Layers, launchesOf(p, "moe_xq"))
+			require.Zero(t, launchesOf(p, "moe_gemv"))
+			require.Equal(t, p.Layers, launchesOf(p, "moe_sum"), "the int8 down product does not sum")
+			for i, l := range p.Launches {
+				k := p.Kernels[l.Kernel]
+				if k.Family != "moe_xq" {
+					continue
+				}
+				prev := p.Kernels[p.Launches[i-1].Kernel]
+				require.Equal(t, "xquant", prev.Family, "L%d's input is quantised right before it", i)
+				require.Equal(t, p.Launches[i-1].Args[1], l.Args[len(l.Args)-5], "L%d reads the XQuant launch's rows", i)
+				for j, a := range l.Args {
+					if a.Kind == ArgWeight {
+						require.Equal(t, 1, p.Weights[a.Index].Layout, "L%d argument %d: expert weights repacked", i, j)
+					}
+				}
+				if l.One > 0 {
+					require.Equal(t, "moe_xq", p.Kernels[l.One-1].Family, "L%d: the one-row kernel keeps the class", i)
+				}
+			}
+			f16 := o
+			f16.BatchInvariant, f16.InvariantInt8 = true, false
+			p, err = Lower(c.g(t), f16)
+			require.NoError(t, err)
+			require.Zero(t, launchesOf(p, "moe_xq"), "the f16 class keeps the float products")
+		})
+	}
+}

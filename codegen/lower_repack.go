@@ -10,12 +10,13 @@ func (l *lowerer) splitLayouts() {
 	}
 	plain := map[int]bool{}  // weights some other launch reads
 	packed := map[int]bool{} // weights a layout-1 launch reads
-	// a layout-1 GEMV reads its matrix as argument 0 (W); any other weight
-	// it takes (a fused norm's vector) is plain
+	// a layout-1 product reads its matrices as W (and a MoE gate/up pair's
+	// up rows as Wu); any other weight it takes (a fused norm's vector) is
+	// plain
 	for _, ln := range l.p.Launches {
 		for j, a := range ln.Args {
 			if a.Kind == ArgWeight {
-				if l.repacked[ln.Kernel] && j == 0 {
+				if l.repacked[ln.Kernel] && packedParam(l.p.Kernels[ln.Kernel].Params[j].Name) {
 					packed[a.Index] = true
 				} else {
 					plain[a.Index] = true
@@ -46,13 +47,19 @@ func (l *lowerer) splitLayouts() {
 		if !l.repacked[ln.Kernel] {
 			continue
 		}
-		if a := ln.Args[0]; a.Kind == ArgWeight {
-			if t, ok := twin[a.Index]; ok {
-				ln.Args[0].Index = t
+		for j, a := range ln.Args {
+			if a.Kind == ArgWeight && packedParam(l.p.Kernels[ln.Kernel].Params[j].Name) {
+				if t, ok := twin[a.Index]; ok {
+					ln.Args[j].Index = t
+				}
 			}
 		}
 	}
 }
+
+// packedParam reports whether a layout-1 kernel's parameter of this name
+// is a matrix it reads repacked.
+func packedParam(name string) bool { return name == "W" || name == "Wu" }
 
 // pruneKernels drops the kernels no launch runs (those a launch had before
 // ropeInProducts gave it the RoPE epilogue), renumbering the launches'.

@@ -101,9 +101,13 @@ func MoESumClass(n, used int, residual bool) string {
 // MoEArm is the tuning of MoEGEMV: a warp a weight row, RowsPerBlock rows a
 // block; a grouped block (One 0) reads each weight unit once for up to
 // BatchRows of its expert's slots; a one-row block (One 1, BatchRows 1)
-// serves one slot of a one-token step.
+// serves one slot of a one-token step. XQ 1 multiplies repacked weights
+// with int8 activations an XQuant launch wrote (MoEXQ) instead of float
+// ones: its own numerical class (tolerance XQTol), never in the exact
+// configuration or the f16 class.
 type MoEArm struct {
 	RowsPerBlock, BatchRows, One int
+	XQ                           int
 }
 
 // DefaultMoEArm is the grouped arm: eight rows a block, eight slots a
@@ -119,11 +123,13 @@ var MoEKnobs = []Knob{
 	{"rows_per_block", []int{1, 2, 4, 8, 16}},
 	{"batch_rows", []int{1, 2, 4, 8, 16}},
 	{"one", []int{0, 1}},
+	{"xq", []int{0, 1}},
 }
 
 // Validate reports whether a is well formed.
 func (a MoEArm) Validate() error {
-	if a.RowsPerBlock < 1 || a.RowsPerBlock > 32 || a.BatchRows < 1 || a.BatchRows > 16 || a.One < 0 || a.One > 1 || (a.One == 1 && a.BatchRows != 1) {
+	if a.RowsPerBlock < 1 || a.RowsPerBlock > 32 || a.BatchRows < 1 || a.BatchRows > 16 || a.One < 0 || a.One > 1 || (a.One == 1 && a.BatchRows != 1) ||
+		a.XQ < 0 || a.XQ > 1 {
 		return fmt.Errorf("%w: moe arm %+v", ErrUnsupported, a)
 	}
 	return nil
@@ -135,17 +141,20 @@ func (a MoEArm) String() string {
 	if a.One == 1 {
 		s += "_one"
 	}
+	if a.XQ == 1 {
+		s += "_xq"
+	}
 	return s
 }
 
 // Point returns a as a Point.
 func (a MoEArm) Point() Point {
-	return Point{"rows_per_block": a.RowsPerBlock, "batch_rows": a.BatchRows, "one": a.One}
+	return Point{"rows_per_block": a.RowsPerBlock, "batch_rows": a.BatchRows, "one": a.One, "xq": a.XQ}
 }
 
 // MoEArmOf returns the MoEArm p describes (missing knobs are zero).
 func MoEArmOf(p Point) MoEArm {
-	return MoEArm{RowsPerBlock: p["rows_per_block"], BatchRows: p["batch_rows"], One: p["one"]}
+	return MoEArm{RowsPerBlock: p["rows_per_block"], BatchRows: p["batch_rows"], One: p["one"], XQ: p["xq"]}
 }
 
 // MoERouteMaxExperts bounds the experts MoERoute takes: a lane holds
@@ -307,6 +316,9 @@ func MoEGEMV(s MoEShape, arm MoEArm) (*Kernel, error) {
 	}
 	if err := arm.Validate(); err != nil {
 		return nil, err
+	}
+	if arm.XQ == 1 {
+		return MoEXQ(s, arm)
 	}
 	if s.Sum {
 		return moeGEMVSum(s, arm)

@@ -84,6 +84,10 @@ func TestCompileMoEXQ(t *testing.T) {
 				}
 			}
 		}
+		// the quantiser of the down product's input: a token's slot rows side by side
+		q, err := codegen.XQuant(s.ExpertsUsed*s.ExpertFFN, codegen.Prologue{})
+		require.NoError(t, err, name)
+		ks = append(ks, q)
 	}
 	require.NotEmpty(t, ks)
 	compileAll(t, nv, "compute_90", ks)

@@ -34,9 +34,12 @@ func MoEXQClass(s MoEShape) string { return MoEClass(s) }
 //
 //	moe_xq(const u8* W, [const u8* Wu,] const u8* xq, const int* ids, const int* groups, float* y, int m)
 //
-// W (and Wu) in the layout of Repack(s.Type, Experts·N, K, ·), xq the rows
-// XQuant(K, Prologue{}) wrote (m rows, or m·Used with PerSlot), y as
-// MoEGEMV's. Q4_0, Q8_0, Q4_K and Q6_K weights; a SwiGLU pair of one type.
+// W (and Wu) in the layout of Repack(s.Type, Experts·N, K, ·), xq the m
+// token rows XQuant(K, Prologue{}) wrote (with PerSlot XQuant(Used·K, ·)
+// of the token's Used slot rows side by side, as the gate/up product
+// writes them), y as MoEGEMV's. Q4_0, Q8_0, Q4_K and Q6_K weights; a
+// SwiGLU pair of one type. The arm's XQ is not read (MoEGEMV sends XQ 1
+// arms here).
 func MoEXQ(s MoEShape, arm MoEArm) (*Kernel, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -76,11 +79,16 @@ func MoEXQ(s MoEShape, arm MoEArm) (*Kernel, error) {
 		w.Linef("#define U %d // units a lane holds", units)
 		w.Linef("#define RPB %d // rows a block, a warp a row", arm.RowsPerBlock)
 		w.Linef("#define BR %d // slots a chunk", arm.BatchRows)
-		w.Linef("#define XR %d // bytes of a quantised activation row", XQRowBytes(s.K))
 		if s.PerSlot {
-			w.Line("#define XROW(s) (s) // a row a slot")
+			w.Comment("a token's row holds its USED slots' rows of K, quantised as one row (XQuant of")
+			w.Comment("USED·K: the same groups of 32, the slot's metadata after all the int8 values)")
+			w.Linef("#define XR %d // bytes of a quantised token row", XQRowBytes(s.Used*s.K))
+			w.Line("#define XQ8(s) ((s) % USED * K) // the slot's int8 values in its token's row")
+			w.Line("#define XMT(s) (USED * K + (s) % USED * (K / 32) * 16) // its groups' metadata")
 		} else {
-			w.Line("#define XROW(s) ((s) / USED) // a row a token")
+			w.Linef("#define XR %d // bytes of a quantised token row", XQRowBytes(s.K))
+			w.Line("#define XQ8(s) 0")
+			w.Line("#define XMT(s) K")
 		}
 		w.Blank()
 		w.Emit(Func{Name: name, Global: true, LaunchBounds: threads, Params: params, Body: func(w *Writer) {
@@ -169,9 +177,9 @@ func moeXQChunk(w *Writer, s MoEShape, arm MoEArm, rows int) {
 			}
 			w.For("j", "0", "BR", "1", -1, func() {
 				w.If("j < nb", func() {
-					w.Line("const u8* xb = xq + (size_t)XROW(sl[j]) * XR;")
-					w.Line("const int4* xr = (const int4*)xb;")
-					w.Line("const float4* mt = (const float4*)(xb + K);")
+					w.Line("const u8* xb = xq + (size_t)(sl[j] / USED) * XR;")
+					w.Line("const int4* xr = (const int4*)(xb + XQ8(sl[j]));")
+					w.Line("const float4* mt = (const float4*)(xb + XMT(sl[j]));")
 					for i := range rows {
 						w.Linef("acc[%d][j] = __fadd_rn(acc[%d][j], xq_use(w%d, xr, mt, uu));", i, i, i)
 					}

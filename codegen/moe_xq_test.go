@@ -1,6 +1,7 @@
 package codegen
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -32,7 +33,12 @@ func TestMoEXQ(t *testing.T) {
 	down := MoEShape{Type: dtype.Q6_K, N: 2048, K: 768, Experts: 128, Used: 8, PerSlot: true}
 	k, err := MoEXQ(down, DefaultMoEOneArm)
 	require.NoError(t, err)
-	require.Contains(t, k.Source, "#define XROW(s) (s)")
+	require.Contains(t, k.Source, fmt.Sprintf("#define XR %d ", XQRowBytes(8*768)), "a token row of its 8 slots")
+	require.Contains(t, k.Source, "#define XMT(s) (USED * K + (s) % USED * (K / 32) * 16)")
+	viaGEMV, err := MoEGEMV(down, MoEArm{RowsPerBlock: 8, BatchRows: 1, One: 1, XQ: 1})
+	require.NoError(t, err)
+	require.Equal(t, "moe_xq", viaGEMV.Family, "MoEGEMV sends XQ arms to MoEXQ")
+	require.True(t, strings.HasSuffix(viaGEMV.Name, "_one_xq"), viaGEMV.Name)
 	for _, bad := range []MoEShape{
 		{Type: dtype.Q4_K, Up: dtype.Q6_K, SwiGLU: true, N: 768, K: 2048, Experts: 128, Used: 8}, // a pair of two types
 		{Type: dtype.Q5_K, N: 768, K: 2048, Experts: 128, Used: 8},                               // no repacked layout

@@ -214,9 +214,17 @@ func Spaces() []Space {
 		armSpace("gemm_small", GemmSmallKnobs, DefaultGemmSmallArm.Point(), GemmSmallArmOf),
 		armSpace("attn_decode_live", DecodeLiveKnobs, DefaultDecodeLiveArm.Point(), DecodeArmOf),
 		armSpace("moe_route", BlockKnobs, DefaultMoERouteArm.Point(), BlockArmOf),
-		armSpace("moe_gemv", MoEKnobs, DefaultMoEArm.Point(), MoEArmOf),
+		moeSpace(),
 		block("moe_sum"),
 	}
+}
+
+// moeSpace is the moe_gemv family's space; "xq" is optional (0), so the
+// entries recorded before it existed stay valid points.
+func moeSpace() Space {
+	s := armSpace("moe_gemv", MoEKnobs, DefaultMoEArm.Point(), MoEArmOf)
+	s.optional = Point{"xq": 0}
+	return s
 }
 
 // mmaSpace is the mma family's space; "pipe" is optional (0), so the

@@ -271,14 +271,14 @@ func refMatMul(t dtype.Type, n, k int, W []byte, x []float32, m int, y0 []float3
 }
 
 // TolOf is the tolerance of arm: the family's, or codegen.XQTol for the
-// GEMV arms that quantise activations to int8 and codegen.HalfTol for
+// GEMV and MoE arms that quantise activations to int8 and codegen.HalfTol for
 // those that round weights and activations to f16 (XQ 4), their own
 // numerical classes.
 func (c *Case) TolOf(arm codegen.Point) float64 {
 	switch {
 	case c.Family == "gemv" && arm["xq"] == 4:
 		return max(c.Tol, codegen.HalfTol)
-	case c.Family == "gemv" && arm["xq"] != 0:
+	case (c.Family == "gemv" || c.Family == "moe_gemv") && arm["xq"] != 0:
 		return max(c.Tol, codegen.XQTol)
 	}
 	return c.Tol

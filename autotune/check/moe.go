@@ -20,8 +20,8 @@ import (
 // for each weight type the gate/up pair (SwiGLU) and the down product at
 // one token (with the one-row arm too), a decode batch of 12 and, for the
 // gate/up pair, a prefill chunk of 64; the down product that sums into the
-// residual at one token; the same products on int8 activations (moe_xq,
-// not lowered yet) at 1 and 12 tokens; the weighted sum into the residual.
+// residual at one token; the weighted sum into the residual. For the
+// repacked types the products also run their int8-activation arms (XQ 1).
 func MoECases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case {
 	if s.Experts == 0 {
 		return nil
@@ -56,7 +56,6 @@ func MoECases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case {
 		if rowOK(t, dn.K) {
 			cs = append(cs, MoEDownSum(s.Name, dn, seed))
 		}
-		cs = append(cs, moeXQCases(s, t, seed)...)
 	}
 	return cs
 }
@@ -141,22 +140,44 @@ func moeRouting(r *rand.Rand, experts, used, m int) (ids, groups []int32) {
 
 // MoEProduct is the chosen experts' product of shape p for m tokens
 // (routed by random logits), as lowering runs it: the grouped arm, and at
-// one token the one-row arm as well. The reference dequantises only the
-// chosen experts' rows, in parallel over row ranges.
+// one token the one-row arm as well; for the repacked types also an arm on
+// int8 activations (XQ 1: codegen.MoEXQ after the XQuant launch that
+// quantises its rows, weights repacked). The reference dequantises only
+// the chosen experts' rows, in parallel over row ranges.
 func MoEProduct(shape, use string, p codegen.MoEShape, m int, seed uint64) *Case {
 	dt := strings.ToLower(p.Type.String())
 	c := &Case{Family: "moe_gemv", Label: "moe_gemv/" + use, Shape: shape, DType: dt, Class: codegen.MoEClass(p), Use: use, Tol: 1e-4,
 		seed: seed, K: p.K, N: p.N}
+	xq := codegen.DefaultMoEArm
 	if m > 1 {
 		c.Label += fmt.Sprintf("×%d", m)
 	} else {
 		c.ExtraArms = []codegen.Point{codegen.DefaultMoEOneArm.Point()}
+		xq = codegen.DefaultMoEOneArm
+	}
+	xq.XQ = 1
+	if _, err := codegen.MoEXQ(p, xq); err == nil {
+		c.ExtraArms = append(c.ExtraArms, xq.Point())
+	}
+	// the activations' row: a token's (a slot's rows side by side for the down product)
+	xk := p.K
+	if p.PerSlot {
+		xk = p.Used * p.K
 	}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
-		if a := codegen.MoEArmOf(arm); a.One == 1 && m != 1 {
+		a := codegen.MoEArmOf(arm)
+		if a.One == 1 && m != 1 {
 			return nil, fmt.Errorf("%w: a one-row arm at %d tokens", ErrCase, m)
 		}
-		return one(codegen.MoEGEMV(p, codegen.MoEArmOf(arm)))
+		k, err := codegen.MoEGEMV(p, a)
+		if err != nil || a.XQ == 0 {
+			return one(k, err)
+		}
+		q, err := codegen.XQuant(xk, codegen.Prologue{})
+		if err != nil {
+			return nil, err
+		}
+		return []*codegen.Kernel{q, k}, nil
 	}
 	c.setup = func(r *rand.Rand) (*inputs, error) {
 		W, err := randWeights(p.Type, p.Experts*p.N, p.K, r.Uint64())
@@ -169,6 +190,8 @@ func MoEProduct(shape, use string, p codegen.MoEShape, m int, seed uint64) *Case
 				return nil, err
 			}
 		}
+		packed := lazy(func() ([]byte, error) { return codegen.Repack(p.Type, p.Experts*p.N, p.K, W) })
+		packedUp := lazy(func() ([]byte, error) { return codegen.Repack(p.Up, p.Experts*p.N, p.K, Wu) })
 		ids, groups := moeRouting(r, p.Experts, p.Used, m)
 		rows := m
 		if p.PerSlot {
@@ -183,12 +206,31 @@ func MoEProduct(shape, use string, p codegen.MoEShape, m int, seed uint64) *Case
 					return nil, err
 				}
 				y := fbuf(make([]float32, m*p.Used*p.N))
-				args := []Arg{b(&Buf{Data: W})}
-				if p.SwiGLU {
-					args = append(args, b(&Buf{Data: Wu}))
+				if codegen.MoEArmOf(arm).XQ == 0 {
+					args := []Arg{b(&Buf{Data: W})}
+					if p.SwiGLU {
+						args = append(args, b(&Buf{Data: Wu}))
+					}
+					args = append(args, b(fbuf(x)), b(ibuf(ids)), b(ibuf(groups)), b(y), s(m))
+					return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m}, Args: [][]Arg{args}, Outs: []*Buf{y}}, nil
 				}
-				args = append(args, b(fbuf(x)), b(ibuf(ids)), b(ibuf(groups)), b(y), s(m))
-				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m}, Args: [][]Arg{args}, Outs: []*Buf{y}}, nil
+				pw, err := packed()
+				if err != nil {
+					return nil, err
+				}
+				args := []Arg{b(&Buf{Data: pw})}
+				if p.SwiGLU {
+					pu, err := packedUp()
+					if err != nil {
+						return nil, err
+					}
+					args = append(args, b(&Buf{Data: pu}))
+				}
+				xq := &Buf{Data: make([]byte, m*codegen.XQRowBytes(xk))}
+				args = append(args, b(xq), b(ibuf(ids)), b(ibuf(groups)), b(y), s(m))
+				// XQuant: a row a token (x's m·Used slot rows are m token rows of Used·K)
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
+					Args: [][]Arg{{b(fbuf(x)), b(xq), s(m)}, args}, Outs: []*Buf{y}}, nil
 			},
 			compare: relErrTo(ref),
 		}, nil

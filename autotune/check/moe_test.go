@@ -23,22 +23,22 @@ func TestMoECases(t *testing.T) {
 	require.Equal(t, []string{"moe_route×1 f32", "moe_route×12 f32", "moe_route×300 f32", "moe_sum×12 f32",
 		"moe_router×1 f32", "moe_router×12 f32",
 		"moe_gemv/gate_up q4_k", "moe_gemv/gate_up×12 q4_k", "moe_gemv/gate_up×64 q4_k", "moe_gemv/down q4_k", "moe_gemv/down×12 q4_k", "moe_gemv/down_sum q4_k",
-		"moe_xq/gate_up q4_k", "moe_xq/gate_up×12 q4_k", "moe_xq/down q4_k", "moe_xq/down×12 q4_k",
-		"moe_gemv/gate_up q8_0", "moe_gemv/gate_up×12 q8_0", "moe_gemv/gate_up×64 q8_0", "moe_gemv/down q8_0", "moe_gemv/down×12 q8_0", "moe_gemv/down_sum q8_0",
-		"moe_xq/gate_up q8_0", "moe_xq/gate_up×12 q8_0", "moe_xq/down q8_0", "moe_xq/down×12 q8_0"}, labels)
+
+		"moe_gemv/gate_up q8_0", "moe_gemv/gate_up×12 q8_0", "moe_gemv/gate_up×64 q8_0", "moe_gemv/down q8_0", "moe_gemv/down×12 q8_0", "moe_gemv/down_sum q8_0"}, labels)
 	require.Empty(t, MoECases(tiny(t), []dtype.Type{dtype.Q4_K}, 1), "a dense shape has none")
 	kc := KernelCheckCases(s, []dtype.Type{dtype.Q4_K}, 1)
-	require.Equal(t, "moe_xq/down×12", kc[len(kc)-1].Label, "kernel-check runs them after the dense cases")
+	require.Equal(t, "moe_gemv/down_sum", kc[len(kc)-1].Label, "kernel-check runs them after the dense cases")
 
 	for _, c := range cs {
 		arms := append([]codegen.Point{c.Space().Default}, c.ExtraArms...)
 		for _, arm := range arms {
 			l, err := c.Launch(arm)
 			require.NoError(t, err, c.Label)
-			if strings.HasPrefix(c.Label, "moe_xq") {
+			if arm["xq"] == 1 {
 				require.Len(t, l.Kernels, 2, "XQuant, then the product")
 				require.Equal(t, "xquant", l.Kernels[0].Family)
 				require.Equal(t, "moe_xq", l.Kernels[1].Family)
+				require.Equal(t, codegen.XQTol, c.TolOf(arm), "the int8 class's tolerance")
 			} else {
 				require.Len(t, l.Kernels, 1)
 			}
@@ -53,8 +53,10 @@ func TestMoECases(t *testing.T) {
 			require.Len(t, c.ExtraArms, len(routerCheckArms))
 		}
 		if strings.HasPrefix(c.Label, "moe_gemv") && !strings.Contains(c.Label, "×") && !strings.HasSuffix(c.Label, "_sum") {
-			require.Len(t, c.ExtraArms, 1, "one token: the one-row arm too")
+			require.Len(t, c.ExtraArms, 2, "one token: the one-row arm too, and its int8 twin")
 			require.Equal(t, 1, c.ExtraArms[0]["one"])
+			require.Equal(t, 1, c.ExtraArms[1]["one"])
+			require.Equal(t, 1, c.ExtraArms[1]["xq"])
 		}
 	}
 	// the summing down product runs one-row arms only, the default among them
