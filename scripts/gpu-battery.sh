@@ -275,8 +275,11 @@ fi
 # their sm_90a/sm_120a compile gate, CPU parity of 2-layer models of width 512 at 1 and 16
 # sequences (MOE_PROMPTS; 1: the one-row kernels, 16: the grouped products with many slots an
 # expert) in the exact and the default configurations, transformers parity on 2-layer BF16
-# checkpoints of real width, and batch 1 and 16 of the whole Qwen3-30B-A3B q4_k_m. MOE_PARTS picks
-# parts: check parity hf bench (all four by default; one device call holds about two of them).
+# checkpoints of real width, and batch 1 and 16 of the whole Qwen3-30B-A3B q4_k_m; tune (not in the
+# default parts) runs `memra autotune --families moe_gemv,moe_route,moe_sum` on it (the experts'
+# float and int8-activation arms, confirmed in whole steps; MOE_TUNE_BUDGET) and benches again.
+# MOE_PARTS picks parts: check parity hf bench tune (the first four by default; one device call holds
+# about two of them).
 if [ "$MODE" = moe ]; then
 	parts=${MOE_PARTS:-"check parity hf bench"}
 	case " $parts " in *" check "*)
@@ -310,6 +313,20 @@ if [ "$MODE" = moe ]; then
 	esac
 	case " $parts " in *" bench "*)
 		step moe-bench-qwen3-30b-a3b model_bench qwen3-30b-a3b q4_k_m 3 1,16
+		;;
+	esac
+	# the experts' products tuned on the card (float and int8-activation arms, confirmed in whole
+	# steps), then the bench again with what autotune kept in the user tunedb
+	case " $parts " in *" tune "*)
+		moe_tune() {
+			synth "$MODELS/qwen3-30b-a3b-q4_k_m.gguf" --preset qwen3-30b-a3b --quant q4_k_m --weights blocks || return 1
+			"$BIN" autotune "$MODELS/qwen3-30b-a3b-q4_k_m.gguf" --families moe_gemv,moe_route,moe_sum --budget "${MOE_TUNE_BUDGET:-240s}" \
+				--parallel 16 --write-shipped "$OUT/shipped" --report "$OUT/moe-tune-report" &&
+				tar czf "$OUT/moe-tune-report.tgz" -C "$OUT" moe-tune-report && rm -rf "$OUT/moe-tune-report"
+		}
+		step moe-tune moe_tune
+		grep -ah '^confirm:' "$OUT/moe-tune.log" >&2
+		step moe-bench-tuned-qwen3-30b-a3b model_bench qwen3-30b-a3b q4_k_m 3 1,16
 		;;
 	esac
 	grep -H -E '^\| 2.*tg|^roofline' "$OUT"/moe-bench-*.log 2>/dev/null
