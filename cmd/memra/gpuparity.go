@@ -92,7 +92,18 @@ func runParity(cmd *cobra.Command, args []string, o *parityOptions) error {
 		return err
 	}
 	defer m.Close()
-	ref, err := cpu.New(m, cpu.Options{})
+	// with the CPU's int8 class on the other side, both backends' expert
+	// choices are recorded and compared after the run
+	var routes [2][][]int32
+	var routeK int
+	record := func(side int) func([]int32, int) {
+		return func(ids []int32, k int) { routes[side], routeK = append(routes[side], ids), k }
+	}
+	refOpts := cpu.Options{}
+	if o.against == "cpu-int8" {
+		refOpts.Routes = record(0)
+	}
+	ref, err := cpu.New(m, refOpts)
 	if err != nil {
 		return err
 	}
@@ -108,7 +119,7 @@ func runParity(cmd *cobra.Command, args []string, o *parityOptions) error {
 		}
 		gpu = g
 	case "cpu-int8":
-		c, err := cpu.New(m, cpu.Options{Products: cpu.ProductsInt8})
+		c, err := cpu.New(m, cpu.Options{Products: cpu.ProductsInt8, Routes: record(1)})
 		if err != nil {
 			return err
 		}
@@ -142,6 +153,10 @@ func runParity(cmd *cobra.Command, args []string, o *parityOptions) error {
 	fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d/%d\t%.4f\t%.2f\t%.6f\t%s\t%s\t%s\t%v\n", name, quant, o.prompts, o.steps, total-rep.Mismatches, total,
 		rep.MaxGap, rep.MaxGapSigma, rep.MinCosine, cache, prefill, graphs, pass)
 	tw.Flush()
+	if len(routes[0]) > 0 {
+		diff, total := routeDiffs(routes[0], routes[1], routeK)
+		fmt.Fprintf(cmd.OutOrStdout(), "expert choices: %d of %d (token, layer) routings differ\n", diff, total)
+	}
 	printFlips(cmd.OutOrStdout(), rep, 5)
 	if !pass {
 		return fmt.Errorf("%w: %d of %d greedy tokens differ (worst reference gap %.4f, %.2f× the step's RMS logit difference; tie tolerance %g, %g×), min cosine %.6f (want ≥ %g)",
@@ -160,6 +175,40 @@ type parityBackend interface {
 type cpuInt8 struct{ *cpu.Backend }
 
 func (cpuInt8) PrefillArm() string { return "cpu-int8" }
+
+// routeDiffs compares two backends' routings, call by call (each call a
+// step's tokens' choices of k experts): how many (token, call) choices
+// name a different set of experts, of how many. Calls one side lacks count
+// as differing.
+func routeDiffs(a, b [][]int32, k int) (diff, total int) {
+	if k <= 0 {
+		return 0, 0
+	}
+	for i := range max(len(a), len(b)) {
+		var x, y []int32
+		if i < len(a) {
+			x = a[i]
+		}
+		if i < len(b) {
+			y = b[i]
+		}
+		n := max(len(x), len(y)) / k
+		total += n
+		for t := range n {
+			if len(x) < (t+1)*k || len(y) < (t+1)*k {
+				diff++
+				continue
+			}
+			p, q := slices.Clone(x[t*k:(t+1)*k]), slices.Clone(y[t*k:(t+1)*k])
+			slices.Sort(p)
+			slices.Sort(q)
+			if !slices.Equal(p, q) {
+				diff++
+			}
+		}
+	}
+	return diff, total
+}
 
 // printFlips writes how far from a tie the disagreements were: how many
 // fall in each band of gap/RMS (the reference's margin over the step's RMS

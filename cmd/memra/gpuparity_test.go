@@ -50,3 +50,18 @@ func TestParityAgainstCPUInt8(t *testing.T) {
 	_, err = run(o)
 	require.ErrorContains(t, err, `--against "rocm"`)
 }
+
+// TestRouteDiffs: choices compare as sets per token; a call one side lacks
+// counts as differing.
+func TestRouteDiffs(t *testing.T) {
+	a := [][]int32{{1, 2, 3, 4}, {5, 6, 7, 8}}
+	b := [][]int32{{2, 1, 3, 5}, {6, 5, 7, 8}}
+	d, n := routeDiffs(a, b, 2)
+	require.Equal(t, 4, n)
+	require.Equal(t, 1, d, "token 1 of call 0 chose {3,5} against {3,4}")
+	d, n = routeDiffs(a, b[:1], 2)
+	require.Equal(t, 4, n)
+	require.Equal(t, 3, d)
+	d, n = routeDiffs(nil, nil, 0)
+	require.Zero(t, d+n)
+}

@@ -69,6 +69,11 @@ type Options struct {
 	// nil: every product's kernel takes its most tokens a call and all of
 	// a step's tokens at once. The blocking changes no result.
 	Tiles TilesFunc
+	// Routes, when set, sees every mixture-of-experts routing a step
+	// makes: the chosen experts of each of the step's tokens, k a token,
+	// in the order of the graph's layers (gpu-parity compares two
+	// backends' choices with it). The slice is the callee's.
+	Routes func(ids []int32, k int)
 }
 
 // DefaultPageSize is the KV page of Options.PageSize 0: the GPU's
@@ -168,6 +173,7 @@ func newExecutor(hp ir.HParams, src Source, g *ir.Graph, opts Options, share *ex
 		return nil, fmt.Errorf("%w: graph has no tokens (or hidden_in) or positions input", ir.ErrVerify)
 	}
 	b.e = newExec(g, weights, opts.Threads)
+	b.e.routes = opts.Routes
 	if opts.Products == ProductsInt8 {
 		b.e.fast = true
 		b.e.tilesOf = opts.Tiles

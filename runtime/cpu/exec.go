@@ -140,12 +140,13 @@ type exec struct {
 	kvRow   []int       // per layer: Hkv·D
 	kv      *pagedCache
 	step    layout
-	scratch [][]float64       // per worker
-	team    *team             // the workers of parallel, started on first use
-	q8      q8State           // the int8 products' activations
-	fast    bool              // the int8 configuration (Options.Products)
-	tilesOf TilesFunc         // the int8 products' blocking (Options.Tiles)
-	fattn   []fastAttnScratch // per worker, its attention's buffers
+	scratch [][]float64              // per worker
+	team    *team                    // the workers of parallel, started on first use
+	q8      q8State                  // the int8 products' activations
+	fast    bool                     // the int8 configuration (Options.Products)
+	tilesOf TilesFunc                // the int8 products' blocking (Options.Tiles)
+	fattn   []fastAttnScratch        // per worker, its attention's buffers
+	routes  func(ids []int32, k int) // Options.Routes
 }
 
 // numel returns the element count of shape s in the running step.

@@ -62,6 +62,9 @@ func topK(e *exec, n *ir.Node) error {
 			m = min(m+1, k)
 		}
 	}
+	if e.routes != nil {
+		e.routes(slices.Clone(y), k)
+	}
 	return nil
 }
 
