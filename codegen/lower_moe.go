@@ -281,8 +281,8 @@ func (l *lowerer) moeDownSum(n *ir.Node, s MoEShape, w int, x view) (bool, error
 	}
 	s.Sum = true
 	arm := DefaultMoEOneArm
-	if p, ok := l.picked("moe_gemv", MoEClass(s)); ok && MoEArmOf(p).One == 1 {
-		arm = MoEArmOf(p)
+	if p, ok := l.picked("moe_gemv", MoEClass(s)); ok && MoEArmOf(p).One == 1 && MoEArmOf(p).XQ == 0 {
+		arm = MoEArmOf(p) // the summing product is a float one
 	}
 	k, err := l.kernel(MoEGEMV(s, arm))
 	if err != nil {

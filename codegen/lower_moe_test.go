@@ -299,3 +299,32 @@ func TestLowerMoEXQ(t *testing.T) {
 		})
 	}
 }
+
+// TestLowerMoEDownSumPick: the summing down product takes a tunedb pick of
+// a float one-row arm of its class and ignores an int8 one (it has none).
+func TestLowerMoEDownSumPick(t *testing.T) {
+	c := moeLowerCases()[1] // qwen3moe_decode1
+	require.Equal(t, 1, c.opts.MaxSeqs)
+	for _, want := range []struct {
+		pick MoEArm
+		runs string
+	}{{MoEArm{RowsPerBlock: 4, BatchRows: 1, One: 1}, "_r4_b1_one"}, {MoEArm{RowsPerBlock: 4, BatchRows: 1, One: 1, XQ: 1}, "_r8_b1_one"}} {
+		o := c.opts
+		o.Pick = func(family, class string) (Point, bool) {
+			if family == "moe_gemv" && strings.HasSuffix(class, "_sum") {
+				return want.pick.Point(), true
+			}
+			return nil, false
+		}
+		p, err := Lower(c.g(t), o)
+		require.NoError(t, err, "%v", want.pick)
+		n := 0
+		for _, k := range p.Kernels {
+			if strings.Contains(k.Name, "_slot_sum_") {
+				require.True(t, strings.HasSuffix(k.Name, want.runs), "%s for a pick of %v", k.Name, want.pick)
+				n++
+			}
+		}
+		require.Positive(t, n)
+	}
+}
