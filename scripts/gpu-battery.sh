@@ -139,7 +139,7 @@ if [ "$MODE" = tune ]; then
 		esac
 		MEMRA_NVRTC_PARALLEL=$par "$BIN" autotune "$f" "${args[@]}" --parallel 16 \
 			--write-shipped "$OUT/shipped" --report "$OUT/tune-$part-report" &&
-			tar czf "$OUT/tune-$part-report.tgz" -C "$OUT" "tune-$part-report" && rm -rf "$OUT/tune-$part-report"
+			{ [ ! -d "$OUT/tune-$part-report" ] || { tar czf "$OUT/tune-$part-report.tgz" -C "$OUT" "tune-$part-report" && rm -rf "$OUT/tune-$part-report"; }; }
 	}
 	tune() { # tune NAME PRESET QUANT BATCHES
 		local f="$MODELS/$2-$3.gguf" part
@@ -322,7 +322,7 @@ if [ "$MODE" = moe ]; then
 			synth "$MODELS/qwen3-30b-a3b-q4_k_m.gguf" --preset qwen3-30b-a3b --quant q4_k_m --weights blocks || return 1
 			"$BIN" autotune "$MODELS/qwen3-30b-a3b-q4_k_m.gguf" --families moe_gemv,moe_route,moe_sum --budget "${MOE_TUNE_BUDGET:-240s}" \
 				--parallel 16 --write-shipped "$OUT/shipped" --report "$OUT/moe-tune-report" &&
-				tar czf "$OUT/moe-tune-report.tgz" -C "$OUT" moe-tune-report && rm -rf "$OUT/moe-tune-report"
+				{ [ ! -d "$OUT/moe-tune-report" ] || { tar czf "$OUT/moe-tune-report.tgz" -C "$OUT" moe-tune-report && rm -rf "$OUT/moe-tune-report"; }; }
 		}
 		step moe-tune moe_tune
 		grep -ah '^confirm:' "$OUT/moe-tune.log" >&2
