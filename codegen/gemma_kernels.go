@@ -131,24 +131,80 @@ func PostNormAdd(dim int, eps float32, arm BlockArm) (*Kernel, error) {
 		w.Linef("#define EPS %s", cfloat(eps))
 		w.Blank()
 		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
-			w.Line("__shared__ float red[32];")
 			w.Line("pdl_wait();")
-			w.Line("const float4* hr = (const float4*)(h + (size_t)blockIdx.x * DIM);")
-			w.Line("float4* xr = (float4*)(x + (size_t)blockIdx.x * DIM);")
-			w.Line("const float4* wr = (const float4*)w;")
-			w.Line("float ss = 0.f;")
-			w.For("i", "threadIdx.x", "DIM / 4", fmt.Sprint(arm.Threads), 0, func() {
-				w.Line("const float4 v = hr[i];")
-				w.Line("ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;")
-			})
-			blockReduce(w, "ss", "total", "sum", arm.Threads)
-			w.Line("const float r = rsqrtf(total / (float)DIM + EPS);")
-			w.For("i", "threadIdx.x", "DIM / 4", fmt.Sprint(arm.Threads), 0, func() {
-				w.Line("const float4 v = hr[i], g = wr[i];")
-				w.Line("float4 o = xr[i];")
-				w.Line("o.x += v.x * r * g.x; o.y += v.y * r * g.y; o.z += v.z * r * g.z; o.w += v.w * r * g.w;")
-				w.Line("xr[i] = o;")
-			})
+			emitPostNormAdd(w, arm.Threads)
+			w.Line("pdl_launch();")
+		}})
+	})
+	return &Kernel{Family: "postnorm_add", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
+		return Geometry{Grid: dim3(d.Tokens, 1, 1), Block: dim3(arm.Threads, 1, 1)}
+	}}, nil
+}
+
+// emitPostNormAdd writes PostNormAdd's work on row blockIdx.x by threads
+// threads: the sum of squares of h's row (a block reduction), then
+// x += h · r · w.
+func emitPostNormAdd(w *Writer, threads int) {
+	w.Line("__shared__ float red[32];")
+	w.Line("const float4* hr = (const float4*)(h + (size_t)blockIdx.x * DIM);")
+	w.Line("float4* xr = (float4*)(x + (size_t)blockIdx.x * DIM);")
+	w.Line("const float4* wr = (const float4*)w;")
+	w.Line("float ss = 0.f;")
+	w.For("i", "threadIdx.x", "DIM / 4", fmt.Sprint(threads), 0, func() {
+		w.Line("const float4 v = hr[i];")
+		w.Line("ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;")
+	})
+	blockReduce(w, "ss", "total", "sum", threads)
+	w.Line("const float r = rsqrtf(total / (float)DIM + EPS);")
+	w.For("i", "threadIdx.x", "DIM / 4", fmt.Sprint(threads), 0, func() {
+		w.Line("const float4 v = hr[i], g = wr[i];")
+		w.Line("float4 o = xr[i];")
+		w.Line("o.x += v.x * r * g.x; o.y += v.y * r * g.y; o.z += v.z * r * g.z; o.w += v.w * r * g.w;")
+		w.Line("xr[i] = o;")
+	})
+}
+
+// PostNormAddQuant is PostNormAdd followed, in the same block, by the next
+// norm's quantisation of the new residual row (XQuant with ProNorm: x·nw
+// in int8 with its groups' sums of squares), for the XQ 2 products after
+// that norm; the x it leaves and the bytes it writes are PostNormAdd's and
+// XQuant's (the same code, the same threads for the sum of squares, and a
+// quantisation whose bytes do not depend on the thread count):
+//
+//	postnorm_add_xq(float* x, const float* h, const float* w, const float* nw, u8* xq, int rows)
+//
+// One block a row, grid (rows). It saves a Gemma layer's two XQuant
+// launches.
+func PostNormAddQuant(dim int, eps float32, arm BlockArm) (*Kernel, error) {
+	if err := arm.Validate(); err != nil {
+		return nil, err
+	}
+	loads := (dim/8 + arm.Threads - 1) / arm.Threads
+	if dim <= 0 || dim%32 != 0 || loads > xquantMaxLoads {
+		return nil, fmt.Errorf("%w: post-norm and quantisation of rows of %d by %d threads", ErrUnsupported, dim, arm.Threads)
+	}
+	name := fmt.Sprintf("postnorm_add_xq_d%d_%s", dim, arm)
+	params := []Param{{"float* __restrict__", "x"}, {"const float* __restrict__", "h"}, {"const float* __restrict__", "w"},
+		{"const float* __restrict__", "nw"}, {"u8* __restrict__", "xq"}, {"int", "rows"}}
+	pro := Prologue{Kind: ProNorm}
+	src := source(fmt.Sprintf("postnorm_add + xquant (norm): dim %d, eps %g, %v", dim, eps, arm), proDeps(pro, "types", "warp", "pdl"), func(w *Writer) {
+		emitXQPack4(w)
+		w.Linef("#define DIM %d", dim)
+		w.Linef("#define K %d", dim)
+		w.Linef("#define EPS %s", cfloat(eps))
+		w.Linef("#define XR %d // bytes of a quantised row", XQRowBytes(dim))
+		w.Linef("#define SL %d // chunks of 8 a thread", loads)
+		w.Blank()
+		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
+			w.Line("pdl_wait();")
+			emitPostNormAdd(w, arm.Threads)
+			w.Comment("the block's writes of the row are visible to all its threads past the barrier")
+			w.Line("__syncthreads();")
+			w.Line("const int row = blockIdx.x;")
+			w.Line("const float4* xp = (const float4*)(x + (size_t)row * K);")
+			w.Line("u8* qr = xq + (size_t)row * XR;")
+			w.Line("float4* meta = (float4*)(qr + K);")
+			emitXQuantRow(w, pro, arm.Threads)
 			w.Line("pdl_launch();")
 		}})
 	})
@@ -232,6 +288,7 @@ func GemmaKernels(s Shape) ([]*Kernel, error) {
 		func() (*Kernel, error) { return Softcap(s.Vocab, 30, DefaultBlockArm) },
 		func() (*Kernel, error) { return GeGLU(s.FFN, DefaultBlockArm) },
 		func() (*Kernel, error) { return PostNormAdd(s.Hidden, s.Eps, DefaultBlockArm) },
+		func() (*Kernel, error) { return PostNormAddQuant(s.Hidden, s.Eps, DefaultBlockArm) },
 	} {
 		if err := add(f()); err != nil {
 			return nil, err

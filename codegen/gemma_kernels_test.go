@@ -38,7 +38,7 @@ func gemmaGoldenKernels(t *testing.T) []*Kernel {
 
 func TestGemmaKernelsGolden(t *testing.T) {
 	ks := gemmaGoldenKernels(t)
-	require.Len(t, ks, 8)
+	require.Len(t, ks, 9)
 	for _, k := range ks {
 		t.Run(k.Family+"/"+k.Name, func(t *testing.T) {
 			path := filepath.Join("testdata", k.Name+".cu")

@@ -88,7 +88,10 @@ func (l *lowerer) postNormAdd(n *ir.Node) *ir.Node {
 
 // postNorm lowers a post-norm and its residual add into one PostNormAdd
 // launch that adds the normalised rows into the residual stream's buffer,
-// which must die at the add.
+// which must die at the add. Where the norm after the add feeds XQ 2
+// products (nextNormXQ, as for a residual product's QuantOut epilogue), the
+// launch also quantises the new rows for them (PostNormAddQuant), and
+// their XQuant launch is not needed.
 func (l *lowerer) postNorm(n *ir.Node) error {
 	add := l.postNormAdd(n)
 	h, err := l.rowValue(n, 0)
@@ -99,7 +102,19 @@ func (l *lowerer) postNorm(n *ir.Node) error {
 	if err != nil {
 		return err
 	}
-	k, err := l.kernel(PostNormAdd(h.width, float32(n.Float("eps")), l.arms.Block))
+	eps := float32(n.Float("eps"))
+	if na := l.nextNormXQ(add, h.width); na != nil {
+		if k, err := l.kernel(PostNormAddQuant(h.width, eps, l.arms.Block)); err == nil {
+			width := XQRowBytes(h.width) / 4
+			xq := view{buf: l.buffer("xq", n.Shape[0], width), width: width, stride: width}
+			l.preQuant[xqKey{x: y, pro: ProNorm, nw: na.nw}] = preQuant{xq: xq, launch: len(l.p.Launches), nodes: na.nodes}
+			l.launch(k, n.Shape[0], []int{n.ID, add.ID}, bufArg(y), bufArg(h), wArg(l.vectorOf(n.Args[1])), wArg(na.nw), bufArg(xq), rowsArg())
+			l.val[add.ID] = y
+			l.done[add.ID] = true
+			return nil
+		}
+	}
+	k, err := l.kernel(PostNormAdd(h.width, eps, l.arms.Block))
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -89,6 +90,25 @@ func TestLowerGemma(t *testing.T) {
 			L := hp.Layers
 			require.Equal(t, 1, launchesOf(p, "scale"), "the embeddings times √dim")
 			require.Equal(t, 2*L, launchesOf(p, "postnorm_add"), "two post-norms a layer")
+			// in decode programs each post-norm also quantises the new rows for
+			// the XQ 2 products after the next norm, which then read them
+			fused := 0
+			for i, ln := range p.Launches {
+				if k := p.Kernels[ln.Kernel]; strings.HasPrefix(k.Name, "postnorm_add_xq_") {
+					fused++
+					xq := ln.Args[4]
+					read := false
+					for _, next := range p.Launches[i+1:] {
+						read = read || slices.Contains(next.Args, xq)
+					}
+					require.True(t, read, "L%d's quantised rows are read", i)
+				}
+			}
+			if c.opts.Class == Decode {
+				require.Equal(t, 2*L, fused, "every post-norm quantises for the next norm's products")
+			} else {
+				require.Zero(t, fused, "prefill products read float rows")
+			}
 			require.Equal(t, L, launchesOf(p, "geglu"))
 			require.Zero(t, launchesOf(p, "swiglu"))
 			caps := 0

@@ -81,54 +81,63 @@ func XQuant(k int, pro Prologue) (*Kernel, error) {
 				w.Line("u8* qr = xq + (size_t)row * XR;")
 				w.Line("float4* meta = (float4*)(qr + K);")
 				w.Line("pdl_wait();")
-				w.Line("float4 la[SL], lb[SL];")
-				w.For("s", "0", "SL", "1", -1, func() {
-					w.Linef("const int c = threadIdx.x + s * %d;", threads)
-					w.Line("la[s] = make_float4(0.f, 0.f, 0.f, 0.f);")
-					w.Line("lb[s] = la[s];")
-					w.If("c < K / 8", func() {
-						if pro.Kind == ProSwiGLU {
-							w.Line("la[s] = swiglu4(xp[2 * c], xp[K / 4 + 2 * c]);")
-							w.Line("lb[s] = swiglu4(xp[2 * c + 1], xp[K / 4 + 2 * c + 1]);")
-						} else {
-							w.Line("la[s] = xp[2 * c];")
-							w.Line("lb[s] = xp[2 * c + 1];")
-						}
-					})
-				})
-				if pro.Kind == ProNorm {
-					w.Comment("x · nw, and each chunk's sum of squares of x")
-					w.Line("float sq[SL];")
-					w.For("s", "0", "SL", "1", -1, func() {
-						w.Linef("const int c = threadIdx.x + s * %d;", threads)
-						w.Line("const float4 a = la[s], b = lb[s];")
-						w.Comment("squares and sums rounded as written: the tree of warp_sum_up(x · x) in QuantOut's epilogue")
-						w.Line("sq[s] = __fadd_rn(__fadd_rn(__fadd_rn(__fmul_rn(a.x, a.x), __fmul_rn(a.y, a.y)), __fadd_rn(__fmul_rn(a.z, a.z), __fmul_rn(a.w, a.w))),")
-						w.Line("                  __fadd_rn(__fadd_rn(__fmul_rn(b.x, b.x), __fmul_rn(b.y, b.y)), __fadd_rn(__fmul_rn(b.z, b.z), __fmul_rn(b.w, b.w))));")
-						w.If("c < K / 8", func() {
-							w.Line("la[s] = norm4(la[s], 1.f, *(const float4*)(nw + 8 * c));")
-							w.Line("lb[s] = norm4(lb[s], 1.f, *(const float4*)(nw + 8 * c + 4));")
-						})
-					})
-				}
-				w.Comment("4 consecutive threads quantise a group of 32 (every lane runs the shuffles)")
-				w.For("s", "0", "SL", "1", -1, func() {
-					w.Linef("const int c = threadIdx.x + s * %d;", threads)
-					w.Line("const bool ok = c < K / 8;")
-					w.Line("const float4 a = la[s], b = lb[s];")
-					emitXQPack(w, "qr + 8 * c", "meta[c >> 2]")
-					if pro.Kind == ProNorm {
-						w.Line("float g2 = __fadd_rn(sq[s], __shfl_xor_sync(0xffffffffu, sq[s], 1));")
-						w.Line("g2 = __fadd_rn(g2, __shfl_xor_sync(0xffffffffu, g2, 2));")
-						w.If("ok && (c & 3) == 0", func() { w.Line("((float*)(qr + K + K / 2))[c >> 2] = g2;") })
-					}
-				})
+				emitXQuantRow(w, pro, threads)
 				w.Line("pdl_launch();")
 			}})
 		})
 	return &Kernel{Family: "xquant", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(max(1, d.Tokens), 1, 1), Block: dim3(threads, 1, 1)}
 	}}, nil
+}
+
+// emitXQuantRow writes the quantisation of one row of K floats at xp into
+// qr (int8 values) and meta (the groups' factors), by threads threads: SL
+// chunks of 8 a thread, 4 consecutive threads a group of 32, each chunk's
+// arithmetic rounded as written, so that the bytes depend on the row alone,
+// not on the thread count (PostNormAddQuant writes XQuant's bytes so).
+func emitXQuantRow(w *Writer, pro Prologue, threads int) {
+	w.Line("float4 la[SL], lb[SL];")
+	w.For("s", "0", "SL", "1", -1, func() {
+		w.Linef("const int c = threadIdx.x + s * %d;", threads)
+		w.Line("la[s] = make_float4(0.f, 0.f, 0.f, 0.f);")
+		w.Line("lb[s] = la[s];")
+		w.If("c < K / 8", func() {
+			if pro.Kind == ProSwiGLU {
+				w.Line("la[s] = swiglu4(xp[2 * c], xp[K / 4 + 2 * c]);")
+				w.Line("lb[s] = swiglu4(xp[2 * c + 1], xp[K / 4 + 2 * c + 1]);")
+			} else {
+				w.Line("la[s] = xp[2 * c];")
+				w.Line("lb[s] = xp[2 * c + 1];")
+			}
+		})
+	})
+	if pro.Kind == ProNorm {
+		w.Comment("x · nw, and each chunk's sum of squares of x")
+		w.Line("float sq[SL];")
+		w.For("s", "0", "SL", "1", -1, func() {
+			w.Linef("const int c = threadIdx.x + s * %d;", threads)
+			w.Line("const float4 a = la[s], b = lb[s];")
+			w.Comment("squares and sums rounded as written: the tree of warp_sum_up(x · x) in QuantOut's epilogue")
+			w.Line("sq[s] = __fadd_rn(__fadd_rn(__fadd_rn(__fmul_rn(a.x, a.x), __fmul_rn(a.y, a.y)), __fadd_rn(__fmul_rn(a.z, a.z), __fmul_rn(a.w, a.w))),")
+			w.Line("                  __fadd_rn(__fadd_rn(__fmul_rn(b.x, b.x), __fmul_rn(b.y, b.y)), __fadd_rn(__fmul_rn(b.z, b.z), __fmul_rn(b.w, b.w))));")
+			w.If("c < K / 8", func() {
+				w.Line("la[s] = norm4(la[s], 1.f, *(const float4*)(nw + 8 * c));")
+				w.Line("lb[s] = norm4(lb[s], 1.f, *(const float4*)(nw + 8 * c + 4));")
+			})
+		})
+	}
+	w.Comment("4 consecutive threads quantise a group of 32 (every lane runs the shuffles)")
+	w.For("s", "0", "SL", "1", -1, func() {
+		w.Linef("const int c = threadIdx.x + s * %d;", threads)
+		w.Line("const bool ok = c < K / 8;")
+		w.Line("const float4 a = la[s], b = lb[s];")
+		emitXQPack(w, "qr + 8 * c", "meta[c >> 2]")
+		if pro.Kind == ProNorm {
+			w.Line("float g2 = __fadd_rn(sq[s], __shfl_xor_sync(0xffffffffu, sq[s], 1));")
+			w.Line("g2 = __fadd_rn(g2, __shfl_xor_sync(0xffffffffu, g2, 2));")
+			w.If("ok && (c & 3) == 0", func() { w.Line("((float*)(qr + K + K / 2))[c >> 2] = g2;") })
+		}
+	})
 }
 
 // xqPrep is, per weight type, the unpacking of a 16-byte unit of one

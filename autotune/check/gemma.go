@@ -25,6 +25,7 @@ func gemmaCases(s codegen.Shape, tokens int, seed uint64) []*Case {
 		Softcap(s.Name, s.Vocab, 30, tokens, seed),
 		GeGLU(s.Name, s.FFN, tokens, seed),
 		PostNormAdd(s.Name, s.Hidden, s.Eps, tokens, seed),
+		PostNormAddQuant(s.Name, s.Hidden, s.Eps, tokens, seed),
 	}
 	lens := []int32{int32(3 * s.Window), int32(s.Window + 76), 333, 1}
 	for _, cp := range []float32{0, codegen.GemmaSoftcap} {
@@ -181,4 +182,43 @@ func PostNormAdd(shape string, dim int, eps float32, tokens int, seed uint64) *C
 			return [][]float32{codegen.RefPostNormAdd(dim, eps, x, h, w)}
 		}
 	})
+}
+
+// PostNormAddQuant is PostNormAdd with the next norm's quantisation of the
+// new rows in the same launch (codegen.PostNormAddQuant): the new residual
+// rows must be the reference's within 1e-5 (else the error is +Inf), and
+// the quantised rows, dequantised, the reference's rows times the next
+// norm's weight within the int8 tolerance.
+func PostNormAddQuant(shape string, dim int, eps float32, tokens int, seed uint64) *Case {
+	c := &Case{Family: "postnorm_add", Label: "postnorm_add+xq", Shape: shape, DType: "f32", Class: codegen.RMSNormClass(dim, true),
+		Tol: codegen.XQTol, seed: seed, space: blockSpace("postnorm_add")}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		return one(codegen.PostNormAddQuant(dim, eps, codegen.BlockArmOf(arm)))
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		x, h, w, nw := randn(r, tokens*dim), randn(r, tokens*dim), randn(r, dim), randn(r, dim)
+		ref := codegen.RefPostNormAdd(dim, eps, x, h, w)
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				xb, xq := fbuf(x), &Buf{Data: make([]byte, tokens*codegen.XQRowBytes(dim))}
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: tokens},
+					Args: [][]Arg{{b(xb), b(fbuf(h)), b(fbuf(w)), b(fbuf(nw)), b(xq), s(tokens)}}, Outs: []*Buf{xb, xq}}, nil
+			},
+			compare: func(outs [][]byte) (float64, error) {
+				if codegen.RelErr(bytesF32(outs[0]), ref) > 1e-5 {
+					return math.Inf(1), nil
+				}
+				scaled := make([]float32, len(ref))
+				for i, v := range ref {
+					scaled[i] = v * nw[i%dim]
+				}
+				return xqRowsErr(outs[1], dim, scaled), nil
+			},
+		}, nil
+	}
+	return c
 }

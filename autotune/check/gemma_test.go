@@ -32,7 +32,7 @@ func TestGemmaCheckCases(t *testing.T) {
 			want = append(want, l+tag+" q8_0 cache")
 		}
 	}
-	require.Equal(t, append([]string{"scale f32", "softcap f32", "geglu f32", "postnorm_add f32"}, want...), labels,
+	require.Equal(t, append([]string{"scale f32", "softcap f32", "geglu f32", "postnorm_add f32", "postnorm_add+xq f32"}, want...), labels,
 		"head dim 256 has no tensor-core prefill")
 }
 

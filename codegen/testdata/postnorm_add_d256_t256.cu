@@ -49,8 +49,8 @@ extern "C" __global__ void __launch_bounds__(256) postnorm_add_d256_t256(
         const float* __restrict__ h,
         const float* __restrict__ w,
         int rows) {
-    __shared__ float red[32];
     pdl_wait();
+    __shared__ float red[32];
     const float4* hr = (const float4*)(h + (size_t)blockIdx.x * DIM);
     float4* xr = (float4*)(x + (size_t)blockIdx.x * DIM);
     const float4* wr = (const float4*)w;
