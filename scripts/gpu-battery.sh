@@ -274,7 +274,9 @@ fi
 # Mixtral-8x7B shapes (routing with exact ids, the grouped and one-row expert products, the sum),
 # their sm_90a/sm_120a compile gate, CPU parity of 2-layer models of width 512 at 1 and 16
 # sequences (MOE_PROMPTS; 1: the one-row kernels, 16: the grouped products with many slots an
-# expert) in the exact and the default configurations, transformers parity on 2-layer BF16
+# expert) in the exact and the default configurations (the default's cosine bar lowered to the CPU
+# int8 class's on the same prompts, --min-cos-peer: the int8 rounding moves near-tie routings, 41
+# of 306 on qwen3-30b-a3b, PERFORMANCE.md session 30), transformers parity on 2-layer BF16
 # checkpoints of real width, and batch 1 and 16 of the whole Qwen3-30B-A3B q4_k_m; tune (not in the
 # default parts) runs `memra autotune --families moe_gemv,moe_route,moe_sum` on it (the experts'
 # float and int8-activation arms, confirmed in whole steps; MOE_TUNE_BUDGET) and benches again.
@@ -292,7 +294,7 @@ if [ "$MODE" = moe ]; then
 			for q in q4_k_m q8_0 bf16; do
 				for n in ${MOE_PROMPTS:-1 16}; do
 					step "moe-parity-exact-$p-$q-p$n" "$BIN" gpu-parity --preset "$p" --quant "$q" --layers 2 --dim 512 --steps 64 --prompts $n --cache f32 --prefill-gemv
-					step "moe-parity-default-$p-$q-p$n" "$BIN" gpu-parity --preset "$p" --quant "$q" --layers 2 --dim 512 --steps 64 --prompts $n --tie-tol 0.02 --tie-sigma "$(sigma $n)"
+					step "moe-parity-default-$p-$q-p$n" "$BIN" gpu-parity --preset "$p" --quant "$q" --layers 2 --dim 512 --steps 64 --prompts $n --tie-tol 0.02 --tie-sigma "$(sigma $n)" --min-cos-peer cpu-int8
 				done
 			done
 		done

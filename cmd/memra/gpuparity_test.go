@@ -49,6 +49,18 @@ func TestParityAgainstCPUInt8(t *testing.T) {
 	o.against = "rocm"
 	_, err = run(o)
 	require.ErrorContains(t, err, `--against "rocm"`)
+	// the peer bar: the same class as its own peer has the peer's cosine exactly, so a bar of 1
+	// fails alone and passes lowered to the peer's
+	o.against, o.minCos = "cpu-int8", 1
+	_, err = run(o)
+	require.ErrorIs(t, err, errParity)
+	o.peer = "cpu-int8"
+	out, err = run(o)
+	require.NoError(t, err)
+	require.Regexp(t, `peer cpu-int8: min cosine 0\.9\d+`, out)
+	o.peer = "gpu"
+	_, err = run(o)
+	require.ErrorContains(t, err, `--min-cos-peer "gpu"`)
 }
 
 // TestRouteDiffs: choices compare as sets per token; a call one side lacks
