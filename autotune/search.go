@@ -108,14 +108,13 @@ func search(ctx context.Context, r Runner, t Task, o Options, deadline time.Time
 		complete := true
 		// compile a few arms, measure them, go on: a space too large for the
 		// budget still gets the default and a spread of arms measured
-		var chunkAt time.Time
-		var took time.Duration // the round's last whole chunk
+		var chunkAt time.Time // when the round's current chunk started
 		for i, a := range pool {
 			// the default is measured even past the deadline: every task
 			// reports the baseline its tunedb entry is compared with
 			first := round == 0 && i == 0
 			if i%chunk == 0 && i > 0 {
-				took = o.Clock.Now().Sub(chunkAt)
+				took := o.Clock.Now().Sub(chunkAt) // the last whole chunk
 				if !deadline.IsZero() && o.Clock.Now().Add(took).After(deadline) {
 					// the next chunk would end past the deadline: stop here
 					complete, res.OutOfTime = false, ctx.Err() == nil

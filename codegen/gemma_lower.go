@@ -103,22 +103,22 @@ func (l *lowerer) postNorm(n *ir.Node) error {
 		return err
 	}
 	eps := float32(n.Float("eps"))
+	args := []Arg{bufArg(y), bufArg(h), wArg(l.vectorOf(n.Args[1]))}
+	k := -1
 	if na := l.nextNormXQ(add, h.width); na != nil {
-		if k, err := l.kernel(PostNormAddQuant(h.width, eps, l.arms.Block)); err == nil {
+		if kq, qerr := l.kernel(PostNormAddQuant(h.width, eps, l.arms.Block)); qerr == nil {
 			width := XQRowBytes(h.width) / 4
 			xq := view{buf: l.buffer("xq", n.Shape[0], width), width: width, stride: width}
 			l.preQuant[xqKey{x: y, pro: ProNorm, nw: na.nw}] = preQuant{xq: xq, launch: len(l.p.Launches), nodes: na.nodes}
-			l.launch(k, n.Shape[0], []int{n.ID, add.ID}, bufArg(y), bufArg(h), wArg(l.vectorOf(n.Args[1])), wArg(na.nw), bufArg(xq), rowsArg())
-			l.val[add.ID] = y
-			l.done[add.ID] = true
-			return nil
+			k, args = kq, append(args, wArg(na.nw), bufArg(xq))
 		}
 	}
-	k, err := l.kernel(PostNormAdd(h.width, eps, l.arms.Block))
-	if err != nil {
-		return err
+	if k < 0 {
+		if k, err = l.kernel(PostNormAdd(h.width, eps, l.arms.Block)); err != nil {
+			return err
+		}
 	}
-	l.launch(k, n.Shape[0], []int{n.ID, add.ID}, bufArg(y), bufArg(h), wArg(l.vectorOf(n.Args[1])), rowsArg())
+	l.launch(k, n.Shape[0], []int{n.ID, add.ID}, append(args, rowsArg())...)
 	l.val[add.ID] = y
 	l.done[add.ID] = true
 	return nil

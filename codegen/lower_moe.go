@@ -327,12 +327,8 @@ func (l *lowerer) moeArms(s MoEShape) (arm, one MoEArm) {
 		}
 		arm.XQ, one.XQ = a.XQ, a.XQ
 	}
-	if arm.XQ == 1 {
-		_, e1 := MoEXQ(s, arm)
-		_, e2 := MoEXQ(s, one)
-		if l.o.PrefillGEMV || (l.o.BatchInvariant && !l.o.InvariantInt8) || e1 != nil || e2 != nil {
-			arm.XQ, one.XQ = 0, 0
-		}
+	if arm.XQ == 1 && (l.o.PrefillGEMV || (l.o.BatchInvariant && !l.o.InvariantInt8) || MoEXQFits(s) != nil) {
+		arm.XQ, one.XQ = 0, 0
 	}
 	return arm, one
 }

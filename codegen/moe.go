@@ -415,13 +415,11 @@ func moeGEMVChunk(w *Writer, s MoEShape, arm MoEArm) {
 		w.For("i", "0", "BR", "1", -1, func() {
 			w.If("i < nb", func() {
 				w.Line("const float4* xu = (const float4*)(x + (size_t)XROW(sl[i]) * K + 32 * u);")
-				w.For("q", "0", "8", "1", -1, func() {
-					w.Line("const float4 a = xu[q];")
-					w.Line("acc[i] += v[4 * q] * a.x + v[4 * q + 1] * a.y + v[4 * q + 2] * a.z + v[4 * q + 3] * a.w;")
-					if s.SwiGLU {
-						w.Line("accu[i] += vu[4 * q] * a.x + vu[4 * q + 1] * a.y + vu[4 * q + 2] * a.z + vu[4 * q + 3] * a.w;")
-					}
-				})
+				acc := []string{"acc[i]"}
+				if s.SwiGLU {
+					acc = append(acc, "accu[i]")
+				}
+				emitMoEUnitDot(w, acc...)
 			})
 		})
 	})
@@ -434,6 +432,21 @@ func moeGEMVChunk(w *Writer, s MoEShape, arm MoEArm) {
 			}
 			w.If("lane == 0", func() { w.Line("y[(size_t)sl[i] * N + r] = g;") })
 		})
+	})
+}
+
+// emitMoEUnitDot writes the float products of a dequantised unit with the
+// activations at xu: acc[0] += v·x (and acc[1] += vu·x, the up rows'),
+// eight float4s, each added as one expression. The one-row, grouped and
+// summing MoE kernels all add a slot's sum so, which is why they give the
+// same floats.
+func emitMoEUnitDot(w *Writer, acc ...string) {
+	w.For("q", "0", "8", "1", -1, func() {
+		w.Line("const float4 a = xu[q];")
+		for i, a := range acc {
+			v := []string{"v", "vu"}[i]
+			w.Linef("%s += %[2]s[4 * q] * a.x + %[2]s[4 * q + 1] * a.y + %[2]s[4 * q + 2] * a.z + %[2]s[4 * q + 3] * a.w;", a, v)
+		}
 	})
 }
 

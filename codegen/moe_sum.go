@@ -47,10 +47,7 @@ func moeGEMVSum(s MoEShape, arm MoEArm) (*Kernel, error) {
 						w.Line("float v[32];")
 						w.Linef("%s(wr, u, v);", dqFunc(s.Type))
 						w.Line("const float4* xu = (const float4*)(x + (size_t)j * K + 32 * u);")
-						w.For("q", "0", "8", "1", -1, func() {
-							w.Line("const float4 a = xu[q];")
-							w.Line("acc += v[4 * q] * a.x + v[4 * q + 1] * a.y + v[4 * q + 2] * a.z + v[4 * q + 3] * a.w;")
-						})
+						emitMoEUnitDot(w, "acc")
 					})
 					w.Line("d[j] = warp_sum(acc);")
 				})

@@ -27,8 +27,22 @@ import (
 // of up to 32·moeXQMaxUnits units.
 const moeXQMaxUnits = 4
 
-// MoEXQClass is the class of MoEXQ, e.g. "q4_k_n768_k2048_e128_u8_swiglu".
-func MoEXQClass(s MoEShape) string { return MoEClass(s) }
+// MoEXQFits reports whether MoEXQ takes shape s: a repacked type, a
+// SwiGLU pair of one type, no Sum, and rows a lane's registers hold (at
+// most 32·moeXQMaxUnits units).
+func MoEXQFits(s MoEShape) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	rt, ok := rpTypes[s.Type]
+	if !ok || xqPrep[s.Type] == "" || s.Sum || (s.SwiGLU && s.Up != s.Type) {
+		return fmt.Errorf("%w: moe_xq of %v (up %v, sum %v)", ErrUnsupported, s.Type, s.Up, s.Sum)
+	}
+	if s.K%32 != 0 || ceilDiv(s.K/rt.unitElems, 32) > moeXQMaxUnits {
+		return fmt.Errorf("%w: moe_xq rows of %d (at most %d units a lane)", ErrUnsupported, s.K, moeXQMaxUnits)
+	}
+	return nil
+}
 
 // MoEXQ returns the chosen experts' product of shape s on int8 activations:
 //
@@ -38,26 +52,19 @@ func MoEXQClass(s MoEShape) string { return MoEClass(s) }
 // token rows XQuant(K, Prologue{}) wrote (with PerSlot XQuant(Used·K, ·)
 // of the token's Used slot rows side by side, as the gate/up product
 // writes them), y as MoEGEMV's. Q4_0, Q8_0, Q4_K and Q6_K weights; a
-// SwiGLU pair of one type. The arm's XQ is not read (MoEGEMV sends XQ 1
-// arms here).
+// SwiGLU pair of one type (MoEXQFits). The arm's XQ is not read (MoEGEMV
+// sends XQ 1 arms here).
 func MoEXQ(s MoEShape, arm MoEArm) (*Kernel, error) {
-	if err := s.check(); err != nil {
+	if err := MoEXQFits(s); err != nil {
 		return nil, err
 	}
 	if err := arm.Validate(); err != nil {
 		return nil, err
 	}
-	rt, ok := rpTypes[s.Type]
-	if !ok || xqPrep[s.Type] == "" || s.Sum || (s.SwiGLU && s.Up != s.Type) {
-		return nil, fmt.Errorf("%w: moe_xq of %v (up %v, sum %v)", ErrUnsupported, s.Type, s.Up, s.Sum)
-	}
-	upr := s.K / rt.unitElems
-	units := ceilDiv(upr, 32)
-	if s.K%32 != 0 || units > moeXQMaxUnits {
-		return nil, fmt.Errorf("%w: moe_xq rows of %d (at most %d units a lane)", ErrUnsupported, s.K, moeXQMaxUnits)
-	}
+	rt := rpTypes[s.Type]
+	units := ceilDiv(s.K/rt.unitElems, 32)
 	nb := s.K / s.Type.BlockElems()
-	name := strings.ReplaceAll(fmt.Sprintf("moe_xq_%s_%s", MoEXQClass(s), arm), "+", "_")
+	name := strings.ReplaceAll(fmt.Sprintf("moe_xq_%s_%s", MoEClass(s), arm), "+", "_")
 	params := []Param{{"const u8* __restrict__", "W"}}
 	rows := 1
 	if s.SwiGLU {

@@ -156,7 +156,7 @@ func MoEProduct(shape, use string, p codegen.MoEShape, m int, seed uint64) *Case
 		xq = codegen.DefaultMoEOneArm
 	}
 	xq.XQ = 1
-	if _, err := codegen.MoEXQ(p, xq); err == nil {
+	if codegen.MoEXQFits(p) == nil {
 		c.ExtraArms = append(c.ExtraArms, xq.Point())
 	}
 	// the activations' row: a token's (a slot's rows side by side for the down product)
