@@ -195,7 +195,7 @@ func TestCompileGate(t *testing.T) {
 		so, ok := codegen.FitQuantOut(qo, 2048, codegen.XQEnds{SwiGLUOut: true})
 		require.True(t, ok, t2)
 		so.BatchRows = min(so.BatchRows, 8)
-		gs, err := codegen.GEMVXQ(t2, 2048, k, false, so, codegen.XQEnds{NormIn: true, NormEps: 1e-5, SwiGLUOut: true}, 0)
+		gs, err := codegen.GEMVXQ(t2, 2048, k, false, so, codegen.XQEnds{NormIn: true, NormEps: 1e-5, SwiGLUOut: true, GeLU: i%2 == 1}, 0)
 		require.NoError(t, err, t2)
 		ks = append(ks, gq, rn, rn3, gs)
 		// K split over two or four warps a row set (XQ 2): the same ends
@@ -211,7 +211,7 @@ func TestCompileGate(t *testing.T) {
 		require.NoError(t, err, t2)
 		ss := so
 		ss.Threads *= 2
-		sg, err := codegen.GEMVXQ(t2, 2048, k, false, ss, codegen.XQEnds{NormIn: true, NormEps: 1e-5, SwiGLUOut: true}, 0)
+		sg, err := codegen.GEMVXQ(t2, 2048, k, false, ss, codegen.XQEnds{NormIn: true, NormEps: 1e-5, SwiGLUOut: true, GeLU: i%2 == 0}, 0)
 		require.NoError(t, err, t2)
 		ks = append(ks, sq, sr, sn, sg)
 	}

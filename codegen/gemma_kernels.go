@@ -74,6 +74,14 @@ func Softcap(width int, cap float32, arm BlockArm) (*Kernel, error) {
 		func(w *Writer) { w.Line("y[e] = CAP * tanhf(v * (1.f / CAP));") })
 }
 
+// geluTanhMul is gelu_tanh(g)·u in CUDA C (GELU_K defined as √(2/π)),
+// written once for the GeGLU kernel and for the gate/up products that
+// compute it in their epilogue (XQEnds.GeLU), so that both give the same
+// floats.
+func geluTanhMul(g, u string) string {
+	return fmt.Sprintf("0.5f * %[1]s * (1.f + tanhf(GELU_K * (%[1]s + 0.044715f * %[1]s * %[1]s * %[1]s))) * %[2]s", g, u)
+}
+
 // GeGLU returns the kernel out = gelu_tanh(gate) · up over rows laid out as
 // [gate (ffn) | up (ffn)], the output of a fused gate/up product, with
 // gelu_tanh(g) = g/2 · (1 + tanh(√(2/π) · (g + 0.044715·g³))):
@@ -100,7 +108,7 @@ func GeGLU(ffn int, arm BlockArm) (*Kernel, error) {
 			w.Linef("const int i = blockIdx.x * %d + threadIdx.x;", arm.Threads)
 			w.If("i < FFN", func() {
 				w.Line("const float g = r[i];")
-				w.Line("out[(size_t)blockIdx.y * FFN + i] = 0.5f * g * (1.f + tanhf(GELU_K * (g + 0.044715f * g * g * g))) * r[FFN + i];")
+				w.Linef("out[(size_t)blockIdx.y * FFN + i] = %s;", geluTanhMul("g", "r[FFN + i]"))
 			})
 			w.Line("pdl_launch();")
 		}})

@@ -109,7 +109,24 @@ func TestLowerGemma(t *testing.T) {
 			} else {
 				require.Zero(t, fused, "prefill products read float rows")
 			}
-			require.Equal(t, L, launchesOf(p, "geglu"))
+			// a one-sequence decode program's gate/up products compute the
+			// GeGLU and quantise it for the down product, which reads those
+			// rows (XQEnds.GeLU); the other programs launch it
+			geglus, gated := L, 0
+			if c.opts.Class == Decode && c.opts.MaxSeqs == 1 {
+				geglus = 0
+			}
+			for i, ln := range p.Launches {
+				if k := p.Kernels[ln.Kernel]; strings.HasPrefix(k.Name, "gemv_") && strings.Contains(k.Name, "_go_") {
+					gated++
+					xo := ln.Args[2]
+					next := p.Launches[i+1]
+					require.Contains(t, next.Args, xo, "L%d's gated rows are the next product's input", i)
+					require.True(t, strings.HasPrefix(p.Kernels[next.Kernel].Name, "gemv_"), p.Kernels[next.Kernel].Name)
+				}
+			}
+			require.Equal(t, geglus, launchesOf(p, "geglu"))
+			require.Equal(t, L-geglus, gated, "gate/up products with the GeGLU epilogue")
 			require.Zero(t, launchesOf(p, "swiglu"))
 			caps := 0
 			if hp.FinalSoftcap > 0 {

@@ -335,18 +335,44 @@ func (l *lowerer) fusedProducts(parts []matPart, x view, rows ir.Dim, norm *proI
 }
 
 // swigluOutArms are the arms of a gate/up product that computes the
-// SwiGLU after it and quantises it for the down product (XQEnds.SwiGLUOut).
+// SwiGLU (or GeGLU) after it and quantises it for the down product
+// (XQEnds.SwiGLUOut).
 type swigluOutArms struct {
-	sw  *ir.Node // the SwiGLU node
+	sw  *ir.Node // the SwiGLU or GeGLU node
 	one GEMVArm
 }
 
+// ends are the gate/up product's epilogue for so's gated unit.
+func (so swigluOutArms) ends() XQEnds {
+	return XQEnds{SwiGLUOut: true, GeLU: so.sw.Op == ir.OpGeGLU}
+}
+
+// gluDown reports whether gated unit n (ffn columns) may leave its value
+// to the gate/up product's SwiGLUOut epilogue: a SwiGLU that its down
+// product computes from the [gate | up] rows (fuseSwiGLU), or a GeGLU
+// whose only user is a product of rows of ffn without bias or padding,
+// which then reads the epilogue's quantised rows as its input's.
+func (l *lowerer) gluDown(n *ir.Node, ffn int) bool {
+	if n.Op == ir.OpSwiGLU {
+		return l.fuseSwiGLU(n, ffn)
+	}
+	if n.Op != ir.OpGeGLU || !l.fusing() || len(l.users[n.ID]) != 1 {
+		return false
+	}
+	mm := l.users[n.ID][0]
+	if mm.Op != ir.OpMatmul || mm.Args[0] != n {
+		return false
+	}
+	p, err := l.part(mm)
+	return err == nil && p.k == ffn && p.bias == nil && p.padN == p.n
+}
+
 // swigluOut reports whether the products parts (rows of k) are a gate and
-// an up product whose product can compute the SwiGLU after them and
+// an up product whose product can compute the SwiGLU (or GeGLU) after them and
 // quantise it for the down product (XQEnds.SwiGLUOut): a decode program
 // outside the exact configuration, two parts of one type and n rows (a
-// multiple of 32) without bias, read only by one SwiGLU that the down
-// product computes (fuseSwiGLU) from XQ 2 rows, and an XQ 2 arm for the
+// multiple of 32) without bias, read only by one SwiGLU or GeGLU whose down
+// product takes its value (gluDown) from XQ 2 rows, and an XQ 2 arm for the
 // gate/up product that holds whole pairs of 32 gate and 32 up rows a block
 // (FitQuantOut), in a program without batch arms (one sequence).
 // LowerOptions.NoQuantOut can turn it off.
@@ -361,7 +387,7 @@ func (l *lowerer) swigluOut(parts []matPart, k int) (swigluOutArms, bool) {
 		return so, false
 	}
 	sw := l.users[g.mm.ID][0]
-	if sw.Op != ir.OpSwiGLU || l.users[u.mm.ID][0] != sw || sw.Args[0] != g.mm || sw.Args[1] != u.mm || !l.fuseSwiGLU(sw, g.n) {
+	if (sw.Op != ir.OpSwiGLU && sw.Op != ir.OpGeGLU) || l.users[u.mm.ID][0] != sw || sw.Args[0] != g.mm || sw.Args[1] != u.mm || !l.gluDown(sw, g.n) {
 		return so, false
 	}
 	down, err := l.part(l.users[sw.ID][0])
@@ -376,8 +402,8 @@ func (l *lowerer) swigluOut(parts []matPart, k int) (swigluOutArms, bool) {
 	} else {
 		one = l.gemvArm(class, g.t, k)
 	}
-	e := XQEnds{SwiGLUOut: true}
 	so.sw = sw
+	e := so.ends()
 	if _, batch := l.batchArm(one, class, k); batch {
 		// the batch arm would need pairs of 32 rows a block: twice the
 		// warps of the 16-row arm, and half its activation rows to keep
@@ -407,7 +433,7 @@ func (l *lowerer) gateUpQuantised(parts []matPart, x, fused view, rows ir.Dim, n
 	if err := l.halfReader(src, false); err != nil {
 		return err
 	}
-	e := XQEnds{SwiGLUOut: true}
+	e := so.ends()
 	if norm != nil {
 		e.NormIn, e.NormEps = true, norm.pro.Eps
 	}
@@ -418,9 +444,20 @@ func (l *lowerer) gateUpQuantised(parts []matPart, x, fused view, rows ir.Dim, n
 	l.repacked[kern] = true
 	width := XQRowBytes(n/2) / 4
 	xo := view{buf: l.buffer("xq", rows, width), width: width, stride: width}
-	// the down product finds these rows by the SwiGLU's input, as swigluIn gives it
-	in := view{buf: fused.buf, off: fused.off, width: n / 2, stride: fused.stride}
-	l.preQuant[xqKey{x: in, pro: ProSwiGLU}] = preQuant{xq: xo, launch: len(l.p.Launches), nodes: []int{so.sw.ID}}
+	if so.sw.Op == ir.OpGeGLU {
+		// the down product reads the GeGLU's value as plain rows and finds
+		// these quantised ones by it: its value is a view that only names
+		// them (the head of the fused buffer, which no launch writes), and
+		// no GeGLU launch runs
+		in := view{buf: fused.buf, width: n / 2, stride: n / 2}
+		l.preQuant[xqKey{x: in, pro: ProNone}] = preQuant{xq: xo, launch: len(l.p.Launches), nodes: []int{so.sw.ID}}
+		l.val[so.sw.ID] = in
+		l.done[so.sw.ID] = true
+	} else {
+		// the down product finds these rows by the SwiGLU's input, as swigluIn gives it
+		in := view{buf: fused.buf, off: fused.off, width: n / 2, stride: fused.stride}
+		l.preQuant[xqKey{x: in, pro: ProSwiGLU}] = preQuant{xq: xo, launch: len(l.p.Launches), nodes: []int{so.sw.ID}}
+	}
 	l.launch(kern, rows, []int{parts[0].mm.ID, parts[1].mm.ID}, wArg(w), bufArg(xq), bufArg(xo), rowsArg())
 	return nil
 }

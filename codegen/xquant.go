@@ -296,6 +296,11 @@ type XQEnds struct {
 	// xo, rows of n/2, for the down product. Needs whole pairs of 32 gate
 	// and 32 up rows a block.
 	SwiGLUOut bool
+	// GeLU (with SwiGLUOut): the gate's activation is GELU's tanh form, as
+	// Gemma's GeGLU has it, not SiLU: the epilogue writes
+	// gelu_tanh(gate)·up quantised, as the GeGLU kernel and XQuant after it
+	// would.
+	GeLU bool
 	// Rope (XQ 2 with two or four weight rows a warp, no residual): the
 	// product's rows are columns RopeCol0… of a decode step's fused
 	// [q | k | v] rows of shape RopeShape (adjacent pairs, not NeoX), and
@@ -316,7 +321,10 @@ func (e XQEnds) suffix() string {
 	if e.QuantOut {
 		s += "_qo"
 	}
-	if e.SwiGLUOut {
+	switch {
+	case e.SwiGLUOut && e.GeLU:
+		s += "_go"
+	case e.SwiGLUOut:
 		s += "_so"
 	}
 	if e.Rope {
@@ -422,6 +430,9 @@ func GEMVXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystrid
 	}
 	if e.QuantOut && (!residual || ystride != 0 || !QuantOutFits(arm, n, e)) {
 		return nil, fmt.Errorf("%w: quantised-output epilogue for N %d, arm %v, residual %v", ErrUnsupported, n, arm, residual)
+	}
+	if e.GeLU && !e.SwiGLUOut {
+		return nil, fmt.Errorf("%w: a GELU without the gated output epilogue", ErrUnsupported)
 	}
 	if e.SwiGLUOut && (residual || e.QuantOut || ystride != 0 || !QuantOutFits(arm, n, e)) {
 		return nil, fmt.Errorf("%w: SwiGLU-output epilogue for N %d, arm %v, residual %v", ErrUnsupported, n, arm, residual)
@@ -563,7 +574,11 @@ func emitXQQuantOut(w *Writer, e XQEnds, rn string, split bool) {
 			w.Line("const int col = (blockIdx.x * G + g) * 32 + lane; // this lane's output")
 			if e.SwiGLUOut {
 				w.Line("const float gv = ev[64 * g + lane][j], uv = ev[64 * g + 32 + lane][j];")
-				w.Line("const float z = gv / (1.f + expf(-gv)) * uv;")
+				if e.GeLU {
+					w.Linef("const float z = %s;", geluTanhMul("gv", "uv"))
+				} else {
+					w.Line("const float z = gv / (1.f + expf(-gv)) * uv;")
+				}
 			} else {
 				w.Line("float* yr = y + (size_t)(m0 + j) * YS;")
 				w.Line("const float xv = yr[col] + ev[32 * g + lane][j];")
@@ -641,6 +656,9 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 				no := n / (e.outRows() / 32)
 				w.Linef("#define NO %d // outputs a row", no)
 				w.Linef("#define XRO %d // bytes of a quantised output row", XQRowBytes(no))
+				if e.GeLU {
+					w.Line("#define GELU_K 0.797884561f // √(2/π)")
+				}
 			}
 			w.Raw(ysDefine(ystride))
 			w.Blank()

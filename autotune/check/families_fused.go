@@ -117,15 +117,20 @@ func xqLaunch(ks []*codegen.Kernel, m, k int, x, nw *Buf, wb []byte, y *Buf) *La
 // epilogue (codegen.XQEnds.SwiGLUOut, the [gate | up] rows taken in pairs of 32 through codegen.GateUpRow), then the
 // down product reading them, as lowering chains them:
 // y = y0 + Wd·swiglu(Wgu·rmsnorm(x, nw)), checked against the CPU norm,
-// products and SwiGLU. The arm is the gate/up product's (default: the
+// products and SwiGLU. With gelu the gated unit is Gemma's GeGLU
+// (codegen.XQEnds.GeLU), checked against codegen.RefGeGLU. The arm is the gate/up product's (default: the
 // untuned one-row arm with pairs of 32 rows a block); the down product
 // takes the untuned one-row (m = 1) or batch arm.
-func ProductSwiGLUOut(shape string, t dtype.Type, ffn, k int, td dtype.Type, m int, eps float32, seed uint64) *Case {
+func ProductSwiGLUOut(shape string, t dtype.Type, ffn, k int, td dtype.Type, m int, eps float32, gelu bool, seed uint64) *Case {
 	n := 2 * ffn
-	class := codegen.ProductClass(t, n, k, false) + "_so_" + codegen.ProductClass(td, k, ffn, true)
-	c := &Case{Family: "gemv", Label: "gemv+swiglu-out/gate_up→down", Shape: shape, DType: strings.ToLower(t.String()), Class: class,
+	unit, tag, ref := "swiglu", "_so_", codegen.RefSwiGLU
+	if gelu {
+		unit, tag, ref = "geglu", "_go_", codegen.RefGeGLU
+	}
+	class := codegen.ProductClass(t, n, k, false) + tag + codegen.ProductClass(td, k, ffn, true)
+	c := &Case{Family: "gemv", Label: "gemv+" + unit + "-out/gate_up→down", Shape: shape, DType: strings.ToLower(t.String()), Class: class,
 		Use: "gate_up", Tol: 1e-4, seed: seed, K: k}
-	e := codegen.XQEnds{NormIn: true, NormEps: eps, SwiGLUOut: true}
+	e := codegen.XQEnds{NormIn: true, NormEps: eps, SwiGLUOut: true, GeLU: gelu}
 	next, def := codegen.DefaultXQGlobalOneArm, codegen.DefaultXQGlobalOneArm
 	if m > 1 {
 		next, def = codegen.DefaultXQGlobalBatchArm, codegen.DefaultXQGlobalBatchArm
@@ -156,7 +161,7 @@ func ProductSwiGLUOut(shape string, t dtype.Type, ffn, k int, td dtype.Type, m i
 			if err != nil {
 				return nil, err
 			}
-			return refMatMul(td, k, ffn, Wd, codegen.RefSwiGLU(ffn, gu), m, y0, false)
+			return refMatMul(td, k, ffn, Wd, ref(ffn, gu), m, y0, false)
 		})
 		packed := lazy(func() ([]byte, error) { return codegen.Repack(t, n, k, W) })
 		wd := armWeights(td, k, ffn, Wd)

@@ -83,8 +83,8 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 			c := ProductNormAfter(s.Name, "down→gate_up", t, s.Hidden, s.FFN, t, 2*s.FFN, 12, s.Eps, seed)
 			c.Label += "×12"
 			// a gate/up product computing the SwiGLU and quantising it for the down product
-			// (SwiGLUOut: one-sequence programs only)
-			cs = append(cs, c, ProductSwiGLUOut(s.Name, t, s.FFN, s.Hidden, t, 1, s.Eps, seed))
+			// (SwiGLUOut: one-sequence programs only; Gemma's GeGLU where the shape has a window)
+			cs = append(cs, c, ProductSwiGLUOut(s.Name, t, s.FFN, s.Hidden, t, 1, s.Eps, s.Window > 0, seed))
 		}
 		if rowOK(t, s.FFN) {
 			cs = append(cs, withQuantArms(Product(s.Name, "gemv", "down", t, s.Hidden, s.FFN, 1, true, seed), t, s.FFN))
