@@ -259,6 +259,9 @@ type lowerer struct {
 	// halfF16 (XQ 4, the launch takes XHalf at those steps) or halfInt8
 	// (every other arm). All readers of one launch must agree.
 	halfRows map[int]halfUse
+	// ropeNorms are a layer's q/k head norms left to its RoPE launch
+	// (RopeKVNorm), by the q RoPE node's ID.
+	ropeNorms map[int]ropeNorm
 	// moeRoutes are the topk nodes lowered (lower_moe.go), by node ID.
 	moeRoutes map[int]moeRoute
 }
@@ -342,7 +345,7 @@ func lower(g *ir.Graph, opts LowerOptions) (*Program, error) {
 	l := &lowerer{g: g, o: opts, users: g.Users(), kernels: map[string]int{}, weights: map[string]int{},
 		val: map[int]view{}, done: map[int]bool{}, arms: opts.Arms.WithDefaults(), repacked: map[int]bool{},
 		swiglus: map[int]bool{}, preQuant: map[xqKey]preQuant{}, xqLaunches: map[int]xqLaunch{},
-		halfRows: map[int]halfUse{}}
+		halfRows: map[int]halfUse{}, ropeNorms: map[int]ropeNorm{}}
 	l.p = &Program{Model: g.Name, Arch: g.Arch, Class: opts.Class, MaxTokens: opts.MaxTokens, MaxSeqs: opts.MaxSeqs,
 		Context: opts.Context, PageSize: opts.PageSize, Cache: opts.Cache, Layers: g.Consts["layers"],
 		KVWidth: g.Consts["heads_kv"] * g.Consts["head_dim"], Vocab: g.Consts["vocab"], Logits: -1, Argmax: -1,
@@ -620,81 +623,6 @@ func (l *lowerer) lastTokens(n *ir.Node) error {
 	y := view{buf: b, width: x.width, stride: x.width}
 	l.launch(k, ir.S, []int{n.ID}, bufArg(x), inArg(InLast), bufArg(y), rowsArg())
 	l.val[n.ID] = y
-	return nil
-}
-
-// headNorm lowers an rms_norm outside a fusion group: the per-head q/k
-// norm, in place inside the fused QKV row. A layer's k norm, whose heads
-// follow q's in the same rows, runs in the same launch (headNormPartner).
-func (l *lowerer) headNorm(n *ir.Node) error {
-	x, err := l.valueOf(n.Args[0])
-	if err != nil {
-		return err
-	}
-	if len(n.Shape) != 3 {
-		return fmt.Errorf("rms_norm of shape %v outside a product prologue", n.Shape)
-	}
-	if err := l.inPlace(n); err != nil {
-		return err
-	}
-	heads, hd := int(n.Shape[1]), int(n.Shape[2])
-	s := HeadNormShape{Heads: heads, HeadDim: hd, Offset: x.off, Stride: x.stride, Eps: float32(n.Float("eps"))}
-	args := []Arg{bufArg(view{buf: x.buf, stride: x.stride}), wArg(l.vectorOf(n.Args[1]))}
-	nodes := []int{n.ID}
-	m := l.headNormPartner(n, x)
-	if m != nil {
-		s.Heads2 = int(m.Shape[1])
-		args = append(args, wArg(l.vectorOf(m.Args[1])))
-		nodes = append(nodes, m.ID)
-		l.val[m.ID] = l.val[m.Args[0].ID]
-		l.done[m.ID] = true
-	}
-	k, err := l.kernel(HeadRMSNorm(s, l.arms.Block))
-	if err != nil {
-		return err
-	}
-	l.launch(k, n.Shape[0], nodes, append(args, rowsArg())...)
-	l.val[n.ID] = x
-	return nil
-}
-
-// inPlace checks that the head norm n may overwrite its operand: each
-// value from n's input back through its reshapes has n's chain as its only
-// user.
-func (l *lowerer) inPlace(n *ir.Node) error {
-	for src := n.Args[0]; ; src = src.Args[0] {
-		if len(l.users[src.ID]) != 1 {
-			return fmt.Errorf("in-place head norm: %%%d has %d users", src.ID, len(l.users[src.ID]))
-		}
-		if src.Op != ir.OpReshape {
-			return nil
-		}
-	}
-}
-
-// headNormPartner returns the head norm still to lower whose heads lie
-// right after those of n (value x) in the same rows, with n's head size,
-// token count and eps: a layer's k norm for its q norm. Its operand is
-// lowered already (part of the same QKV product); nothing else reads it
-// (inPlace), so normalising it early changes no reader.
-func (l *lowerer) headNormPartner(n *ir.Node, x view) *ir.Node {
-	heads, hd := int(n.Shape[1]), int(n.Shape[2])
-	for _, m := range l.g.Nodes {
-		if m.ID <= n.ID || l.done[m.ID] || m.Op != ir.OpRMSNorm || m.Role == "prologue" || len(m.Shape) != 3 {
-			continue
-		}
-		y, ok := l.val[m.Args[0].ID]
-		if !ok || y.buf != x.buf || y.stride != x.stride || y.off != x.off+heads*hd {
-			continue
-		}
-		if m.Shape[0] != n.Shape[0] || int(m.Shape[2]) != hd || m.Float("eps") != n.Float("eps") {
-			continue
-		}
-		if l.inPlace(m) != nil {
-			continue
-		}
-		return m
-	}
 	return nil
 }
 

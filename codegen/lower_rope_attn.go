@@ -53,17 +53,35 @@ func (l *lowerer) ropeKV(kvw *ir.Node) error {
 	w := l.weight(fmt.Sprintf("rope:%+v:%s", qp, factors), WeightRef{Name: "rope_inv_freq", Kind: WeightRope, Type: dtype.F32, Rope: qp, Factors: factors})
 	rs := RopeShape{Heads: H, HeadsKV: Hkv, HeadDim: D, RopeDim: qp.Dims, Half: qp.Style == ir.RopeHalf, Cache: l.o.Cache}
 	layer := kvw.Int("layer")
-	if ok, err := l.ropeInProducts(q, k, v, qv, rs, w, layer, []int{q.ID, k.ID, kvw.ID}); err != nil || ok {
-		l.val[q.ID] = qv
-		return err
+	rows := q.Shape[0]
+	nodes := []int{q.ID, k.ID, kvw.ID}
+	arm := l.blockArm("rope_kv", RopeKVClass(rs))
+	var kern int
+	var norms []Arg
+	hn, normed := l.ropeNorms[q.ID]
+	switch {
+	case normed && RopeKVNormFits(rs, arm) && hn.shape.Offset == qv.off && hn.shape.Heads == H && hn.shape.Heads2 == Hkv:
+		// the layer's q/k norms (headNorm left them here): the weights after the caches
+		kern, err = l.kernel(RopeKVNorm(rs, hn.shape.Eps, arm))
+		norms, nodes = hn.args[1:], append(slices.Clone(hn.nodes), nodes...)
+	case normed:
+		if err := l.launchHeadNorm(hn, rows); err != nil {
+			return err
+		}
+		fallthrough
+	default:
+		if ok, err := l.ropeInProducts(q, k, v, qv, rs, w, layer, nodes); err != nil || ok {
+			l.val[q.ID] = qv
+			return err
+		}
+		kern, err = l.kernel(RopeKV(rs, arm))
 	}
-	kern, err := l.kernel(RopeKV(rs, l.blockArm("rope_kv", RopeKVClass(rs))))
 	if err != nil {
 		return err
 	}
-	rows := q.Shape[0]
-	l.launch(kern, rows, []int{q.ID, k.ID, kvw.ID}, bufArg(view{buf: qv.buf, off: qv.off}), inArg(InPositions), inArg(InSlots), wArg(w),
-		cacheArg(layer, false), cacheArg(layer, true), rowsArg())
+	args := append([]Arg{bufArg(view{buf: qv.buf, off: qv.off}), inArg(InPositions), inArg(InSlots), wArg(w),
+		cacheArg(layer, false), cacheArg(layer, true)}, norms...)
+	l.launch(kern, rows, nodes, append(args, rowsArg())...)
 	l.val[q.ID] = qv
 	return nil
 }

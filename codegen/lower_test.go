@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -242,7 +243,8 @@ func TestLowerStructure(t *testing.T) {
 	require.Equal(t, 0, count(q2, "concat"), "with the norm fused, each product writes its columns of the fused row")
 	require.Equal(t, 2, count(q2, "bias_add"))
 
-	q3, err := Lower(buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q8_0, dtype.Q8_0)), LowerOptions{Class: Decode, MaxSeqs: 2, Context: 256, Cache: dtype.F16})
+	q3g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q8_0, dtype.Q8_0))
+	q3, err := Lower(q3g, LowerOptions{Class: Decode, MaxSeqs: 2, Context: 256, Cache: dtype.F16, NoFusePrologue: true})
 	require.NoError(t, err)
 	require.Equal(t, 2, count(q3, "head_rmsnorm"), "a layer's q and k norms share one launch")
 	for _, k := range q3.Kernels {
@@ -251,6 +253,36 @@ func TestLowerStructure(t *testing.T) {
 		}
 	}
 	require.Equal(t, 0, count(q3, "concat"))
+	// a fusing decode program normalises q and k in the RoPE launch (RopeKVNorm):
+	// the norms' weights after the caches, the norms' nodes in the launch
+	for _, o := range []LowerOptions{{Class: Decode, MaxSeqs: 2, Context: 256, Cache: dtype.F16}, {Class: Decode, MaxSeqs: 1, Context: 256, Cache: CacheQ8}} {
+		q3, err = Lower(q3g, o)
+		require.NoError(t, err)
+		require.Zero(t, count(q3, "head_rmsnorm"))
+		ropes := 0
+		for _, ln := range q3.Launches {
+			k := q3.Kernels[ln.Kernel]
+			if k.Family != "rope_kv" {
+				continue
+			}
+			ropes++
+			require.True(t, strings.HasPrefix(k.Name, "rope_kv_norm_"), k.Name)
+			require.Equal(t, "wq", k.Params[6].Name)
+			require.Equal(t, ArgWeight, ln.Args[6].Kind)
+			norms := 0
+			for _, id := range ln.Nodes {
+				if q3g.Nodes[id].Op == ir.OpRMSNorm {
+					norms++
+				}
+			}
+			require.Equal(t, 2, norms, "the q and k norms are the launch's")
+		}
+		require.Equal(t, smallQwen3.Layers, ropes)
+	}
+	// prefill keeps the norms' own launch
+	pre3, err := Lower(q3g, LowerOptions{Class: Prefill, MaxTokens: 64, MaxSeqs: 2, Context: 256, Cache: dtype.F16})
+	require.NoError(t, err)
+	require.Equal(t, smallQwen3.Layers, count(pre3, "head_rmsnorm"))
 }
 
 func TestLowerErrors(t *testing.T) {

@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"slices"
 )
 
 // ropeHeadsPerThread is how many heads (of the q, k and v heads of a token)
@@ -70,7 +71,31 @@ func (s RopeShape) ropePairs(i int) (a, b int) {
 // already applied. The k part of qkv is left as it was. grid (ntok, B): the
 // q, k and v heads of a token are spread over B blocks (see ropePlan), each
 // thread computing the sincosf of its pairs once for all its heads.
-func RopeKV(s RopeShape, arm BlockArm) (*Kernel, error) {
+func RopeKV(s RopeShape, arm BlockArm) (*Kernel, error) { return ropeKV(s, arm, nil) }
+
+// RopeKVNorm is RopeKV after the per-head RMSNorm of the q heads (weight
+// wq) and the k heads (wk), HeadRMSNorm's work for a layer's q/k norms
+// (qwen3, Gemma 3) in the same launch:
+//
+//	rope_kv_norm(float* qkv, const int* pos, const int* slot, const float* inv_freq,
+//	             cache_t* kcache, cache_t* vcache, const float* wq, const float* wk, int ntok)
+//
+// Each head's sum of squares is added over the threads of its lane (a
+// warp's sums, then the lane's warps in shared memory), so it needs head
+// lanes of whole warps (HeadDim/2 a multiple of 32, arm.Threads a multiple
+// of 32 and of HeadDim/2 where larger); the normalised head is x·r·w as
+// HeadRMSNorm writes it, rotated after.
+func RopeKVNorm(s RopeShape, eps float32, arm BlockArm) (*Kernel, error) {
+	return ropeKV(s, arm, &eps)
+}
+
+// RopeKVNormFits reports whether RopeKVNorm supports s with arm.
+func RopeKVNormFits(s RopeShape, arm BlockArm) bool {
+	pl := newRopePlan(s, arm.Threads)
+	return s.validate() == nil && arm.Validate() == nil && pl.Pairs%32 == 0 && arm.Threads%32 == 0 && !pl.laneGuard()
+}
+
+func ropeKV(s RopeShape, arm BlockArm, eps *float32) (*Kernel, error) {
 	if err := s.validate(); err != nil {
 		return nil, err
 	}
@@ -86,13 +111,27 @@ func RopeKV(s RopeShape, arm BlockArm) (*Kernel, error) {
 	if q8 && arm.Threads%32 != 0 {
 		return nil, fmt.Errorf("%w: an 8-bit cache's RoPE + KV write quantises with whole warps (%d threads)", ErrUnsupported, arm.Threads)
 	}
-	name := fmt.Sprintf("rope_kv_%s_h%d_%d_d%d_r%d_%s_%s", style, s.Heads, s.HeadsKV, s.HeadDim, s.RopeDim, typeTag(s.Cache), arm)
+	norm, what, deps := "", "", append(cacheHelpers(s.Cache), "rope_rot", "pdl")
+	if eps != nil {
+		if !RopeKVNormFits(s, arm) {
+			return nil, fmt.Errorf("%w: q/k norms in RoPE with head dim %d and %d threads", ErrUnsupported, s.HeadDim, arm.Threads)
+		}
+		norm, what, deps = "_norm", fmt.Sprintf("q/k norms (eps %g) + ", *eps), append(deps, "warp")
+	}
+	name := fmt.Sprintf("rope_kv%s_%s_h%d_%d_d%d_r%d_%s_%s", norm, style, s.Heads, s.HeadsKV, s.HeadDim, s.RopeDim, typeTag(s.Cache), arm)
 	ct := cacheCType(s.Cache)
 	params := []Param{{"float* __restrict__", "qkv"}, {"const int* __restrict__", "pos"}, {"const int* __restrict__", "slot"},
 		{"const float* __restrict__", "inv_freq"}, {ct + "* __restrict__", "kcache"}, {ct + "* __restrict__", "vcache"}, {"int", "ntok"}}
-	src := source(fmt.Sprintf("RoPE (%s) + KV cache write: heads %d/%d, head dim %d, rope dim %d, %v cache, %v",
-		style, s.Heads, s.HeadsKV, s.HeadDim, s.RopeDim, s.Cache, arm), append(cacheHelpers(s.Cache), "rope_rot", "pdl"), func(w *Writer) {
+	if eps != nil {
+		params = slices.Insert(params, 6, Param{"const float* __restrict__", "wq"}, Param{"const float* __restrict__", "wk"})
+	}
+	src := source(fmt.Sprintf("%sRoPE (%s) + KV cache write: heads %d/%d, head dim %d, rope dim %d, %v cache, %v",
+		what, style, s.Heads, s.HeadsKV, s.HeadDim, s.RopeDim, s.Cache, arm), deps, func(w *Writer) {
 		s.defines(w)
+		if eps != nil {
+			w.Linef("#define EPS %s", cfloat(*eps))
+			w.Linef("#define WPL %d // warps a head lane", min(pl.Pairs, arm.Threads)/32)
+		}
 		w.Linef("#define STRIDE %d", s.QKVStride())
 		w.Linef("#define NT %d", arm.Threads)
 		w.Linef("#define PAIRS %d // element pairs per head", pl.Pairs)
@@ -119,7 +158,7 @@ func RopeKV(s RopeShape, arm BlockArm) (*Kernel, error) {
 			w.Line("const int t = blockIdx.x;")
 			w.Line("const int lane = threadIdx.x / PAIRS, i0 = threadIdx.x % PAIRS;")
 			body := func() {
-				ropeBody(w, s, pl, ct)
+				ropeBody(w, s, pl, ct, eps != nil)
 			}
 			if pl.laneGuard() {
 				w.If("lane < LANES", body)
@@ -150,9 +189,39 @@ func RopeKV(s RopeShape, arm BlockArm) (*Kernel, error) {
 	}}, nil
 }
 
+// emitRopeNorms writes 1/rms of each of a thread's q and k heads (rn[k])
+// from the loaded pairs: each thread's sum of squares of its pairs, the
+// warp's sum, then the head lane's WPL warps added in shared memory (a
+// barrier every thread of the block reaches: no lane guard, RopeKVNormFits).
+func emitRopeNorms(w *Writer, pl ropePlan) {
+	w.Comment("q and k heads: 1/rms of each head over its lane's threads, before the rotation")
+	w.Line("__shared__ float red[HPT][NT / 32];")
+	w.Line("float rn[HPT];")
+	w.For("k", "0", "HPT", "1", -1, func() {
+		w.Line("const int u = blockIdx.y * UPB + k * LANES + lane;")
+		w.Line("float ss = 0.f;")
+		w.For("j", "0", "PPT", "1", -1, func() {
+			cond := "u < HQ + HKV"
+			if pl.pairGuard() {
+				cond += " && i0 + j * NT < PAIRS"
+			}
+			w.If(cond, func() { w.Line("ss += xa[k][j] * xa[k][j] + xb[k][j] * xb[k][j];") })
+		})
+		w.Line("ss = warp_sum(ss);")
+		w.If("(threadIdx.x & 31) == 0", func() { w.Line("red[k][threadIdx.x >> 5] = ss;") })
+	})
+	w.Line("__syncthreads();")
+	w.For("k", "0", "HPT", "1", -1, func() {
+		w.Line("float ss = 0.f;")
+		w.For("i", "0", "WPL", "1", -1, func() { w.Line("ss += red[k][lane * WPL + i];") })
+		w.Line("rn[k] = rsqrtf(ss / (float)HD + EPS);")
+	})
+}
+
 // ropeBody writes one thread's work: the (cos, sin) of its pairs, the loads
-// of all its heads, then the rotations and stores.
-func ropeBody(w *Writer, s RopeShape, pl ropePlan, ct string) {
+// of all its heads, then the rotations and stores; with norm the q and k
+// heads normalised first (RopeKVNorm).
+func ropeBody(w *Writer, s RopeShape, pl ropePlan, ct string, norm bool) {
 	w.Line("float* row = qkv + (size_t)t * STRIDE;")
 	w.Line("const float p = (float)pos[t];")
 	if s.Cache != CacheQ8 {
@@ -186,12 +255,21 @@ func ropeBody(w *Writer, s RopeShape, pl ropePlan, ct string) {
 			})
 		})
 	})
+	if norm {
+		emitRopeNorms(w, pl)
+	}
 	w.For("k", "0", "HPT", "1", -1, func() {
 		w.Line("const int u = blockIdx.y * UPB + k * LANES + lane;")
 		w.For("j", "0", "PPT", "1", -1, func() {
 			valid(func() {
 				w.Line("float va = xa[k][j], vb = xb[k][j];")
 				w.Line("const int a = pa[j], b = pb[j];")
+				if norm {
+					w.If("u < HQ + HKV", func() {
+						w.Line("const float* nw = u < HQ ? wq : wk;")
+						w.Line("va = va * rn[k] * nw[a]; vb = vb * rn[k] * nw[b]; // HeadRMSNorm's x·r·w")
+					})
+				}
 				w.If("u < HQ + HKV && i0 + j * NT < RD / 2", func() {
 					w.Line("rope_rot(va, vb, cs[j], sn[j]);")
 				})

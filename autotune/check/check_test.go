@@ -27,7 +27,7 @@ func TestKernelCheckCases(t *testing.T) {
 	}
 	require.Equal(t, []string{"rmsnorm f32", "rope_kv f16 cache", "swiglu f32", "argmax f32", "attn_decode f16 cache", "attn_decode+xq f16 cache",
 		"attn_prefill f16 cache",
-		"attn_decode_live f16 cache", "attn_decode_live+preload f16 cache", "attn_decode_live2 f16 cache", "attn_decode_live4 f16 cache", "head_rmsnorm/q f32", "head_rmsnorm/k f32", "head_rmsnorm/qk f32", "attn_flash f16 cache", "attn_flash f16 cache", "attn_flash_mixed f16 cache",
+		"attn_decode_live f16 cache", "attn_decode_live+preload f16 cache", "attn_decode_live2 f16 cache", "attn_decode_live4 f16 cache", "head_rmsnorm/q f32", "head_rmsnorm/k f32", "head_rmsnorm/qk f32", "rope_kv+qk_norm f16 cache", "attn_flash f16 cache", "attn_flash f16 cache", "attn_flash_mixed f16 cache",
 		"attn_decode_live+preload@32k f16 cache", "attn_prefill@32k f16 cache", "attn_flash@32k f16 cache",
 		"rope_kv q8_0 cache", "attn_decode q8_0 cache", "attn_decode_live q8_0 cache",
 		"attn_decode_live+preload q8_0 cache", "attn_prefill q8_0 cache", "attn_flash q8_0 cache", "attn_flash q8_0 cache", "attn_flash_mixed q8_0 cache",

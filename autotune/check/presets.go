@@ -29,6 +29,7 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 		HeadNorm(s, "q", tokens, seed),
 		HeadNorm(s, "k", tokens, seed),
 		HeadNorm(s, "qk", tokens, seed),
+		RopeKVNorm(s, tokens, seed),
 	}
 	// tensor-core prefill attention: one block of keys, then several, the first warps done early
 	for _, c := range []*Case{FlashPrefill(s.Name, s.Attn(dtype.F16), 48, 16, seed), FlashPrefill(s.Name, s.Attn(dtype.F16), 100, 150, seed),
