@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/memra-ai/memra/ir"
 	"github.com/memra-ai/memra/ir/dtype"
@@ -24,6 +25,31 @@ import (
 // the products read.
 type moeRoute struct {
 	groups view
+	// pending, in a one-sequence decode program, is the MoERoute launch
+	// not yet made: the first product lowered after it either chooses the
+	// experts itself (MoEShape.Route) or launches it (launchRoute).
+	pending *routeLaunch
+	norm    bool
+}
+
+// routeLaunch is a MoERoute launch held back: its kernel, rows, nodes and
+// arguments, and the logits a routing product reads instead.
+type routeLaunch struct {
+	kernel int
+	rows   ir.Dim
+	nodes  []int
+	args   []Arg
+	logits view
+}
+
+// launchRoute makes route's held-back MoERoute launch, if any.
+func (l *lowerer) launchRoute(id int) {
+	r := l.moeRoutes[id]
+	if p := r.pending; p != nil {
+		l.launch(p.kernel, p.rows, p.nodes, p.args...)
+		r.pending = nil
+		l.moeRoutes[id] = r
+	}
 }
 
 // moeNode lowers the mixture-of-experts ops.
@@ -169,13 +195,17 @@ func (l *lowerer) moeRoute(n *ir.Node) error {
 	groups := view{buf: l.buffer("moe_groups", rows, gw), width: gw, stride: gw}
 	l.p.Buffers.Buffers[ids.buf].Int32 = true
 	l.p.Buffers.Buffers[groups.buf].Int32 = true
-	l.launch(k, rows, []int{n.ID, wn.ID}, bufArg(logits), bufArg(ids), bufArg(wts), bufArg(groups), rowsArg())
+	rl := &routeLaunch{kernel: k, rows: rows, nodes: []int{n.ID, wn.ID}, logits: logits,
+		args: []Arg{bufArg(logits), bufArg(ids), bufArg(wts), bufArg(groups), rowsArg()}}
 	l.val[n.ID], l.val[wn.ID] = ids, wts
 	l.done[wn.ID] = true
 	if l.moeRoutes == nil {
 		l.moeRoutes = map[int]moeRoute{}
 	}
-	l.moeRoutes[n.ID] = moeRoute{groups: groups}
+	l.moeRoutes[n.ID] = moeRoute{groups: groups, pending: rl, norm: wn.Bool("norm")}
+	if !l.fusing() || l.o.MaxSeqs != 1 {
+		l.launchRoute(n.ID)
+	}
 	return nil
 }
 
@@ -213,6 +243,17 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 		s.SwiGLU, s.Up = true, up.Args[1].DType("type")
 	}
 	arm, oneArm := l.moeArms(s)
+	// a one-sequence decode program's first product after the routing
+	// chooses the experts itself where it is the float one-row product of
+	// a row a token (MoEShape.Route); otherwise MoERoute runs first
+	rid := n.Args[2].ID
+	if p := route.pending; p != nil && oneArm.XQ == 0 && !perSlot {
+		s.Route, s.Norm = true, route.norm
+		route.pending = nil
+		l.moeRoutes[rid] = route
+		return l.moeRouted(n, s, oneArm, w, x, sw, up, p)
+	}
+	l.launchRoute(rid)
 	if arm.XQ == 0 {
 		if done, err := l.moeDownSum(n, s, w, x); done || err != nil {
 			return err
@@ -256,6 +297,46 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 		l.val[n.ID] = y // not readable alone; only the SwiGLU's value is used
 	}
 	return nil
+}
+
+// moeRouted lowers moe_matmul n (with its SwiGLU partner up, if sw) as
+// the one-row product that chooses the experts itself (s.Route) from the
+// logits of the held-back routing p, whose IR nodes it takes and whose
+// ids and weights it writes.
+func (l *lowerer) moeRouted(n *ir.Node, s MoEShape, arm MoEArm, w int, x view, sw, up *ir.Node, p *routeLaunch) error {
+	args := []Arg{wArg(w)}
+	nodes := append(slices.Clone(p.nodes), n.ID)
+	out := n
+	if sw != nil {
+		_, _, _, wu := l.expertWeight(up.Args[1])
+		args = append(args, wArg(wu))
+		nodes = append(nodes, up.ID, sw.ID)
+		out = sw
+		l.done[up.ID], l.done[sw.ID] = true, true
+	}
+	rows := n.Shape[0]
+	y := view{buf: l.buffer("moe_"+shortName(n.Args[1].Str("name")), rows, s.Used*s.N), width: s.Used * s.N, stride: s.Used * s.N}
+	ids, wts := l.val[n.Args[2].ID], l.val[l.moeWeightsOf(n.Args[2])]
+	k, err := l.kernel(MoEGEMV(s, arm))
+	if err != nil {
+		return err
+	}
+	l.launch(k, rows, nodes, append(args, bufArg(x), bufArg(p.logits), bufArg(ids), bufArg(wts), bufArg(y), rowsArg())...)
+	l.val[out.ID] = y
+	if out != n {
+		l.val[n.ID] = y // not readable alone; only the SwiGLU's value is used
+	}
+	return nil
+}
+
+// moeWeightsOf returns the ID of the moe_weights node of topk n's logits.
+func (l *lowerer) moeWeightsOf(n *ir.Node) int {
+	for _, u := range l.users[n.Args[0].ID] {
+		if u.Op == ir.OpMoEWeights {
+			return u.ID
+		}
+	}
+	return -1
 }
 
 // moeDownSum lowers down product n (shape s, weight w, input x) of a

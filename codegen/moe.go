@@ -39,6 +39,13 @@ type MoEShape struct {
 	// row y, as MoESum would add them (the down product and the sum of a
 	// one-token step in one launch).
 	Sum bool
+	// Route (one-row arms, a row of x a token): the kernel chooses the
+	// token's experts from the router's logits itself (MoERoute's code for
+	// one token, in each block's first warp) and its block (0, 0) writes
+	// the choice's ids and weights for the products after it, so a
+	// one-token step launches no MoERoute. Norm: its weights renormalised
+	// over the chosen (MoERoute's norm).
+	Route, Norm bool
 }
 
 func (s MoEShape) check() error {
@@ -55,6 +62,9 @@ func (s MoEShape) check() error {
 	}
 	if s.Sum && (!s.PerSlot || s.SwiGLU) {
 		return fmt.Errorf("%w: a summing moe product is the down product (a row of x a slot, no SwiGLU)", ErrUnsupported)
+	}
+	if s.Route && (s.PerSlot || s.Experts > MoERouteMaxExperts) {
+		return fmt.Errorf("%w: a routing moe product reads a row a token, of at most %d experts", ErrUnsupported, MoERouteMaxExperts)
 	}
 	return nil
 }
@@ -76,6 +86,12 @@ func MoEClass(s MoEShape) string {
 	}
 	if s.Sum {
 		c += "_sum"
+	}
+	if s.Route {
+		c += "_route"
+		if s.Norm {
+			c += "_norm"
+		}
 	}
 	return c
 }
@@ -192,7 +208,7 @@ func MoERoute(experts, used int, norm bool, arm BlockArm) (*Kernel, error) {
 			w.For("e", "threadIdx.x", "E", fmt.Sprint(arm.Threads), 0, func() { w.Line("cnt[e] = 0;") })
 			w.Line("const int lane = threadIdx.x & 31;")
 			w.Line("pdl_wait();")
-			w.For("t", "threadIdx.x >> 5", "m", "WARPS", 0, func() { moeRouteToken(w, norm) })
+			w.For("t", "threadIdx.x >> 5", "m", "WARPS", 0, func() { moeRouteToken(w, norm, "lane == 0") })
 			w.Comment("the step's choices are written: count each expert's slots, then place them")
 			w.Line("__syncthreads();")
 			w.For("s", "threadIdx.x", "m * USED", fmt.Sprint(arm.Threads), 0, func() { w.Line("atomicAdd(&cnt[ids[s]], 1);") })
@@ -212,8 +228,9 @@ func MoERoute(experts, used int, norm bool, arm BlockArm) (*Kernel, error) {
 
 // moeRouteToken writes a warp's choice for token t: NV logits a lane, USED
 // rounds of a warp-wide argmax (larger value, then lower expert) over
-// those not yet taken, then the weights.
-func moeRouteToken(w *Writer, norm bool) {
+// those not yet taken, then the weights, stored to ids and wts where store
+// holds (a lane's condition); the choice stays in sel[USED].
+func moeRouteToken(w *Writer, norm bool, store string) {
 	w.Line("const float* row = logits + (size_t)t * E;")
 	w.Line("float v[NV];")
 	w.For("i", "0", "NV", "1", -1, func() {
@@ -260,7 +277,7 @@ func moeRouteToken(w *Writer, norm bool) {
 		})
 		w.Line("den = warp_sum(den);")
 	}
-	w.If("lane == 0", func() {
+	w.If(store, func() {
 		w.For("j", "0", "USED", "1", -1, func() {
 			w.Line("ids[t * USED + j] = sel[j];")
 			w.Line("wts[t * USED + j] = expf(top[j] - mx) / den;")
@@ -323,6 +340,9 @@ func MoEGEMV(s MoEShape, arm MoEArm) (*Kernel, error) {
 	if s.Sum {
 		return moeGEMVSum(s, arm)
 	}
+	if s.Route && arm.One != 1 {
+		return nil, fmt.Errorf("%w: a routing moe product runs one-row arms, not %v", ErrUnsupported, arm)
+	}
 	rowBytes, _ := s.Type.RowBytes(s.K)
 	name := fmt.Sprintf("moe_gemv_%s_%s", MoEClass(s), arm)
 	name = strings.ReplaceAll(name, "+", "_")
@@ -332,8 +352,13 @@ func MoEGEMV(s MoEShape, arm MoEArm) (*Kernel, error) {
 		params = append(params, Param{"const u8* __restrict__", "Wu"})
 		helpers = append(helpers, dqHelper(s.Up))
 	}
-	params = append(params, Param{"const float* __restrict__", "x"}, Param{"const int* __restrict__", "ids"},
-		Param{"const int* __restrict__", "groups"}, Param{"float* __restrict__", "y"}, Param{"int", "m"})
+	if s.Route {
+		params = append(params, Param{"const float* __restrict__", "x"}, Param{"const float* __restrict__", "logits"},
+			Param{"int* __restrict__", "ids"}, Param{"float* __restrict__", "wts"}, Param{"float* __restrict__", "y"}, Param{"int", "m"})
+	} else {
+		params = append(params, Param{"const float* __restrict__", "x"}, Param{"const int* __restrict__", "ids"},
+			Param{"const int* __restrict__", "groups"}, Param{"float* __restrict__", "y"}, Param{"int", "m"})
+	}
 	threads := 32 * arm.RowsPerBlock
 	title := fmt.Sprintf("moe_gemv: %v weights, %d of %d experts of N %d, K %d, swiglu %v, a row a slot %v, %v", s.Type, s.Used, s.Experts, s.N, s.K, s.SwiGLU, s.PerSlot, arm)
 	src := source(title, helpers, func(w *Writer) {
@@ -348,6 +373,9 @@ func MoEGEMV(s MoEShape, arm MoEArm) (*Kernel, error) {
 		}
 		w.Linef("#define RPB %d // rows a block, a warp a row", arm.RowsPerBlock)
 		w.Linef("#define BR %d // slots a weight read", arm.BatchRows)
+		if s.Route {
+			w.Linef("#define NV %d // logits a lane", ceilDiv(s.Experts, 32))
+		}
 		if s.PerSlot {
 			w.Line("#define XROW(s) (s) // x has a row a slot")
 		} else {
@@ -358,7 +386,19 @@ func MoEGEMV(s MoEShape, arm MoEArm) (*Kernel, error) {
 			w.Line("const int lane = threadIdx.x & 31;")
 			w.Line("const int r = blockIdx.x * RPB + (threadIdx.x >> 5);")
 			w.Line("pdl_wait();")
-			if arm.One == 1 {
+			if s.Route {
+				w.Comment("the token's choice, by the first warp (block (0, 0) stores it for the products after)")
+				w.Line("__shared__ int se;")
+				w.If("threadIdx.x < 32", func() {
+					w.Line("const int t = 0;")
+					moeRouteToken(w, s.Norm, "lane == 0 && blockIdx.x == 0 && blockIdx.y == 0")
+					w.If("lane == 0", func() { w.Line("se = sel[blockIdx.y];") })
+				})
+				w.Line("__syncthreads();")
+				w.Comment("slot blockIdx.y of a one-token step")
+				w.Line("const int e = se;")
+				w.Line("const int beg = 0, end = r < N ? 1 : 0;")
+			} else if arm.One == 1 {
 				w.Comment("slot blockIdx.y of a one-token step")
 				w.Line("const int e = ids[blockIdx.y];")
 				w.Line("const int beg = 0, end = r < N ? 1 : 0;")

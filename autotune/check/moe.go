@@ -53,6 +53,9 @@ func MoECases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case {
 				cs = append(cs, MoEProduct(s.Name, c.use, c.p, m, seed))
 			}
 		}
+		if rowOK(t, gu.K) {
+			cs = append(cs, MoERouted(s.Name, gu, s.ExpertNorm, seed))
+		}
 		if rowOK(t, dn.K) {
 			cs = append(cs, MoEDownSum(s.Name, dn, seed))
 		}
@@ -284,6 +287,68 @@ func MoEDownSum(shape string, dn codegen.MoEShape, seed uint64) *Case {
 					Args: [][]Arg{{b(&Buf{Data: W}), b(fbuf(x)), b(ibuf(ids)), b(fbuf(wts)), b(y), s(1)}}, Outs: []*Buf{y}}, nil
 			},
 			compare: relErrTo(ref),
+		}, nil
+	}
+	return c
+}
+
+// MoERouted is the gate/up product of a one-token step that chooses the
+// experts itself from the router's logits (codegen.MoEShape.Route,
+// one-row arms): its ids must be MoERoute's reference choice exactly, and
+// its weights and product are checked against the reference routing's and
+// product's.
+func MoERouted(shape string, gu codegen.MoEShape, norm bool, seed uint64) *Case {
+	p := gu
+	p.Route, p.Norm = true, norm
+	sp, err := codegen.SpaceByName("moe_gemv")
+	if err != nil {
+		panic("BUG: " + err.Error())
+	}
+	sp.Default = codegen.DefaultMoEOneArm.Point()
+	c := &Case{Family: "moe_gemv", Label: "moe_gemv/gate_up+route", Shape: shape, DType: strings.ToLower(p.Type.String()), Class: codegen.MoEClass(p),
+		Use: "gate_up", Tol: 1e-4, seed: seed, K: p.K, N: p.N, space: &sp}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		if a := codegen.MoEArmOf(arm); a.One != 1 || a.XQ != 0 {
+			return nil, fmt.Errorf("%w: a routing product runs float one-row arms", ErrCase)
+		}
+		return one(codegen.MoEGEMV(p, codegen.MoEArmOf(arm)))
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		W, err := randWeights(p.Type, p.Experts*p.N, p.K, r.Uint64())
+		if err != nil {
+			return nil, err
+		}
+		Wu, err := randWeights(p.Up, p.Experts*p.N, p.K, r.Uint64())
+		if err != nil {
+			return nil, err
+		}
+		logits := randn(r, p.Experts)
+		if p.Experts > 2 {
+			logits[1], logits[2] = 10, 10 // a tie: the lower expert first
+		}
+		ids, wts := codegen.RefMoERoute(p.Experts, p.Used, norm, logits)
+		x := randn(r, p.K)
+		ref := lazy(func() ([]float32, error) { return refMoEGEMV(gu, W, Wu, x, ids) })
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				y, ib, wb := fbuf(make([]float32, p.Used*p.N)), ibuf(make([]int32, p.Used)), fbuf(make([]float32, p.Used))
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: 1}, Args: [][]Arg{{b(&Buf{Data: W}), b(&Buf{Data: Wu}), b(fbuf(x)), b(fbuf(logits)),
+					b(ib), b(wb), b(y), s(1)}}, Outs: []*Buf{y, ib, wb}}, nil
+			},
+			compare: func(outs [][]byte) (float64, error) {
+				if !slices.Equal(bytesI32(outs[1]), ids) {
+					return math.Inf(1), nil
+				}
+				want, err := ref()
+				if err != nil {
+					return 0, err
+				}
+				return math.Max(codegen.RelErr(bytesF32(outs[0]), want), codegen.RelErr(bytesF32(outs[2]), wts)), nil
+			},
 		}, nil
 	}
 	return c

@@ -22,9 +22,10 @@ func TestMoECases(t *testing.T) {
 	}
 	require.Equal(t, []string{"moe_route×1 f32", "moe_route×12 f32", "moe_route×300 f32", "moe_sum×12 f32",
 		"moe_router×1 f32", "moe_router×12 f32",
-		"moe_gemv/gate_up q4_k", "moe_gemv/gate_up×12 q4_k", "moe_gemv/gate_up×64 q4_k", "moe_gemv/down q4_k", "moe_gemv/down×12 q4_k", "moe_gemv/down_sum q4_k",
-
-		"moe_gemv/gate_up q8_0", "moe_gemv/gate_up×12 q8_0", "moe_gemv/gate_up×64 q8_0", "moe_gemv/down q8_0", "moe_gemv/down×12 q8_0", "moe_gemv/down_sum q8_0"}, labels)
+		"moe_gemv/gate_up q4_k", "moe_gemv/gate_up×12 q4_k", "moe_gemv/gate_up×64 q4_k", "moe_gemv/down q4_k", "moe_gemv/down×12 q4_k",
+		"moe_gemv/gate_up+route q4_k", "moe_gemv/down_sum q4_k",
+		"moe_gemv/gate_up q8_0", "moe_gemv/gate_up×12 q8_0", "moe_gemv/gate_up×64 q8_0", "moe_gemv/down q8_0", "moe_gemv/down×12 q8_0",
+		"moe_gemv/gate_up+route q8_0", "moe_gemv/down_sum q8_0"}, labels)
 	require.Empty(t, MoECases(tiny(t), []dtype.Type{dtype.Q4_K}, 1), "a dense shape has none")
 	kc := KernelCheckCases(s, []dtype.Type{dtype.Q4_K}, 1)
 	require.Equal(t, "moe_gemv/down_sum", kc[len(kc)-1].Label, "kernel-check runs them after the dense cases")
@@ -52,7 +53,7 @@ func TestMoECases(t *testing.T) {
 			require.Equal(t, "gemv", c.Family, "the router is a float GEMV")
 			require.Len(t, c.ExtraArms, len(routerCheckArms))
 		}
-		if strings.HasPrefix(c.Label, "moe_gemv") && !strings.Contains(c.Label, "×") && !strings.HasSuffix(c.Label, "_sum") {
+		if strings.HasPrefix(c.Label, "moe_gemv") && !strings.Contains(c.Label, "×") && !strings.HasSuffix(c.Label, "_sum") && !strings.HasSuffix(c.Label, "+route") {
 			require.Len(t, c.ExtraArms, 2, "one token: the one-row arm too, and its int8 twin")
 			require.Equal(t, 1, c.ExtraArms[0]["one"])
 			require.Equal(t, 1, c.ExtraArms[1]["one"])
@@ -64,6 +65,14 @@ func TestMoECases(t *testing.T) {
 	require.Equal(t, 1, ds.Space().Default["one"])
 	_, err = ds.Launch(codegen.DefaultMoEArm.Point())
 	require.ErrorIs(t, err, ErrCase)
+	// so does the routing gate/up product, whose ids are MoERoute's exactly
+	rt := cs[slices.IndexFunc(cs, func(c *Case) bool { return c.Label == "moe_gemv/gate_up+route" })]
+	require.Equal(t, 1, rt.Space().Default["one"])
+	_, err = rt.Launch(codegen.DefaultMoEArm.Point())
+	require.ErrorIs(t, err, ErrCase)
+	l, err := rt.Launch(rt.Space().Default)
+	require.NoError(t, err)
+	require.Equal(t, "logits", l.Kernels[0].Params[3].Name)
 	// a one-row arm is no arm of a batch case
 	batch := cs[slices.IndexFunc(cs, func(c *Case) bool { return c.Label == "moe_gemv/gate_up×12" })]
 	_, err = batch.Launch(codegen.DefaultMoEOneArm.Point())
