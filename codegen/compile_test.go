@@ -42,6 +42,10 @@ func TestCompileGate(t *testing.T) {
 		k, err := codegen.RopeKV(s.Rope(cache), codegen.BlockArm{Threads: 64})
 		require.NoError(t, err)
 		ks = append(ks, k)
+		// with the q/k norms (qwen3, Gemma 3), the 8-bit cache's shared staging beside the sums'
+		kn, err := codegen.RopeKVNorm(s.Rope(cache), 1e-6, codegen.BlockArm{Threads: 128})
+		require.NoError(t, err)
+		ks = append(ks, kn)
 		p, c, err := codegen.DecodeAttention(s.Attn(cache), codegen.DecodeArm{Threads: 64, Chunk: 64})
 		require.NoError(t, err)
 		pf, err := codegen.PrefillAttention(s.Attn(cache), codegen.PrefillArm{Warps: 2})
