@@ -245,22 +245,28 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 	arm, oneArm := l.moeArms(s)
 	// a one-sequence decode program's first product after the routing
 	// chooses the experts itself where it is the float one-row product of
-	// a row a token (MoEShape.Route); otherwise MoERoute runs first
+	// a row a token (MoEShape.Route, taking the routing's IR nodes and
+	// writing its ids and weights); otherwise MoERoute runs first
 	rid := n.Args[2].ID
-	if p := route.pending; p != nil && oneArm.XQ == 0 && !perSlot {
+	p := route.pending
+	routed := p != nil && oneArm.XQ == 0 && !perSlot
+	if routed {
 		s.Route, s.Norm = true, route.norm
 		route.pending = nil
 		l.moeRoutes[rid] = route
-		return l.moeRouted(n, s, oneArm, w, x, sw, up, p)
-	}
-	l.launchRoute(rid)
-	if arm.XQ == 0 {
-		if done, err := l.moeDownSum(n, s, w, x); done || err != nil {
-			return err
+	} else {
+		l.launchRoute(rid)
+		if arm.XQ == 0 {
+			if done, err := l.moeDownSum(n, s, w, x); done || err != nil {
+				return err
+			}
 		}
 	}
 	args := []Arg{wArg(w)}
 	nodes := []int{n.ID}
+	if routed {
+		nodes = append(slices.Clone(p.nodes), n.ID)
+	}
 	out := n
 	if sw != nil {
 		_, _, _, wu := l.expertWeight(up.Args[1])
@@ -271,17 +277,24 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 	}
 	rows := n.Shape[0]
 	y := view{buf: l.buffer("moe_"+shortName(n.Args[1].Str("name")), rows, used*N), width: used * N, stride: used * N}
-	xin := x
-	if arm.XQ == 1 {
-		// int8 activations: a token's row (the down product's: its slots' rows side by side)
-		q, _, err := l.quantised(x, x.width, rows, nil)
-		if err != nil {
-			return err
+	var kern, one int
+	switch {
+	case routed:
+		ids, wts := l.val[rid], l.val[l.moeWeightsOf(n.Args[2])]
+		args = append(args, bufArg(x), bufArg(p.logits), bufArg(ids), bufArg(wts), bufArg(y), rowsArg())
+		kern, err = l.kernel(MoEGEMV(s, oneArm))
+		one = -1
+	default:
+		xin := x
+		if arm.XQ == 1 {
+			// int8 activations: a token's row (the down product's: its slots' rows side by side)
+			if xin, _, err = l.quantised(x, x.width, rows, nil); err != nil {
+				return err
+			}
 		}
-		xin = q
+		args = append(args, bufArg(xin), bufArg(l.val[rid]), bufArg(route.groups), bufArg(y), rowsArg())
+		kern, one, err = l.moeKernels(s, arm, oneArm)
 	}
-	args = append(args, bufArg(xin), bufArg(l.val[n.Args[2].ID]), bufArg(route.groups), bufArg(y), rowsArg())
-	kern, one, err := l.moeKernels(s, arm, oneArm)
 	if err != nil {
 		return err
 	}
@@ -289,39 +302,9 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 	if one >= 0 {
 		l.p.Launches[len(l.p.Launches)-1].One = one + 1
 	}
-	if arm.XQ == 1 {
+	if arm.XQ == 1 && !routed {
 		l.repacked[kern] = true // W (and Wu) in layout 1; the one-row kernel takes the same arguments
 	}
-	l.val[out.ID] = y
-	if out != n {
-		l.val[n.ID] = y // not readable alone; only the SwiGLU's value is used
-	}
-	return nil
-}
-
-// moeRouted lowers moe_matmul n (with its SwiGLU partner up, if sw) as
-// the one-row product that chooses the experts itself (s.Route) from the
-// logits of the held-back routing p, whose IR nodes it takes and whose
-// ids and weights it writes.
-func (l *lowerer) moeRouted(n *ir.Node, s MoEShape, arm MoEArm, w int, x view, sw, up *ir.Node, p *routeLaunch) error {
-	args := []Arg{wArg(w)}
-	nodes := append(slices.Clone(p.nodes), n.ID)
-	out := n
-	if sw != nil {
-		_, _, _, wu := l.expertWeight(up.Args[1])
-		args = append(args, wArg(wu))
-		nodes = append(nodes, up.ID, sw.ID)
-		out = sw
-		l.done[up.ID], l.done[sw.ID] = true, true
-	}
-	rows := n.Shape[0]
-	y := view{buf: l.buffer("moe_"+shortName(n.Args[1].Str("name")), rows, s.Used*s.N), width: s.Used * s.N, stride: s.Used * s.N}
-	ids, wts := l.val[n.Args[2].ID], l.val[l.moeWeightsOf(n.Args[2])]
-	k, err := l.kernel(MoEGEMV(s, arm))
-	if err != nil {
-		return err
-	}
-	l.launch(k, rows, nodes, append(args, bufArg(x), bufArg(p.logits), bufArg(ids), bufArg(wts), bufArg(y), rowsArg())...)
 	l.val[out.ID] = y
 	if out != n {
 		l.val[n.ID] = y // not readable alone; only the SwiGLU's value is used

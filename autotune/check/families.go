@@ -65,9 +65,20 @@ func RMSNorm(shape string, dim int, eps float32, add bool, tokens int, seed uint
 
 // RopeKV is RoPE + KV-cache write for tokens tokens.
 func RopeKV(shape string, rs codegen.RopeShape, tokens int, seed uint64) *Case {
-	c := &Case{Family: "rope_kv", Label: "rope_kv", Shape: shape, DType: strings.ToLower(rs.Cache.String()) + " cache", Tol: 1e-3, seed: seed,
+	return ropeCase(shape, "rope_kv", rs, nil, tokens, seed)
+}
+
+// ropeCase is RopeKV's case, or with eps RopeKVNorm's: the q and k heads
+// normalised first (random weights wq, wk; the reference is
+// codegen.RefHeadRMSNorm's, then codegen.RefRopeKV's, with the row's k
+// part as it was: the kernel leaves it so).
+func ropeCase(shape, label string, rs codegen.RopeShape, eps *float32, tokens int, seed uint64) *Case {
+	c := &Case{Family: "rope_kv", Label: label, Shape: shape, DType: strings.ToLower(rs.Cache.String()) + " cache", Tol: 1e-3, seed: seed,
 		Class: codegen.RopeKVClass(rs)}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		if eps != nil {
+			return one(codegen.RopeKVNorm(rs, *eps, codegen.BlockArmOf(arm)))
+		}
 		return one(codegen.RopeKV(rs, codegen.BlockArmOf(arm)))
 	}
 	c.setup = func(r *rand.Rand) (*inputs, error) {
@@ -76,8 +87,21 @@ func RopeKV(shape string, rs codegen.RopeShape, tokens int, seed uint64) *Case {
 		if err != nil {
 			return nil, err
 		}
+		var wq, wk []float32
+		if eps != nil {
+			wq, wk = randn(r, rs.HeadDim), randn(r, rs.HeadDim)
+		}
 		ref := lazy(func() ([3][]float32, error) {
-			qo, ko, vo := codegen.RefRopeKV(rs, qkv, ro.pos, ro.slot, ro.inv, ro.kc, ro.vc)
+			in := qkv
+			if eps != nil {
+				hs := codegen.HeadNormShape{Heads: rs.Heads, Heads2: rs.HeadsKV, HeadDim: rs.HeadDim, Stride: rs.QKVStride(), Eps: *eps}
+				in = codegen.RefHeadRMSNorm(hs, qkv, wq, wk)
+			}
+			qo, ko, vo := codegen.RefRopeKV(rs, in, ro.pos, ro.slot, ro.inv, ro.kc, ro.vc)
+			q0, k0, st := rs.Heads*rs.HeadDim, (rs.Heads+rs.HeadsKV)*rs.HeadDim, rs.QKVStride()
+			for t := range tokens { // the row's k part as it was
+				copy(qo[t*st+q0:t*st+k0], qkv[t*st+q0:])
+			}
 			return [3][]float32{qo, ko, vo}, nil
 		})
 		return &inputs{
@@ -88,8 +112,11 @@ func RopeKV(shape string, rs codegen.RopeShape, tokens int, seed uint64) *Case {
 				}
 				q := fbuf(qkv)
 				args, k, v := ro.args()
-				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: tokens},
-					Args: [][]Arg{append(append([]Arg{b(q)}, args...), s(tokens))}, Outs: []*Buf{q, k, v}}, nil
+				args = append([]Arg{b(q)}, args...)
+				if eps != nil {
+					args = append(args, b(fbuf(wq)), b(fbuf(wk)))
+				}
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: tokens}, Args: [][]Arg{append(args, s(tokens))}, Outs: []*Buf{q, k, v}}, nil
 			},
 			compare: func(outs [][]byte) (float64, error) {
 				want, _ := ref()
@@ -97,8 +124,7 @@ func RopeKV(shape string, rs codegen.RopeShape, tokens int, seed uint64) *Case {
 				if err != nil {
 					return 0, err
 				}
-				e := math.Max(codegen.RelErr(bytesF32(outs[0]), want[0]), math.Max(codegen.RelErr(gk, want[1]), codegen.RelErr(gv, want[2])))
-				return e, nil
+				return math.Max(codegen.RelErr(bytesF32(outs[0]), want[0]), math.Max(codegen.RelErr(gk, want[1]), codegen.RelErr(gv, want[2]))), nil
 			},
 		}, nil
 	}

@@ -2,9 +2,7 @@ package check
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
-	"strings"
 
 	"github.com/memra-ai/memra/codegen"
 	"github.com/memra-ai/memra/ir/dtype"
@@ -44,52 +42,9 @@ func HeadNorm(sh codegen.Shape, part string, tokens int, seed uint64) *Case {
 // RopeKVNorm is RoPE + KV-cache write after the q and k heads' RMSNorm in
 // the same launch (codegen.RopeKVNorm, a layer's q/k norms as fusing
 // decode programs run them) for tokens rows of shape sh, checked against
-// the CPU's head norms and then its RoPE (codegen.RefHeadRMSNorm,
-// codegen.RefRopeKV): the rotated q in the row, k and v in the caches; the
-// row's k part stays as it was.
+// the CPU's head norms and then its RoPE: the rotated q in the row, k and
+// v in the caches; the row's k part stays as it was.
 func RopeKVNorm(sh codegen.Shape, tokens int, seed uint64) *Case {
-	rs := sh.Rope(dtype.F16)
-	c := &Case{Family: "rope_kv", Label: "rope_kv+qk_norm", Shape: sh.Name, Tol: 1e-3, seed: seed,
-		Class: codegen.RopeKVClass(rs)}
-	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
-		return one(codegen.RopeKVNorm(rs, sh.Eps, codegen.BlockArmOf(arm)))
-	}
-	hs := codegen.HeadNormShape{Heads: rs.Heads, Heads2: rs.HeadsKV, HeadDim: rs.HeadDim, Stride: rs.QKVStride(), Eps: sh.Eps}
-	c.setup = func(r *rand.Rand) (*inputs, error) {
-		qkv, wq, wk := randn(r, tokens*rs.QKVStride()), randn(r, rs.HeadDim), randn(r, rs.HeadDim)
-		ro, err := newRopeOperands(r, rs, tokens)
-		if err != nil {
-			return nil, err
-		}
-		ref := lazy(func() ([3][]float32, error) {
-			qo, ko, vo := codegen.RefRopeKV(rs, codegen.RefHeadRMSNorm(hs, qkv, wq, wk), ro.pos, ro.slot, ro.inv, ro.kc, ro.vc)
-			q0, k0 := rs.Heads*rs.HeadDim, (rs.Heads+rs.HeadsKV)*rs.HeadDim
-			for t := range tokens { // the row's k part as it was
-				copy(qo[t*rs.QKVStride()+q0:t*rs.QKVStride()+k0], qkv[t*rs.QKVStride()+q0:])
-			}
-			return [3][]float32{qo, ko, vo}, nil
-		})
-		return &inputs{
-			launch: func(arm codegen.Point) (*Launch, error) {
-				ks, err := c.Kernels(arm)
-				if err != nil {
-					return nil, err
-				}
-				q := fbuf(qkv)
-				args, k, v := ro.args()
-				args = append(append([]Arg{b(q)}, args...), b(fbuf(wq)), b(fbuf(wk)), s(tokens))
-				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: tokens}, Args: [][]Arg{args}, Outs: []*Buf{q, k, v}}, nil
-			},
-			compare: func(outs [][]byte) (float64, error) {
-				want, _ := ref()
-				gk, gv, err := ro.read(rs.Cache, outs[1], outs[2])
-				if err != nil {
-					return 0, err
-				}
-				return math.Max(codegen.RelErr(bytesF32(outs[0]), want[0]), math.Max(codegen.RelErr(gk, want[1]), codegen.RelErr(gv, want[2]))), nil
-			},
-		}, nil
-	}
-	c.DType = strings.ToLower(rs.Cache.String()) + " cache"
-	return c
+	eps := sh.Eps
+	return ropeCase(sh.Name, "rope_kv+qk_norm", sh.Rope(dtype.F16), &eps, tokens, seed)
 }
