@@ -227,8 +227,9 @@ fi
 # sliding window of 1024 with and without the soft cap, checks only), CPU↔GPU parity on synthesized
 # gemma2-9b (2 layers: one sliding, one global) and gemma3-12b (6 layers: five sliding, one
 # global) with a window of 32 (the 144 positions of a sequence cross it), in the exact and the
-# default configuration, and transformers' Gemma2ForCausalLM/Gemma3ForCausalLM on the same
-# weights (real width, bf16; hf_parity.py takes eager attention for them), and batch 1 of the whole
+# default configuration (the default at 1 and 2 sequences, GEMMA_PROMPTS), and transformers'
+# Gemma2ForCausalLM/Gemma3ForCausalLM on the same weights (real width, bf16; hf_parity.py takes
+# eager attention for them), and batch 1 of the whole
 # gemma3-12b q4_k_m with the roofline (issue 34: 55 % of it). GEMMA_PARTS picks parts: check parity
 # hf bench (all four by default).
 if [ "$MODE" = gemma ]; then
@@ -244,7 +245,10 @@ if [ "$MODE" = gemma ]; then
 			f="$MODELS/$p-$q-w32.gguf"
 			synth "$f" --preset "$p" --quant "$q" --layers "$l" --dim 512 --sliding-window 32 --weights float || continue
 			step "gemma-parity-exact-$p-$q" "$BIN" gpu-parity "$f" --steps 128 --prompts 2 --cache f32 --prefill-gemv
-			step "gemma-parity-default-$p-$q" "$BIN" gpu-parity "$f" --steps 128 --prompts 2 --tie-tol 0.02 --tie-sigma 3
+			# one sequence: the one-sequence program's fused epilogues (the GeGLU in the gate/up product)
+			for n in ${GEMMA_PROMPTS:-1 2}; do
+				step "gemma-parity-default-$p-$q-p$n" "$BIN" gpu-parity "$f" --steps 128 --prompts "$n" --tie-tol 0.02 --tie-sigma 3
+			done
 		done
 	done
 	;;
