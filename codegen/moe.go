@@ -235,8 +235,8 @@ func moeRouteToken(w *Writer, norm bool, store string) {
 	w.Line("float v[NV];")
 	w.For("i", "0", "NV", "1", -1, func() {
 		w.Line("const int e = lane + 32 * i;")
-		w.Line("const float x = e < E ? row[e] : -__int_as_float(0x7f800000);")
-		w.Line("v[i] = x != x ? -__int_as_float(0x7f800000) : x; // a NaN counts as -inf")
+		w.Line("const float lg = e < E ? row[e] : -__int_as_float(0x7f800000);")
+		w.Line("v[i] = lg != lg ? -__int_as_float(0x7f800000) : lg; // a NaN counts as -inf")
 	})
 	w.Line("unsigned taken = 0u;")
 	w.Line("float top[USED];")

@@ -64,8 +64,8 @@ extern "C" __global__ void __launch_bounds__(512) moe_route_e8_u2_norm_t512(
         #pragma unroll
         for (int i = 0; i < NV; ++i) {
             const int e = lane + 32 * i;
-            const float x = e < E ? row[e] : -__int_as_float(0x7f800000);
-            v[i] = x != x ? -__int_as_float(0x7f800000) : x; // a NaN counts as -inf
+            const float lg = e < E ? row[e] : -__int_as_float(0x7f800000);
+            v[i] = lg != lg ? -__int_as_float(0x7f800000) : lg; // a NaN counts as -inf
         }
         unsigned taken = 0u;
         float top[USED];
