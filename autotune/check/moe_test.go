@@ -133,6 +133,25 @@ func TestMoECompare(t *testing.T) {
 		e, _ = c.Compare([][]byte{make([]byte, 4*len(want))})
 		require.InDelta(t, 1, e, 1e-9)
 	}
+	// the routing gate/up product: the reference's choice, weights and
+	// product pass; other ids are an infinite error, zero weights an error of 1
+	rt := MoERouted(s.Name, gu, true, 6)
+	l, err = rt.Launch(rt.Space().Default)
+	require.NoError(t, err)
+	W, Wu, x := l.Args[0][0].Buf.Data, l.Args[0][1].Buf.Data, bytesF32(l.Args[0][2].Buf.Data)
+	rids, rwts := codegen.RefMoERoute(gu.Experts, gu.Used, true, bytesF32(l.Args[0][3].Buf.Data))
+	want, err := codegen.RefMoEGEMV(gu, W, Wu, x, rids)
+	require.NoError(t, err)
+	e, err = rt.Compare([][]byte{f32Bytes(want), i32Bytes(rids), f32Bytes(rwts)})
+	require.NoError(t, err)
+	require.Less(t, e, 1e-7)
+	swapped = append([]int32(nil), rids...)
+	swapped[0], swapped[1] = swapped[1], swapped[0]
+	e, _ = rt.Compare([][]byte{f32Bytes(want), i32Bytes(swapped), f32Bytes(rwts)})
+	require.True(t, math.IsInf(e, 1), "the experts in another order")
+	e, _ = rt.Compare([][]byte{f32Bytes(want), i32Bytes(rids), make([]byte, 4*len(rwts))})
+	require.InDelta(t, 1, e, 1e-9)
+
 	sum := MoESum(s.Name, s.Hidden, s.ExpertsUsed, 3, 5)
 	l, err = sum.Launch(sum.Space().Default)
 	require.NoError(t, err)
