@@ -39,7 +39,8 @@ func (l *lowerer) headNorm(n *ir.Node) error {
 		l.done[m.ID] = true
 	}
 	l.val[n.ID] = x
-	if qr, kr := l.ropeAfter(n), l.ropeAfter(m); l.fusing() && m != nil && qr != nil && kr != nil && n.Float("eps") == m.Float("eps") {
+	// (headNormPartner gave m n's eps)
+	if qr, kr := l.ropeAfter(n), l.ropeAfter(m); l.fusing() && m != nil && qr != nil && kr != nil {
 		// the layer's RoPE launch normalises q and k before it rotates them
 		l.ropeNorms[qr.ID] = ropeNorm{shape: s, args: args, nodes: nodes}
 		return nil

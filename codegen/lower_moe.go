@@ -21,10 +21,10 @@ import (
 // the one-row arm at one-row steps (Launch.One); a one-sequence program
 // runs the one-row arm alone; prefill the grouped arm.
 
-// moeRoute is what lowering keeps of a topk it lowered: the groups buffer
-// the products read.
+// moeRoute is what lowering keeps of a topk it lowered: the groups and
+// the weights the products read.
 type moeRoute struct {
-	groups view
+	groups, wts view
 	// pending, in a one-sequence decode program, is the MoERoute launch
 	// not yet made: the first product lowered after it either chooses the
 	// experts itself (MoEShape.Route) or launches it (launchRoute).
@@ -202,7 +202,7 @@ func (l *lowerer) moeRoute(n *ir.Node) error {
 	if l.moeRoutes == nil {
 		l.moeRoutes = map[int]moeRoute{}
 	}
-	l.moeRoutes[n.ID] = moeRoute{groups: groups, pending: rl, norm: wn.Bool("norm")}
+	l.moeRoutes[n.ID] = moeRoute{groups: groups, wts: wts, pending: rl, norm: wn.Bool("norm")}
 	if !l.fusing() || l.o.MaxSeqs != 1 {
 		l.launchRoute(n.ID)
 	}
@@ -280,8 +280,7 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 	var kern, one int
 	switch {
 	case routed:
-		ids, wts := l.val[rid], l.val[l.moeWeightsOf(n.Args[2])]
-		args = append(args, bufArg(x), bufArg(p.logits), bufArg(ids), bufArg(wts), bufArg(y), rowsArg())
+		args = append(args, bufArg(x), bufArg(p.logits), bufArg(l.val[rid]), bufArg(route.wts), bufArg(y), rowsArg())
 		kern, err = l.kernel(MoEGEMV(s, oneArm))
 		one = -1
 	default:
@@ -310,16 +309,6 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 		l.val[n.ID] = y // not readable alone; only the SwiGLU's value is used
 	}
 	return nil
-}
-
-// moeWeightsOf returns the ID of the moe_weights node of topk n's logits.
-func (l *lowerer) moeWeightsOf(n *ir.Node) int {
-	for _, u := range l.users[n.Args[0].ID] {
-		if u.Op == ir.OpMoEWeights {
-			return u.ID
-		}
-	}
-	return -1
 }
 
 // moeDownSum lowers down product n (shape s, weight w, input x) of a

@@ -179,18 +179,22 @@ func (l *lowerer) fusable(t dtype.Type, n, k int, residual bool) bool {
 // product that reads it: its only user, a product without bias or padding
 // whose arms have prologue kernels.
 func (l *lowerer) fuseSwiGLU(n *ir.Node, ffn int) bool {
+	p, ok := l.gluReader(n, ffn)
+	return ok && l.fusable(p.t, p.n, ffn, p.residual != nil)
+}
+
+// gluReader returns the product that is gated unit n's only reader, in a
+// fusing program, when it reads rows of ffn without bias or padding.
+func (l *lowerer) gluReader(n *ir.Node, ffn int) (matPart, bool) {
 	if !l.fusing() || len(l.users[n.ID]) != 1 {
-		return false
+		return matPart{}, false
 	}
 	mm := l.users[n.ID][0]
 	if mm.Op != ir.OpMatmul || mm.Args[0] != n {
-		return false
+		return matPart{}, false
 	}
 	p, err := l.part(mm)
-	if err != nil || p.k != ffn || p.bias != nil || p.padN != p.n {
-		return false
-	}
-	return l.fusable(p.t, p.n, ffn, p.residual != nil)
+	return p, err == nil && p.k == ffn && p.bias == nil && p.padN == p.n
 }
 
 // swigluIn returns the prologue of a product whose input x is a fused
@@ -356,15 +360,8 @@ func (l *lowerer) gluDown(n *ir.Node, ffn int) bool {
 	if n.Op == ir.OpSwiGLU {
 		return l.fuseSwiGLU(n, ffn)
 	}
-	if n.Op != ir.OpGeGLU || !l.fusing() || len(l.users[n.ID]) != 1 {
-		return false
-	}
-	mm := l.users[n.ID][0]
-	if mm.Op != ir.OpMatmul || mm.Args[0] != n {
-		return false
-	}
-	p, err := l.part(mm)
-	return err == nil && p.k == ffn && p.bias == nil && p.padN == p.n
+	_, ok := l.gluReader(n, ffn)
+	return ok && n.Op == ir.OpGeGLU
 }
 
 // swigluOut reports whether the products parts (rows of k) are a gate and

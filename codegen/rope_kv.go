@@ -91,8 +91,11 @@ func RopeKVNorm(s RopeShape, eps float32, arm BlockArm) (*Kernel, error) {
 
 // RopeKVNormFits reports whether RopeKVNorm supports s with arm.
 func RopeKVNormFits(s RopeShape, arm BlockArm) bool {
+	if s.validate() != nil || arm.Validate() != nil {
+		return false
+	}
 	pl := newRopePlan(s, arm.Threads)
-	return s.validate() == nil && arm.Validate() == nil && pl.Pairs%32 == 0 && arm.Threads%32 == 0 && !pl.laneGuard()
+	return pl.Pairs%32 == 0 && arm.Threads%32 == 0 && !pl.laneGuard()
 }
 
 func ropeKV(s RopeShape, arm BlockArm, eps *float32) (*Kernel, error) {

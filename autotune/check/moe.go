@@ -241,26 +241,33 @@ func MoEProduct(shape, use string, p codegen.MoEShape, m int, seed uint64) *Case
 	return c
 }
 
+// oneRowCase is the case of MoEGEMV p that runs float one-row arms only
+// (the summing and the routing products), the untuned one-row arm its
+// default; its setup is the caller's.
+func oneRowCase(shape, label, use string, p codegen.MoEShape, seed uint64) *Case {
+	sp, err := codegen.SpaceByName("moe_gemv")
+	if err != nil {
+		panic("BUG: " + err.Error())
+	}
+	sp.Default = codegen.DefaultMoEOneArm.Point()
+	c := &Case{Family: "moe_gemv", Label: label, Shape: shape, DType: strings.ToLower(p.Type.String()), Class: codegen.MoEClass(p), Use: use,
+		Tol: 1e-4, seed: seed, K: p.K, N: p.N, space: &sp}
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		if a := codegen.MoEArmOf(arm); a.One != 1 || a.XQ != 0 {
+			return nil, fmt.Errorf("%w: %s runs float one-row arms", ErrCase, label)
+		}
+		return one(codegen.MoEGEMV(p, codegen.MoEArmOf(arm)))
+	}
+	return c
+}
+
 // MoEDownSum is the down product of a one-token step that adds its slots'
 // rows, weighted, into the residual stream (codegen.MoEShape.Sum, one-row
 // arms): the reference is the down product's then MoESum's.
 func MoEDownSum(shape string, dn codegen.MoEShape, seed uint64) *Case {
 	p := dn
 	p.Sum = true
-	dt := strings.ToLower(p.Type.String())
-	sp, err := codegen.SpaceByName("moe_gemv")
-	if err != nil {
-		panic("BUG: " + err.Error())
-	}
-	sp.Default = codegen.DefaultMoEOneArm.Point()
-	c := &Case{Family: "moe_gemv", Label: "moe_gemv/down_sum", Shape: shape, DType: dt, Class: codegen.MoEClass(p), Use: "down",
-		Tol: 1e-4, seed: seed, K: p.K, N: p.N, space: &sp}
-	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
-		if codegen.MoEArmOf(arm).One != 1 {
-			return nil, fmt.Errorf("%w: a summing product runs one-row arms", ErrCase)
-		}
-		return one(codegen.MoEGEMV(p, codegen.MoEArmOf(arm)))
-	}
+	c := oneRowCase(shape, "moe_gemv/down_sum", "down", p, seed)
 	c.setup = func(r *rand.Rand) (*inputs, error) {
 		W, err := randWeights(p.Type, p.Experts*p.N, p.K, r.Uint64())
 		if err != nil {
@@ -300,19 +307,7 @@ func MoEDownSum(shape string, dn codegen.MoEShape, seed uint64) *Case {
 func MoERouted(shape string, gu codegen.MoEShape, norm bool, seed uint64) *Case {
 	p := gu
 	p.Route, p.Norm = true, norm
-	sp, err := codegen.SpaceByName("moe_gemv")
-	if err != nil {
-		panic("BUG: " + err.Error())
-	}
-	sp.Default = codegen.DefaultMoEOneArm.Point()
-	c := &Case{Family: "moe_gemv", Label: "moe_gemv/gate_up+route", Shape: shape, DType: strings.ToLower(p.Type.String()), Class: codegen.MoEClass(p),
-		Use: "gate_up", Tol: 1e-4, seed: seed, K: p.K, N: p.N, space: &sp}
-	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
-		if a := codegen.MoEArmOf(arm); a.One != 1 || a.XQ != 0 {
-			return nil, fmt.Errorf("%w: a routing product runs float one-row arms", ErrCase)
-		}
-		return one(codegen.MoEGEMV(p, codegen.MoEArmOf(arm)))
-	}
+	c := oneRowCase(shape, "moe_gemv/gate_up+route", "gate_up", p, seed)
 	c.setup = func(r *rand.Rand) (*inputs, error) {
 		W, err := randWeights(p.Type, p.Experts*p.N, p.K, r.Uint64())
 		if err != nil {
