@@ -12,6 +12,7 @@ import (
 //
 //	h = rms_norm(x)                       RMSNormAdd, a launch of its own
 //	logits = matmul(h, router)            the float32 GEMV (routers are F32)
+//	                                      (decode: RouterNorm, both in one)
 //	ids = topk(logits); w = moe_weights   MoERoute: ids, weights, groups
 //	a = swiglu(moe_matmul(h, gate), moe_matmul(h, up))   MoEGEMV, gate/up pair
 //	d = moe_matmul(a, down)               MoEGEMV, a row of x a slot
@@ -100,19 +101,65 @@ func (l *lowerer) router(n *ir.Node) error {
 	if err != nil {
 		return err
 	}
-	arm := DefaultRouterArm
-	if pk, ok := l.picked("gemv", ProductClass(p.t, p.n, p.k, false)); ok {
-		arm = RouterArm(GEMVArmOf(pk))
-	} else if l.o.Arms.GEMV != (GEMVArm{}) {
-		arm = RouterArm(l.o.Arms.GEMV)
-	}
-	k, err := l.kernel(GEMV(p.t, p.n, p.k, false, arm))
+	k, err := l.kernel(GEMV(p.t, p.n, p.k, false, l.routerArm(p)))
 	if err != nil {
 		return err
 	}
 	y := view{buf: l.buffer("router", n.Shape[0], p.n), width: p.n, stride: p.n}
 	l.launch(k, n.Shape[0], []int{n.ID}, wArg(w), bufArg(x), bufArg(y), rowsArg())
 	l.val[n.ID] = y
+	return nil
+}
+
+// routerArm is the arm of router product p: the tunedb's arm of its class
+// (RouterArm), else DefaultRouterArm (or LowerOptions.Arms.GEMV's geometry
+// where it is set).
+func (l *lowerer) routerArm(p matPart) GEMVArm {
+	if pk, ok := l.picked("gemv", ProductClass(p.t, p.n, p.k, false)); ok {
+		return RouterArm(GEMVArmOf(pk))
+	} else if l.o.Arms.GEMV != (GEMVArm{}) {
+		return RouterArm(l.o.Arms.GEMV)
+	}
+	return DefaultRouterArm
+}
+
+// normRouter returns the router product among the readers of rms_norm n
+// that computes the norm in its prologue (RouterNorm), in a fusing
+// program whose router arm has that kernel; nil otherwise.
+func (l *lowerer) normRouter(n *ir.Node, width int) (*ir.Node, matPart) {
+	if !l.fusing() {
+		return nil, matPart{}
+	}
+	for _, u := range l.users[n.ID] {
+		if u.Op != ir.OpMatmul || u.Args[0] != n || !l.routerProduct(u) {
+			continue
+		}
+		p, err := l.part(u)
+		if err != nil || p.k != width || p.bias != nil || p.residual != nil || !RouterNormFits(l.routerArm(p)) {
+			return nil, matPart{}
+		}
+		return u, p
+	}
+	return nil, matPart{}
+}
+
+// routerNorm lowers rms_norm n of x and router product r (part p) as one
+// RouterNorm launch: it writes the router's logits and the normalised rows
+// the experts' products read.
+func (l *lowerer) routerNorm(n, r *ir.Node, p matPart, x view, eps float32) error {
+	w, err := l.matrix([]matPart{p}, p.k)
+	if err != nil {
+		return err
+	}
+	k, err := l.kernel(RouterNorm(p.t, p.n, p.k, l.routerArm(p), eps))
+	if err != nil {
+		return err
+	}
+	rows := n.Shape[0]
+	h := view{buf: l.buffer("norm", rows, x.width), width: x.width, stride: x.width}
+	y := view{buf: l.buffer("router", rows, p.n), width: p.n, stride: p.n}
+	l.launch(k, rows, []int{n.ID, r.ID}, wArg(w), bufArg(x), wArg(l.vectorOf(n.Args[1])), bufArg(h), bufArg(y), rowsArg())
+	l.val[n.ID], l.val[r.ID] = h, y
 	return nil
 }
 
@@ -136,7 +183,8 @@ func RouterArm(a GEMVArm) GEMVArm {
 }
 
 // rowNorm lowers an rms_norm of [T,E] rows outside a product group (the
-// norm before a mixture of experts, whose readers are not all products).
+// norm before a mixture of experts, whose readers are not all products);
+// in a fusing program the router's product computes it (RouterNorm).
 func (l *lowerer) rowNorm(n *ir.Node) error {
 	x, err := l.valueOf(n.Args[0])
 	if err != nil {
@@ -146,6 +194,9 @@ func (l *lowerer) rowNorm(n *ir.Node) error {
 		return fmt.Errorf("rms_norm of a strided value")
 	}
 	eps := float32(n.Float("eps"))
+	if r, p := l.normRouter(n, x.width); r != nil {
+		return l.routerNorm(n, r, p, x, eps)
+	}
 	k, err := l.kernel(RMSNormAdd(x.width, eps, false, l.blockArm("rmsnorm", RMSNormClass(x.width, false))))
 	if err != nil {
 		return err

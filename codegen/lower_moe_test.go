@@ -125,7 +125,9 @@ func TestLowerMoE(t *testing.T) {
 			}
 			type routing struct{ ids, wts, groups Arg }
 			var routes []routing
-			var router Arg // the last router product's logits
+			var router Arg   // the last router product's logits
+			var normRows Arg // the last RouterNorm's normalised rows
+			fused := c.opts.Class == Decode && !c.opts.PrefillGEMV
 			for i, l := range p.Launches {
 				k := p.Kernels[l.Kernel]
 				require.Len(t, l.Args, len(k.Params), "L%d %s", i, k.Name)
@@ -172,20 +174,45 @@ func TestLowerMoE(t *testing.T) {
 				case "moe_sum":
 					require.Contains(t, k.Name, "_res_", "the sum adds into the residual stream")
 				case "gemv", "mma":
-					if k.Family == "gemv" && strings.Contains(k.Name, "_f32_n") {
+					if strings.HasPrefix(k.Name, "gemv_f32_n") {
 						require.Equal(t, "router", p.Buffers.Buffers[l.Args[2].Index].Name)
 						router = l.Args[2]
 					}
+					if strings.HasPrefix(k.Name, "router_norm_f32_n") {
+						// the norm before the experts in the router's prologue:
+						// it reads the residual stream and writes the norm's rows
+						require.Equal(t, "x", p.Buffers.Buffers[l.Args[1].Index].Name, "L%d normalises the residual stream", i)
+						require.Equal(t, "norm", p.Buffers.Buffers[l.Args[3].Index].Name)
+						require.Equal(t, "router", p.Buffers.Buffers[l.Args[4].Index].Name)
+						router = l.Args[4]
+						normRows = l.Args[3]
+					}
+				}
+				if k.Family == "moe_gemv" && fused && len(k.Params) > 2 && k.Params[1].Name == "Wu" {
+					require.Equal(t, "x", k.Params[2].Name)
+					require.Equal(t, normRows, l.Args[2], "L%d's experts read the router's normalised rows", i)
 				}
 			}
-			// the router is a float32 GEMV in every class
-			routers := 0
+			// the router is a float32 GEMV in every class; in a fusing
+			// decode program with the norm before it
+			routers, normed := 0, 0
 			for _, l := range p.Launches {
-				if k := p.Kernels[l.Kernel]; k.Family == "gemv" && strings.HasPrefix(k.Name, "gemv_f32_n") {
+				k := p.Kernels[l.Kernel]
+				if k.Family == "gemv" && strings.HasPrefix(k.Name, "gemv_f32_n") {
 					routers++
 				}
+				if k.Family == "gemv" && strings.HasPrefix(k.Name, "router_norm_f32_n") {
+					normed++
+				}
 			}
-			require.Equal(t, layers, routers)
+			if fused {
+				require.Equal(t, layers, normed)
+				require.Zero(t, routers)
+				require.Zero(t, launchesOf(p, "rmsnorm"), "no norm a layer of its own before the experts")
+			} else {
+				require.Equal(t, layers, routers)
+				require.Zero(t, normed)
+			}
 			for _, w := range p.Weights {
 				if strings.Contains(w.Name, "_exps") {
 					require.Len(t, w.Parts, 1)
@@ -206,7 +233,7 @@ func TestLowerMoERouterArm(t *testing.T) {
 	routerKernels := func(p *Program) []string {
 		var names []string
 		for _, l := range p.Launches {
-			if k := p.Kernels[l.Kernel]; k.Family == "gemv" && strings.HasPrefix(k.Name, "gemv_f32_n") {
+			if k := p.Kernels[l.Kernel]; k.Family == "gemv" && (strings.HasPrefix(k.Name, "gemv_f32_n") || strings.HasPrefix(k.Name, "router_norm_f32_n")) {
 				names = append(names, k.Name)
 			}
 		}

@@ -16,7 +16,8 @@ import (
 
 // MoECases are the mixture-of-experts cases of shape s (none for a dense
 // shape): the routing at one token, a decode batch and a prefill chunk;
-// the router's product at one token and a decode batch (routerCheckArms);
+// the router's product at one token and a decode batch (routerCheckArms),
+// alone and with the norm before it (MoERouterNorm);
 // for each weight type the gate/up pair (SwiGLU) and the down product at
 // one token (with the one-row arm too), a decode batch of 12 and, for the
 // gate/up pair, a prefill chunk of 64; the down product that sums into the
@@ -38,6 +39,8 @@ func MoECases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case {
 		c := Product(s.Name, "gemv", "router", dtype.F32, s.Experts, s.Hidden, m, false, seed)
 		c.Label = fmt.Sprintf("moe_router×%d", m) // kernel-check --only moe selects it
 		cs = append(cs, withArms(routerCheckArms, c)...)
+		// with the norm before it, as decode programs run it
+		cs = append(cs, withArms(routerCheckArms[:4], MoERouterNorm(s.Name, s.Experts, s.Hidden, s.Eps, m, seed))...)
 	}
 	for _, t := range types {
 		gu, dn := codegen.MoEShapes(s, t)
@@ -455,9 +458,10 @@ func moeTuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 	}
 	cs := []*Case{MoERoute(s.Name, s.Experts, s.ExpertsUsed, s.ExpertNorm, z.DecodeTokens, seed),
 		MoESum(s.Name, s.Hidden, s.ExpertsUsed, z.DecodeTokens, seed),
-		// the router's float32 product (routers are F32), whose class
-		// lowering looks up (codegen.RouterArm)
-		Product(s.Name, "gemv", "router", dtype.F32, s.Experts, s.Hidden, z.DecodeTokens, false, seed)}
+		// the router's float32 product (routers are F32) with the norm
+		// before it, as decode programs run it (codegen.RouterNorm), whose
+		// class lowering looks up (codegen.RouterArm)
+		MoERouterNorm(s.Name, s.Experts, s.Hidden, s.Eps, z.DecodeTokens, seed)}
 	gu, _ := codegen.MoEShapes(s, w.FFNUp)
 	if rowOK(gu.Type, gu.K) {
 		cs = append(cs, MoEProduct(s.Name, "gate_up", gu, bt, seed))

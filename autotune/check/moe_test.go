@@ -21,7 +21,7 @@ func TestMoECases(t *testing.T) {
 		labels = append(labels, c.Label+" "+c.DType)
 	}
 	require.Equal(t, []string{"moe_route×1 f32", "moe_route×12 f32", "moe_route×300 f32", "moe_sum×12 f32",
-		"moe_router×1 f32", "moe_router×12 f32",
+		"moe_router×1 f32", "moe_router+norm×1 f32", "moe_router×12 f32", "moe_router+norm×12 f32",
 		"moe_gemv/gate_up q4_k", "moe_gemv/gate_up×12 q4_k", "moe_gemv/gate_up×64 q4_k", "moe_gemv/down q4_k", "moe_gemv/down×12 q4_k",
 		"moe_gemv/gate_up+route q4_k", "moe_gemv/down_sum q4_k",
 		"moe_gemv/gate_up q8_0", "moe_gemv/gate_up×12 q8_0", "moe_gemv/gate_up×64 q8_0", "moe_gemv/down q8_0", "moe_gemv/down×12 q8_0",
@@ -49,9 +49,18 @@ func TestMoECases(t *testing.T) {
 				require.Positive(t, g.Grid[0]*g.Grid[1], c.Label)
 			}
 		}
-		if strings.HasPrefix(c.Label, "moe_router") {
+		if strings.HasPrefix(c.Label, "moe_router×") {
 			require.Equal(t, "gemv", c.Family, "the router is a float GEMV")
 			require.Len(t, c.ExtraArms, len(routerCheckArms))
+		}
+		if strings.HasPrefix(c.Label, "moe_router+norm") {
+			// the router's class: the arm autotune picks is the one lowering looks up
+			require.Equal(t, codegen.ProductClass(dtype.F32, s.Experts, s.Hidden, false), c.Class)
+			require.Equal(t, codegen.DefaultRouterArm.Point(), c.Space().Default)
+			require.Len(t, c.ExtraArms, len(routerCheckArms)-1, "the default is among routerCheckArms")
+			l, err := c.Launch(c.Space().Default)
+			require.NoError(t, err)
+			require.Len(t, l.Outs, 2, "the logits and the normalised rows")
 		}
 		if strings.HasPrefix(c.Label, "moe_gemv") && !strings.Contains(c.Label, "×") && !strings.HasSuffix(c.Label, "_sum") && !strings.HasSuffix(c.Label, "+route") {
 			require.Len(t, c.ExtraArms, 2, "one token: the one-row arm too, and its int8 twin")

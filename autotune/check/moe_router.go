@@ -1,0 +1,66 @@
+package check
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/memra-ai/memra/codegen"
+	"github.com/memra-ai/memra/ir/dtype"
+)
+
+// MoERouterNorm is a router's product with the norm before the experts in
+// its prologue (codegen.RouterNorm, what a decode program runs) over m
+// tokens of a residual row of hidden: the logits against the CPU norm
+// then product, and the normalised rows it writes for the experts against
+// the CPU norm's. Its class is the router product's, so the arm autotune
+// picks for it is the one lowering looks up (codegen.RouterArm); its
+// space holds the float arms with the row in shared memory, the default
+// codegen.DefaultRouterArm.
+func MoERouterNorm(shape string, experts, hidden int, eps float32, m int, seed uint64) *Case {
+	t := dtype.F32
+	c := &Case{Family: "gemv", Label: fmt.Sprintf("moe_router+norm×%d", m), Shape: shape, DType: "f32",
+		Class: codegen.ProductClass(t, experts, hidden, false), Use: "router", Tol: 1e-4, seed: seed, K: hidden, N: experts}
+	sp := codegen.GEMVSpaceFor(t)
+	for i, k := range sp.Knobs {
+		if k.Name == "shared_x" {
+			sp.Knobs[i] = codegen.Knob{Name: k.Name, Values: []int{1}}
+		}
+	}
+	sp.Default = codegen.DefaultRouterArm.Point()
+	c.space = &sp
+	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
+		return one(codegen.RouterNorm(t, experts, hidden, codegen.GEMVArmOf(arm), eps))
+	}
+	c.setup = func(r *rand.Rand) (*inputs, error) {
+		W, err := randWeights(t, experts, hidden, r.Uint64())
+		if err != nil {
+			return nil, err
+		}
+		x, nw := randn(r, m*hidden), randn(r, hidden)
+		ref := lazy(func() ([2][]float32, error) {
+			_, h := codegen.RefRMSNormAdd(hidden, eps, false, x, nil, nw)
+			y, err := refMatMul(t, experts, hidden, W, h, m, nil, false)
+			return [2][]float32{y, h}, err
+		})
+		return &inputs{
+			launch: func(arm codegen.Point) (*Launch, error) {
+				ks, err := c.Kernels(arm)
+				if err != nil {
+					return nil, err
+				}
+				h, y := fbuf(make([]float32, m*hidden)), fbuf(make([]float32, m*experts))
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
+					Args: [][]Arg{{b(&Buf{Data: W}), b(fbuf(x)), b(fbuf(nw)), b(h), b(y), s(m)}}, Outs: []*Buf{y, h}}, nil
+			},
+			compare: func(outs [][]byte) (float64, error) {
+				want, err := ref()
+				if err != nil {
+					return 0, err
+				}
+				return math.Max(codegen.RelErr(bytesF32(outs[0]), want[0]), codegen.RelErr(bytesF32(outs[1]), want[1])), nil
+			},
+		}, nil
+	}
+	return c
+}
