@@ -475,29 +475,37 @@ func GEMV(t dtype.Type, n, k int, residual bool, arm GEMVArm) (*Kernel, error) {
 			} else {
 				w.Line("const float* xs = x + (size_t)blockIdx.y * K;")
 			}
-			w.Line("float acc = 0.f;")
-			end := "K / 32"
-			if n%arm.RowsPerBlock != 0 {
-				w.Comment("rows past N (last block only) skip the loop but join the reductions")
-				w.Line("const int units = r < N ? K / 32 : 0;")
-				end = "units"
-			}
-			w.For("u", "lane", end, "TPR", arm.Unroll, func() {
-				w.Line("float v[32];")
-				w.Linef("%s(wr, u, v);", dqFunc(t))
-				w.Line("const float4* xu = (const float4*)(xs + 32 * u);")
-				w.For("i", "0", "8", "1", -1, func() {
-					w.Line("const float4 q = xu[i];")
-					w.Line("acc += v[4 * i] * q.x + v[4 * i + 1] * q.y + v[4 * i + 2] * q.z + v[4 * i + 3] * q.w;")
-				})
-			})
-			gemvRowStore(w, arm, tpr, n, residual, "N")
+			emitFloatRowDot(w, t, n, arm, tpr, residual)
 			w.Line("pdl_launch();")
 		}})
 	})
 	return &Kernel{Family: "gemv", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(ceilDiv(n, arm.RowsPerBlock), d.Tokens, 1), Block: dim3(arm.Threads, 1, 1), Shared: uint32(shared)}
 	}}, nil
+}
+
+// emitFloatRowDot writes the float arms' product of weight row r (wr, of
+// type t, TPR threads a row) with the activations xs, and its store into
+// y (added for a residual product): each thread's units dequantised and
+// multiplied in float, then gemvRowStore's sums.
+func emitFloatRowDot(w *Writer, t dtype.Type, n int, arm GEMVArm, tpr int, residual bool) {
+	w.Line("float acc = 0.f;")
+	end := "K / 32"
+	if n%arm.RowsPerBlock != 0 {
+		w.Comment("rows past N (last block only) skip the loop but join the reductions")
+		w.Line("const int units = r < N ? K / 32 : 0;")
+		end = "units"
+	}
+	w.For("u", "lane", end, "TPR", arm.Unroll, func() {
+		w.Line("float v[32];")
+		w.Linef("%s(wr, u, v);", dqFunc(t))
+		w.Line("const float4* xu = (const float4*)(xs + 32 * u);")
+		w.For("i", "0", "8", "1", -1, func() {
+			w.Line("const float4 q = xu[i];")
+			w.Line("acc += v[4 * i] * q.x + v[4 * i + 1] * q.y + v[4 * i + 2] * q.z + v[4 * i + 3] * q.w;")
+		})
+	})
+	gemvRowStore(w, arm, tpr, n, residual, "N")
 }
 
 // productParams are the parameters of the product kernels (GEMV, MMA,

@@ -73,23 +73,7 @@ func RouterNorm(t dtype.Type, n, k int, arm GEMVArm, eps float32) (*Kernel, erro
 			w.Line("float4* hr = (float4*)(h + (size_t)blockIdx.y * K);")
 			w.For("i", "h0 + threadIdx.x", "h1", "THREADS", 0, func() { w.Line("hr[i] = xs4[i];") })
 			w.Line("const float* xs = (const float*)xs4;")
-			w.Line("float acc = 0.f;")
-			end := "K / 32"
-			if n%arm.RowsPerBlock != 0 {
-				w.Comment("rows past N (last block only) skip the loop but join the reductions")
-				w.Line("const int units = r < N ? K / 32 : 0;")
-				end = "units"
-			}
-			w.For("u", "lane", end, "TPR", arm.Unroll, func() {
-				w.Line("float v[32];")
-				w.Linef("%s(wr, u, v);", dqFunc(t))
-				w.Line("const float4* xu = (const float4*)(xs + 32 * u);")
-				w.For("i", "0", "8", "1", -1, func() {
-					w.Line("const float4 q = xu[i];")
-					w.Line("acc += v[4 * i] * q.x + v[4 * i + 1] * q.y + v[4 * i + 2] * q.z + v[4 * i + 3] * q.w;")
-				})
-			})
-			gemvRowStore(w, arm, tpr, n, false, "N")
+			emitFloatRowDot(w, t, n, arm, tpr, false)
 			w.Line("pdl_launch();")
 		}})
 	})
