@@ -282,8 +282,9 @@ fi
 # int8 class's on the same prompts, --min-cos-peer: the int8 rounding moves near-tie routings, 41
 # of 306 on qwen3-30b-a3b, PERFORMANCE.md session 30), transformers parity on 2-layer BF16
 # checkpoints of real width, and batch 1 and 16 of the whole Qwen3-30B-A3B q4_k_m; tune (not in the
-# default parts) runs `memra autotune --families moe_gemv,moe_route,moe_sum` on it (the experts'
-# float and int8-activation arms, confirmed in whole steps; MOE_TUNE_BUDGET) and benches again.
+# default parts) runs `memra autotune --families moe_gemv,moe_route,moe_sum,gemv` on it, the gemv
+# tasks limited to the router's float32 product (the experts' float and int8-activation arms and
+# the router's, confirmed in whole steps; MOE_TUNE_BUDGET) and benches again.
 # MOE_PARTS picks parts: check parity hf bench tune (the first four by default; one device call holds
 # about two of them).
 if [ "$MODE" = moe ]; then
@@ -326,7 +327,7 @@ if [ "$MODE" = moe ]; then
 	case " $parts " in *" tune "*)
 		moe_tune() {
 			synth "$MODELS/qwen3-30b-a3b-q4_k_m.gguf" --preset qwen3-30b-a3b --quant q4_k_m --weights blocks || return 1
-			"$BIN" autotune "$MODELS/qwen3-30b-a3b-q4_k_m.gguf" --families moe_gemv,moe_route,moe_sum --budget "${MOE_TUNE_BUDGET:-240s}" \
+			"$BIN" autotune "$MODELS/qwen3-30b-a3b-q4_k_m.gguf" --families moe_gemv,moe_route,moe_sum,gemv --tasks '^(moe_|gemv/f32_)' --budget "${MOE_TUNE_BUDGET:-240s}" \
 				--parallel 16 --write-shipped "$OUT/shipped" --report "$OUT/moe-tune-report" &&
 				{ [ ! -d "$OUT/moe-tune-report" ] || { tar czf "$OUT/moe-tune-report.tgz" -C "$OUT" moe-tune-report && rm -rf "$OUT/moe-tune-report"; }; }
 		}
