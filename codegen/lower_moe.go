@@ -422,6 +422,11 @@ func (l *lowerer) moeSwiGLU(n *ir.Node) (sw, partner *ir.Node) {
 // the f16 class) and where MoEXQ takes s; elsewhere the float products do.
 func (l *lowerer) moeArms(s MoEShape) (arm, one MoEArm) {
 	arm, one = DefaultMoEArm, DefaultMoEOneArm
+	if MoEXQFits(s) == nil {
+		// untuned, the int8-activation products where they fit: 2.4-3.7x
+		// the float ones on an H100 (docs/PERFORMANCE.md, session 32)
+		arm.XQ, one.XQ = 1, 1
+	}
 	if p, ok := l.picked("moe_gemv", MoEClass(s)); ok {
 		a := MoEArmOf(p)
 		if a.One == 1 {

@@ -107,7 +107,9 @@ func TestLowerMoEGolden(t *testing.T) {
 func TestLowerMoE(t *testing.T) {
 	for _, c := range moeLowerCases() {
 		t.Run(c.name, func(t *testing.T) {
-			p, err := Lower(c.g(t), c.opts)
+			o := c.opts
+			o.Pick = floatMoEPick // the float products (untuned, the int8 ones run: TestLowerMoEXQ)
+			p, err := Lower(c.g(t), o)
 			require.NoError(t, err)
 			require.NoError(t, p.Buffers.Check())
 			layers := p.Layers
@@ -224,6 +226,15 @@ func TestLowerMoE(t *testing.T) {
 	}
 }
 
+// floatMoEPick picks the float experts' products' default arms, as a
+// tunedb entry of an XQ 0 arm would.
+func floatMoEPick(family, class string) (Point, bool) {
+	if family != "moe_gemv" {
+		return nil, false
+	}
+	return DefaultMoEArm.Point(), true
+}
+
 // TestLowerMoERouterArm: a router's product runs the tunedb's pick of its
 // gemv class as a float32 GEMV on the file's layout (an int8 or repacked
 // pick keeps only its geometry), else DefaultRouterArm.
@@ -304,43 +315,51 @@ func TestLowerMoEXQ(t *testing.T) {
 		return nil, false
 	}
 	for _, c := range moeLowerCases() {
-		t.Run(c.name, func(t *testing.T) {
+		for _, tuned := range []bool{true, false} { // untuned, the int8 products are the default
 			o := c.opts
-			o.Pick = pick
-			p, err := Lower(c.g(t), o)
-			require.NoError(t, err)
-			xqOK := !o.PrefillGEMV
-			if !xqOK {
-				require.Zero(t, launchesOf(p, "moe_xq"), "the exact configuration keeps the float products")
-				return
+			if tuned {
+				o.Pick = pick
 			}
-			require.Equal(t, 2*p.Layers, launchesOf(p, "moe_xq"))
-			require.Zero(t, launchesOf(p, "moe_gemv"))
-			require.Equal(t, p.Layers, launchesOf(p, "moe_sum"), "the int8 down product does not sum")
-			for i, l := range p.Launches {
-				k := p.Kernels[l.Kernel]
-				if k.Family != "moe_xq" {
-					continue
-				}
-				prev := p.Kernels[p.Launches[i-1].Kernel]
-				require.Equal(t, "xquant", prev.Family, "L%d's input is quantised right before it", i)
-				require.Equal(t, p.Launches[i-1].Args[1], l.Args[len(l.Args)-5], "L%d reads the XQuant launch's rows", i)
-				for j, a := range l.Args {
-					if a.Kind == ArgWeight {
-						require.Equal(t, 1, p.Weights[a.Index].Layout, "L%d argument %d: expert weights repacked", i, j)
-					}
-				}
-				if l.One > 0 {
-					require.Equal(t, "moe_xq", p.Kernels[l.One-1].Family, "L%d: the one-row kernel keeps the class", i)
-				}
-			}
-			f16 := o
-			f16.BatchInvariant, f16.InvariantInt8 = true, false
-			p, err = Lower(c.g(t), f16)
-			require.NoError(t, err)
-			require.Zero(t, launchesOf(p, "moe_xq"), "the f16 class keeps the float products")
-		})
+			testLowerMoEXQ(t, c, o)
+		}
 	}
+}
+
+func testLowerMoEXQ(t *testing.T, c lowerCase, o LowerOptions) {
+	t.Run(c.name, func(t *testing.T) {
+		p, err := Lower(c.g(t), o)
+		require.NoError(t, err)
+		xqOK := !o.PrefillGEMV
+		if !xqOK {
+			require.Zero(t, launchesOf(p, "moe_xq"), "the exact configuration keeps the float products")
+			return
+		}
+		require.Equal(t, 2*p.Layers, launchesOf(p, "moe_xq"))
+		require.Zero(t, launchesOf(p, "moe_gemv"))
+		require.Equal(t, p.Layers, launchesOf(p, "moe_sum"), "the int8 down product does not sum")
+		for i, l := range p.Launches {
+			k := p.Kernels[l.Kernel]
+			if k.Family != "moe_xq" {
+				continue
+			}
+			prev := p.Kernels[p.Launches[i-1].Kernel]
+			require.Equal(t, "xquant", prev.Family, "L%d's input is quantised right before it", i)
+			require.Equal(t, p.Launches[i-1].Args[1], l.Args[len(l.Args)-5], "L%d reads the XQuant launch's rows", i)
+			for j, a := range l.Args {
+				if a.Kind == ArgWeight {
+					require.Equal(t, 1, p.Weights[a.Index].Layout, "L%d argument %d: expert weights repacked", i, j)
+				}
+			}
+			if l.One > 0 {
+				require.Equal(t, "moe_xq", p.Kernels[l.One-1].Family, "L%d: the one-row kernel keeps the class", i)
+			}
+		}
+		f16 := o
+		f16.BatchInvariant, f16.InvariantInt8 = true, false
+		p, err = Lower(c.g(t), f16)
+		require.NoError(t, err)
+		require.Zero(t, launchesOf(p, "moe_xq"), "the f16 class keeps the float products")
+	})
 }
 
 // TestLowerMoEDownSumPick: the summing down product takes a tunedb pick of
@@ -357,7 +376,7 @@ func TestLowerMoEDownSumPick(t *testing.T) {
 			if family == "moe_gemv" && strings.HasSuffix(class, "_sum") {
 				return want.pick.Point(), true
 			}
-			return nil, false
+			return floatMoEPick(family, class) // the float products, which sum
 		}
 		p, err := Lower(c.g(t), o)
 		require.NoError(t, err, "%v", want.pick)
