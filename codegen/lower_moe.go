@@ -151,16 +151,45 @@ func (l *lowerer) routerNorm(n, r *ir.Node, p matPart, x view, eps float32) erro
 	if err != nil {
 		return err
 	}
-	k, err := l.kernel(RouterNorm(p.t, p.n, p.k, l.routerArm(p), eps))
+	quant := l.expertsTakeXQ(n)
+	k, err := l.kernel(RouterNorm(p.t, p.n, p.k, l.routerArm(p), eps, quant))
 	if err != nil {
 		return err
 	}
 	rows := n.Shape[0]
 	h := view{buf: l.buffer("norm", rows, x.width), width: x.width, stride: x.width}
 	y := view{buf: l.buffer("router", rows, p.n), width: p.n, stride: p.n}
-	l.launch(k, rows, []int{n.ID, r.ID}, wArg(w), bufArg(x), wArg(l.vectorOf(n.Args[1])), bufArg(h), bufArg(y), rowsArg())
+	args := []Arg{wArg(w), bufArg(x), wArg(l.vectorOf(n.Args[1])), bufArg(h), bufArg(y), rowsArg()}
+	if quant {
+		// the experts' int8 products read these rows instead of an XQuant launch's
+		width := XQRowBytes(x.width) / 4
+		xq := view{buf: l.buffer("xq", rows, width), width: width, stride: width}
+		args = slices.Insert(args, 4, bufArg(xq))
+		l.preQuant[xqKey{x: h, pro: ProNone}] = preQuant{xq: xq, launch: len(l.p.Launches)}
+	}
+	l.launch(k, rows, []int{n.ID, r.ID}, args...)
 	l.val[n.ID], l.val[r.ID] = h, y
 	return nil
+}
+
+// expertsTakeXQ reports whether an experts' product reading rms_norm n
+// runs int8 activations (moeArms' arm with XQ), so that the norm's
+// RouterNorm writes its rows quantised for it.
+func (l *lowerer) expertsTakeXQ(n *ir.Node) bool {
+	for _, u := range l.users[n.ID] {
+		if u.Op != ir.OpMoEMatmul || u.Args[0] != n || len(u.Args[0].Shape) != 2 {
+			continue
+		}
+		ne := u.Args[1].Ints("ne")
+		s := MoEShape{Type: u.Args[1].DType("type"), N: ne[1], K: ne[0], Experts: ne[2], Used: int(u.Shape[1])}
+		if sw, up := l.moeSwiGLU(u); sw != nil {
+			s.SwiGLU, s.Up = true, up.Args[1].DType("type")
+		}
+		if arm, _ := l.moeArms(s); arm.XQ == 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // DefaultRouterArm is a router's product without a tunedb entry: two rows

@@ -226,6 +226,21 @@ func TestLowerMoE(t *testing.T) {
 	}
 }
 
+// writerOf returns the last launch before launch i that takes buffer
+// argument a as an output (a parameter that is not const), or -1.
+func writerOf(p *Program, i int, a Arg) int {
+	for j := i - 1; j >= 0; j-- {
+		l := p.Launches[j]
+		k := p.Kernels[l.Kernel]
+		for x, b := range l.Args {
+			if b == a && !strings.HasPrefix(k.Params[x].Type, "const") {
+				return j
+			}
+		}
+	}
+	return -1
+}
+
 // floatMoEPick picks the float experts' products' default arms, as a
 // tunedb entry of an XQ 0 arm would.
 func floatMoEPick(family, class string) (Point, bool) {
@@ -342,9 +357,19 @@ func testLowerMoEXQ(t *testing.T, c lowerCase, o LowerOptions) {
 			if k.Family != "moe_xq" {
 				continue
 			}
-			prev := p.Kernels[p.Launches[i-1].Kernel]
-			require.Equal(t, "xquant", prev.Family, "L%d's input is quantised right before it", i)
-			require.Equal(t, p.Launches[i-1].Args[1], l.Args[len(l.Args)-5], "L%d reads the XQuant launch's rows", i)
+			xq := l.Args[len(l.Args)-5]
+			if k.Params[1].Name == "Wu" && o.Class == Decode && !o.PrefillGEMV {
+				// the gate/up product reads the rows the router with the norm
+				// before it wrote quantised
+				w := writerOf(p, i, xq)
+				require.GreaterOrEqual(t, w, 0, "L%d", i)
+				require.True(t, strings.HasPrefix(p.Kernels[p.Launches[w].Kernel].Name, "router_norm_f32_n"), "L%d reads L%d's rows", i, w)
+				require.Contains(t, p.Kernels[p.Launches[w].Kernel].Name, "_xq_")
+			} else {
+				prev := p.Kernels[p.Launches[i-1].Kernel]
+				require.Equal(t, "xquant", prev.Family, "L%d's input is quantised right before it", i)
+				require.Equal(t, p.Launches[i-1].Args[1], xq, "L%d reads the XQuant launch's rows", i)
+			}
 			for j, a := range l.Args {
 				if a.Kind == ArgWeight {
 					require.Equal(t, 1, p.Weights[a.Index].Layout, "L%d argument %d: expert weights repacked", i, j)

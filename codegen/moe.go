@@ -573,8 +573,10 @@ func MoEKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 	if err := add(GEMV(dtype.F32, s.Experts, s.Hidden, false, DefaultRouterArm)); err != nil {
 		return nil, err
 	}
-	if err := add(RouterNorm(dtype.F32, s.Experts, s.Hidden, DefaultRouterArm, s.Eps)); err != nil { // decode programs'
-		return nil, err
+	for _, quant := range []bool{false, true} { // decode programs'
+		if err := add(RouterNorm(dtype.F32, s.Experts, s.Hidden, DefaultRouterArm, s.Eps, quant)); err != nil {
+			return nil, err
+		}
 	}
 	if err := add(MoERoute(s.Experts, s.ExpertsUsed, s.ExpertNorm, DefaultMoERouteArm)); err != nil {
 		return nil, err

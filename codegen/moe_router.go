@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/memra-ai/memra/ir/dtype"
 )
@@ -22,23 +23,39 @@ import (
 // logits and h do not depend on the rows beside it. grid (⌈n/rows⌉, m).
 // Float arms with the row in shared memory (SharedX 1) only, K a multiple
 // of 4.
-func RouterNorm(t dtype.Type, n, k int, arm GEMVArm, eps float32) (*Kernel, error) {
+//
+// With quant the blocks also write h quantised for the experts' int8
+// products (MoEXQ), XQuant(K, Prologue{})'s rows, each block its share of
+// whole groups of 32 by XQuant's arithmetic (emitXQPack on the same
+// floats), so that the experts need no XQuant launch:
+//
+//	router_norm(const u8* W, const float* x, const float* nw, float* h, u8* xq, float* y, int m)
+func RouterNorm(t dtype.Type, n, k int, arm GEMVArm, eps float32, quant bool) (*Kernel, error) {
 	if err := checkRow(t, k); err != nil {
 		return nil, err
 	}
 	if err := arm.ValidFor(t); err != nil {
 		return nil, err
 	}
-	if !RouterNormFits(arm) || n <= 0 || k%4 != 0 {
+	if !RouterNormFits(arm) || n <= 0 || k%4 != 0 || (quant && k%32 != 0) {
 		return nil, fmt.Errorf("%w: router_norm N %d, K %d, arm %v (want a float arm with the row in shared memory)", ErrUnsupported, n, k, arm)
 	}
 	rowBytes, _ := t.RowBytes(k)
 	tpr := arm.Threads / arm.RowsPerBlock
-	name := fmt.Sprintf("router_norm_%s_n%d_k%d_%s", typeTag(t), n, k, arm)
+	tag := ""
 	params := []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"const float* __restrict__", "nw"},
 		{"float* __restrict__", "h"}, {"float* __restrict__", "y"}, {"int", "m"}}
-	title := fmt.Sprintf("router_norm: %v weights, N %d, K %d, eps %g, %v", t, n, k, eps, arm)
+	if quant {
+		tag = "_xq"
+		params = slices.Insert(params, 4, Param{"u8* __restrict__", "xq"})
+	}
+	name := fmt.Sprintf("router_norm_%s_n%d_k%d%s_%s", typeTag(t), n, k, tag, arm)
+	title := fmt.Sprintf("router_norm: %v weights, N %d, K %d, eps %g, quantised rows %v, %v", t, n, k, eps, quant, arm)
 	src := source(title, []string{dqHelper(t), "warp", "pdl", "norm4"}, func(w *Writer) {
+		if quant {
+			emitXQPack4(w)
+			w.Linef("#define XR %d // bytes of a quantised row", XQRowBytes(k))
+		}
 		w.Linef("#define N %d", n)
 		w.Linef("#define K %d", k)
 		w.Linef("#define EPS %s", cfloat(eps))
@@ -72,6 +89,9 @@ func RouterNorm(t dtype.Type, n, k int, arm GEMVArm, eps float32) (*Kernel, erro
 			w.Line("const int h0 = blockIdx.x * share, h1 = min(h0 + share, K / 4);")
 			w.Line("float4* hr = (float4*)(h + (size_t)blockIdx.y * K);")
 			w.For("i", "h0 + threadIdx.x", "h1", "THREADS", 0, func() { w.Line("hr[i] = xs4[i];") })
+			if quant {
+				emitRouterQuant(w)
+			}
 			w.Line("const float* xs = (const float*)xs4;")
 			emitFloatRowDot(w, t, n, arm, tpr, false)
 			w.Line("pdl_launch();")
@@ -87,4 +107,24 @@ func RouterNorm(t dtype.Type, n, k int, arm GEMVArm, eps float32) (*Kernel, erro
 // memory.
 func RouterNormFits(arm GEMVArm) bool {
 	return arm.Validate() == nil && arm.XQ == 0 && arm.Layout == 0 && arm.SharedX == 1
+}
+
+// emitRouterQuant writes RouterNorm's quantised rows: the token's blocks
+// each quantise their share of whole groups of 32 of the normalised row
+// in shared memory (xs4) into xq's row, chunks of 8 as XQuant takes them
+// (4 consecutive threads a group, every thread of the block in the loop
+// for the shuffles).
+func emitRouterQuant(w *Writer) {
+	w.Comment("the token's blocks write its quantised row (XQuant's), each its share of whole groups")
+	w.Line("const int gs = (K / 32 + gridDim.x - 1) / gridDim.x; // groups a block")
+	w.Line("const int c0 = blockIdx.x * gs * 4, c1 = min(c0 + gs * 4, K / 8); // its chunks of 8")
+	w.Line("u8* qr = xq + (size_t)blockIdx.y * XR;")
+	w.Line("float4* meta = (float4*)(qr + K);")
+	w.Block("for (int cb = c0; cb < c1; cb += THREADS)", func() {
+		w.Line("const int c = cb + threadIdx.x;")
+		w.Line("const bool ok = c < c1;")
+		w.Line("const float4 a = ok ? xs4[2 * c] : make_float4(0.f, 0.f, 0.f, 0.f);")
+		w.Line("const float4 b = ok ? xs4[2 * c + 1] : make_float4(0.f, 0.f, 0.f, 0.f);")
+		emitXQPack(w, "qr + 8 * c", "meta[c >> 2]")
+	})
 }

@@ -40,7 +40,8 @@ func MoECases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case {
 		c.Label = fmt.Sprintf("moe_router×%d", m) // kernel-check --only moe selects it
 		cs = append(cs, withArms(routerCheckArms, c)...)
 		// with the norm before it, as decode programs run it
-		cs = append(cs, withArms(routerCheckArms[:4], MoERouterNorm(s.Name, s.Experts, s.Hidden, s.Eps, m, seed))...)
+		cs = append(cs, withArms(routerCheckArms[:4], MoERouterNorm(s.Name, s.Experts, s.Hidden, s.Eps, m, false, seed))...)
+		cs = append(cs, MoERouterNorm(s.Name, s.Experts, s.Hidden, s.Eps, m, true, seed)) // for the int8 experts
 	}
 	for _, t := range types {
 		gu, dn := codegen.MoEShapes(s, t)
@@ -461,7 +462,7 @@ func moeTuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 		// the router's float32 product (routers are F32) with the norm
 		// before it, as decode programs run it (codegen.RouterNorm), whose
 		// class lowering looks up (codegen.RouterArm)
-		MoERouterNorm(s.Name, s.Experts, s.Hidden, s.Eps, z.DecodeTokens, seed)}
+		MoERouterNorm(s.Name, s.Experts, s.Hidden, s.Eps, z.DecodeTokens, false, seed)}
 	gu, _ := codegen.MoEShapes(s, w.FFNUp)
 	if rowOK(gu.Type, gu.K) {
 		cs = append(cs, MoEProduct(s.Name, "gate_up", gu, bt, seed))

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -17,9 +18,18 @@ import (
 // picks for it is the one lowering looks up (codegen.RouterArm); its
 // space holds the float arms with the row in shared memory, the default
 // codegen.DefaultRouterArm.
-func MoERouterNorm(shape string, experts, hidden int, eps float32, m int, seed uint64) *Case {
+//
+// With quant the kernel also writes the normalised rows quantised for the
+// experts' int8 products, and the case runs XQuant on the rows it wrote
+// after it: the two quantised rows must be the same bytes (else the error
+// is +Inf).
+func MoERouterNorm(shape string, experts, hidden int, eps float32, m int, quant bool, seed uint64) *Case {
 	t := dtype.F32
-	c := &Case{Family: "gemv", Label: fmt.Sprintf("moe_router+norm×%d", m), Shape: shape, DType: "f32",
+	label := fmt.Sprintf("moe_router+norm×%d", m)
+	if quant {
+		label = fmt.Sprintf("moe_router+norm+xq×%d", m)
+	}
+	c := &Case{Family: "gemv", Label: label, Shape: shape, DType: "f32",
 		Class: codegen.ProductClass(t, experts, hidden, false), Use: "router", Tol: 1e-4, seed: seed, K: hidden, N: experts}
 	sp := codegen.GEMVSpaceFor(t)
 	for i, k := range sp.Knobs {
@@ -30,7 +40,15 @@ func MoERouterNorm(shape string, experts, hidden int, eps float32, m int, seed u
 	sp.Default = codegen.DefaultRouterArm.Point()
 	c.space = &sp
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
-		return one(codegen.RouterNorm(t, experts, hidden, codegen.GEMVArmOf(arm), eps))
+		k, err := codegen.RouterNorm(t, experts, hidden, codegen.GEMVArmOf(arm), eps, quant)
+		if err != nil || !quant {
+			return one(k, err)
+		}
+		q, err := codegen.XQuant(hidden, codegen.Prologue{})
+		if err != nil {
+			return nil, err
+		}
+		return []*codegen.Kernel{k, q}, nil
 	}
 	c.setup = func(r *rand.Rand) (*inputs, error) {
 		W, err := randWeights(t, experts, hidden, r.Uint64())
@@ -50,13 +68,23 @@ func MoERouterNorm(shape string, experts, hidden int, eps float32, m int, seed u
 					return nil, err
 				}
 				h, y := fbuf(make([]float32, m*hidden)), fbuf(make([]float32, m*experts))
+				if !quant {
+					return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
+						Args: [][]Arg{{b(&Buf{Data: W}), b(fbuf(x)), b(fbuf(nw)), b(h), b(y), s(m)}}, Outs: []*Buf{y, h}}, nil
+				}
+				xq1 := &Buf{Data: make([]byte, m*codegen.XQRowBytes(hidden))}
+				xq2 := &Buf{Data: make([]byte, m*codegen.XQRowBytes(hidden))}
 				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m},
-					Args: [][]Arg{{b(&Buf{Data: W}), b(fbuf(x)), b(fbuf(nw)), b(h), b(y), s(m)}}, Outs: []*Buf{y, h}}, nil
+					Args: [][]Arg{{b(&Buf{Data: W}), b(fbuf(x)), b(fbuf(nw)), b(h), b(xq1), b(y), s(m)}, {b(h), b(xq2), s(m)}},
+					Outs: []*Buf{y, h, xq1, xq2}}, nil
 			},
 			compare: func(outs [][]byte) (float64, error) {
 				want, err := ref()
 				if err != nil {
 					return 0, err
+				}
+				if quant && !bytes.Equal(outs[2], outs[3]) {
+					return math.Inf(1), nil // not XQuant's rows of what it wrote
 				}
 				return math.Max(codegen.RelErr(bytesF32(outs[0]), want[0]), codegen.RelErr(bytesF32(outs[1]), want[1])), nil
 			},

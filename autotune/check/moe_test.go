@@ -21,7 +21,7 @@ func TestMoECases(t *testing.T) {
 		labels = append(labels, c.Label+" "+c.DType)
 	}
 	require.Equal(t, []string{"moe_route×1 f32", "moe_route×12 f32", "moe_route×300 f32", "moe_sum×12 f32",
-		"moe_router×1 f32", "moe_router+norm×1 f32", "moe_router×12 f32", "moe_router+norm×12 f32",
+		"moe_router×1 f32", "moe_router+norm×1 f32", "moe_router+norm+xq×1 f32", "moe_router×12 f32", "moe_router+norm×12 f32", "moe_router+norm+xq×12 f32",
 		"moe_gemv/gate_up q4_k", "moe_gemv/gate_up×12 q4_k", "moe_gemv/gate_up×64 q4_k", "moe_gemv/down q4_k", "moe_gemv/down×12 q4_k",
 		"moe_gemv/gate_up+route q4_k", "moe_gemv/down_sum q4_k",
 		"moe_gemv/gate_up q8_0", "moe_gemv/gate_up×12 q8_0", "moe_gemv/gate_up×64 q8_0", "moe_gemv/down q8_0", "moe_gemv/down×12 q8_0",
@@ -35,7 +35,9 @@ func TestMoECases(t *testing.T) {
 		for _, arm := range arms {
 			l, err := c.Launch(arm)
 			require.NoError(t, err, c.Label)
-			if arm["xq"] == 1 {
+			if strings.HasPrefix(c.Label, "moe_router+norm+xq") {
+				require.Len(t, l.Kernels, 2, "the router with the norm, then XQuant of its rows")
+			} else if arm["xq"] == 1 {
 				require.Len(t, l.Kernels, 2, "XQuant, then the product")
 				require.Equal(t, "xquant", l.Kernels[0].Family)
 				require.Equal(t, "moe_xq", l.Kernels[1].Family)
@@ -57,10 +59,15 @@ func TestMoECases(t *testing.T) {
 			// the router's class: the arm autotune picks is the one lowering looks up
 			require.Equal(t, codegen.ProductClass(dtype.F32, s.Experts, s.Hidden, false), c.Class)
 			require.Equal(t, codegen.DefaultRouterArm.Point(), c.Space().Default)
-			require.Len(t, c.ExtraArms, len(routerCheckArms)-1, "the default is among routerCheckArms")
 			l, err := c.Launch(c.Space().Default)
 			require.NoError(t, err)
-			require.Len(t, l.Outs, 2, "the logits and the normalised rows")
+			if strings.Contains(c.Label, "+xq") {
+				require.Len(t, l.Outs, 4, "the logits, the normalised rows, theirs quantised and XQuant's")
+				require.Equal(t, "xquant", l.Kernels[1].Family)
+			} else {
+				require.Len(t, c.ExtraArms, len(routerCheckArms)-1, "the default is among routerCheckArms")
+				require.Len(t, l.Outs, 2, "the logits and the normalised rows")
+			}
 		}
 		if strings.HasPrefix(c.Label, "moe_gemv") && !strings.Contains(c.Label, "×") && !strings.HasSuffix(c.Label, "_sum") && !strings.HasSuffix(c.Label, "+route") {
 			require.Len(t, c.ExtraArms, 2, "one token: the one-row arm too, and its int8 twin")
