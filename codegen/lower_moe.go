@@ -324,12 +324,12 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 	}
 	arm, oneArm := l.moeArms(s)
 	// a one-sequence decode program's first product after the routing
-	// chooses the experts itself where it is the float one-row product of
-	// a row a token (MoEShape.Route, taking the routing's IR nodes and
-	// writing its ids and weights); otherwise MoERoute runs first
+	// chooses the experts itself where it is the one-row product of a row
+	// a token (MoEShape.Route, taking the routing's IR nodes and writing
+	// its ids and weights); otherwise MoERoute runs first
 	rid := n.Args[2].ID
 	p := route.pending
-	routed := p != nil && oneArm.XQ == 0 && !perSlot
+	routed := p != nil && !perSlot
 	if routed {
 		s.Route, s.Norm = true, route.norm
 		route.pending = nil
@@ -358,19 +358,19 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 	rows := n.Shape[0]
 	y := view{buf: l.buffer("moe_"+shortName(n.Args[1].Str("name")), rows, used*N), width: used * N, stride: used * N}
 	var kern, one int
+	xin := x
+	if arm.XQ == 1 {
+		// int8 activations: a token's row (the down product's: its slots' rows side by side)
+		if xin, _, err = l.quantised(x, x.width, rows, nil); err != nil {
+			return err
+		}
+	}
 	switch {
 	case routed:
-		args = append(args, bufArg(x), bufArg(p.logits), bufArg(l.val[rid]), bufArg(route.wts), bufArg(y), rowsArg())
+		args = append(args, bufArg(xin), bufArg(p.logits), bufArg(l.val[rid]), bufArg(route.wts), bufArg(y), rowsArg())
 		kern, err = l.kernel(MoEGEMV(s, oneArm))
 		one = -1
 	default:
-		xin := x
-		if arm.XQ == 1 {
-			// int8 activations: a token's row (the down product's: its slots' rows side by side)
-			if xin, _, err = l.quantised(x, x.width, rows, nil); err != nil {
-				return err
-			}
-		}
 		args = append(args, bufArg(xin), bufArg(l.val[rid]), bufArg(route.groups), bufArg(y), rowsArg())
 		kern, one, err = l.moeKernels(s, arm, oneArm)
 	}
@@ -381,7 +381,7 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 	if one >= 0 {
 		l.p.Launches[len(l.p.Launches)-1].One = one + 1
 	}
-	if arm.XQ == 1 && !routed {
+	if arm.XQ == 1 {
 		l.repacked[kern] = true // W (and Wu) in layout 1; the one-row kernel takes the same arguments
 	}
 	l.val[out.ID] = y

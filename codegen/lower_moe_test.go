@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"slices"
 	"os"
 	"path/filepath"
 	"strings"
@@ -351,13 +352,26 @@ func testLowerMoEXQ(t *testing.T, c lowerCase, o LowerOptions) {
 		}
 		require.Equal(t, 2*p.Layers, launchesOf(p, "moe_xq"))
 		require.Zero(t, launchesOf(p, "moe_gemv"))
+		if o.Class == Decode && o.MaxSeqs == 1 {
+			// the one-row gate/up product chooses the experts
+			require.Zero(t, launchesOf(p, "moe_route"))
+			for _, l := range p.Launches {
+				if k := p.Kernels[l.Kernel]; k.Family == "moe_xq" && k.Params[1].Name == "Wu" {
+					require.Contains(t, k.Name, "_route_", k.Name)
+					require.Equal(t, "logits", k.Params[3].Name)
+					require.Equal(t, "router", p.Buffers.Buffers[l.Args[3].Index].Name)
+				}
+			}
+		} else {
+			require.Equal(t, p.Layers, launchesOf(p, "moe_route"))
+		}
 		require.Equal(t, p.Layers, launchesOf(p, "moe_sum"), "the int8 down product does not sum")
 		for i, l := range p.Launches {
 			k := p.Kernels[l.Kernel]
 			if k.Family != "moe_xq" {
 				continue
 			}
-			xq := l.Args[len(l.Args)-5]
+			xq := l.Args[slices.IndexFunc(k.Params, func(p Param) bool { return p.Name == "xq" })]
 			if k.Params[1].Name == "Wu" && o.Class == Decode && !o.PrefillGEMV {
 				// the gate/up product reads the rows the router with the norm
 				// before it wrote quantised

@@ -596,6 +596,20 @@ func MoEKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 				}
 			}
 		}
+		if gu.check() == nil {
+			// one-sequence decode programs' gate/up product that routes, float and int8
+			gu.Route, gu.Norm = true, s.ExpertNorm
+			for _, xq := range []int{0, 1} {
+				a := DefaultMoEOneArm
+				a.XQ = xq
+				if xq == 1 && MoEXQFits(gu) != nil {
+					continue
+				}
+				if err := add(MoEGEMV(gu, a)); err != nil {
+					return nil, err
+				}
+			}
+		}
 		if dn.check() == nil {
 			dn.Sum = true // one-sequence decode programs' down product and sum
 			if err := add(MoEGEMV(dn, DefaultMoEOneArm)); err != nil {

@@ -21,7 +21,8 @@ import (
 // once, after pdl_wait (the expert is known only then), and meets them with
 // each slot's activations; every slot's sum is added in the same order in
 // both grids, so the one-row and the grouped kernels give the same floats.
-// Not lowered yet: kernel-check times it against MoEGEMV first.
+// The default where it fits (lowering's moeArms); a one-row gate/up
+// product also chooses the token's experts (MoEShape.Route), as MoEGEMV's.
 
 // moeXQMaxUnits bounds the units of 32 (16 for Q8_0) a lane holds: rows
 // of up to 32·moeXQMaxUnits units.
@@ -71,8 +72,16 @@ func MoEXQ(s MoEShape, arm MoEArm) (*Kernel, error) {
 		params = append(params, Param{"const u8* __restrict__", "Wu"})
 		rows = 2
 	}
-	params = append(params, Param{"const u8* __restrict__", "xq"}, Param{"const int* __restrict__", "ids"},
-		Param{"const int* __restrict__", "groups"}, Param{"float* __restrict__", "y"}, Param{"int", "m"})
+	if s.Route && arm.One != 1 {
+		return nil, fmt.Errorf("%w: a routing moe product runs one-row arms, not %v", ErrUnsupported, arm)
+	}
+	if s.Route {
+		params = append(params, Param{"const u8* __restrict__", "xq"}, Param{"const float* __restrict__", "logits"},
+			Param{"int* __restrict__", "ids"}, Param{"float* __restrict__", "wts"}, Param{"float* __restrict__", "y"}, Param{"int", "m"})
+	} else {
+		params = append(params, Param{"const u8* __restrict__", "xq"}, Param{"const int* __restrict__", "ids"},
+			Param{"const int* __restrict__", "groups"}, Param{"float* __restrict__", "y"}, Param{"int", "m"})
+	}
 	threads := 32 * arm.RowsPerBlock
 	title := fmt.Sprintf("moe_xq: %v weights repacked, int8 activations, %d of %d experts of N %d, K %d, swiglu %v, a row a slot %v, %v",
 		s.Type, s.Used, s.Experts, s.N, s.K, s.SwiGLU, s.PerSlot, arm)
@@ -86,6 +95,9 @@ func MoEXQ(s MoEShape, arm MoEArm) (*Kernel, error) {
 		w.Linef("#define U %d // units a lane holds", units)
 		w.Linef("#define RPB %d // rows a block, a warp a row", arm.RowsPerBlock)
 		w.Linef("#define BR %d // slots a chunk", arm.BatchRows)
+		if s.Route {
+			w.Linef("#define NV %d // logits a lane", ceilDiv(s.Experts, 32))
+		}
 		if s.PerSlot {
 			w.Comment("a token's row holds its USED slots' rows of K, quantised as one row (XQuant of")
 			w.Comment("USED·K: the same groups of 32, the slot's metadata after all the int8 values)")
@@ -102,7 +114,19 @@ func MoEXQ(s MoEShape, arm MoEArm) (*Kernel, error) {
 			w.Line("const int lane = threadIdx.x & 31;")
 			w.Line("const int r = blockIdx.x * RPB + (threadIdx.x >> 5); // the warp's row of its expert")
 			w.Line("pdl_wait();")
-			if arm.One == 1 {
+			if s.Route {
+				w.Comment("the token's choice, by the first warp (block (0, 0) stores it for the products after)")
+				w.Line("__shared__ int se;")
+				w.If("threadIdx.x < 32", func() {
+					w.Line("const int t = 0;")
+					moeRouteToken(w, s.Norm, "lane == 0 && blockIdx.x == 0 && blockIdx.y == 0")
+					w.If("lane == 0", func() { w.Line("se = sel[blockIdx.y];") })
+				})
+				w.Line("__syncthreads();")
+				w.Comment("slot blockIdx.y of a one-token step")
+				w.Line("const int e = se;")
+				w.Line("const int beg = 0, end = r < NE ? 1 : 0;")
+			} else if arm.One == 1 {
 				w.Comment("slot blockIdx.y of a one-token step")
 				w.Line("const int e = ids[blockIdx.y];")
 				w.Line("const int beg = 0, end = r < NE ? 1 : 0;")

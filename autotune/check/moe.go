@@ -245,10 +245,11 @@ func MoEProduct(shape, use string, p codegen.MoEShape, m int, seed uint64) *Case
 	return c
 }
 
-// oneRowCase is the case of MoEGEMV p that runs float one-row arms only
-// (the summing and the routing products), the untuned one-row arm its
-// default; its setup is the caller's.
-func oneRowCase(shape, label, use string, p codegen.MoEShape, seed uint64) *Case {
+// oneRowCase is the case of MoEGEMV p that runs one-row arms only (the
+// summing and the routing products), float ones unless xq (then also the
+// int8 arms, after an XQuant launch of the token's row), the untuned
+// one-row arm its default; its setup is the caller's.
+func oneRowCase(shape, label, use string, p codegen.MoEShape, xq bool, seed uint64) *Case {
 	sp, err := codegen.SpaceByName("moe_gemv")
 	if err != nil {
 		panic("BUG: " + err.Error())
@@ -257,10 +258,24 @@ func oneRowCase(shape, label, use string, p codegen.MoEShape, seed uint64) *Case
 	c := &Case{Family: "moe_gemv", Label: label, Shape: shape, DType: strings.ToLower(p.Type.String()), Class: codegen.MoEClass(p), Use: use,
 		Tol: 1e-4, seed: seed, K: p.K, N: p.N, space: &sp}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
-		if a := codegen.MoEArmOf(arm); a.One != 1 || a.XQ != 0 {
+		a := codegen.MoEArmOf(arm)
+		if a.One != 1 || (a.XQ != 0 && !xq) {
 			return nil, fmt.Errorf("%w: %s runs float one-row arms", ErrCase, label)
 		}
-		return one(codegen.MoEGEMV(p, codegen.MoEArmOf(arm)))
+		k, err := codegen.MoEGEMV(p, a)
+		if err != nil || a.XQ == 0 {
+			return one(k, err)
+		}
+		q, err := codegen.XQuant(p.K, codegen.Prologue{})
+		if err != nil {
+			return nil, err
+		}
+		return []*codegen.Kernel{q, k}, nil
+	}
+	if xq && codegen.MoEXQFits(p) == nil {
+		a := codegen.DefaultMoEOneArm
+		a.XQ = 1
+		c.ExtraArms = []codegen.Point{a.Point()}
 	}
 	return c
 }
@@ -271,7 +286,7 @@ func oneRowCase(shape, label, use string, p codegen.MoEShape, seed uint64) *Case
 func MoEDownSum(shape string, dn codegen.MoEShape, seed uint64) *Case {
 	p := dn
 	p.Sum = true
-	c := oneRowCase(shape, "moe_gemv/down_sum", "down", p, seed)
+	c := oneRowCase(shape, "moe_gemv/down_sum", "down", p, false, seed)
 	c.setup = func(r *rand.Rand) (*inputs, error) {
 		W, err := randWeights(p.Type, p.Experts*p.N, p.K, r.Uint64())
 		if err != nil {
@@ -307,11 +322,12 @@ func MoEDownSum(shape string, dn codegen.MoEShape, seed uint64) *Case {
 // experts itself from the router's logits (codegen.MoEShape.Route,
 // one-row arms): its ids must be MoERoute's reference choice exactly, and
 // its weights and product are checked against the reference routing's and
-// product's.
+// product's. The float one-row arm and, where the type has them, the int8
+// one (codegen.MoEXQ with Route, after the XQuant launch of the token's row).
 func MoERouted(shape string, gu codegen.MoEShape, norm bool, seed uint64) *Case {
 	p := gu
 	p.Route, p.Norm = true, norm
-	c := oneRowCase(shape, "moe_gemv/gate_up+route", "gate_up", p, seed)
+	c := oneRowCase(shape, "moe_gemv/gate_up+route", "gate_up", p, true, seed)
 	c.setup = func(r *rand.Rand) (*inputs, error) {
 		W, err := randWeights(p.Type, p.Experts*p.N, p.K, r.Uint64())
 		if err != nil {
@@ -328,6 +344,14 @@ func MoERouted(shape string, gu codegen.MoEShape, norm bool, seed uint64) *Case 
 		ids, wts := codegen.RefMoERoute(p.Experts, p.Used, norm, logits)
 		x := randn(r, p.K)
 		ref := lazy(func() ([]float32, error) { return refMoEGEMV(gu, W, Wu, x, ids) })
+		packed := lazy(func() ([2][]byte, error) {
+			pw, err := codegen.Repack(p.Type, p.Experts*p.N, p.K, W)
+			if err != nil {
+				return [2][]byte{}, err
+			}
+			pu, err := codegen.Repack(p.Up, p.Experts*p.N, p.K, Wu)
+			return [2][]byte{pw, pu}, err
+		})
 		return &inputs{
 			launch: func(arm codegen.Point) (*Launch, error) {
 				ks, err := c.Kernels(arm)
@@ -335,8 +359,17 @@ func MoERouted(shape string, gu codegen.MoEShape, norm bool, seed uint64) *Case 
 					return nil, err
 				}
 				y, ib, wb := fbuf(make([]float32, p.Used*p.N)), ibuf(make([]int32, p.Used)), fbuf(make([]float32, p.Used))
-				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: 1}, Args: [][]Arg{{b(&Buf{Data: W}), b(&Buf{Data: Wu}), b(fbuf(x)), b(fbuf(logits)),
-					b(ib), b(wb), b(y), s(1)}}, Outs: []*Buf{y, ib, wb}}, nil
+				if codegen.MoEArmOf(arm).XQ == 0 {
+					return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: 1}, Args: [][]Arg{{b(&Buf{Data: W}), b(&Buf{Data: Wu}), b(fbuf(x)), b(fbuf(logits)),
+						b(ib), b(wb), b(y), s(1)}}, Outs: []*Buf{y, ib, wb}}, nil
+				}
+				pk, err := packed()
+				if err != nil {
+					return nil, err
+				}
+				xq := &Buf{Data: make([]byte, codegen.XQRowBytes(p.K))}
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: 1}, Args: [][]Arg{{b(fbuf(x)), b(xq), s(1)},
+					{b(&Buf{Data: pk[0]}), b(&Buf{Data: pk[1]}), b(xq), b(fbuf(logits)), b(ib), b(wb), b(y), s(1)}}, Outs: []*Buf{y, ib, wb}}, nil
 			},
 			compare: func(outs [][]byte) (float64, error) {
 				if !slices.Equal(bytesI32(outs[1]), ids) {
