@@ -336,10 +336,8 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 		l.moeRoutes[rid] = route
 	} else {
 		l.launchRoute(rid)
-		if arm.XQ == 0 {
-			if done, err := l.moeDownSum(n, s, w, x); done || err != nil {
-				return err
-			}
+		if done, err := l.moeDownSum(n, s, w, x, arm.XQ); done || err != nil {
+			return err
 		}
 	}
 	args := []Arg{wArg(w)}
@@ -394,9 +392,10 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 // moeDownSum lowers down product n (shape s, weight w, input x) of a
 // one-sequence decode program together with the moe_sum that is its only
 // reader and the residual add after it, as one summing launch (MoEShape.Sum:
-// the floats of the one-row product and MoESum, one launch fewer a layer).
-// It reports false, and lowers nothing, where that does not apply.
-func (l *lowerer) moeDownSum(n *ir.Node, s MoEShape, w int, x view) (bool, error) {
+// the floats of the one-row product and MoESum, one launch fewer a layer;
+// with xq the int8 product's, which quantises x itself, two fewer). It
+// reports false, and lowers nothing, where that does not apply.
+func (l *lowerer) moeDownSum(n *ir.Node, s MoEShape, w int, x view, xq int) (bool, error) {
 	if l.o.Class != Decode || l.o.MaxSeqs != 1 || !s.PerSlot || len(l.users[n.ID]) != 1 {
 		return false, nil
 	}
@@ -413,13 +412,20 @@ func (l *lowerer) moeDownSum(n *ir.Node, s MoEShape, w int, x view) (bool, error
 		return false, nil
 	}
 	s.Sum = true
-	arm := DefaultMoEOneArm
-	if p, ok := l.picked("moe_gemv", MoEClass(s)); ok && MoEArmOf(p).One == 1 && MoEArmOf(p).XQ == 0 {
-		arm = MoEArmOf(p) // the summing product is a float one
+	if xq == 1 && MoEXQFits(s) != nil {
+		return false, nil
 	}
+	arm := DefaultMoEOneArm
+	if p, ok := l.picked("moe_gemv", MoEClass(s)); ok && MoEArmOf(p).One == 1 {
+		arm = MoEArmOf(p) // its geometry; the down product's class decides int8 or float
+	}
+	arm.XQ = xq
 	k, err := l.kernel(MoEGEMV(s, arm))
 	if err != nil {
 		return false, err
+	}
+	if xq == 1 {
+		l.repacked[k] = true
 	}
 	l.launch(k, n.Shape[0], []int{n.ID, sum.ID, add.ID}, wArg(w), bufArg(x), bufArg(l.val[n.Args[2].ID]), bufArg(wts), bufArg(y), rowsArg())
 	l.val[n.ID], l.val[sum.ID], l.val[add.ID] = y, y, y // n alone is not readable; its only reader is the sum

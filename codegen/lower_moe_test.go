@@ -365,11 +365,28 @@ func testLowerMoEXQ(t *testing.T, c lowerCase, o LowerOptions) {
 		} else {
 			require.Equal(t, p.Layers, launchesOf(p, "moe_route"))
 		}
-		require.Equal(t, p.Layers, launchesOf(p, "moe_sum"), "the int8 down product does not sum")
+		if o.Class == Decode && o.MaxSeqs == 1 {
+			// the one-row down product quantises its slots' rows and sums them
+			require.Zero(t, launchesOf(p, "moe_sum"))
+			sums := 0
+			for _, l := range p.Launches {
+				if k := p.Kernels[l.Kernel]; k.Family == "moe_xq" && strings.Contains(k.Name, "_slot_sum_") {
+					require.Equal(t, "x", k.Params[1].Name, "%s reads the gate/up product's float rows", k.Name)
+					require.Equal(t, "x", p.Buffers.Buffers[l.Args[4].Index].Name, "%s adds into the residual stream", k.Name)
+					sums++
+				}
+			}
+			require.Equal(t, p.Layers, sums)
+		} else {
+			require.Equal(t, p.Layers, launchesOf(p, "moe_sum"), "the grouped int8 down product does not sum")
+		}
 		for i, l := range p.Launches {
 			k := p.Kernels[l.Kernel]
 			if k.Family != "moe_xq" {
 				continue
+			}
+			if strings.Contains(k.Name, "_slot_sum_") {
+				continue // quantises its rows itself
 			}
 			xq := l.Args[slices.IndexFunc(k.Params, func(p Param) bool { return p.Name == "xq" })]
 			if k.Params[1].Name == "Wu" && o.Class == Decode && !o.PrefillGEMV {
@@ -409,7 +426,7 @@ func TestLowerMoEDownSumPick(t *testing.T) {
 	for _, want := range []struct {
 		pick MoEArm
 		runs string
-	}{{MoEArm{RowsPerBlock: 4, BatchRows: 1, One: 1}, "_r4_b1_one"}, {MoEArm{RowsPerBlock: 4, BatchRows: 1, One: 1, XQ: 1}, "_r8_b1_one"}} {
+	}{{MoEArm{RowsPerBlock: 4, BatchRows: 1, One: 1}, "_r4_b1_one"}, {MoEArm{RowsPerBlock: 4, BatchRows: 1, One: 1, XQ: 1}, "_r4_b1_one"}} {
 		o := c.opts
 		o.Pick = func(family, class string) (Point, bool) {
 			if family == "moe_gemv" && strings.HasSuffix(class, "_sum") {

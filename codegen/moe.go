@@ -611,9 +611,16 @@ func MoEKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 			}
 		}
 		if dn.check() == nil {
-			dn.Sum = true // one-sequence decode programs' down product and sum
-			if err := add(MoEGEMV(dn, DefaultMoEOneArm)); err != nil {
-				return nil, err
+			dn.Sum = true // one-sequence decode programs' down product and sum, float and int8
+			for _, xq := range []int{0, 1} {
+				a := DefaultMoEOneArm
+				a.XQ = xq
+				if xq == 1 && MoEXQFits(dn) != nil {
+					continue
+				}
+				if err := add(MoEGEMV(dn, a)); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}

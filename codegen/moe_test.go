@@ -26,7 +26,7 @@ func goldenMoEKernels(t *testing.T) []*Kernel {
 			out = append(out, k)
 		}
 	}
-	require.Len(t, out, 9) // route, sum, gate/up and down in their grouped and one-row arms, the summing down, the routing gate/up (float and int8)
+	require.Len(t, out, 10) // route, sum, gate/up and down in their grouped and one-row arms, the routing gate/up and the summing down (float and int8)
 	return out
 }
 

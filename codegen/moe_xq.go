@@ -29,14 +29,15 @@ import (
 const moeXQMaxUnits = 4
 
 // MoEXQFits reports whether MoEXQ takes shape s: a repacked type, a
-// SwiGLU pair of one type, no Sum, and rows a lane's registers hold (at
+// SwiGLU pair of one type, a summing shape's slot rows in moeXQSum's
+// shared memory, and rows a lane's registers hold (at
 // most 32·moeXQMaxUnits units).
 func MoEXQFits(s MoEShape) error {
 	if err := s.check(); err != nil {
 		return err
 	}
 	rt, ok := rpTypes[s.Type]
-	if !ok || xqPrep[s.Type] == "" || s.Sum || (s.SwiGLU && s.Up != s.Type) {
+	if !ok || xqPrep[s.Type] == "" || (s.SwiGLU && s.Up != s.Type) || (s.Sum && XQRowBytes(s.Used*s.K) > moeXQSumMaxShared) {
 		return fmt.Errorf("%w: moe_xq of %v (up %v, sum %v)", ErrUnsupported, s.Type, s.Up, s.Sum)
 	}
 	if s.K%32 != 0 || ceilDiv(s.K/rt.unitElems, 32) > moeXQMaxUnits {
@@ -61,6 +62,9 @@ func MoEXQ(s MoEShape, arm MoEArm) (*Kernel, error) {
 	}
 	if err := arm.Validate(); err != nil {
 		return nil, err
+	}
+	if s.Sum {
+		return moeXQSum(s, arm)
 	}
 	rt := rpTypes[s.Type]
 	units := ceilDiv(s.K/rt.unitElems, 32)

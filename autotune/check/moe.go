@@ -263,8 +263,8 @@ func oneRowCase(shape, label, use string, p codegen.MoEShape, xq bool, seed uint
 			return nil, fmt.Errorf("%w: %s runs float one-row arms", ErrCase, label)
 		}
 		k, err := codegen.MoEGEMV(p, a)
-		if err != nil || a.XQ == 0 {
-			return one(k, err)
+		if err != nil || a.XQ == 0 || p.Sum {
+			return one(k, err) // the summing int8 product quantises its rows itself
 		}
 		q, err := codegen.XQuant(p.K, codegen.Prologue{})
 		if err != nil {
@@ -282,11 +282,12 @@ func oneRowCase(shape, label, use string, p codegen.MoEShape, xq bool, seed uint
 
 // MoEDownSum is the down product of a one-token step that adds its slots'
 // rows, weighted, into the residual stream (codegen.MoEShape.Sum, one-row
-// arms): the reference is the down product's then MoESum's.
+// arms; the int8 arm quantises the float slot rows itself): the reference
+// is the down product's then MoESum's.
 func MoEDownSum(shape string, dn codegen.MoEShape, seed uint64) *Case {
 	p := dn
 	p.Sum = true
-	c := oneRowCase(shape, "moe_gemv/down_sum", "down", p, false, seed)
+	c := oneRowCase(shape, "moe_gemv/down_sum", "down", p, true, seed)
 	c.setup = func(r *rand.Rand) (*inputs, error) {
 		W, err := randWeights(p.Type, p.Experts*p.N, p.K, r.Uint64())
 		if err != nil {
@@ -295,6 +296,7 @@ func MoEDownSum(shape string, dn codegen.MoEShape, seed uint64) *Case {
 		ids, _ := moeRouting(r, p.Experts, p.Used, 1)
 		_, wts := codegen.RefMoERoute(p.Used+1, p.Used, true, randn(r, p.Used+1))
 		x, y0 := randn(r, p.Used*p.K), randn(r, p.N)
+		packed := lazy(func() ([]byte, error) { return codegen.Repack(p.Type, p.Experts*p.N, p.K, W) })
 		ref := lazy(func() ([]float32, error) {
 			d, err := refMoEGEMV(dn, W, nil, x, ids)
 			if err != nil {
@@ -308,9 +310,14 @@ func MoEDownSum(shape string, dn codegen.MoEShape, seed uint64) *Case {
 				if err != nil {
 					return nil, err
 				}
-				y := fbuf(y0)
+				y, wb := fbuf(y0), W
+				if codegen.MoEArmOf(arm).XQ == 1 {
+					if wb, err = packed(); err != nil {
+						return nil, err
+					}
+				}
 				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: 1},
-					Args: [][]Arg{{b(&Buf{Data: W}), b(fbuf(x)), b(ibuf(ids)), b(fbuf(wts)), b(y), s(1)}}, Outs: []*Buf{y}}, nil
+					Args: [][]Arg{{b(&Buf{Data: wb}), b(fbuf(x)), b(ibuf(ids)), b(fbuf(wts)), b(y), s(1)}}, Outs: []*Buf{y}}, nil
 			},
 			compare: relErrTo(ref),
 		}, nil
