@@ -334,6 +334,12 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 		s.Route, s.Norm = true, route.norm
 		route.pending = nil
 		l.moeRoutes[rid] = route
+		if p, ok := l.picked("moe_gemv", MoEClass(s)); ok && MoEArmOf(p).One == 1 {
+			// the routing product's geometry; int8 or float as the class's products
+			xq := oneArm.XQ
+			oneArm = MoEArmOf(p)
+			oneArm.XQ = xq
+		}
 	} else {
 		l.launchRoute(rid)
 		if done, err := l.moeDownSum(n, s, w, x, arm.XQ); done || err != nil {

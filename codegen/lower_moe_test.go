@@ -446,3 +446,35 @@ func TestLowerMoEDownSumPick(t *testing.T) {
 		require.Positive(t, n)
 	}
 }
+
+// TestLowerMoERoutePick: a one-sequence program's routing gate/up product
+// takes the geometry of its own class's pick (…_route_norm) and keeps the
+// int8 or float kind of the class's products.
+func TestLowerMoERoutePick(t *testing.T) {
+	c := moeLowerCases()[1] // qwen3moe_decode1
+	for _, want := range []struct {
+		float bool
+		runs  string
+	}{{false, "_r4_b1_one_xq"}, {true, "_r4_b1_one"}} {
+		o := c.opts
+		o.Pick = func(family, class string) (Point, bool) {
+			if family == "moe_gemv" && strings.HasSuffix(class, "_route_norm") {
+				return MoEArm{RowsPerBlock: 4, BatchRows: 1, One: 1, XQ: 1}.Point(), true
+			}
+			if want.float {
+				return floatMoEPick(family, class)
+			}
+			return nil, false
+		}
+		p, err := Lower(c.g(t), o)
+		require.NoError(t, err)
+		n := 0
+		for _, k := range p.Kernels {
+			if strings.Contains(k.Name, "_route_norm_") {
+				require.True(t, strings.HasSuffix(k.Name, want.runs), "%s, float %v", k.Name, want.float)
+				n++
+			}
+		}
+		require.Positive(t, n)
+	}
+}

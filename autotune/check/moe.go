@@ -275,8 +275,38 @@ func oneRowCase(shape, label, use string, p codegen.MoEShape, xq bool, seed uint
 	if xq && codegen.MoEXQFits(p) == nil {
 		a := codegen.DefaultMoEOneArm
 		a.XQ = 1
-		c.ExtraArms = []codegen.Point{a.Point()}
+		b := a
+		b.RowsPerBlock = 16 // half the blocks (the summing product quantises the slots' rows in each)
+		c.ExtraArms = []codegen.Point{a.Point(), b.Point()}
 	}
+	return c
+}
+
+// oneRowTuned restricts one-row case c of shape p to the arms lowering
+// runs for it untuned: one-row arms of one slot a weight read, int8 where
+// the type has the kernels (codegen.MoEXQFits), the row count free; the
+// default the untuned one-row arm. (Lowering takes a pick's geometry and
+// keeps the int8 or float choice of the class's products.)
+func oneRowTuned(c *Case, p codegen.MoEShape) *Case {
+	xq := 0
+	if codegen.MoEXQFits(p) == nil {
+		xq = 1
+	}
+	sp := c.Space()
+	sp.Knobs = slices.Clone(sp.Knobs)
+	for i, k := range sp.Knobs {
+		switch k.Name {
+		case "one", "batch_rows":
+			sp.Knobs[i] = codegen.Knob{Name: k.Name, Values: []int{1}}
+		case "xq":
+			sp.Knobs[i] = codegen.Knob{Name: k.Name, Values: []int{xq}}
+		}
+	}
+	a := codegen.DefaultMoEOneArm
+	a.XQ = xq
+	sp.Default = a.Point()
+	c.space = &sp
+	c.ExtraArms = nil
 	return c
 }
 
@@ -506,6 +536,8 @@ func moeTuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 	gu, _ := codegen.MoEShapes(s, w.FFNUp)
 	if rowOK(gu.Type, gu.K) {
 		cs = append(cs, MoEProduct(s.Name, "gate_up", gu, bt, seed))
+		// a one-sequence program's routing gate/up product, its own class
+		cs = append(cs, oneRowTuned(MoERouted(s.Name, gu, s.ExpertNorm, seed), gu))
 	}
 	downs := w.Downs
 	if len(downs) == 0 {
@@ -516,6 +548,10 @@ func moeTuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 		if _, dn := codegen.MoEShapes(s, t); !seen[t] && rowOK(t, dn.K) {
 			seen[t] = true
 			cs = append(cs, MoEProduct(s.Name, "down", dn, bt, seed))
+			// a one-sequence program's summing down product, its own class
+			sum := dn
+			sum.Sum = true
+			cs = append(cs, oneRowTuned(MoEDownSum(s.Name, dn, seed), sum))
 		}
 	}
 	return cs

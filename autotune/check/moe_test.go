@@ -190,7 +190,21 @@ func TestMoETuneCases(t *testing.T) {
 	var ids []string
 	for _, c := range moeTuneCases(s, w, DefaultSizes, 1) {
 		ids = append(ids, c.ID())
+		if strings.HasSuffix(c.ID(), "_sum") || strings.HasSuffix(c.ID(), "_route_norm") {
+			// a one-sequence program's own products: the one-row int8 arms lowering runs
+			sp := c.Space()
+			require.Equal(t, 1, sp.Default["one"], c.ID())
+			require.Equal(t, 1, sp.Default["xq"], c.ID())
+			for _, a := range sp.Arms() {
+				require.Equal(t, 1, a["one"], c.ID())
+				require.Equal(t, 1, a["xq"], c.ID())
+				_, err := c.Kernels(a)
+				require.NoError(t, err, "%s %v", c.ID(), a)
+			}
+		}
 	}
 	require.Equal(t, []string{"moe_route/e128_u8_norm", "moe_sum/n2048_u8_res", "gemv/f32_n128_k2048", "moe_gemv/q4_k_n768_k2048_e128_u8_swiglu",
-		"moe_gemv/q4_k_n2048_k768_e128_u8_slot", "moe_gemv/q6_k_n2048_k768_e128_u8_slot"}, ids)
+		"moe_gemv/q4_k_n768_k2048_e128_u8_swiglu_route_norm",
+		"moe_gemv/q4_k_n2048_k768_e128_u8_slot", "moe_gemv/q4_k_n2048_k768_e128_u8_slot_sum",
+		"moe_gemv/q6_k_n2048_k768_e128_u8_slot", "moe_gemv/q6_k_n2048_k768_e128_u8_slot_sum"}, ids)
 }
