@@ -285,6 +285,35 @@ func moeRouteToken(w *Writer, norm bool, store string) {
 	})
 }
 
+// emitRouteChoice writes the start of a routing one-row product (MoEShape.Route):
+// the token's choice by the block's first warp (block (0, 0) stores ids and
+// weights for the products after), then the block's slot blockIdx.y: its
+// expert e and the range beg…end of one slot (none for rows past rows).
+func emitRouteChoice(w *Writer, norm bool, rows string) {
+	w.Comment("the token's choice, by the first warp (block (0, 0) stores it for the products after)")
+	w.Line("__shared__ int se;")
+	w.If("threadIdx.x < 32", func() {
+		w.Line("const int t = 0;")
+		moeRouteToken(w, norm, "lane == 0 && blockIdx.x == 0 && blockIdx.y == 0")
+		w.If("lane == 0", func() { w.Line("se = sel[blockIdx.y];") })
+	})
+	w.Line("__syncthreads();")
+	w.Comment("slot blockIdx.y of a one-token step")
+	w.Line("const int e = se;")
+	w.Linef("const int beg = 0, end = r < %s ? 1 : 0;", rows)
+}
+
+// emitSlotSum writes the end of a summing down product (MoEShape.Sum):
+// lane 0 adds the warp's slot products d, weighted, into the residual row
+// r, one fused multiply-add a slot from 0, as MoESum adds.
+func emitSlotSum(w *Writer) {
+	w.If("lane == 0", func() {
+		w.Line("float sum = 0.f;")
+		w.For("j", "0", "USED", "1", -1, func() { w.Line("sum = __fmaf_rn(wts[j], d[j], sum);") })
+		w.Line("y[r] = y[r] + sum;")
+	})
+}
+
 // moeRouteScan turns cnt into the exclusive offsets of the experts' slots,
 // written to groups[0..E] (groups[E] the slot count) and kept in cnt for
 // the placement: the first warp, each lane a run of consecutive experts.
@@ -387,17 +416,7 @@ func MoEGEMV(s MoEShape, arm MoEArm) (*Kernel, error) {
 			w.Line("const int r = blockIdx.x * RPB + (threadIdx.x >> 5);")
 			w.Line("pdl_wait();")
 			if s.Route {
-				w.Comment("the token's choice, by the first warp (block (0, 0) stores it for the products after)")
-				w.Line("__shared__ int se;")
-				w.If("threadIdx.x < 32", func() {
-					w.Line("const int t = 0;")
-					moeRouteToken(w, s.Norm, "lane == 0 && blockIdx.x == 0 && blockIdx.y == 0")
-					w.If("lane == 0", func() { w.Line("se = sel[blockIdx.y];") })
-				})
-				w.Line("__syncthreads();")
-				w.Comment("slot blockIdx.y of a one-token step")
-				w.Line("const int e = se;")
-				w.Line("const int beg = 0, end = r < N ? 1 : 0;")
+				emitRouteChoice(w, s.Norm, "N")
 			} else if arm.One == 1 {
 				w.Comment("slot blockIdx.y of a one-token step")
 				w.Line("const int e = ids[blockIdx.y];")

@@ -120,11 +120,20 @@ func emitRouterQuant(w *Writer) {
 	w.Line("const int c0 = blockIdx.x * gs * 4, c1 = min(c0 + gs * 4, K / 8); // its chunks of 8")
 	w.Line("u8* qr = xq + (size_t)blockIdx.y * XR;")
 	w.Line("float4* meta = (float4*)(qr + K);")
-	w.Block("for (int cb = c0; cb < c1; cb += THREADS)", func() {
+	emitQuantChunks(w, "c0", "c1", "xs4", "qr")
+}
+
+// emitQuantChunks writes the quantisation of chunks of 8 floats c0…c1−1
+// of the float4s src into the int8 values at q and the groups' float4s at
+// meta, as XQuant writes them: a thread a chunk, 4 consecutive threads a
+// group (c0 a multiple of 4; every thread of the block in the loop for
+// the shuffles).
+func emitQuantChunks(w *Writer, c0, c1, src, q string) {
+	w.Block(fmt.Sprintf("for (int cb = %s; cb < %s; cb += THREADS)", c0, c1), func() {
 		w.Line("const int c = cb + threadIdx.x;")
-		w.Line("const bool ok = c < c1;")
-		w.Line("const float4 a = ok ? xs4[2 * c] : make_float4(0.f, 0.f, 0.f, 0.f);")
-		w.Line("const float4 b = ok ? xs4[2 * c + 1] : make_float4(0.f, 0.f, 0.f, 0.f);")
-		emitXQPack(w, "qr + 8 * c", "meta[c >> 2]")
+		w.Linef("const bool ok = c < %s;", c1)
+		w.Linef("const float4 a = ok ? %s[2 * c] : make_float4(0.f, 0.f, 0.f, 0.f);", src)
+		w.Linef("const float4 b = ok ? %s[2 * c + 1] : make_float4(0.f, 0.f, 0.f, 0.f);", src)
+		emitXQPack(w, q+" + 8 * c", "meta[c >> 2]")
 	})
 }

@@ -51,11 +51,7 @@ func moeGEMVSum(s MoEShape, arm MoEArm) (*Kernel, error) {
 					})
 					w.Line("d[j] = warp_sum(acc);")
 				})
-				w.If("lane == 0", func() {
-					w.Line("float sum = 0.f;")
-					w.For("j", "0", "USED", "1", -1, func() { w.Line("sum = __fmaf_rn(wts[j], d[j], sum);") })
-					w.Line("y[r] = y[r] + sum;")
-				})
+				emitSlotSum(w)
 			})
 			w.Line("pdl_launch();")
 		}})

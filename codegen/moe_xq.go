@@ -119,17 +119,7 @@ func MoEXQ(s MoEShape, arm MoEArm) (*Kernel, error) {
 			w.Line("const int r = blockIdx.x * RPB + (threadIdx.x >> 5); // the warp's row of its expert")
 			w.Line("pdl_wait();")
 			if s.Route {
-				w.Comment("the token's choice, by the first warp (block (0, 0) stores it for the products after)")
-				w.Line("__shared__ int se;")
-				w.If("threadIdx.x < 32", func() {
-					w.Line("const int t = 0;")
-					moeRouteToken(w, s.Norm, "lane == 0 && blockIdx.x == 0 && blockIdx.y == 0")
-					w.If("lane == 0", func() { w.Line("se = sel[blockIdx.y];") })
-				})
-				w.Line("__syncthreads();")
-				w.Comment("slot blockIdx.y of a one-token step")
-				w.Line("const int e = se;")
-				w.Line("const int beg = 0, end = r < NE ? 1 : 0;")
+				emitRouteChoice(w, s.Norm, "NE")
 			} else if arm.One == 1 {
 				w.Comment("slot blockIdx.y of a one-token step")
 				w.Line("const int e = ids[blockIdx.y];")

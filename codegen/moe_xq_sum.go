@@ -61,13 +61,7 @@ func moeXQSum(s MoEShape, arm MoEArm) (*Kernel, error) {
 			w.Comment("the token's slot rows quantised as XQuant(USED·K) writes them (every thread runs the shuffles)")
 			w.Line("const float4* xp = (const float4*)x;")
 			w.Line("float4* meta = (float4*)(sq + USED * K);")
-			w.Block("for (int cb = 0; cb < USED * K / 8; cb += THREADS)", func() {
-				w.Line("const int c = cb + threadIdx.x;")
-				w.Line("const bool ok = c < USED * K / 8;")
-				w.Line("const float4 a = ok ? xp[2 * c] : make_float4(0.f, 0.f, 0.f, 0.f);")
-				w.Line("const float4 b = ok ? xp[2 * c + 1] : make_float4(0.f, 0.f, 0.f, 0.f);")
-				emitXQPack(w, "sq + 8 * c", "meta[c >> 2]")
-			})
+			emitQuantChunks(w, "0", "USED * K / 8", "xp", "sq")
 			w.Line("__syncthreads();")
 			w.If("r < NE", func() { // the same for the whole warp
 				w.Line("float d[USED];")
@@ -100,11 +94,7 @@ func moeXQSum(s MoEShape, arm MoEArm) (*Kernel, error) {
 					})
 					w.Line("d[j] = warp_sum(acc);")
 				})
-				w.If("lane == 0", func() {
-					w.Line("float sum = 0.f;")
-					w.For("j", "0", "USED", "1", -1, func() { w.Line("sum = __fmaf_rn(wts[j], d[j], sum);") })
-					w.Line("y[r] = y[r] + sum;")
-				})
+				emitSlotSum(w)
 			})
 			w.Line("pdl_launch();")
 		}})
