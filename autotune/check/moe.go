@@ -158,6 +158,18 @@ func MoEProduct(shape, use string, p codegen.MoEShape, m int, seed uint64) *Case
 	xq := codegen.DefaultMoEArm
 	if m > 1 {
 		c.Label += fmt.Sprintf("×%d", m)
+		// grouped arms only: a one-row arm serves one token
+		sp, err := codegen.SpaceByName("moe_gemv")
+		if err != nil {
+			panic("BUG: " + err.Error())
+		}
+		sp.Knobs = slices.Clone(sp.Knobs)
+		for i, k := range sp.Knobs {
+			if k.Name == "one" {
+				sp.Knobs[i] = codegen.Knob{Name: k.Name, Values: []int{0}}
+			}
+		}
+		c.space = &sp
 	} else {
 		c.ExtraArms = []codegen.Point{codegen.DefaultMoEOneArm.Point()}
 		xq = codegen.DefaultMoEOneArm
