@@ -420,9 +420,6 @@ func (l *lowerer) node(n *ir.Node) error {
 		return l.geglu(n)
 	case ir.OpMatmul:
 		if l.routerProduct(n) {
-			if _, done := l.val[n.ID]; done {
-				return nil // lowered with the norm before it (RouterNorm)
-			}
 			return l.router(n)
 		}
 		return l.matmul(n)

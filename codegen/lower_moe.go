@@ -169,6 +169,7 @@ func (l *lowerer) routerNorm(n, r *ir.Node, p matPart, x view, eps float32) erro
 	}
 	l.launch(k, rows, []int{n.ID, r.ID}, args...)
 	l.val[n.ID], l.val[r.ID] = h, y
+	l.done[r.ID] = true
 	return nil
 }
 
@@ -180,11 +181,7 @@ func (l *lowerer) expertsTakeXQ(n *ir.Node) bool {
 		if u.Op != ir.OpMoEMatmul || u.Args[0] != n || len(u.Args[0].Shape) != 2 {
 			continue
 		}
-		ne := u.Args[1].Ints("ne")
-		s := MoEShape{Type: u.Args[1].DType("type"), N: ne[1], K: ne[0], Experts: ne[2], Used: int(u.Shape[1])}
-		if sw, up := l.moeSwiGLU(u); sw != nil {
-			s.SwiGLU, s.Up = true, up.Args[1].DType("type")
-		}
+		s, _, _ := l.moeShape(u)
 		if arm, _ := l.moeArms(s); arm.XQ == 1 {
 			return true
 		}
@@ -311,16 +308,11 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 	if err != nil {
 		return err
 	}
-	used := int(n.Shape[1])
-	perSlot := len(n.Args[0].Shape) == 3
-	t, N, K, w := l.expertWeight(n.Args[1])
-	if want := K; (perSlot && x.width != used*K) || (!perSlot && x.width != want) || !x.contiguous() {
+	s, sw, up := l.moeShape(n)
+	used, perSlot, N := s.Used, s.PerSlot, s.N
+	_, _, _, w := l.expertWeight(n.Args[1])
+	if (perSlot && x.width != used*s.K) || (!perSlot && x.width != s.K) || !x.contiguous() {
 		return fmt.Errorf("moe_matmul reads %d of rows of %d", x.width, x.stride)
-	}
-	s := MoEShape{Type: t, N: N, K: K, Experts: int(n.Args[1].Shape[0]), Used: used, PerSlot: perSlot}
-	sw, up := l.moeSwiGLU(n)
-	if sw != nil {
-		s.SwiGLU, s.Up = true, up.Args[1].DType("type")
 	}
 	arm, oneArm := l.moeArms(s)
 	// a one-sequence decode program's first product after the routing
@@ -334,12 +326,7 @@ func (l *lowerer) moeMatmul(n *ir.Node) error {
 		s.Route, s.Norm = true, route.norm
 		route.pending = nil
 		l.moeRoutes[rid] = route
-		if p, ok := l.picked("moe_gemv", MoEClass(s)); ok && MoEArmOf(p).One == 1 {
-			// the routing product's geometry; int8 or float as the class's products
-			xq := oneArm.XQ
-			oneArm = MoEArmOf(p)
-			oneArm.XQ = xq
-		}
+		oneArm = l.oneRowArm(s, oneArm, oneArm.XQ)
 	} else {
 		l.launchRoute(rid)
 		if done, err := l.moeDownSum(n, s, w, x, arm.XQ); done || err != nil {
@@ -421,12 +408,7 @@ func (l *lowerer) moeDownSum(n *ir.Node, s MoEShape, w int, x view, xq int) (boo
 	if xq == 1 && MoEXQFits(s) != nil {
 		return false, nil
 	}
-	arm := DefaultMoEOneArm
-	if p, ok := l.picked("moe_gemv", MoEClass(s)); ok && MoEArmOf(p).One == 1 {
-		arm = MoEArmOf(p) // its geometry; the down product's class decides int8 or float
-	}
-	arm.XQ = xq
-	k, err := l.kernel(MoEGEMV(s, arm))
+	k, err := l.kernel(MoEGEMV(s, l.oneRowArm(s, DefaultMoEOneArm, xq)))
 	if err != nil {
 		return false, err
 	}
@@ -437,6 +419,33 @@ func (l *lowerer) moeDownSum(n *ir.Node, s MoEShape, w int, x view, xq int) (boo
 	l.val[n.ID], l.val[sum.ID], l.val[add.ID] = y, y, y // n alone is not readable; its only reader is the sum
 	l.done[sum.ID], l.done[add.ID] = true, true
 	return true, nil
+}
+
+// oneRowArm is the arm of a one-sequence program's own one-row product s
+// (the routing gate/up, the summing down): the geometry of its class's
+// one-row pick, else def's, with the int8 or float kind xq of the
+// products of its class (so that the one-row and the grouped steps add in
+// one order).
+func (l *lowerer) oneRowArm(s MoEShape, def MoEArm, xq int) MoEArm {
+	a := def
+	if p, ok := l.picked("moe_gemv", MoEClass(s)); ok && MoEArmOf(p).One == 1 {
+		a = MoEArmOf(p)
+	}
+	a.XQ = xq
+	return a
+}
+
+// moeShape returns the MoEGEMV shape of moe_matmul n (from its IR alone;
+// expertWeight registers the weight), with the SwiGLU it feeds with its
+// partner, if any (moeSwiGLU).
+func (l *lowerer) moeShape(n *ir.Node) (s MoEShape, sw, up *ir.Node) {
+	ne := n.Args[1].Ints("ne")
+	s = MoEShape{Type: n.Args[1].DType("type"), N: ne[1], K: ne[0], Experts: int(n.Args[1].Shape[0]), Used: int(n.Shape[1]),
+		PerSlot: len(n.Args[0].Shape) == 3}
+	if sw, up = l.moeSwiGLU(n); sw != nil {
+		s.SwiGLU, s.Up = true, up.Args[1].DType("type")
+	}
+	return s, sw, up
 }
 
 // moeSwiGLU returns the SwiGLU that gate/up moe_matmul n feeds with its

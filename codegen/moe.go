@@ -615,29 +615,22 @@ func MoEKernels(s Shape, types []dtype.Type) ([]*Kernel, error) {
 				}
 			}
 		}
-		if gu.check() == nil {
-			// one-sequence decode programs' gate/up product that routes, float and int8
-			gu.Route, gu.Norm = true, s.ExpertNorm
-			for _, xq := range []int{0, 1} {
-				a := DefaultMoEOneArm
-				a.XQ = xq
-				if xq == 1 && MoEXQFits(gu) != nil {
-					continue
-				}
-				if err := add(MoEGEMV(gu, a)); err != nil {
-					return nil, err
-				}
+		// one-sequence decode programs' own one-row products, float and
+		// (where the type has them) int8: the gate/up product that routes,
+		// the down product that sums
+		gu.Route, gu.Norm = true, s.ExpertNorm
+		dn.Sum = true
+		for _, p := range []MoEShape{gu, dn} {
+			if p.check() != nil {
+				continue
 			}
-		}
-		if dn.check() == nil {
-			dn.Sum = true // one-sequence decode programs' down product and sum, float and int8
 			for _, xq := range []int{0, 1} {
 				a := DefaultMoEOneArm
 				a.XQ = xq
-				if xq == 1 && MoEXQFits(dn) != nil {
+				if xq == 1 && MoEXQFits(p) != nil {
 					continue
 				}
-				if err := add(MoEGEMV(dn, a)); err != nil {
+				if err := add(MoEGEMV(p, a)); err != nil {
 					return nil, err
 				}
 			}

@@ -279,7 +279,13 @@ func searched(a GEMVArm) bool {
 // GEMVSpaceFor's knob order: the spaces of the one-row, batch, large,
 // small and wide arms.
 func narrowedGEMVSpace(t dtype.Type, values map[string][]int) Space {
-	s := GEMVSpaceFor(t)
+	return GEMVSpaceFor(t).Narrowed(values)
+}
+
+// Narrowed is s with the knobs named in values searched over those values
+// instead (the others, the default and the checks as they are); s's knobs
+// are not changed.
+func (s Space) Narrowed(values map[string][]int) Space {
 	s.Knobs = slices.Clone(s.Knobs)
 	for i, k := range s.Knobs {
 		if v, ok := values[k.Name]; ok {

@@ -163,12 +163,7 @@ func MoEProduct(shape, use string, p codegen.MoEShape, m int, seed uint64) *Case
 		if err != nil {
 			panic("BUG: " + err.Error())
 		}
-		sp.Knobs = slices.Clone(sp.Knobs)
-		for i, k := range sp.Knobs {
-			if k.Name == "one" {
-				sp.Knobs[i] = codegen.Knob{Name: k.Name, Values: []int{0}}
-			}
-		}
+		sp = sp.Narrowed(map[string][]int{"one": {0}})
 		c.space = &sp
 	} else {
 		c.ExtraArms = []codegen.Point{codegen.DefaultMoEOneArm.Point()}
@@ -304,16 +299,7 @@ func oneRowTuned(c *Case, p codegen.MoEShape) *Case {
 	if codegen.MoEXQFits(p) == nil {
 		xq = 1
 	}
-	sp := c.Space()
-	sp.Knobs = slices.Clone(sp.Knobs)
-	for i, k := range sp.Knobs {
-		switch k.Name {
-		case "one", "batch_rows":
-			sp.Knobs[i] = codegen.Knob{Name: k.Name, Values: []int{1}}
-		case "xq":
-			sp.Knobs[i] = codegen.Knob{Name: k.Name, Values: []int{xq}}
-		}
-	}
+	sp := c.Space().Narrowed(map[string][]int{"one": {1}, "batch_rows": {1}, "xq": {xq}})
 	a := codegen.DefaultMoEOneArm
 	a.XQ = xq
 	sp.Default = a.Point()

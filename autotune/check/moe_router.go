@@ -31,12 +31,7 @@ func MoERouterNorm(shape string, experts, hidden int, eps float32, m int, quant 
 	}
 	c := &Case{Family: "gemv", Label: label, Shape: shape, DType: "f32",
 		Class: codegen.ProductClass(t, experts, hidden, false), Use: "router", Tol: 1e-4, seed: seed, K: hidden, N: experts}
-	sp := codegen.GEMVSpaceFor(t)
-	for i, k := range sp.Knobs {
-		if k.Name == "shared_x" {
-			sp.Knobs[i] = codegen.Knob{Name: k.Name, Values: []int{1}}
-		}
-	}
+	sp := codegen.GEMVSpaceFor(t).Narrowed(map[string][]int{"shared_x": {1}})
 	sp.Default = codegen.DefaultRouterArm.Point()
 	c.space = &sp
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
