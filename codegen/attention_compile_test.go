@@ -51,6 +51,8 @@ func TestCompileDecodeAttentionTilings(t *testing.T) {
 		{32, 8, 128, codegen.CacheQ8, codegen.DecodeArm{Threads: 128, Chunk: 64, Live: 4, SMs: 132, Preload: true}},
 		{32, 8, 128, codegen.CacheQ8, codegen.DecodeArm{Threads: 128, Chunk: 64, Live: 4, SMs: 132}},
 		{40, 8, 128, dtype.BF16, codegen.DecodeArm{Threads: 64, Chunk: 256, Live: 4, SMs: 16}},
+		// 32-key splits of a MoE model's 4 kv heads: more warps than a split's key steps
+		{32, 4, 128, dtype.F16, codegen.DecodeArm{Threads: 256, Chunk: 32, Live: 4, SMs: 132, Preload: true}},
 		{32, 32, 96, codegen.CacheQ8, codegen.DecodeArm{Threads: 128, Chunk: 256, Live: 2}},
 		{16, 2, 256, codegen.CacheQ8, codegen.DecodeArm{Threads: 256, Chunk: 64, Preload: true}},
 	} {

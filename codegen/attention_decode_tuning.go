@@ -63,6 +63,19 @@ func (a DecodeArm) OnCard(sms int) DecodeArm {
 	return a
 }
 
+// Invariant returns the arm a batch-invariant class (invariant true)
+// runs for a: Live 3 sizes a sequence's splits by the step's sequence
+// count, so its sums would depend on the batch; Live 4's depend on the
+// sequence's length alone and launch as Live 3's do. Lowering maps every
+// pick through it, and autotune times the attention arms so (a Live 3
+// point is then timed as the Live 4 kernels it lowers to).
+func (a DecodeArm) Invariant(invariant bool) DecodeArm {
+	if a.Live == 3 && invariant {
+		a.Live = 4
+	}
+	return a
+}
+
 // DefaultDecodeArm is the arm used before tuning.
 var DefaultDecodeArm = DecodeArm{Threads: 256, Chunk: 64}
 
@@ -101,7 +114,14 @@ func DecodeArms() []DecodeArm {
 // 2 and 3; a Live 3 point has no SMs knob: lowering sets the card's), tuned
 // as family "attn_decode_live" so that the attn_decode space and its
 // recorded entries stay as they are.
-var DecodeLiveKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 128, 256, 512, 1024}}, {"live", []int{1, 2, 3, 4}}}
+//
+// Chunks of 32 keys are for Live 4 at few kv heads: its splits hold at
+// least CHUNK keys, so qwen3-30b-a3b's 4 kv heads at 512 keys run 16
+// blocks in CHUNK-128 splits and 64 in CHUNK-32 ones (the spread Live 3
+// gives one sequence, and on an H100 the fastest of 60 arms timed as
+// Live 3 there: docs/PERFORMANCE.md, session 33); a long sequence still
+// gets ⌈len/32⌉-key splits.
+var DecodeLiveKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{32, 64, 128, 256, 512, 1024}}, {"live", []int{1, 2, 3, 4}}}
 
 // DefaultDecodeLiveArm is the live-length arm used before tuning: Live 3,
 // which lowering gives the card's multiprocessors. It won on both cards

@@ -338,7 +338,7 @@ func TestDecodeKernelEmulation(t *testing.T) {
 		{1, 128, 128, CacheQ8}, {4, 64, 128, CacheQ8}, {8, 128, 256, CacheQ8}, {1, 256, 256, CacheQ8},
 	}
 	arms := []DecodeArm{{Chunk: 32}, {Chunk: 64}, {Chunk: 256}, {Chunk: 64, Live: 1}, {Chunk: 64, Live: 2}, {Chunk: 256, Live: 2},
-		{Chunk: 128, Live: 3, SMs: 132}, {Chunk: 256, Live: 3, SMs: 16}, {Chunk: 128, Live: 4, SMs: 132}, {Chunk: 64, Live: 4, SMs: 16}}
+		{Chunk: 128, Live: 3, SMs: 132}, {Chunk: 256, Live: 3, SMs: 16}, {Chunk: 128, Live: 4, SMs: 132}, {Chunk: 64, Live: 4, SMs: 16}, {Chunk: 32, Live: 4, SMs: 132}}
 	for _, c := range cfgs {
 		s := AttnShape{Heads: 2 * c.group, HeadsKV: 2, HeadDim: c.hd, QStride: 2*c.group*c.hd + 64, Cache: c.cache}
 		for _, a := range arms {

@@ -144,13 +144,7 @@ func (l *lowerer) decodeArm(class string) DecodeArm {
 		// by the thousand: spread the live keys instead (DecodeArm.Splits)
 		arm.Live = 2
 	}
-	if arm.Live == 3 && l.o.BatchInvariant {
-		// Live 3 sizes a sequence's splits by the step's sequence count, so
-		// its sums would depend on the batch: Live 4's depend on its length
-		// alone and launch as Live 3's do
-		arm.Live = 4
-	}
-	arm = arm.OnCard(l.o.Multiprocessors)
+	arm = arm.Invariant(l.o.BatchInvariant).OnCard(l.o.Multiprocessors)
 	arm.Preload = l.o.DecodePreload
 	return arm
 }

@@ -253,6 +253,32 @@ func TestTuneCasesUnique(t *testing.T) {
 	require.Equal(t, 256, rotations(1, 1<<20, 256))
 }
 
+// TestTuneCasesInvariantAttention: in a batch-invariant class's sizes the
+// live decode attention's Live 3 point is timed as the Live 4 kernels
+// lowering runs for it, and as Live 3 otherwise; the 32-key chunk is an arm.
+func TestTuneCasesInvariantAttention(t *testing.T) {
+	s, err := codegen.ShapeByName("qwen3-30b-a3b")
+	require.NoError(t, err)
+	name := func(invariant bool, arm codegen.DecodeArm) string {
+		z := DefaultSizes
+		z.Invariant = invariant
+		for _, c := range TuneCases(s, UniformWeights(dtype.Q4_K), z, 1) {
+			if c.Family == "attn_decode_live" {
+				ks, err := c.Kernels(arm.Point())
+				require.NoError(t, err)
+				return ks[0].Name
+			}
+		}
+		t.Fatal("no attn_decode_live case")
+		return ""
+	}
+	l3 := codegen.DecodeArm{Threads: 256, Chunk: 32, Live: 3}
+	require.Contains(t, name(true, l3), "_t256_c32_l4_m132")
+	require.Contains(t, name(false, l3), "_t256_c32_l3_m132")
+	l2 := codegen.DecodeArm{Threads: 128, Chunk: 64, Live: 2}
+	require.Contains(t, name(true, l2), "_t128_c64_l2")
+}
+
 func newRand() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
 
 // TestTuneCasesMixedTypes: a Q4_K_M-like model, whose V and FFN down are

@@ -172,6 +172,10 @@ type Sizes struct {
 	DecodeKV      []int32 // key counts of the decode-attention sequences
 	SmallTokens   int     // rows of the gemm_small products (0: SmallBatchTokens)
 	BatchTokens   int     // rows of the batch arms of repacked products (0: BatchTuneTokens)
+	// Invariant times the live decode attention's arms as a
+	// batch-invariant class lowers them (codegen.DecodeArm.Invariant: a
+	// Live 3 point runs Live 4's kernels), the default class's.
+	Invariant bool
 }
 
 // BatchTuneTokens is the batch the batch arms of repacked decode products
@@ -194,7 +198,7 @@ func TuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 		SwiGLU(s.Name, s.FFN, z.DecodeTokens, seed),
 		Argmax(s.Name, s.Vocab, z.DecodeTokens, seed),
 		Decode(s.Name, s.Attn(dtype.F16), z.DecodeKV, seed),
-		DecodeLive(s.Name, s.Attn(dtype.F16), z.DecodeKV, 4*int(slices.Max(z.DecodeKV)), seed),
+		decodeLiveAs(s.Name, s.Attn(dtype.F16), z.DecodeKV, 4*int(slices.Max(z.DecodeKV)), z.Invariant, seed),
 	}
 	// prefill attention: the tensor-core kernel where it has one for the
 	// shape, else the CUDA-core one (the f16 cache: lowering's choice)

@@ -35,6 +35,16 @@ func DecodeLive(shape string, as codegen.AttnShape, lens []int32, capacity int, 
 	return c
 }
 
+// decodeLiveAs is DecodeLive with each arm mapped as a class that is
+// batch invariant (invariant true) or not lowers it.
+func decodeLiveAs(shape string, as codegen.AttnShape, lens []int32, capacity int, invariant bool, seed uint64) *Case {
+	c := DecodeLive(shape, as, lens, capacity, seed)
+	if !invariant {
+		return c
+	}
+	return withDecodeArm(c, as, func(a *codegen.DecodeArm) { *a = a.Invariant(true) })
+}
+
 // DecodePreload is DecodeLive with codegen.DecodeArm.Preload: the partial
 // kernel reads its first step's keys and values before its dependency
 // wait and the newest row again after it. With no kernel before it here,

@@ -80,7 +80,8 @@ func autotuneCases(cmd *cobra.Command, args []string) ([]*check.Case, string, er
 	batch, _ := f.GetInt("batch")
 	prefill, _ := f.GetInt("prefill")
 	kv, _ := f.GetInt("kv")
-	sizes := check.Sizes{DecodeTokens: batch, PrefillTokens: prefill, DecodeKV: []int32{int32(kv)}}
+	// the attention's arms as the default class lowers them (the class the confirmation runs)
+	sizes := check.Sizes{DecodeTokens: batch, PrefillTokens: prefill, DecodeKV: []int32{int32(kv)}, Invariant: cuda.DefaultNumerics.Invariant()}
 	var cases []*check.Case
 	var what string
 	if len(args) == 1 {
