@@ -47,14 +47,38 @@ func DecodeAttentionXQ(s AttnShape, arm DecodeArm) (partial, combine *Kernel, er
 
 // decodeAttention is DecodeAttention, with the combine of decodeCombine(xq).
 func decodeAttention(s AttnShape, arm DecodeArm, xq bool) (partial, combine *Kernel, err error) {
-	if partial, err = decodePartial(s, arm); err != nil {
+	if arm.Fuse {
+		return nil, nil, fmt.Errorf("%w: decode attention arm %v combines in its partial kernel (DecodeAttentionFused)", ErrUnsupported, arm)
+	}
+	if partial, err = decodePartial(s, arm, false); err != nil {
 		return nil, nil, err
 	}
 	return partial, decodeCombine(s, arm, xq), nil
 }
 
-// decodePartial is DecodeAttention's partial kernel.
-func decodePartial(s AttnShape, arm DecodeArm) (*Kernel, error) {
+// DecodeAttentionFused is DecodeAttention in one launch, for an arm with
+// Fuse: the partial kernel, whose block that finishes a (sequence, kv
+// head) last (a ticket counter a head, which it sets back to zero) then
+// runs the combine of that head's query heads, with the combine kernel's
+// arithmetic (the same floats, and with xq the same bytes):
+//
+//	attn_part_…_f(q, kc, vc, pages, kv_base, kv_len, part_o, part_ml, int splits, int* tickets, float* out)
+//	attn_part_…_f_xq(…, int* tickets, u8* xo)
+//
+// tickets holds an int a (sequence, kv head), zero before the launch.
+func DecodeAttentionFused(s AttnShape, arm DecodeArm, xq bool) (*Kernel, error) {
+	if !arm.Fuse {
+		return nil, fmt.Errorf("%w: decode attention arm %v has a combine launch (DecodeAttention)", ErrUnsupported, arm)
+	}
+	if xq && s.HeadDim%32 != 0 {
+		return nil, fmt.Errorf("%w: quantised decode attention output with head dim %d", ErrUnsupported, s.HeadDim)
+	}
+	return decodePartial(s, arm, xq)
+}
+
+// decodePartial is DecodeAttention's partial kernel; for an arm with Fuse
+// the fused kernel of DecodeAttentionFused (xq: its quantised rows).
+func decodePartial(s AttnShape, arm DecodeArm, xq bool) (*Kernel, error) {
 	if err := s.validate(); err != nil {
 		return nil, err
 	}
@@ -66,9 +90,22 @@ func decodePartial(s AttnShape, arm DecodeArm) (*Kernel, error) {
 	pparams := []Param{{"const float* __restrict__", "q"}, {"const " + ct + "* __restrict__", "kc"}, {"const " + ct + "* __restrict__", "vc"},
 		{"const int* __restrict__", "pages"}, {"const int* __restrict__", "kv_base"}, {"const int* __restrict__", "kv_len"},
 		{"float* __restrict__", "part_o"}, {"float* __restrict__", "part_ml"}, {"int", "splits"}}
+	deps := append(cacheHelpers(s.Cache), "warp", "pdl")
+	what := "partials"
+	if arm.Fuse {
+		what = "partials and, in each head's last block, the combine"
+		if xq {
+			pname += "_xq"
+			what += " into int8 rows"
+			deps = append(deps, "types", "warp_up")
+			pparams = append(pparams, Param{"int* __restrict__", "tickets"}, Param{"u8* __restrict__", "xo"})
+		} else {
+			pparams = append(pparams, Param{"int* __restrict__", "tickets"}, Param{"float* __restrict__", "out"})
+		}
+	}
 	tl := arm.tile(s)
 	group := s.Heads / s.HeadsKV
-	psrc := source(fmt.Sprintf("split-KV decode attention, partials: %s, %v", s.tag(), arm), append(cacheHelpers(s.Cache), "warp", "pdl"), func(w *Writer) {
+	psrc := source(fmt.Sprintf("split-KV decode attention, %s: %s, %v", what, s.tag(), arm), deps, func(w *Writer) {
 		s.defines(w)
 		w.Linef("#define CHUNK %d", arm.Chunk)
 		w.Linef("#define THREADS %d", arm.Threads)
@@ -81,6 +118,9 @@ func decodePartial(s AttnShape, arm DecodeArm) (*Kernel, error) {
 		w.Linef("#define HT %d // query heads per pass", tl.ht)
 		w.Linef("#define U %d // keys in flight per lane group", tl.u)
 		w.Line("#define MNEG (-3.0e38f) // running max before any key: exp(MNEG - x) is 0, exp(MNEG - MNEG) is 1")
+		if arm.Fuse && xq {
+			w.Linef("#define XRO %d // bytes of a quantised output row", XQRowBytes(s.Heads*s.HeadDim))
+		}
 		w.Blank()
 		raw := emitVecLoad(w, s.Cache, tl.vec)
 		q8 := s.Cache == CacheQ8
@@ -131,7 +171,11 @@ func decodePartial(s AttnShape, arm DecodeArm) (*Kernel, error) {
 						w.Linef("part_ml[2 * (po0 + (size_t)g * splits)] = %s;", cfloat(float32(math.Inf(-1))))
 						w.Line("part_ml[2 * (po0 + (size_t)g * splits) + 1] = 0.f;")
 					})
-					w.Line("return;")
+					if arm.Fuse {
+						w.Line("break; // to the ticket: every block takes one")
+					} else {
+						w.Line("return;")
+					}
 				}
 				if arm.Live != 4 { // Live 4's loop visits live splits only
 					w.If("n <= 0", emptySplit)
@@ -347,7 +391,15 @@ func decodePartial(s AttnShape, arm DecodeArm) (*Kernel, error) {
 				})
 			} else {
 				w.Line("const int split = blockIdx.y;")
-				perSplit()
+				if arm.Fuse {
+					w.Block("do", perSplit)
+					w.Line("while (0);")
+				} else {
+					perSplit()
+				}
+			}
+			if arm.Fuse {
+				emitFusedCombine(w, s, arm, xq)
 			}
 			w.Line("pdl_launch();")
 		}})
@@ -407,23 +459,77 @@ func decodeCombine(s AttnShape, arm DecodeArm, xq bool) *Kernel {
 			blockReduce(w, "mx", "m", "max", s.HeadDim)
 			w.Comment("every split read holds a written output (zeros for an empty one), so the loads need no branch")
 			emitSplitSums(w, live, "")
-			if !xq {
-				w.Line("out[(size_t)seq * HQ * HD + h * HD + d] = den > 0.f ? num / den : 0.f;")
-				w.Line("pdl_launch();")
-				return
+			emitCombineOut(w, xq)
+			if xq {
+				w.Line("__syncthreads(); // every warp's rows written before the block's launch trigger")
 			}
-			w.Line("const float z = den > 0.f ? num / den : 0.f;")
-			w.Comment("a warp holds a group of 32 outputs: quantised as XQuant does")
-			w.Line("const int col = h * HD + d;")
-			w.Line("u8* xr = xo + (size_t)seq * XRO;")
-			emitWarpQuant(w, "xr", "col", "HQ * HD", "(d & 31) == 0")
-			w.Line("__syncthreads(); // every warp's rows written before the block's launch trigger")
 			w.Line("pdl_launch();")
 		}})
 	})
 	return &Kernel{Family: "attn_decode", Name: cname, Source: csrc, Params: cparams, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(s.Heads, d.Seqs, 1), Block: dim3(s.HeadDim, 1, 1)}
 	}}
+}
+
+// emitCombineOut writes the combine's output of element d of head h of
+// sequence seq from num and den: the float into out, or with xq the int8
+// value into xo (a warp holds a group of 32, quantised as XQuant does).
+func emitCombineOut(w *Writer, xq bool) {
+	if !xq {
+		w.Line("out[(size_t)seq * HQ * HD + h * HD + d] = den > 0.f ? num / den : 0.f;")
+		return
+	}
+	w.Line("const float z = den > 0.f ? num / den : 0.f;")
+	w.Comment("a warp holds a group of 32 outputs: quantised as XQuant does")
+	w.Line("const int col = h * HD + d;")
+	w.Line("u8* xr = xo + (size_t)seq * XRO;")
+	emitWarpQuant(w, "xr", "col", "HQ * HD", "(d & 31) == 0")
+}
+
+// emitFusedCombine writes the end of a fused partial kernel
+// (DecodeAttentionFused): each block takes a ticket of its (sequence, kv
+// head) once its partials are visible; the block that takes the last
+// sets the counter back to zero and combines the head's GROUP query
+// heads as decodeCombine does, element d of head h by a thread (a warp
+// 32 consecutive elements of one head), the max over the splits by each
+// thread alone (a max does not depend on its order), the partials read
+// past L1 (other blocks wrote them).
+func emitFusedCombine(w *Writer, s AttnShape, arm DecodeArm, xq bool) {
+	w.Comment("the combine, in the block of the (sequence, kv head) that finishes last")
+	w.Line("__shared__ int fin;")
+	w.Line("__threadfence(); // this block's partials visible to every block before its ticket")
+	w.Line("__syncthreads();")
+	w.If("threadIdx.x == 0", func() {
+		w.Line("int* tk = tickets + seq * HKV + kvh;")
+		w.Line("fin = atomicAdd(tk, 1) == (int)gridDim.y - 1;")
+		w.If("fin", func() { w.Line("*tk = 0; // the next launch counts from zero") })
+	})
+	w.Line("__syncthreads();")
+	w.If("fin", func() {
+		w.Comment("a block that held no live split has not waited for the previous kernel yet (the output")
+		w.Comment("rows may share memory with what that kernel reads); waiting again returns at once")
+		w.Line("pdl_wait();")
+		w.Line("__threadfence();")
+		w.Line("#pragma unroll 1")
+		w.Block("for (int e0 = 0; e0 < GROUP * HD; e0 += THREADS)", func() {
+			w.Comment("warp-uniform: HD and THREADS are multiples of 32")
+			w.If("e0 + threadIdx.x < GROUP * HD", func() {
+				w.Line("const int h = kvh * GROUP + (e0 + threadIdx.x) / HD, d = (e0 + threadIdx.x) % HD;")
+				w.Line("const size_t p0 = (size_t)(seq * HQ + h) * splits;")
+				live := "splits"
+				if arm.Live != 0 {
+					w.Comment("len is the keys the splits cover, as the combine's")
+					arm.liveChunk(w, "gridDim.z")
+					live = arm.liveSplits(w)
+				}
+				w.Linef("float m = %s;", cfloat(float32(math.Inf(-1))))
+				w.For("i", "0", live, "1", 0, func() { w.Line("m = fmaxf(m, __ldcg(&part_ml[2 * (p0 + i)]));") })
+				emitSplitSums(w, live, "__ldcg")
+				emitCombineOut(w, xq)
+			})
+		})
+		w.Line("__syncthreads(); // every warp's rows written before the block's launch trigger (fin is the block's)")
+	})
 }
 
 // emitSplitSums writes num and den of the combine over splits i < live of

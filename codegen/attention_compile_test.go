@@ -13,7 +13,8 @@ import (
 // for shapes covering every tiling of the partial kernel (load widths 16, 8
 // and 4 bytes, 4 to 32 lanes per key, several loads per lane, one or several
 // passes over the query heads of a group) and every live mode, in the
-// partial/combine pair and the fused kernel.
+// partial/combine pair and the fused kernel, and each with its combine
+// in the partial kernel (DecodeAttentionFused).
 func TestCompileDecodeAttentionTilings(t *testing.T) {
 	nv := nvrtcOrSkip(t)
 	var ks []*codegen.Kernel
@@ -60,6 +61,17 @@ func TestCompileDecodeAttentionTilings(t *testing.T) {
 		p, cb, err := codegen.DecodeAttention(s, c.arm)
 		require.NoError(t, err)
 		ks = append(ks, p, cb)
+		// the combine in the partial kernel: float rows, and int8 ones where heads hold groups of 32
+		f := c.arm
+		f.Fuse = true
+		k, err := codegen.DecodeAttentionFused(s, f, false)
+		require.NoError(t, err)
+		ks = append(ks, k)
+		if c.hd%32 == 0 {
+			k, err := codegen.DecodeAttentionFused(s, f, true)
+			require.NoError(t, err)
+			ks = append(ks, k)
+		}
 	}
 	compileAll(t, nv, "compute_90", ks)
 }

@@ -48,6 +48,10 @@ type DecodeArm struct {
 	// wait reloads only the newest row, the one that kernel wrote. Every
 	// older row was written by an earlier step. Names carry "_p".
 	Preload bool
+	// Fuse: the combine runs in the partial kernel, in the block that
+	// finishes each (sequence, kv head) last (DecodeAttentionFused): one
+	// launch instead of two, the same floats. Names carry "_f".
+	Fuse bool
 }
 
 // OnCard returns a for a card of sms multiprocessors (0: the default
@@ -121,7 +125,9 @@ func DecodeArms() []DecodeArm {
 // gives one sequence, and on an H100 the fastest of 60 arms timed as
 // Live 3 there: docs/PERFORMANCE.md, session 33); a long sequence still
 // gets ⌈len/32⌉-key splits.
-var DecodeLiveKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{32, 64, 128, 256, 512, 1024}}, {"live", []int{1, 2, 3, 4}}}
+//
+// fuse 1 runs the combine in the partial kernel (DecodeArm.Fuse).
+var DecodeLiveKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{32, 64, 128, 256, 512, 1024}}, {"live", []int{1, 2, 3, 4}}, {"fuse", []int{0, 1}}}
 
 // DefaultDecodeLiveArm is the live-length arm used before tuning: Live 3,
 // which lowering gives the card's multiprocessors. It won on both cards
@@ -142,6 +148,9 @@ func (a DecodeArm) String() string {
 	}
 	if a.Preload {
 		s += "_p"
+	}
+	if a.Fuse {
+		s += "_f"
 	}
 	return s
 }

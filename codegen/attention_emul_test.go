@@ -544,7 +544,7 @@ func TestDecodeLive4(t *testing.T) {
 	p.Preload = true
 	require.NoError(t, p.validKernel())
 	s := AttnShape{Heads: 32, HeadsKV: 32, HeadDim: 128, QStride: 4096, Cache: dtype.F16, PageSize: 16}
-	k, err := decodePartial(s, p)
+	k, err := decodePartial(s, p, false)
 	require.NoError(t, err)
 	loop := strings.Index(k.Source, "for (int split = blockIdx.y;")
 	require.Positive(t, loop)

@@ -12,7 +12,7 @@ import (
 // TestCompileGemma compiles to compute_90 PTX the Gemma kernels at the
 // gemma3-12b shape (every arm lowering may take for a window: fixed,
 // live with preload, fused; f16 and 8-bit caches; with and without the
-// soft cap), tensor-core prefill over a window at a head of 128, warp
+// soft cap; and with the combine in the partial kernel), tensor-core prefill over a window at a head of 128, warp
 // attention over a window, and every kernel of the lowered Gemma test
 // programs (decode of one and eight sequences, prefill, exact, 8-bit).
 func TestCompileGemma(t *testing.T) {
@@ -28,7 +28,13 @@ func TestCompileGemma(t *testing.T) {
 		live3 := codegen.DecodeArm{Threads: 128, Chunk: 128, Live: 3, SMs: 132}
 		p, c, err := codegen.DecodeAttentionXQ(as, live3)
 		require.NoError(t, err)
-		ks = append(ks, fl, p, c)
+		// and in one launch: Live 3, and Live 4's 32-key splits
+		live3.Fuse = true
+		f3, err := codegen.DecodeAttentionFused(as, live3, true)
+		require.NoError(t, err)
+		f4, err := codegen.DecodeAttentionFused(as, codegen.DecodeArm{Threads: 256, Chunk: 32, Live: 4, SMs: 132, Preload: true, Fuse: true}, false)
+		require.NoError(t, err)
+		ks = append(ks, fl, p, c, f3, f4)
 	}
 	wa, err := codegen.WarpAttention(codegen.AttnShape{Heads: 4, HeadsKV: 2, HeadDim: 40, QStride: 320, Cache: dtype.F16, Window: 8, Softcap: 30}, codegen.DefaultPrefillArm)
 	require.NoError(t, err)

@@ -293,3 +293,55 @@ func TestLowerDecodeLive3Pick(t *testing.T) {
 		require.Contains(t, n, "t256_c128_l4_m114", "batch-invariant: Live 4, whose splits follow the length alone")
 	}
 }
+
+// TestLowerDecodeFused: a tunedb pick with fuse runs decode attention as
+// one launch a layer, the fused kernel bound to the program's tickets (a
+// (sequence, kv head) each) and writing what the combine wrote: the int8
+// rows the output projection reads, recorded so that no XQuant runs.
+func TestLowerDecodeFused(t *testing.T) {
+	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
+	o := LowerOptions{Class: Decode, MaxSeqs: 3, Context: 256, Cache: dtype.F16, BatchInvariant: true, Arms: Arms{Decode: DefaultDecodeLiveArm}}
+	lower := func(fuse bool) *Program {
+		o.Pick = func(family, class string) (Point, bool) {
+			if family != "attn_decode_live" {
+				return nil, false
+			}
+			return DecodeArm{Threads: 256, Chunk: 32, Live: 3, Fuse: fuse}.Point(), true
+		}
+		p, err := Lower(g, o)
+		require.NoError(t, err)
+		return p
+	}
+	plain, fused := lower(false), lower(true)
+	count := func(p *Program, prefix string) int {
+		n := 0
+		for _, ln := range p.Launches {
+			if strings.HasPrefix(p.Kernels[ln.Kernel].Name, prefix) {
+				n++
+			}
+		}
+		return n
+	}
+	layers := count(plain, "attn_part_")
+	require.Positive(t, layers)
+	require.Equal(t, layers, count(plain, "attn_combine_"))
+	require.Zero(t, plain.Tickets)
+	require.Equal(t, layers, count(fused, "attn_part_"))
+	require.Zero(t, count(fused, "attn_combine_"))
+	require.Len(t, fused.Launches, len(plain.Launches)-layers, "one launch a layer fewer, nothing else changed")
+	require.Equal(t, count(plain, "xquant_"), count(fused, "xquant_"), "the fused kernel's int8 rows stand in for the combine's")
+	require.Equal(t, o.MaxSeqs*smallQwen3.HeadsKV, fused.Tickets)
+	for i, ln := range fused.Launches {
+		k := fused.Kernels[ln.Kernel]
+		if !strings.HasPrefix(k.Name, "attn_part_") {
+			continue
+		}
+		require.Contains(t, k.Name, "_t256_c32_l4_m132_", "Live 4 in the invariant class")
+		require.True(t, strings.HasSuffix(k.Name, "_f_xq"), "fused, writing int8 rows: %s", k.Name)
+		require.Len(t, ln.Args, len(k.Params))
+		require.Equal(t, ArgTickets, ln.Args[9].Kind)
+		next := fused.Kernels[fused.Launches[i+1].Kernel]
+		require.Equal(t, "gemv", next.Family, "the output projection reads the fused kernel's rows")
+		require.Equal(t, ln.Args[10], fused.Launches[i+1].Args[1], "its activations are the fused kernel's output")
+	}
+}

@@ -223,6 +223,17 @@ func (l *lowerer) attention(att *ir.Node) error {
 			}
 			l.launch(k, ir.S, []int{att.ID}, args...)
 		}
+		args := []Arg{qa, kc, vc, pagesArg(), inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), constArg(splits)}
+		if arm.Fuse {
+			// the combine in the partial kernel: a ticket a (sequence, kv head)
+			k, err := l.kernel(DecodeAttentionFused(s, arm, xq))
+			if err != nil {
+				return err
+			}
+			l.p.Tickets = max(l.p.Tickets, l.o.MaxSeqs*Hkv)
+			writeDst(k, append(args, Arg{Kind: ArgTickets}, bufArg(dst))...)
+			break
+		}
 		attn := DecodeAttention
 		if xq {
 			attn = DecodeAttentionXQ
@@ -232,7 +243,7 @@ func (l *lowerer) attention(att *ir.Node) error {
 			return err
 		}
 		kp, _ := l.kernel(p, nil)
-		l.launch(kp, ir.S, []int{att.ID}, qa, kc, vc, pagesArg(), inArg(InKVBase), inArg(InKVLen), bufArg(pov), bufArg(pmlv), constArg(splits))
+		l.launch(kp, ir.S, []int{att.ID}, args...)
 		kc2, _ := l.kernel(c, nil)
 		writeDst(kc2, bufArg(pov), bufArg(pmlv), inArg(InKVLen), bufArg(dst), constArg(splits))
 	case l.o.FlashPrefill && FlashSupported(s):

@@ -102,6 +102,10 @@ const (
 	ArgPages
 	// ArgSample is the host-written sampling input Index (a SampleInput).
 	ArgSample
+	// ArgTickets is the program's launch counters, int32, Program.Tickets
+	// of them: zero before every launch that uses them, which leaves them
+	// zero (DecodeAttentionFused).
+	ArgTickets
 )
 
 // Arg binds one kernel parameter.
@@ -269,12 +273,15 @@ type Program struct {
 	// FlashRows is the tokens a tile of the tensor-core prefill attention
 	// holds (InTiles), 0 where the program does not run it.
 	FlashRows int
-	Kernels   []*Kernel
-	Launches  []Launch
-	Buffers   BufferPlan
-	Weights   []WeightRef
-	Logits    int // buffer holding the [S][Vocab] logits
-	Argmax    int // buffer holding the [S] int32 argmax, or -1
+	// Tickets is the int32 launch counters the program's kernels take
+	// (ArgTickets): zeroed once when allocated, left zero by each launch.
+	Tickets  int
+	Kernels  []*Kernel
+	Launches []Launch
+	Buffers  BufferPlan
+	Weights  []WeightRef
+	Logits   int // buffer holding the [S][Vocab] logits
+	Argmax   int // buffer holding the [S] int32 argmax, or -1
 	// SampleOut is the buffer holding the [S][SampleOutWords] int32
 	// outputs of the sampling kernel (LowerOptions.Sample), or -1.
 	SampleOut int
@@ -425,6 +432,8 @@ func (a Arg) describe() string {
 		return "pages"
 	case ArgSample:
 		return "sample." + SampleInput(a.Index).String()
+	case ArgTickets:
+		return "tickets"
 	}
 	return "?"
 }

@@ -156,7 +156,11 @@ func (a MMAArm) Point() Point {
 // space is "attn_decode_live").
 func (a DecodeArm) Point() Point {
 	if a.Live != 0 {
-		return Point{"threads": a.Threads, "chunk": a.Chunk, "live": a.Live}
+		p := Point{"threads": a.Threads, "chunk": a.Chunk, "live": a.Live}
+		if a.Fuse {
+			p["fuse"] = 1
+		}
+		return p
 	}
 	return Point{"threads": a.Threads, "chunk": a.Chunk}
 }
@@ -180,7 +184,7 @@ func MMAArmOf(p Point) MMAArm {
 
 // DecodeArmOf returns the DecodeArm p describes (missing knobs are zero).
 func DecodeArmOf(p Point) DecodeArm {
-	return DecodeArm{Threads: p["threads"], Chunk: p["chunk"], Live: p["live"]}
+	return DecodeArm{Threads: p["threads"], Chunk: p["chunk"], Live: p["live"], Fuse: p["fuse"] != 0}
 }
 
 // PrefillArmOf returns the PrefillArm p describes (missing knobs are zero).
@@ -212,11 +216,20 @@ func Spaces() []Space {
 		gemvSpace(),
 		mmaSpace(),
 		armSpace("gemm_small", GemmSmallKnobs, DefaultGemmSmallArm.Point(), GemmSmallArmOf),
-		armSpace("attn_decode_live", DecodeLiveKnobs, DefaultDecodeLiveArm.Point(), DecodeArmOf),
+		decodeLiveSpace(),
 		armSpace("moe_route", BlockKnobs, DefaultMoERouteArm.Point(), BlockArmOf),
 		moeSpace(),
 		block("moe_sum"),
 	}
+}
+
+// decodeLiveSpace is the attn_decode_live family's space; "fuse" is
+// optional (0), so the entries recorded before it existed stay valid
+// points.
+func decodeLiveSpace() Space {
+	s := armSpace("attn_decode_live", DecodeLiveKnobs, DefaultDecodeLiveArm.Point(), DecodeArmOf)
+	s.optional = Point{"fuse": 0}
+	return s
 }
 
 // moeSpace is the moe_gemv family's space; "xq" is optional (0), so the

@@ -31,7 +31,7 @@ func TestSpacesMatchTypedArms(t *testing.T) {
 		typed["gemm_small"] = append(typed["gemm_small"], a.String())
 	}
 	for _, a := range enumerate(DecodeLiveKnobs, func(v map[string]int) DecodeArm {
-		return DecodeArm{Threads: v["threads"], Chunk: v["chunk"], Live: v["live"]}
+		return DecodeArm{Threads: v["threads"], Chunk: v["chunk"], Live: v["live"], Fuse: v["fuse"] != 0}
 	}, DecodeArm.Validate) {
 		typed["attn_decode_live"] = append(typed["attn_decode_live"], a.String())
 	}

@@ -54,6 +54,27 @@ func DecodeXQ(shape string, as codegen.AttnShape, lens []int32, seed uint64) *Ca
 	return decodeCase(shape, as, lens, true, seed)
 }
 
+// decodeKernels is the decode attention of arm a at as: the partial and
+// combine kernels, or for an arm with Fuse the one kernel that does both.
+func decodeKernels(as codegen.AttnShape, a codegen.DecodeArm, xq bool) ([]*codegen.Kernel, error) {
+	if a.Fuse {
+		k, err := codegen.DecodeAttentionFused(as, a, xq)
+		if err != nil {
+			return nil, err
+		}
+		return []*codegen.Kernel{k}, nil
+	}
+	attn := codegen.DecodeAttention
+	if xq {
+		attn = codegen.DecodeAttentionXQ
+	}
+	p, cb, err := attn(as, a)
+	if err != nil {
+		return nil, err
+	}
+	return []*codegen.Kernel{p, cb}, nil
+}
+
 func decodeCase(shape string, as codegen.AttnShape, lens []int32, xq bool, seed uint64) *Case {
 	c := &Case{Family: "attn_decode", Label: "attn_decode", Shape: shape, DType: strings.ToLower(as.Cache.String()) + " cache",
 		Class: codegen.AttnClass(as), Tol: 1e-4, seed: seed}
@@ -61,17 +82,9 @@ func decodeCase(shape string, as codegen.AttnShape, lens []int32, xq bool, seed 
 		c.Label, c.Class, c.Tol = c.Label+"+xq", c.Class+"_xq", codegen.XQTol
 	}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
-		attn := codegen.DecodeAttention
-		if xq {
-			attn = codegen.DecodeAttentionXQ
-		}
 		// a tunedb point of Live 3 leaves the card's multiprocessors to
 		// lowering; H100 and H200 SXM cards have the default's 132
-		p, cb, err := attn(as, codegen.DecodeArmOf(arm).OnCard(0))
-		if err != nil {
-			return nil, err
-		}
-		return []*codegen.Kernel{p, cb}, nil
+		return decodeKernels(as, codegen.DecodeArmOf(arm).OnCard(0), xq)
 	}
 	c.setup = func(r *rand.Rand) (*inputs, error) {
 		kvw := as.HeadsKV * as.HeadDim
@@ -104,10 +117,12 @@ func decodeCase(shape string, as codegen.AttnShape, lens []int32, xq bool, seed 
 				if xq {
 					out = &Buf{Data: make([]byte, seqs*codegen.XQRowBytes(as.Heads*as.HeadDim))}
 				}
-				return &Launch{Kernels: ks, Dims: codegen.Dims{Seqs: seqs, KVLen: max(maxLen, c.capacity)}, Args: [][]Arg{
-					{b(fbuf(q)), b(&Buf{Data: kcb}), b(&Buf{Data: vcb}), b(ibuf(pages)), b(ibuf(base)), b(lb), b(po), b(pml), s(splits)},
-					{b(po), b(pml), b(lb), b(out), s(splits)},
-				}, Outs: []*Buf{out}}, nil
+				partial := []Arg{b(fbuf(q)), b(&Buf{Data: kcb}), b(&Buf{Data: vcb}), b(ibuf(pages)), b(ibuf(base)), b(lb), b(po), b(pml), s(splits)}
+				args := [][]Arg{partial, {b(po), b(pml), b(lb), b(out), s(splits)}}
+				if len(ks) == 1 { // the combine in the partial kernel: a zero ticket a (sequence, kv head)
+					args = [][]Arg{append(partial, b(ibuf(make([]int32, seqs*as.HeadsKV))), b(out))}
+				}
+				return &Launch{Kernels: ks, Dims: codegen.Dims{Seqs: seqs, KVLen: max(maxLen, c.capacity)}, Args: args, Outs: []*Buf{out}}, nil
 			},
 			compare: func(outs [][]byte) (float64, error) {
 				want, _ := ref()

@@ -27,7 +27,7 @@ func TestKernelCheckCases(t *testing.T) {
 	}
 	require.Equal(t, []string{"rmsnorm f32", "rope_kv f16 cache", "swiglu f32", "argmax f32", "attn_decode f16 cache", "attn_decode+xq f16 cache",
 		"attn_prefill f16 cache",
-		"attn_decode_live f16 cache", "attn_decode_live+preload f16 cache", "attn_decode_live2 f16 cache", "attn_decode_live4 f16 cache", "head_rmsnorm/q f32", "head_rmsnorm/k f32", "head_rmsnorm/qk f32", "rope_kv+qk_norm f16 cache", "attn_flash f16 cache", "attn_flash f16 cache", "attn_flash_mixed f16 cache",
+		"attn_decode_live f16 cache", "attn_decode_live+xq f16 cache", "attn_decode_live+preload f16 cache", "attn_decode_live2 f16 cache", "attn_decode_live4 f16 cache", "head_rmsnorm/q f32", "head_rmsnorm/k f32", "head_rmsnorm/qk f32", "rope_kv+qk_norm f16 cache", "attn_flash f16 cache", "attn_flash f16 cache", "attn_flash_mixed f16 cache",
 		"attn_decode_live+preload@32k f16 cache", "attn_prefill@32k f16 cache", "attn_flash@32k f16 cache",
 		"rope_kv q8_0 cache", "attn_decode q8_0 cache", "attn_decode_live q8_0 cache",
 		"attn_decode_live+preload q8_0 cache", "attn_prefill q8_0 cache", "attn_flash q8_0 cache", "attn_flash q8_0 cache", "attn_flash_mixed q8_0 cache",
@@ -190,6 +190,22 @@ func TestKernelCheckCases(t *testing.T) {
 				require.Contains(t, l.Kernels[0].Name, "_l3_m132", "the default is Live 3 at the default card's multiprocessors")
 			}
 			require.Contains(t, l.Kernels[0].Source, "pdl_wait")
+			// the fused arms kernel-check adds: one kernel, its parameters all bound, a zero ticket a (sequence, kv head)
+			if c.Label == "attn_decode_live" || c.Label == "attn_decode_live+xq" {
+				require.Len(t, c.ExtraArms, 2, c.Label)
+				for _, p := range c.ExtraArms {
+					f, err := c.Launch(p)
+					require.NoError(t, err, c.Label)
+					require.Len(t, f.Kernels, 1, c.Label)
+					require.Contains(t, f.Kernels[0].Name, "_f", c.Label)
+					require.Equal(t, strings.HasSuffix(c.Label, "+xq"), strings.HasSuffix(f.Kernels[0].Name, "_f_xq"), c.Label)
+					require.Len(t, f.Args[0], len(f.Kernels[0].Params), c.Label)
+					tk := f.Args[0][9].Buf
+					require.Len(t, tk.Data, 4*f.Dims.Seqs*tiny(t).HeadsKV, "a ticket a (sequence, kv head)")
+					require.Equal(t, make([]byte, len(tk.Data)), tk.Data)
+					require.Equal(t, l.Outs[0].Data, f.Outs[0].Data, "the output buffer is the combine's")
+				}
+			}
 		}
 	}
 }

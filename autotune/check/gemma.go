@@ -34,7 +34,8 @@ func gemmaCases(s codegen.Shape, tokens int, seed uint64) []*Case {
 		attn := []*Case{
 			Decode(s.Name, as, lens, seed),
 			DecodeXQ(s.Name, as, lens, seed),
-			DecodeLive(s.Name, as, lens, 4*s.Window, seed),
+			withFusedArms(DecodeLive(s.Name, as, lens, 4*s.Window, seed)),
+			withFusedArms(DecodeLiveXQ(s.Name, as, lens, 4*s.Window, seed)),
 			DecodePreload(s.Name, as, append(lens, 20), 4*s.Window, seed),
 			Prefill(s.Name, as, 48, s.Window+500, seed),
 			inside(Prefill(s.Name, as, 48, 16, seed)),

@@ -20,7 +20,7 @@ func TestGemmaCheckCases(t *testing.T) {
 	}
 	var want []string
 	for _, tag := range []string{"+win1024", "+win1024+cap50"} {
-		for _, l := range []string{"attn_decode", "attn_decode+xq", "attn_decode_live",
+		for _, l := range []string{"attn_decode", "attn_decode+xq", "attn_decode_live", "attn_decode_live+xq",
 			"attn_decode_live+preload", "attn_prefill", "attn_prefill@16"} {
 			if l == "attn_prefill@16" {
 				want = append(want, "attn_prefill@16"+tag+" f16 cache")

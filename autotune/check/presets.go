@@ -22,7 +22,8 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 		Decode(s.Name, s.Attn(dtype.F16), []int32{1100, 333}, seed),
 		DecodeXQ(s.Name, s.Attn(dtype.F16), []int32{1100, 333}, seed),
 		Prefill(s.Name, s.Attn(dtype.F16), 48, 16, seed),
-		DecodeLive(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1}, 4096, seed),
+		withFusedArms(DecodeLive(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1}, 4096, seed)),
+		withFusedArms(DecodeLiveXQ(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1, 20}, 4096, seed)),
 		DecodePreload(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1, 20}, 4096, seed),
 		DecodeLive2(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1, 20}, 4096, seed),
 		DecodeLive4(s.Name, s.Attn(dtype.F16), []int32{1100, 333, 1, 20, 4096}, 4096, seed),
@@ -303,7 +304,7 @@ func cacheQ8Cases(s codegen.Shape, tokens int, seed uint64) []*Case {
 	cs := []*Case{
 		RopeKV(s.Name, s.Rope(codegen.CacheQ8), tokens, seed),
 		Decode(s.Name, as, []int32{1100, 333}, seed),
-		DecodeLive(s.Name, as, []int32{1100, 333, 1}, 4096, seed),
+		withFusedArms(DecodeLive(s.Name, as, []int32{1100, 333, 1}, 4096, seed)),
 		DecodePreload(s.Name, as, []int32{1100, 333, 1, 20}, 4096, seed),
 		Prefill(s.Name, as, 48, 16, seed),
 	}

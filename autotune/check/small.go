@@ -35,6 +35,26 @@ func DecodeLive(shape string, as codegen.AttnShape, lens []int32, capacity int, 
 	return c
 }
 
+// DecodeLiveXQ is DecodeLive with the combine that writes int8 rows for
+// the output projection (DecodeXQ's), in the live arms' space.
+func DecodeLiveXQ(shape string, as codegen.AttnShape, lens []int32, capacity int, seed uint64) *Case {
+	c := DecodeXQ(shape, as, lens, seed)
+	c.Family, c.Label = "attn_decode_live", "attn_decode_live+xq"
+	c.capacity = capacity
+	return c
+}
+
+// withFusedArms adds to decode case c the arms that run the combine in
+// the partial kernel (codegen.DecodeArm.Fuse): the default's and Live 4's
+// 32-key splits, each with its last blocks combining.
+func withFusedArms(c *Case) *Case {
+	for _, a := range []codegen.DecodeArm{codegen.DefaultDecodeLiveArm, {Threads: 256, Chunk: 32, Live: 4}} {
+		a.Fuse = true
+		c.ExtraArms = append(c.ExtraArms, a.Point())
+	}
+	return c
+}
+
 // decodeLiveAs is DecodeLive with each arm mapped as a class that is
 // batch invariant (invariant true) or not lowers it.
 func decodeLiveAs(shape string, as codegen.AttnShape, lens []int32, capacity int, invariant bool, seed uint64) *Case {
@@ -87,11 +107,7 @@ func withDecodeArm(c *Case, as codegen.AttnShape, set func(*codegen.DecodeArm)) 
 		if a.SMs == 0 {
 			a = a.OnCard(0) // as decodeCase: lowering sets the card's
 		}
-		p, cb, err := codegen.DecodeAttention(as, a)
-		if err != nil {
-			return nil, err
-		}
-		return []*codegen.Kernel{p, cb}, nil
+		return decodeKernels(as, a, false)
 	}
 	return c
 }

@@ -157,6 +157,7 @@ type Backend struct {
 	own     *kv.Tables // pages of sequences stepped without SeqStep.Pages
 	trash   int32      // the page padded rows write to (past the pool's)
 	pageTab DevicePtr  // the step's page tables (codegen.ArgPages), pageCap int32
+	tickets DevicePtr  // the programs' launch counters (codegen.ArgTickets), zero between launches
 	pageCap int
 	hostTab []int32
 
@@ -513,6 +514,11 @@ func (b *Backend) load(m *load.Model, target string) error {
 		}
 		if b.pageTab, err = b.alloc(c, 4*b.pageCap); err != nil {
 			return err
+		}
+		if n := b.ticketCount(); n > 0 {
+			if b.tickets, err = b.alloc(c, 4*n); err != nil {
+				return err
+			}
 		}
 		for i, n := range sampleBufs {
 			if n == 0 {

@@ -365,6 +365,19 @@ func (b *Backend) dropped(ps *progState, i int) bool {
 	return b.drop.MatchString(ps.p.Kernels[l.KernelFor(1)].Name)
 }
 
+// ticketCount is the launch counters (codegen.ArgTickets) the backend's
+// programs need: the most any one takes, as they run one at a time on one
+// stream and each launch leaves its counters zero.
+func (b *Backend) ticketCount() int {
+	n := 0
+	for _, ps := range append(b.progs[:], b.one) {
+		if ps != nil {
+			n = max(n, ps.p.Tickets)
+		}
+	}
+	return n
+}
+
 // launch queues one launch of ps for a step of T tokens over S sequences.
 func (b *Backend) launch(c *Ctx, ps *progState, l *codegen.Launch, T, S int) error {
 	d := ps.p.Dims(l, T, S)
@@ -394,6 +407,8 @@ func (b *Backend) launch(c *Ctx, ps *progState, l *codegen.Launch, T, S int) err
 			args[i] = b.pageTab
 		case codegen.ArgSample:
 			args[i] = b.sampleIn[a.Index]
+		case codegen.ArgTickets:
+			args[i] = b.tickets
 		default:
 			panic(fmt.Sprintf("BUG: launch argument kind %d", a.Kind))
 		}

@@ -186,6 +186,38 @@ func TestGPUInt8OneProgram(t *testing.T) {
 	}
 }
 
+// TestGPUDecodeFusedCombine: decode attention with its combine in the
+// partial kernel (codegen.DecodeArm.Fuse, the block that finishes a kv
+// head last combines it) gives the greedy tokens of the two launches it
+// replaces, alone and in a batch of three, where the arms differ in that
+// alone: Live 4's 32-key splits (qwen3-30b-a3b's 4 kv heads: 8 query
+// heads a combine) and the default 128 (llama3-8b).
+func TestGPUDecodeFusedCombine(t *testing.T) {
+	gpuOrSkip(t)
+	for _, c := range []struct {
+		preset string
+		arm    codegen.DecodeArm
+	}{{"llama3-8b", codegen.DefaultDecodeLiveArm}, {"qwen3-30b-a3b", codegen.DecodeArm{Threads: 256, Chunk: 32, Live: 4}}} {
+		t.Run(c.preset, func(t *testing.T) {
+			tokens := map[bool][][]int32{}
+			for _, fuse := range []bool{false, true} {
+				arm := c.arm
+				arm.Fuse = fuse
+				pick := func(family, class string) (codegen.Point, bool) {
+					return arm.Point(), family == "attn_decode_live"
+				}
+				e, reqs := widthsEngine(t, c.preset, BackendOptions{MaxSeqs: 4, Pick: pick}, 3)
+				alone, _ := greedy(t, e, reqs[:1])
+				three, _ := greedy(t, e, reqs)
+				tokens[fuse] = append(alone, three...)
+			}
+			for i := range tokens[false] {
+				require.Equal(t, tokens[false][i], tokens[true][i], "sequence %d: first difference at token %d", i, firstTokenDiff(tokens[false][i], tokens[true][i]))
+			}
+		})
+	}
+}
+
 // widthsEngine is an engine of opts.MaxSeqs running sequences (no prefix
 // cache) over the synthesized two-layer llama3-8b q4_k_m, and n greedy
 // requests of 48 tokens whose prompts shorten from 330 tokens.
