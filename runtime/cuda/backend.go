@@ -349,14 +349,18 @@ func newBackend(m *load.Model, opts BackendOptions, first, last int) (*Backend, 
 	}
 	info := dev.Info()
 	opts.Multiprocessors = info.SMs
+	var borrowed *borrowLog
 	if a := opts.Artifact; a != nil {
 		if err := useArtifact(a, &opts, info, first, last, m.HParams.Layers); err != nil {
 			return nil, errors.Join(err, dev.Close())
 		}
 	} else if !opts.Untuned && opts.Pick == nil {
-		opts.Pick = tunedPicker(opts.Tunedb, DeviceKey(info), opts.Logf)
+		opts.Pick, borrowed = borrowingPicker(opts.Tunedb, DeviceKey(info), opts.Logf)
 	}
 	progs, err := lowerPrograms(m, opts, first, last)
+	if s := borrowed.String(); err == nil && s != "" && opts.Logf != nil {
+		opts.Logf("%s", s)
+	}
 	if err != nil {
 		return nil, errors.Join(err, dev.Close())
 	}

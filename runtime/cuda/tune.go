@@ -1,6 +1,11 @@
 package cuda
 
 import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
 	"github.com/memra-ai/memra/codegen"
 	"github.com/memra-ai/memra/tunedb"
 )
@@ -40,4 +45,61 @@ func tunedPicker(db *tunedb.DB, key tunedb.DeviceKey, logf func(string, ...any))
 		logf("%s", n)
 	}
 	return TunedPicker(db, key)
+}
+
+// borrowLog is a picker's record of the classes it answered from another
+// card's entries while the card has entries of its own (a partial file:
+// tunedb.Lookup falls back entry by entry, which the start notice cannot
+// tell), so the backend can say so once its programs are lowered.
+type borrowLog struct {
+	mu   sync.Mutex
+	key  tunedb.DeviceKey
+	from map[string]map[string]bool // card → family/class
+}
+
+// borrowingPicker is tunedPicker recording in the returned log the classes
+// it took from another card's entries, when card key has entries of its
+// own (else the start notice has said where all of them come from).
+func borrowingPicker(db *tunedb.DB, key tunedb.DeviceKey, logf func(string, ...any)) (codegen.ArmPicker, *borrowLog) {
+	pick := tunedPicker(db, key, logf)
+	if db == nil {
+		db, _ = tunedb.Default()
+	}
+	if db == nil || db.Notice(key) != "" {
+		return pick, nil
+	}
+	bl := &borrowLog{key: key, from: map[string]map[string]bool{}}
+	return func(family, class string) (codegen.Point, bool) {
+		_, src := db.Lookup(key, family, class)
+		if src.Kind != tunedb.KindDefault && src.Kind != tunedb.KindExact && src.Device != "" {
+			bl.mu.Lock()
+			if bl.from[src.Device] == nil {
+				bl.from[src.Device] = map[string]bool{}
+			}
+			bl.from[src.Device][family+"/"+class] = true
+			bl.mu.Unlock()
+		}
+		return pick(family, class)
+	}, bl
+}
+
+// String is the log's message: empty when nothing was borrowed.
+func (bl *borrowLog) String() string {
+	if bl == nil {
+		return ""
+	}
+	bl.mu.Lock()
+	defer bl.mu.Unlock()
+	var parts []string
+	n := 0
+	for card, classes := range bl.from {
+		parts = append(parts, fmt.Sprintf("%s: %d", card, len(classes)))
+		n += len(classes)
+	}
+	if n == 0 {
+		return ""
+	}
+	slices.Sort(parts)
+	return fmt.Sprintf("tunedb: %d kernel classes of this model have no entry for %s; they use the nearest card's (%s). Run `memra autotune` to tune them.",
+		n, bl.key, strings.Join(parts, ", "))
 }
