@@ -3,6 +3,7 @@ package autotune
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/memra-ai/memra/codegen"
 	"github.com/memra-ai/memra/tunedb"
@@ -103,11 +104,14 @@ const ConfirmMargin = 0.01
 // Confirm judges each group in turn: steps with the group's entries over
 // base against base alone, at the group's batch. A group is kept when its
 // step passes and is at least ConfirmMargin faster; a kept group's entries
-// join the base of the groups after it. Once ctx is done (its deadline is
-// the run's budget) no further group is started; the verdicts so far are
-// returned with the error, and the caller writes none of the groups
-// without one.
-func Confirm(ctx context.Context, r E2ERunner, base codegen.ArmPicker, groups []ConfirmGroup) ([]Confirmed, error) {
+// join the base of the groups after it. No group starts after until (the
+// end of the run's budget; zero: none), but one started before it runs to
+// its end: cut mid-way, the steps it ran would be wasted (on an 18.5 GB
+// model a group is two backends of about a minute each), and so was every
+// group of an H100 run whose budget ended inside its first. Once ctx is
+// done (an interrupt) nothing more runs. The verdicts so far are returned
+// with the error, and the caller writes none of the groups without one.
+func Confirm(ctx context.Context, r E2ERunner, base codegen.ArmPicker, groups []ConfirmGroup, until time.Time) ([]Confirmed, error) {
 	var out []Confirmed
 	var kept []tunedb.Entry
 	for _, g := range groups {
@@ -116,6 +120,9 @@ func Confirm(ctx context.Context, r E2ERunner, base codegen.ArmPicker, groups []
 		}
 		if err := ctx.Err(); err != nil {
 			return out, fmt.Errorf("autotune: confirming %s: %w", g.Name, err)
+		}
+		if !until.IsZero() && !time.Now().Before(until) {
+			return out, fmt.Errorf("autotune: confirming %s: the budget ended before it: %w", g.Name, context.DeadlineExceeded)
 		}
 		b := Overlay(base, kept)
 		res, err := CompareE2E(ctx, r, Overlay(b, g.Entries), b, []int{g.Batch}, g.Numerics)

@@ -3,6 +3,7 @@ package autotune
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -118,7 +119,7 @@ func TestConfirm(t *testing.T) {
 		{Name: "batch c", Batch: 16, Entries: []tunedb.Entry{entry("c", fast)}},
 		{Name: "batch d", Batch: 16, Numerics: "off", Entries: []tunedb.Entry{entry("d", fast)}},
 	}
-	res, err := Confirm(context.Background(), f, nil, groups)
+	res, err := Confirm(context.Background(), f, nil, groups, time.Time{})
 	require.NoError(t, err)
 	require.Len(t, res, 4, "the empty group is not measured")
 	require.Equal(t, 8, f.steps)
@@ -146,11 +147,44 @@ func TestConfirmStopsAtDeadline(t *testing.T) {
 		{Name: "one-row b", Batch: 1, Entries: []tunedb.Entry{entry("b", fast)}},
 	}
 	stop := &stopAfter{fakeE2E: f, n: 2, cancel: cancel}
-	res, err := Confirm(ctx, stop, nil, groups)
+	res, err := Confirm(ctx, stop, nil, groups, time.Time{})
 	require.ErrorIs(t, err, context.Canceled)
 	require.Len(t, res, 1)
 	require.Equal(t, "one-row a", res[0].Group.Name)
 	require.Equal(t, 2, f.steps, "the second group never ran a step")
+}
+
+// TestConfirmBudget: a group started before the budget's end runs to its
+// end (its steps are not cut), and none starts after it; the verdicts so
+// far come back with a deadline error.
+func TestConfirmBudget(t *testing.T) {
+	fast := codegen.GEMVArm{Threads: 128, RowsPerBlock: 4, Unroll: 2, SharedX: 1}
+	f := &fakeE2E{classes: []string{"a", "b"}, cost: map[string]float64{"a:" + fast.String(): 5, "b:" + fast.String(): 5}}
+	groups := []ConfirmGroup{
+		{Name: "one-row a", Batch: 1, Entries: []tunedb.Entry{entry("a", fast)}},
+		{Name: "one-row b", Batch: 1, Entries: []tunedb.Entry{entry("b", fast)}},
+	}
+	slow := &sleepy{fakeE2E: f, d: 30 * time.Millisecond}
+	res, err := Confirm(context.Background(), slow, nil, groups, time.Now().Add(10*time.Millisecond))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "one-row b")
+	require.Len(t, res, 1, "the first group ran past the budget's end to its verdict")
+	require.True(t, res[0].Keep)
+	require.Equal(t, 2, f.steps, "the second group never ran a step")
+	res, err = Confirm(context.Background(), slow, nil, groups, time.Now().Add(-time.Second))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Empty(t, res)
+}
+
+// sleepy takes d a step.
+type sleepy struct {
+	*fakeE2E
+	d time.Duration
+}
+
+func (s *sleepy) Step(ctx context.Context, pick codegen.ArmPicker, batch int, numerics string) (Measurement, error) {
+	time.Sleep(s.d)
+	return s.fakeE2E.Step(ctx, pick, batch, numerics)
 }
 
 // stopAfter cancels its context after n steps.

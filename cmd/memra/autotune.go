@@ -51,7 +51,7 @@ func init() {
 	f.StringSlice("types", []string{"q4_k"}, "weight types for --shapes presets")
 	f.StringSlice("families", nil, "families to tune (default: those the default programs launch, less the decode products of repacked weights): "+strings.Join(codegen.SpaceFamilies(), ", "))
 	f.Duration("budget", 10*time.Minute, "time for the whole run: with a MODEL and --confirm the sweep takes 70 % (each task an equal share "+
-		"of what is left) and the end-to-end confirmation the rest (groups it has no time to judge are not written); else the sweep all of it")
+		"of what is left) and the end-to-end confirmation the rest (no group starts past it, one started before runs to its verdict; groups not judged are not written); else the sweep all of it")
 	f.Int("reps", 20, "timed samples of a final measurement")
 	f.Int("batch", 1, "rows of the decode-step families (GEMV, norm, RoPE, SwiGLU, argmax)")
 	f.Int("prefill", 256, "rows of the MMA products and prefill attention")
@@ -334,13 +334,12 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 		// the backend takes the card: the sweep's device is done with
 		_ = dev.Close()
 		logf := func(format string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", a...) }
-		cctx := ctx
+		// no group starts past the budget; one started before it finishes
+		var until time.Time
 		if budget > 0 {
-			var cancel context.CancelFunc
-			cctx, cancel = context.WithDeadline(ctx, start.Add(budget))
-			defer cancel()
+			until = start.Add(budget)
 		}
-		verdicts, err := confirmE2E(cctx, args[0], cuda.TunedPicker(db, key), groups, logf)
+		verdicts, err := confirmE2E(ctx, until, args[0], cuda.TunedPicker(db, key), groups, logf)
 		writeVerdicts(out, verdicts)
 		if err != nil {
 			// what was not confirmed is not written; the other entries are

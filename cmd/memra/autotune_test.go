@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
@@ -221,10 +222,10 @@ func TestConfirmE2EStops(t *testing.T) {
 	groups := []autotune.ConfirmGroup{{Name: "g", Batch: 1, Entries: []tunedb.Entry{{Family: "gemv", Class: "q4_k_n64_k64"}}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	v, err := confirmE2E(ctx, "unused.gguf", nil, groups, nil)
+	v, err := confirmE2E(ctx, time.Time{}, "unused.gguf", nil, groups, nil)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Empty(t, v)
-	v, err = confirmE2E(context.Background(), filepath.Join(t.TempDir(), "missing.gguf"), nil, groups, nil)
+	v, err = confirmE2E(context.Background(), time.Time{}, filepath.Join(t.TempDir(), "missing.gguf"), nil, groups, nil)
 	require.ErrorContains(t, err, "missing.gguf")
 	require.Empty(t, v)
 	kept := confirmed(groups[0].Entries, append(v, unjudged(groups, v)...))

@@ -137,7 +137,7 @@ func writeVerdicts(w io.Writer, verdicts []autotune.Confirmed) {
 
 // confirmE2E judges groups end to end on the CUDA backend with model path
 // (autotune.Confirm over base). An interrupted sweep confirms nothing.
-func confirmE2E(ctx context.Context, path string, base codegen.ArmPicker, groups []autotune.ConfirmGroup, logf func(string, ...any)) ([]autotune.Confirmed, error) {
+func confirmE2E(ctx context.Context, until time.Time, path string, base codegen.ArmPicker, groups []autotune.ConfirmGroup, logf func(string, ...any)) ([]autotune.Confirmed, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("confirm: %w", err)
 	}
@@ -146,7 +146,7 @@ func confirmE2E(ctx context.Context, path string, base codegen.ArmPicker, groups
 		return nil, fmt.Errorf("confirm: %w", err)
 	}
 	defer m.Close()
-	return autotune.Confirm(ctx, newCudaE2E(m, 0, logf), base, groups)
+	return autotune.Confirm(ctx, newCudaE2E(m, 0, logf), base, groups, until)
 }
 
 // cudaE2E is autotune.E2ERunner on the CUDA backend: each Step builds the
