@@ -36,6 +36,19 @@ func TestCompileGemma(t *testing.T) {
 		require.NoError(t, err)
 		ks = append(ks, fl, p, c, f3, f4)
 	}
+	// the post-norms in the output and down products (one sequence), one warp a row set and, in t512_r4, two (a split K)
+	for _, c := range []struct {
+		t    dtype.Type
+		k    int
+		name string
+	}{{dtype.Q4_K, 4096, "t512_r8_u1_s1_l1_g1_w4"}, {dtype.Q6_K, 15360, "t512_r8_u1_s1_l1_g1_w4"}, {dtype.Q4_K, 15360, "t512_r4_u1_s1_l1_g1_w4"}} {
+		arm, err := codegen.ParseGEMVArm(c.name)
+		require.NoError(t, err)
+		arm.XQ = 2
+		k, err := codegen.GEMVXQ(c.t, s.Hidden, c.k, false, arm, codegen.XQEnds{PostNorm: true, PostNormEps: s.Eps, PostNormThreads: 256}, 0)
+		require.NoError(t, err, c.name)
+		ks = append(ks, k)
+	}
 	wa, err := codegen.WarpAttention(codegen.AttnShape{Heads: 4, HeadsKV: 2, HeadDim: 40, QStride: 320, Cache: dtype.F16, Window: 8, Softcap: 30}, codegen.DefaultPrefillArm)
 	require.NoError(t, err)
 	ks = append(ks, wa)

@@ -152,20 +152,38 @@ func PostNormAdd(dim int, eps float32, arm BlockArm) (*Kernel, error) {
 // emitPostNormAdd writes PostNormAdd's work on row blockIdx.x by threads
 // threads: the sum of squares of h's row (a block reduction), then
 // x += h · r · w.
-func emitPostNormAdd(w *Writer, threads int) {
+func emitPostNormAdd(w *Writer, threads int) { emitPostNormAddRow(w, threads, false, "blockIdx.x", "") }
+
+// emitPostNormAddRow is emitPostNormAdd on row row by the block's first
+// threads threads (guard: the block has more, which skip the loops but
+// join the barrier; their warps' partial sums are never read, so the sums
+// are those of a block of threads threads), h's row read with ld ("" or
+// "__ldcg": another block wrote it).
+func emitPostNormAddRow(w *Writer, threads int, guard bool, row, ld string) {
+	hv := "hr[i]"
+	if ld != "" {
+		hv = ld + "(hr + i)"
+	}
+	loop := func(body func()) {
+		if guard {
+			w.If(fmt.Sprintf("threadIdx.x < %d", threads), func() { w.For("i", "threadIdx.x", "DIM / 4", fmt.Sprint(threads), 0, body) })
+			return
+		}
+		w.For("i", "threadIdx.x", "DIM / 4", fmt.Sprint(threads), 0, body)
+	}
 	w.Line("__shared__ float red[32];")
-	w.Line("const float4* hr = (const float4*)(h + (size_t)blockIdx.x * DIM);")
-	w.Line("float4* xr = (float4*)(x + (size_t)blockIdx.x * DIM);")
+	w.Linef("const float4* hr = (const float4*)(h + (size_t)%s * DIM);", row)
+	w.Linef("float4* xr = (float4*)(x + (size_t)%s * DIM);", row)
 	w.Line("const float4* wr = (const float4*)w;")
 	w.Line("float ss = 0.f;")
-	w.For("i", "threadIdx.x", "DIM / 4", fmt.Sprint(threads), 0, func() {
-		w.Line("const float4 v = hr[i];")
+	loop(func() {
+		w.Linef("const float4 v = %s;", hv)
 		w.Line("ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;")
 	})
 	blockReduce(w, "ss", "total", "sum", threads)
 	w.Line("const float r = rsqrtf(total / (float)DIM + EPS);")
-	w.For("i", "threadIdx.x", "DIM / 4", fmt.Sprint(threads), 0, func() {
-		w.Line("const float4 v = hr[i], g = wr[i];")
+	loop(func() {
+		w.Linef("const float4 v = %s, g = wr[i];", hv)
 		w.Line("float4 o = xr[i];")
 		w.Line("o.x += v.x * r * g.x; o.y += v.y * r * g.y; o.z += v.z * r * g.z; o.w += v.w * r * g.w;")
 		w.Line("xr[i] = o;")

@@ -106,6 +106,9 @@ func (l *lowerer) postNorm(n *ir.Node) error {
 	args := []Arg{bufArg(y), bufArg(h), wArg(l.vectorOf(n.Args[1]))}
 	k := -1
 	if na := l.nextNormXQ(add, h.width); na != nil {
+		if ok, err := l.postNormInProduct(n, add, h, y, eps, na); err != nil || ok {
+			return err
+		}
 		if kq, qerr := l.kernel(PostNormAddQuant(h.width, eps, l.arms.Block)); qerr == nil {
 			width := XQRowBytes(h.width) / 4
 			xq := view{buf: l.buffer("xq", n.Shape[0], width), width: width, stride: width}

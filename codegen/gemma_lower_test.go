@@ -89,14 +89,29 @@ func TestLowerGemma(t *testing.T) {
 			hp := map[string]ir.HParams{"gemma2": smallGemma2, "gemma3": smallGemma3}[g.Arch]
 			L := hp.Layers
 			require.Equal(t, 1, launchesOf(p, "scale"), "the embeddings times √dim")
-			require.Equal(t, 2*L, launchesOf(p, "postnorm_add"), "two post-norms a layer")
+			// a one-sequence decode program's post-norms are in the output and
+			// down products before them (XQEnds.PostNorm), with a ticket a block row
+			postNorms, inProducts := 2*L, 0
+			if c.opts.Class == Decode && c.opts.MaxSeqs == 1 {
+				postNorms, inProducts = 0, 2*L
+				require.Positive(t, p.Tickets)
+			}
+			require.Equal(t, postNorms, launchesOf(p, "postnorm_add"), "two post-norms a layer")
 			// in decode programs each post-norm also quantises the new rows for
 			// the XQ 2 products after the next norm, which then read them
-			fused := 0
+			fused, products := 0, 0
 			for i, ln := range p.Launches {
-				if k := p.Kernels[ln.Kernel]; strings.HasPrefix(k.Name, "postnorm_add_xq_") {
+				k := p.Kernels[ln.Kernel]
+				if strings.HasPrefix(k.Name, "gemv_") && strings.Contains(k.Name, "_pn256_") {
+					products++
+					require.Equal(t, ArgTickets, ln.Args[8].Kind)
+				}
+				if strings.HasPrefix(k.Name, "postnorm_add_xq_") || strings.Contains(k.Name, "_pn256_") {
 					fused++
 					xq := ln.Args[4]
+					if strings.HasPrefix(k.Name, "gemv_") {
+						xq = ln.Args[7]
+					}
 					read := false
 					for _, next := range p.Launches[i+1:] {
 						read = read || slices.Contains(next.Args, xq)
@@ -104,6 +119,7 @@ func TestLowerGemma(t *testing.T) {
 					require.True(t, read, "L%d's quantised rows are read", i)
 				}
 			}
+			require.Equal(t, inProducts, products, "post-norms in the products")
 			if c.opts.Class == Decode {
 				require.Equal(t, 2*L, fused, "every post-norm quantises for the next norm's products")
 			} else {

@@ -310,6 +310,12 @@ type XQEnds struct {
 	Rope      bool
 	RopeShape RopeShape
 	RopeCol0  int
+	// PostNorm (XQ 2, no residual): the product's rows are a Gemma
+	// post-norm's input, whose work the block that finishes last does
+	// (gemv_postnorm.go); PostNormEps and PostNormThreads are the norm's.
+	PostNorm        bool
+	PostNormEps     float32
+	PostNormThreads int
 }
 
 // suffix is the kernel name part of e.
@@ -330,6 +336,9 @@ func (e XQEnds) suffix() string {
 	if e.Rope {
 		r := e.RopeShape
 		s += fmt.Sprintf("_rope_h%d_%d_d%d_r%d_%s_c%d", r.Heads, r.HeadsKV, r.HeadDim, r.RopeDim, typeTag(r.Cache), e.RopeCol0)
+	}
+	if e.PostNorm {
+		s += fmt.Sprintf("_pn%d", e.PostNormThreads)
 	}
 	return s
 }
@@ -447,6 +456,9 @@ func GEMVXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystrid
 			return nil, fmt.Errorf("%w: RoPE epilogue for N %d at column %d of %d, arm %v, residual %v, NeoX %v, %v cache",
 				ErrUnsupported, n, e.RopeCol0, r.QKVStride(), arm, residual, r.Half, r.Cache)
 		}
+	}
+	if err := e.postNormFits(n, residual, arm, ystride); err != nil {
+		return nil, err
 	}
 	if arm.XQ == 4 {
 		return gemvMMAH(t, n, k, residual, arm, e, ystride)
@@ -626,6 +638,8 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 		params = xqSwiGLUOutParams
 	case e.Rope:
 		params = xqRopeParams(e.RopeShape.Cache)
+	case e.PostNorm:
+		params = xqPostNormParams
 	}
 	deps := repackDeps(t, "f16", "warp", "pdl")
 	if e.Rope {
@@ -634,9 +648,15 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 	if e.QuantOut || e.SwiGLUOut {
 		deps = append(deps, "warp_up")
 	}
+	if e.PostNorm {
+		deps = proDeps(Prologue{Kind: ProNorm}, append(deps, "types")...)
+	}
 	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations from xquant, N %d, K %d, residual %v, ends %q, %v", t, n, k, residual, e.suffix(), arm),
 		deps, func(w *Writer) {
 			emitXQWeightHelpers(w, t)
+			if e.PostNorm {
+				emitXQPack4(w)
+			}
 			emitRepackDefines(w, rt, n, k, nb)
 			w.Linef("#define RPB %d // warps per block", arm.RowsPerBlock)
 			w.Linef("#define RW %d // weight rows per warp", rw)
@@ -733,6 +753,9 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 					w.If("ks == 0", store)
 				default:
 					store()
+				}
+				if e.PostNorm {
+					emitPostNormTail(w, n, e)
 				}
 			}})
 		})

@@ -27,6 +27,12 @@ func gemmaCases(s codegen.Shape, tokens int, seed uint64) []*Case {
 		PostNormAdd(s.Name, s.Hidden, s.Eps, tokens, seed),
 		PostNormAddQuant(s.Name, s.Hidden, s.Eps, tokens, seed),
 	}
+	// the post-norms in the products before them (a one-sequence program's)
+	qkv := (s.Heads + 2*s.HeadsKV) * s.HeadDim
+	if codegen.Repackable(dtype.Q4_K) && s.Hidden%256 == 0 && s.FFN%256 == 0 && (s.Heads*s.HeadDim)%256 == 0 {
+		cs = append(cs, ProductPostNorm(s.Name, "attn_out→gate_up", dtype.Q4_K, s.Hidden, s.Heads*s.HeadDim, dtype.Q4_K, 2*s.FFN, s.Eps, seed),
+			ProductPostNorm(s.Name, "down→qkv", dtype.Q6_K, s.Hidden, s.FFN, dtype.Q4_K, qkv, s.Eps, seed))
+	}
 	lens := []int32{int32(3 * s.Window), int32(s.Window + 76), 333, 1}
 	for _, cp := range []float32{0, codegen.GemmaSoftcap} {
 		as := s.Attn(dtype.F16)

@@ -47,6 +47,13 @@ func TestGemmaCheckCasesLaunch(t *testing.T) {
 		t.Run(c.Label+" "+c.DType, func(t *testing.T) {
 			require.False(t, ids[c.ID()+c.Label], "duplicate case")
 			ids[c.ID()+c.Label] = true
+			for _, p := range c.ExtraArms { // kernel-check's other arms launch with their parameters bound
+				l, err := c.Launch(p)
+				require.NoError(t, err)
+				for i, k := range l.Kernels {
+					require.Len(t, l.Args[i], len(k.Params), k.Name)
+				}
+			}
 			arm := c.Space().Default
 			l, err := c.Launch(arm)
 			require.NoError(t, err)

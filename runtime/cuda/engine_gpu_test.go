@@ -140,7 +140,10 @@ func TestGPUBatchWidthsExact(t *testing.T) {
 	}{{"default", NumericsDefault, "llama3-8b"}, {"f16", NumericsF16, "llama3-8b"},
 		// a mixture of experts: alone, the one-sequence program sums the
 		// experts in the down product (MoEShape.Sum); in batches MoESum does
-		{"moe-default", NumericsDefault, "qwen3-30b-a3b"}} {
+		{"moe-default", NumericsDefault, "qwen3-30b-a3b"},
+		// Gemma 3: alone, the output and down products do the post-norms
+		// (XQEnds.PostNorm); in batches PostNormAdd and XQuant do
+		{"gemma-default", NumericsDefault, "gemma3-12b"}} {
 		name := c.name
 		t.Run(name, func(t *testing.T) {
 			e, reqs := widthsEngine(t, c.preset, BackendOptions{MaxSeqs: 64, Numerics: c.numerics}, 64)
