@@ -84,6 +84,8 @@ func emitPostNormTail(w *Writer, n int, e XQEnds) {
 			w.Line("__syncthreads(); // the next row reuses red")
 		})
 	})
+	w.Comment("the trigger after every write of the block, as the quantising epilogues have it")
+	w.Line("pdl_launch();")
 }
 
 // postNormInProduct gives post-norm n (adding into residual y, its next

@@ -246,6 +246,13 @@ func emitXQStore(w *Writer, residual bool) { emitXQStoreScaled(w, residual, "") 
 // emitXQStoreScaled is emitXQStore with each activation row j's sums
 // multiplied by the expression scale of j (none if empty).
 func emitXQStoreScaled(w *Writer, residual bool, scale string) {
+	emitXQStoreRows(w, residual, scale)
+	w.Line("pdl_launch();")
+}
+
+// emitXQStoreRows is emitXQStoreScaled without the launch trigger (a
+// PostNorm product triggers after its tail).
+func emitXQStoreRows(w *Writer, residual bool, scale string) {
 	op := "="
 	if residual {
 		op = "+="
@@ -256,7 +263,6 @@ func emitXQStoreScaled(w *Writer, residual bool, scale string) {
 			w.If("lane == 0 && r0 + r < N && j < mrows", func() { w.Linef("y[(size_t)(m0 + j) * YS + r0 + r] %s v;", op) })
 		})
 	})
-	w.Line("pdl_launch();")
 }
 
 // xqWarpValue is the expression of weight row r's result for activation

@@ -739,9 +739,12 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 				}
 				// store writes the results (rn is empty without NormIn)
 				store := func() {
-					if e.Rope {
+					switch {
+					case e.Rope:
 						emitXQStoreRope(w, e.RopeShape.Cache, rn)
-					} else {
+					case e.PostNorm:
+						emitXQStoreRows(w, residual, rn) // the trigger after the tail
+					default:
 						emitXQStoreScaled(w, residual, rn)
 					}
 				}
