@@ -496,20 +496,10 @@ func emitCombineOut(w *Writer, xq bool) {
 // past L1 (other blocks wrote them).
 func emitFusedCombine(w *Writer, s AttnShape, arm DecodeArm, xq bool) {
 	w.Comment("the combine, in the block of the (sequence, kv head) that finishes last")
-	w.Line("__shared__ int fin;")
-	w.Line("__threadfence(); // this block's partials visible to every block before its ticket")
-	w.Line("__syncthreads();")
-	w.If("threadIdx.x == 0", func() {
-		w.Line("int* tk = tickets + seq * HKV + kvh;")
-		w.Line("fin = atomicAdd(tk, 1) == (int)gridDim.y - 1;")
-		w.If("fin", func() { w.Line("*tk = 0; // the next launch counts from zero") })
-	})
-	w.Line("__syncthreads();")
-	w.If("fin", func() {
+	emitLastBlock(w, "tickets + seq * HKV + kvh", "(int)gridDim.y", "this block's partials", func() {
 		w.Comment("a block that held no live split has not waited for the previous kernel yet (the output")
 		w.Comment("rows may share memory with what that kernel reads); waiting again returns at once")
 		w.Line("pdl_wait();")
-		w.Line("__threadfence();")
 		w.Line("#pragma unroll 1")
 		w.Block("for (int e0 = 0; e0 < GROUP * HD; e0 += THREADS)", func() {
 			w.Comment("warp-uniform: HD and THREADS are multiples of 32")

@@ -49,20 +49,11 @@ func (e XQEnds) postNormFits(n int, residual bool, arm GEMVArm, ystride int) err
 func emitPostNormTail(w *Writer, n int, e XQEnds) {
 	tb := e.PostNormThreads
 	w.Comment("the post-norm and the next norm's quantisation, in the block that finishes its block row last")
-	w.Line("__shared__ int fin;")
-	w.Line("__threadfence(); // this block's rows of h visible to every block before its ticket")
-	w.Line("__syncthreads();")
-	w.If("threadIdx.x == 0", func() {
-		w.Line("int* tk = tickets + blockIdx.y;")
-		w.Line("fin = atomicAdd(tk, 1) == (int)gridDim.x - 1;")
-		w.If("fin", func() { w.Line("*tk = 0; // the next launch counts from zero") })
-	})
-	w.Line("__syncthreads();")
-	w.If("fin", func() {
-		w.Line("__threadfence();")
+	emitLastBlock(w, "tickets + blockIdx.y", "(int)gridDim.x", "this block's rows of h", func() {
 		w.Comment("from here K and XR are the post-norm's rows, as PostNormAddQuant's")
 		w.Line("#undef K")
 		w.Line("#undef XR")
+		w.Line("#undef SL")
 		w.Linef("#define DIM %d", n)
 		w.Linef("#define K %d", n)
 		w.Linef("#define EPS %s", cfloat(e.PostNormEps))

@@ -408,14 +408,35 @@ func (l *lowerer) moeDownSum(n *ir.Node, s MoEShape, w int, x view, xq int) (boo
 	if xq == 1 && MoEXQFits(s) != nil {
 		return false, nil
 	}
-	k, err := l.kernel(MoEGEMV(s, l.oneRowArm(s, DefaultMoEOneArm, xq)))
+	arm := l.oneRowArm(s, DefaultMoEOneArm, xq)
+	args := []Arg{wArg(w), bufArg(x), bufArg(l.val[n.Args[2].ID]), bufArg(wts), bufArg(y), rowsArg()}
+	// the int8 product also quantises the new residual row for the next
+	// norm's XQ 2 products, where they take one (the next layer's XQuant)
+	var next *normAfter
+	if xq == 1 {
+		if na := l.nextNormXQ(add, s.N); na != nil {
+			q := s
+			q.QuantNext = true
+			if _, err := MoEGEMV(q, arm); err == nil {
+				s, next = q, na
+			}
+		}
+	}
+	k, err := l.kernel(MoEGEMV(s, arm))
 	if err != nil {
 		return false, err
 	}
 	if xq == 1 {
 		l.repacked[k] = true
 	}
-	l.launch(k, n.Shape[0], []int{n.ID, sum.ID, add.ID}, wArg(w), bufArg(x), bufArg(l.val[n.Args[2].ID]), bufArg(wts), bufArg(y), rowsArg())
+	if next != nil {
+		width := XQRowBytes(s.N) / 4
+		xqv := view{buf: l.buffer("xq", n.Shape[0], width), width: width, stride: width}
+		l.preQuant[xqKey{x: y, pro: ProNorm, nw: next.nw}] = preQuant{xq: xqv, launch: len(l.p.Launches), nodes: next.nodes}
+		args = append(args, wArg(next.nw), bufArg(xqv), Arg{Kind: ArgTickets})
+		l.p.Tickets = max(l.p.Tickets, 1)
+	}
+	l.launch(k, n.Shape[0], []int{n.ID, sum.ID, add.ID}, args...)
 	l.val[n.ID], l.val[sum.ID], l.val[add.ID] = y, y, y // n alone is not readable; its only reader is the sum
 	l.done[sum.ID], l.done[add.ID] = true, true
 	return true, nil

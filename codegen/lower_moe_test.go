@@ -377,6 +377,17 @@ func testLowerMoEXQ(t *testing.T, c lowerCase, o LowerOptions) {
 				}
 			}
 			require.Equal(t, p.Layers, sums)
+			// each quantises the new residual row for the next norm's products in
+			// its last block (MoEShape.QuantNext), which read it: one XQuant a step
+			require.Equal(t, 1, launchesOf(p, "xquant"), "the first layer's input alone")
+			require.Positive(t, p.Tickets)
+			for i, l := range p.Launches {
+				if k := p.Kernels[l.Kernel]; k.Family == "moe_xq" && strings.HasSuffix(k.Name, "_qn") {
+					require.Len(t, l.Args, len(k.Params))
+					require.Equal(t, ArgTickets, l.Args[8].Kind)
+					require.Contains(t, p.Launches[i+1].Args, l.Args[7], "L%d's quantised row is the next product's input", i)
+				}
+			}
 		} else {
 			require.Equal(t, p.Layers, launchesOf(p, "moe_sum"), "the grouped int8 down product does not sum")
 		}

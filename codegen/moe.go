@@ -46,6 +46,13 @@ type MoEShape struct {
 	// one-token step launches no MoERoute. Norm: its weights renormalised
 	// over the chosen (MoERoute's norm).
 	Route, Norm bool
+	// QuantNext (Sum with an int8 arm, one token): the block that finishes
+	// last also quantises the new residual row for the next norm's XQ 2
+	// products (XQuant with ProNorm: x·nw, the groups' sums of squares)
+	// into xo, so the next layer launches no XQuant; its parameters after
+	// m: nw, xo and a ticket (ArgTickets). Not part of the class: the
+	// product is the same.
+	QuantNext bool
 }
 
 func (s MoEShape) check() error {
@@ -62,6 +69,9 @@ func (s MoEShape) check() error {
 	}
 	if s.Sum && (!s.PerSlot || s.SwiGLU) {
 		return fmt.Errorf("%w: a summing moe product is the down product (a row of x a slot, no SwiGLU)", ErrUnsupported)
+	}
+	if s.QuantNext && !s.Sum {
+		return fmt.Errorf("%w: only a summing moe product quantises the next norm's row", ErrUnsupported)
 	}
 	if s.Route && (s.PerSlot || s.Experts > MoERouteMaxExperts) {
 		return fmt.Errorf("%w: a routing moe product reads a row a token, of at most %d experts", ErrUnsupported, MoERouteMaxExperts)
@@ -362,6 +372,9 @@ func MoEGEMV(s MoEShape, arm MoEArm) (*Kernel, error) {
 	}
 	if err := arm.Validate(); err != nil {
 		return nil, err
+	}
+	if s.QuantNext && arm.XQ != 1 {
+		return nil, fmt.Errorf("%w: the next norm's quantisation in a summing moe product of int8 arms, not %v", ErrUnsupported, arm)
 	}
 	if arm.XQ == 1 {
 		return MoEXQ(s, arm)

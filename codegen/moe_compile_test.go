@@ -1,6 +1,7 @@
 package codegen_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -80,6 +81,25 @@ func TestCompileMoEXQ(t *testing.T) {
 						require.ErrorIs(t, err, codegen.ErrUnsupported, "%s %v %+v", name, typ, p)
 						continue
 					}
+					ks = append(ks, k)
+				}
+			}
+		}
+		// the summing down product of one token, and with the next norm's quantisation in its last block
+		for _, typ := range codegen.RepackTypes {
+			_, dn := codegen.MoEShapes(s, typ)
+			dn.Sum = true
+			for _, next := range []bool{false, true} {
+				dn.QuantNext = next
+				for _, rows := range []int{8, 16} {
+					a := codegen.DefaultMoEOneArm
+					a.XQ, a.RowsPerBlock = 1, rows
+					k, err := codegen.MoEXQ(dn, a)
+					if err != nil {
+						require.ErrorIs(t, err, codegen.ErrUnsupported, "%s %v", name, typ)
+						continue
+					}
+					require.Equal(t, next, strings.HasSuffix(k.Name, "_qn"), k.Name)
 					ks = append(ks, k)
 				}
 			}

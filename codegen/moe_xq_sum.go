@@ -40,9 +40,18 @@ func moeXQSum(s MoEShape, arm MoEArm) (*Kernel, error) {
 	params := []Param{{"const u8* __restrict__", "W"}, {"const float* __restrict__", "x"}, {"const int* __restrict__", "ids"},
 		{"const float* __restrict__", "wts"}, {"float* __restrict__", "y"}, {"int", "m"}}
 	threads := 32 * arm.RowsPerBlock
+	deps := repackDeps(s.Type, "f16", "warp", "pdl")
+	if s.QuantNext {
+		if s.N%32 != 0 || ceilDiv(s.N/8, threads) > xquantMaxLoads {
+			return nil, fmt.Errorf("%w: the next norm's quantisation of rows of %d by %d threads", ErrUnsupported, s.N, threads)
+		}
+		name += "_qn"
+		params = append(params, Param{"const float* __restrict__", "nw"}, Param{"u8* __restrict__", "xo"}, Param{"int* __restrict__", "tickets"})
+		deps = proDeps(Prologue{Kind: ProNorm}, append(deps, "types")...)
+	}
 	title := fmt.Sprintf("moe_xq: %v weights repacked, %d of %d experts of N %d, K %d, a row a slot quantised in the block, summed into the residual, %v",
 		s.Type, s.Used, s.Experts, s.N, s.K, arm)
-	src := source(title, repackDeps(s.Type, "f16", "warp", "pdl"), func(w *Writer) {
+	src := source(title, deps, func(w *Writer) {
 		emitXQPack4(w)
 		emitXQWeightHelpers(w, s.Type)
 		emitRepackDefines(w, rt, s.Experts*s.N, s.K, nb)
@@ -96,10 +105,36 @@ func moeXQSum(s MoEShape, arm MoEArm) (*Kernel, error) {
 				})
 				emitSlotSum(w)
 			})
+			if s.QuantNext {
+				emitQuantNext(w, s.N, threads)
+			}
 			w.Line("pdl_launch();")
 		}})
 	})
 	return &Kernel{Family: "moe_xq", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(ceilDiv(s.N, arm.RowsPerBlock), 1, 1), Block: dim3(threads, 1, 1)}
 	}}, nil
+}
+
+// emitQuantNext writes a summing product's tail (MoEShape.QuantNext): in
+// the block that finishes last, the residual row y of n, which every block
+// wrote part of (read past L1), quantised by threads threads into xo as
+// XQuant with the norm weight nw writes it (its bytes do not depend on the
+// thread count), for the next norm's products.
+func emitQuantNext(w *Writer, n, threads int) {
+	w.Comment("the new residual row quantised for the next norm's products, in the block that finishes last")
+	emitLastBlock(w, "tickets", "(int)gridDim.x", "this block's rows of y", func() {
+		w.Comment("from here K, XR and SL are the residual row's")
+		w.Line("#undef K")
+		w.Line("#undef XR")
+		w.Line("#undef SL")
+		w.Linef("#define K %d", n)
+		w.Linef("#define XR %d // bytes of the quantised row", XQRowBytes(n))
+		w.Linef("#define SL %d // chunks of 8 a thread", ceilDiv(n/8, threads))
+		w.Line("const float4* xp = (const float4*)y;")
+		w.Line("u8* qr = xo;")
+		w.Line("float4* meta = (float4*)(qr + K);")
+		emitXQuantRowLd(w, Prologue{Kind: ProNorm}, threads, "__ldcg")
+		w.Line("__syncthreads(); // every warp's bytes written before the block's launch trigger")
+	})
 }

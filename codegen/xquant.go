@@ -95,7 +95,12 @@ func XQuant(k int, pro Prologue) (*Kernel, error) {
 // chunks of 8 a thread, 4 consecutive threads a group of 32, each chunk's
 // arithmetic rounded as written, so that the bytes depend on the row alone,
 // not on the thread count (PostNormAddQuant writes XQuant's bytes so).
-func emitXQuantRow(w *Writer, pro Prologue, threads int) {
+func emitXQuantRow(w *Writer, pro Prologue, threads int) { emitXQuantRowLd(w, pro, threads, "") }
+
+// emitXQuantRowLd is emitXQuantRow with the row's loads made by ld ("" or
+// "__ldcg": other blocks of the grid wrote the row). ProNorm and plain
+// rows only take ld.
+func emitXQuantRowLd(w *Writer, pro Prologue, threads int, ld string) {
 	w.Line("float4 la[SL], lb[SL];")
 	w.For("s", "0", "SL", "1", -1, func() {
 		w.Linef("const int c = threadIdx.x + s * %d;", threads)
@@ -105,6 +110,9 @@ func emitXQuantRow(w *Writer, pro Prologue, threads int) {
 			if pro.Kind == ProSwiGLU {
 				w.Line("la[s] = swiglu4(xp[2 * c], xp[K / 4 + 2 * c]);")
 				w.Line("lb[s] = swiglu4(xp[2 * c + 1], xp[K / 4 + 2 * c + 1]);")
+			} else if ld != "" {
+				w.Linef("la[s] = %s(xp + 2 * c);", ld)
+				w.Linef("lb[s] = %s(xp + 2 * c + 1);", ld)
 			} else {
 				w.Line("la[s] = xp[2 * c];")
 				w.Line("lb[s] = xp[2 * c + 1];")

@@ -62,6 +62,9 @@ func MoECases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case {
 		}
 		if rowOK(t, dn.K) {
 			cs = append(cs, MoEDownSum(s.Name, dn, seed))
+			if codegen.MoEXQFits(dn) == nil {
+				cs = append(cs, MoEDownSumQuant(s.Name, dn, seed))
+			}
 		}
 	}
 	return cs
@@ -313,44 +316,7 @@ func oneRowTuned(c *Case, p codegen.MoEShape) *Case {
 // arms; the int8 arm quantises the float slot rows itself): the reference
 // is the down product's then MoESum's.
 func MoEDownSum(shape string, dn codegen.MoEShape, seed uint64) *Case {
-	p := dn
-	p.Sum = true
-	c := oneRowCase(shape, "moe_gemv/down_sum", "down", p, true, seed)
-	c.setup = func(r *rand.Rand) (*inputs, error) {
-		W, err := randWeights(p.Type, p.Experts*p.N, p.K, r.Uint64())
-		if err != nil {
-			return nil, err
-		}
-		ids, _ := moeRouting(r, p.Experts, p.Used, 1)
-		_, wts := codegen.RefMoERoute(p.Used+1, p.Used, true, randn(r, p.Used+1))
-		x, y0 := randn(r, p.Used*p.K), randn(r, p.N)
-		packed := lazy(func() ([]byte, error) { return codegen.Repack(p.Type, p.Experts*p.N, p.K, W) })
-		ref := lazy(func() ([]float32, error) {
-			d, err := refMoEGEMV(dn, W, nil, x, ids)
-			if err != nil {
-				return nil, err
-			}
-			return codegen.RefMoESum(p.N, p.Used, d, wts, y0), nil
-		})
-		return &inputs{
-			launch: func(arm codegen.Point) (*Launch, error) {
-				ks, err := c.Kernels(arm)
-				if err != nil {
-					return nil, err
-				}
-				y, wb := fbuf(y0), W
-				if codegen.MoEArmOf(arm).XQ == 1 {
-					if wb, err = packed(); err != nil {
-						return nil, err
-					}
-				}
-				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: 1},
-					Args: [][]Arg{{b(&Buf{Data: wb}), b(fbuf(x)), b(ibuf(ids)), b(fbuf(wts)), b(y), s(1)}}, Outs: []*Buf{y}}, nil
-			},
-			compare: relErrTo(ref),
-		}, nil
-	}
-	return c
+	return moeDownSumCase(shape, dn, false, seed)
 }
 
 // MoERouted is the gate/up product of a one-token step that chooses the

@@ -23,12 +23,12 @@ func TestMoECases(t *testing.T) {
 	require.Equal(t, []string{"moe_route×1 f32", "moe_route×12 f32", "moe_route×300 f32", "moe_sum×12 f32",
 		"moe_router×1 f32", "moe_router+norm×1 f32", "moe_router+norm+xq×1 f32", "moe_router×12 f32", "moe_router+norm×12 f32", "moe_router+norm+xq×12 f32",
 		"moe_gemv/gate_up q4_k", "moe_gemv/gate_up×12 q4_k", "moe_gemv/gate_up×64 q4_k", "moe_gemv/down q4_k", "moe_gemv/down×12 q4_k",
-		"moe_gemv/gate_up+route q4_k", "moe_gemv/down_sum q4_k",
+		"moe_gemv/gate_up+route q4_k", "moe_gemv/down_sum q4_k", "moe_gemv/down_sum+quant q4_k",
 		"moe_gemv/gate_up q8_0", "moe_gemv/gate_up×12 q8_0", "moe_gemv/gate_up×64 q8_0", "moe_gemv/down q8_0", "moe_gemv/down×12 q8_0",
-		"moe_gemv/gate_up+route q8_0", "moe_gemv/down_sum q8_0"}, labels)
+		"moe_gemv/gate_up+route q8_0", "moe_gemv/down_sum q8_0", "moe_gemv/down_sum+quant q8_0"}, labels)
 	require.Empty(t, MoECases(tiny(t), []dtype.Type{dtype.Q4_K}, 1), "a dense shape has none")
 	kc := KernelCheckCases(s, []dtype.Type{dtype.Q4_K}, 1)
-	require.Equal(t, "moe_gemv/down_sum", kc[len(kc)-1].Label, "kernel-check runs them after the dense cases")
+	require.Equal(t, "moe_gemv/down_sum+quant", kc[len(kc)-1].Label, "kernel-check runs them after the dense cases")
 
 	for _, c := range cs {
 		arms := append([]codegen.Point{c.Space().Default}, c.ExtraArms...)
@@ -37,9 +37,10 @@ func TestMoECases(t *testing.T) {
 			require.NoError(t, err, c.Label)
 			if strings.HasPrefix(c.Label, "moe_router+norm+xq") {
 				require.Len(t, l.Kernels, 2, "the router with the norm, then XQuant of its rows")
-			} else if arm["xq"] == 1 && c.Label == "moe_gemv/down_sum" {
+			} else if arm["xq"] == 1 && strings.HasPrefix(c.Label, "moe_gemv/down_sum") {
 				require.Len(t, l.Kernels, 1, "the summing int8 product quantises its rows itself")
 				require.Equal(t, "moe_xq", l.Kernels[0].Family)
+				require.Equal(t, strings.HasSuffix(c.Label, "+quant"), strings.HasSuffix(l.Kernels[0].Name, "_qn"), "and the next norm's with +quant")
 			} else if arm["xq"] == 1 {
 				require.Len(t, l.Kernels, 2, "XQuant, then the product")
 				require.Equal(t, "xquant", l.Kernels[0].Family)
@@ -72,7 +73,7 @@ func TestMoECases(t *testing.T) {
 				require.Len(t, l.Outs, 2, "the logits and the normalised rows")
 			}
 		}
-		if strings.HasPrefix(c.Label, "moe_gemv") && !strings.Contains(c.Label, "×") && !strings.HasSuffix(c.Label, "_sum") && !strings.HasSuffix(c.Label, "+route") {
+		if strings.HasPrefix(c.Label, "moe_gemv") && !strings.Contains(c.Label, "×") && !strings.Contains(c.Label, "_sum") && !strings.HasSuffix(c.Label, "+route") {
 			require.Len(t, c.ExtraArms, 2, "one token: the one-row arm too, and its int8 twin")
 			require.Equal(t, 1, c.ExtraArms[0]["one"])
 			require.Equal(t, 1, c.ExtraArms[1]["one"])
