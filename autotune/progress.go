@@ -10,15 +10,23 @@ import (
 // Bar is an Observer drawing one progress bar per task with the best arm so
 // far in its description.
 type Bar struct {
-	w   io.Writer
-	bar *progressbar.ProgressBar
+	w     io.Writer
+	bar   *progressbar.ProgressBar
+	lines bool // no bar: each task's line alone (a log)
 }
 
 // NewBar returns a Bar writing to w (usually stderr).
 func NewBar(w io.Writer) *Bar { return &Bar{w: w} }
 
+// NewLines returns an Observer that writes each task's line to w when it
+// ends and draws no bar (a log file: no carriage returns).
+func NewLines(w io.Writer) *Bar { return &Bar{w: w, lines: true} }
+
 // Start implements Observer.
 func (b *Bar) Start(t Task, strategy string, planned int) {
+	if b.lines {
+		return
+	}
 	b.bar = progressbar.NewOptions(planned,
 		progressbar.OptionSetWriter(b.w),
 		progressbar.OptionSetDescription(fmt.Sprintf("%-40s %s", t.ID(), strategy)),

@@ -53,6 +53,7 @@ func init() {
 	f.Duration("budget", 10*time.Minute, "time for the whole run: with a MODEL and --confirm the sweep takes 70 % (each task an equal share "+
 		"of what is left) and the end-to-end confirmation the rest (no group starts past it, one started before runs to its verdict; groups not judged are not written); else the sweep all of it")
 	f.Int("reps", 20, "timed samples of a final measurement")
+	f.Bool("no-progress", false, "no progress bar: each task's line when it ends (for logs)")
 	f.Int("batch", 1, "rows of the decode-step families (GEMV, norm, RoPE, SwiGLU, argmax)")
 	f.Int("prefill", 256, "rows of the MMA products and prefill attention")
 	f.Int("kv", 4096, "key count of the decode-attention measurement")
@@ -301,6 +302,9 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	o := autotune.Options{Observer: autotune.NewBar(cmd.ErrOrStderr())}
+	if quiet, _ := f.GetBool("no-progress"); quiet {
+		o.Observer = autotune.NewLines(cmd.ErrOrStderr())
+	}
 	budget, _ := f.GetDuration("budget")
 	start := time.Now()
 	o.Budget = budget
