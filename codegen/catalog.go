@@ -19,6 +19,11 @@ type Shape struct {
 	// is the global layers' shape; GemmaKernels and kernel-check's Gemma
 	// cases take the window.
 	Window int
+	// PostNorms: the attention output and FFN down products feed norms
+	// before their residual adds (Gemma 2 and 3), so they write their rows
+	// rather than add into the residual stream (their product classes have
+	// no "_res").
+	PostNorms bool
 	// Experts, ExpertsUsed and ExpertFFN describe a mixture-of-experts
 	// feed-forward (Experts 0: dense); ExpertNorm renormalises the
 	// router's weights over the chosen experts.
@@ -32,7 +37,7 @@ var Shapes = []Shape{
 	{Name: "qwen2.5-7b", Hidden: 3584, FFN: 18944, Vocab: 152064, Heads: 28, HeadsKV: 4, HeadDim: 128, RopeHalf: true, Eps: 1e-6},
 	{Name: "qwen3-8b", Hidden: 4096, FFN: 12288, Vocab: 151936, Heads: 32, HeadsKV: 8, HeadDim: 128, RopeHalf: true, Eps: 1e-6},
 	{Name: "tiny", Hidden: 256, FFN: 512, Vocab: 1000, Heads: 4, HeadsKV: 2, HeadDim: 64, Eps: 1e-5},
-	{Name: "gemma3-12b", Hidden: 3840, FFN: 15360, Vocab: 262208, Heads: 16, HeadsKV: 8, HeadDim: 256, RopeHalf: true, Eps: 1e-6, Window: 1024},
+	{Name: "gemma3-12b", Hidden: 3840, FFN: 15360, Vocab: 262208, Heads: 16, HeadsKV: 8, HeadDim: 256, RopeHalf: true, Eps: 1e-6, Window: 1024, PostNorms: true},
 	// mixtures of experts (FFN: the experts')
 	{Name: "qwen3-30b-a3b", Hidden: 2048, FFN: 768, Vocab: 151936, Heads: 32, HeadsKV: 4, HeadDim: 128, RopeHalf: true, Eps: 1e-6,
 		Experts: 128, ExpertsUsed: 8, ExpertFFN: 768, ExpertNorm: true},

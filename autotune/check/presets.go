@@ -234,13 +234,16 @@ func TuneCases(s codegen.Shape, w Weights, z Sizes, seed uint64) []*Case {
 		products = append(products, product{"q", p[0], qd, s.Hidden, false, true}, product{"k", p[1], kvd, s.Hidden, false, true},
 			product{"v", p[2], kvd, s.Hidden, false, true})
 	}
-	products = append(products, product{"attn_out", w.AttnOut, s.Hidden, qd, true, true}, product{"gate_up", w.FFNUp, 2 * s.FFN, s.Hidden, false, true})
+	// the output and down products add into the residual stream, or feed a
+	// post-norm (Gemma) and write their rows: the class lowering looks up
+	residual := !s.PostNorms
+	products = append(products, product{"attn_out", w.AttnOut, s.Hidden, qd, residual, true}, product{"gate_up", w.FFNUp, 2 * s.FFN, s.Hidden, false, true})
 	downs := w.Downs
 	if len(downs) == 0 {
 		downs = []dtype.Type{w.FFNDown}
 	}
 	for _, t := range downs {
-		products = append(products, product{"down", t, s.Hidden, s.FFN, true, true})
+		products = append(products, product{"down", t, s.Hidden, s.FFN, residual, true})
 	}
 	products = append(products, product{"output", w.Output, s.Vocab, s.Hidden, false, false})
 	cs = append(cs, moeTuneCases(s, w, z, seed)...)

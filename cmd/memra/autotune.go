@@ -186,6 +186,7 @@ func modelShape(m *load.Model) (codegen.Shape, check.Weights, error) {
 	if s.Name == "" {
 		s.Name = hp.Arch
 	}
+	_, s.PostNorms = m.Tensors["blk.0.post_attention_norm.weight"] // Gemma's norms after the products
 	typ := func(names ...string) (dtype.Type, error) {
 		for _, n := range names {
 			if t, ok := m.Tensors[n]; ok {

@@ -39,6 +39,32 @@ func TestModelShapeMixedLayers(t *testing.T) {
 	require.GreaterOrEqual(t, len(w.Downs), 2, "%v", w.Downs)
 }
 
+// TestModelShapePostNorms: a Gemma model's output and down products feed
+// post-norms, so its tasks are the classes lowering looks up for them,
+// without "_res" (they were llama's residual classes, never read); a
+// llama model's keep "_res".
+func TestModelShapePostNorms(t *testing.T) {
+	for preset, post := range map[string]bool{"gemma3-12b": true, "llama3-8b": false} {
+		path := filepath.Join(t.TempDir(), preset+".gguf")
+		_, err := synth.WriteGGUF(path, synth.Options{Preset: preset, Quant: "q4_k", Layers: 2, Dim: 256, Weights: synth.WeightsBlocks})
+		require.NoError(t, err)
+		m, err := load.Open(path)
+		require.NoError(t, err)
+		s, w, err := modelShape(m)
+		_ = m.Close()
+		require.NoError(t, err)
+		require.Equal(t, post, s.PostNorms, preset)
+		ids := map[string]bool{}
+		for _, c := range check.TuneCases(s, w, check.DefaultSizes, 1) {
+			ids[c.ID()] = true
+		}
+		out := codegen.ProductClass(w.AttnOut, s.Hidden, s.Heads*s.HeadDim, !post)
+		down := codegen.ProductClass(w.FFNDown, s.Hidden, s.FFN, !post)
+		require.True(t, ids["gemv/"+out], "%s: %s", preset, out)
+		require.True(t, ids["gemv/"+down], "%s: %s", preset, down)
+	}
+}
+
 // TestAutotuneLeavesInt8ProductsOut: without --families, autotune lists no
 // decode product of repacked weights (their winners measured alone were
 // slower in whole decode steps) and says so; --families gemv lists them
