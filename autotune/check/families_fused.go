@@ -44,37 +44,23 @@ func ProductNormAfter(shape, use string, t1 dtype.Type, n1, k1 int, t2 dtype.Typ
 			xqProduct{t: t2, n: n2, k: n1, arm: next, e: codegen.XQEnds{NormIn: true, NormEps: eps}})
 	}
 	c.setup = func(r *rand.Rand) (*inputs, error) {
-		W1, err := randWeights(t1, n1, k1, r.Uint64())
-		if err != nil {
-			return nil, err
-		}
-		W2, err := randWeights(t2, n2, n1, r.Uint64())
+		W1, W2, w1, w2, err := chainWeights(r, t1, n1, k1, t2, n2)
 		if err != nil {
 			return nil, err
 		}
 		a, x0, nw := randn(r, m*k1), randn(r, m*n1), randn(r, n1)
-		type refs struct{ x1, y []float32 }
-		ref := lazy(func() (refs, error) {
+		ref := lazy(func() (chainRefs, error) {
 			x1, err := refMatMul(t1, n1, k1, W1, a, m, x0, false)
 			if err != nil {
-				return refs{}, err
+				return chainRefs{}, err
 			}
 			_, xin := codegen.RefRMSNormAdd(n1, eps, false, x1, nil, nw)
 			y, err := refMatMul(t2, n2, n1, W2, xin, m, nil, false)
-			return refs{x1, y}, err
+			return chainRefs{x1, y}, err
 		})
-		w1, w2 := armWeights(t1, n1, k1, W1), armWeights(t2, n2, n1, W2)
 		return &inputs{
 			launch: func(arm codegen.Point) (*Launch, error) {
-				ks, err := c.Kernels(arm)
-				if err != nil {
-					return nil, err
-				}
-				wb1, err := w1(arm)
-				if err != nil {
-					return nil, err
-				}
-				wb2, err := w2(next.Point())
+				ks, wb1, wb2, err := chainParts(c, w1, w2, arm, next.Point())
 				if err != nil {
 					return nil, err
 				}
@@ -87,16 +73,54 @@ func ProductNormAfter(shape, use string, t1 dtype.Type, n1, k1 int, t2 dtype.Typ
 					{b(&Buf{Data: wb2}), b(xo), b(y), s(m)},
 				}, Outs: []*Buf{y, x1}}, nil
 			},
-			compare: func(outs [][]byte) (float64, error) {
-				want, err := ref()
-				if err != nil {
-					return 0, err
-				}
-				return max(codegen.RelErr(bytesF32(outs[0]), want.y), codegen.RelErr(bytesF32(outs[1]), want.x1)), nil
-			},
+			compare: chainCompare(ref),
 		}, nil
 	}
 	return c
+}
+
+// chainRefs are a chained pair's references: the residual rows x1 the
+// first product's epilogue leaves and the second product's output y.
+type chainRefs struct{ x1, y []float32 }
+
+// chainCompare compares a chained pair's outputs (y, then x1) with ref's:
+// the worse error.
+func chainCompare(ref func() (chainRefs, error)) func(outs [][]byte) (float64, error) {
+	return func(outs [][]byte) (float64, error) {
+		want, err := ref()
+		if err != nil {
+			return 0, err
+		}
+		return max(codegen.RelErr(bytesF32(outs[0]), want.y), codegen.RelErr(bytesF32(outs[1]), want.x1)), nil
+	}
+}
+
+// chainWeights returns a chained pair's random weights (the first
+// product's n1×k1 of t1, the second's n2×n1 of t2) and their layouts for
+// an arm (armWeights).
+func chainWeights(r *rand.Rand, t1 dtype.Type, n1, k1 int, t2 dtype.Type, n2 int) (W1, W2 []byte, w1, w2 func(codegen.Point) ([]byte, error), err error) {
+	if W1, err = randWeights(t1, n1, k1, r.Uint64()); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if W2, err = randWeights(t2, n2, n1, r.Uint64()); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return W1, W2, armWeights(t1, n1, k1, W1), armWeights(t2, n2, n1, W2), nil
+}
+
+// chainParts returns case c's kernels for arm and the weights of a chained
+// pair's products: the first's laid out for arm, the second's for next.
+func chainParts(c *Case, w1, w2 func(codegen.Point) ([]byte, error), arm, next codegen.Point) (ks []*codegen.Kernel, wb1, wb2 []byte, err error) {
+	if ks, err = c.Kernels(arm); err != nil {
+		return nil, nil, nil, err
+	}
+	if wb1, err = w1(arm); err != nil {
+		return nil, nil, nil, err
+	}
+	if wb2, err = w2(next); err != nil {
+		return nil, nil, nil, err
+	}
+	return ks, wb1, wb2, nil
 }
 
 // xqLaunch is the launch of an XQ 2 or 3 product's kernels (xqKernels) over

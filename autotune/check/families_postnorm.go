@@ -34,38 +34,24 @@ func ProductPostNorm(shape, use string, t1 dtype.Type, n1, k1 int, t2 dtype.Type
 			xqProduct{t: t2, n: n2, k: n1, arm: next, e: codegen.XQEnds{NormIn: true, NormEps: eps}})
 	}
 	c.setup = func(r *rand.Rand) (*inputs, error) {
-		W1, err := randWeights(t1, n1, k1, r.Uint64())
-		if err != nil {
-			return nil, err
-		}
-		W2, err := randWeights(t2, n2, n1, r.Uint64())
+		W1, W2, w1, w2, err := chainWeights(r, t1, n1, k1, t2, n2)
 		if err != nil {
 			return nil, err
 		}
 		a, x0, pw, nw := randn(r, k1), randn(r, n1), randn(r, n1), randn(r, n1)
-		type refs struct{ x1, y []float32 }
-		ref := lazy(func() (refs, error) {
+		ref := lazy(func() (chainRefs, error) {
 			h, err := refMatMul(t1, n1, k1, W1, a, 1, nil, false)
 			if err != nil {
-				return refs{}, err
+				return chainRefs{}, err
 			}
 			x1 := codegen.RefPostNormAdd(n1, eps, x0, h, pw)
 			_, xin := codegen.RefRMSNormAdd(n1, eps, false, x1, nil, nw)
 			y, err := refMatMul(t2, n2, n1, W2, xin, 1, nil, false)
-			return refs{x1, y}, err
+			return chainRefs{x1, y}, err
 		})
-		w1, w2 := armWeights(t1, n1, k1, W1), armWeights(t2, n2, n1, W2)
 		return &inputs{
 			launch: func(arm codegen.Point) (*Launch, error) {
-				ks, err := c.Kernels(arm)
-				if err != nil {
-					return nil, err
-				}
-				wb1, err := w1(arm)
-				if err != nil {
-					return nil, err
-				}
-				wb2, err := w2(next.Point())
+				ks, wb1, wb2, err := chainParts(c, w1, w2, arm, next.Point())
 				if err != nil {
 					return nil, err
 				}
@@ -78,13 +64,7 @@ func ProductPostNorm(shape, use string, t1 dtype.Type, n1, k1 int, t2 dtype.Type
 					{b(&Buf{Data: wb2}), b(xo), b(y), s(1)},
 				}, Outs: []*Buf{y, x1}}, nil
 			},
-			compare: func(outs [][]byte) (float64, error) {
-				want, err := ref()
-				if err != nil {
-					return 0, err
-				}
-				return max(codegen.RelErr(bytesF32(outs[0]), want.y), codegen.RelErr(bytesF32(outs[1]), want.x1)), nil
-			},
+			compare: chainCompare(ref),
 		}, nil
 	}
 	return c
