@@ -50,15 +50,10 @@ func emitPostNormTail(w *Writer, n int, e XQEnds) {
 	tb := e.PostNormThreads
 	w.Comment("the post-norm and the next norm's quantisation, in the block that finishes its block row last")
 	emitLastBlock(w, "tickets + blockIdx.y", "(int)gridDim.x", "this block's rows of h", func() {
-		w.Comment("from here K and XR are the post-norm's rows, as PostNormAddQuant's")
-		w.Line("#undef K")
-		w.Line("#undef XR")
-		w.Line("#undef SL")
+		w.Comment("from here K, XR and SL are the post-norm's rows, as PostNormAddQuant's")
+		emitRowDefines(w, n, tb)
 		w.Linef("#define DIM %d", n)
-		w.Linef("#define K %d", n)
 		w.Linef("#define EPS %s", cfloat(e.PostNormEps))
-		w.Linef("#define XR %d // bytes of a quantised row of the next norm", XQRowBytes(n))
-		w.Linef("#define SL %d // chunks of 8 a thread", ceilDiv(n/8, tb))
 		w.Line("const float* h = y; // the grid's rows")
 		w.Line("const float* __restrict__ w = pw;")
 		w.Line("#pragma unroll 1")
@@ -67,10 +62,7 @@ func emitPostNormTail(w *Writer, n int, e XQEnds) {
 			emitPostNormAddRow(w, tb, true, "row", "__ldcg")
 			w.Line("__syncthreads(); // the row's x written before it is quantised")
 			w.If(fmt.Sprintf("threadIdx.x < %d", tb), func() {
-				w.Line("const float4* xp = (const float4*)(x + (size_t)row * K);")
-				w.Line("u8* qr = xo + (size_t)row * XR;")
-				w.Line("float4* meta = (float4*)(qr + K);")
-				emitXQuantRow(w, Prologue{Kind: ProNorm}, tb)
+				emitNormRowQuant(w, "x + (size_t)row * K", "xo + (size_t)row * XR", tb, "")
 			})
 			w.Line("__syncthreads(); // the next row reuses red")
 		})
@@ -106,15 +98,7 @@ func (l *lowerer) postNormInProduct(n, add *ir.Node, h, y view, eps float32, na 
 	ln := &l.p.Launches[i]
 	ln.Kernel = kern
 	more := []Arg{bufArg(y), wArg(l.vectorOf(n.Args[1])), wArg(na.nw), bufArg(xq), Arg{Kind: ArgTickets}}
-	for _, a := range more {
-		if a.Kind == ArgBuffer { // live through launch i, the last (as launch records them)
-			b := &l.p.Buffers.Buffers[a.Index]
-			if b.First < 0 {
-				b.First = i
-			}
-			b.Last = max(b.Last, i)
-		}
-	}
+	l.liveAt(i, more)
 	ln.Args = append(ln.Args, more...)
 	ln.Nodes = append(ln.Nodes, n.ID, add.ID)
 	l.p.Tickets = max(l.p.Tickets, l.o.MaxTokens) // a block row each

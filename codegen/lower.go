@@ -479,7 +479,13 @@ func (l *lowerer) launch(k int, rows ir.Dim, nodes []int, args ...Arg) {
 	if len(args) != len(l.p.Kernels[k].Params) {
 		panic(fmt.Sprintf("BUG: %s takes %d arguments, lowering gave %d", l.p.Kernels[k].Name, len(l.p.Kernels[k].Params), len(args)))
 	}
-	idx := len(l.p.Launches)
+	l.liveAt(len(l.p.Launches), args)
+	l.p.Launches = append(l.p.Launches, Launch{Kernel: k, Rows: rows, Args: args, Nodes: nodes})
+}
+
+// liveAt extends the live range of every buffer among args to launch idx,
+// the last so far (a new launch, or arguments added to the last one).
+func (l *lowerer) liveAt(idx int, args []Arg) {
 	for _, a := range args {
 		if a.Kind == ArgBuffer {
 			b := &l.p.Buffers.Buffers[a.Index]
@@ -489,7 +495,6 @@ func (l *lowerer) launch(k int, rows ir.Dim, nodes []int, args ...Arg) {
 			b.Last = idx
 		}
 	}
-	l.p.Launches = append(l.p.Launches, Launch{Kernel: k, Rows: rows, Args: args, Nodes: nodes})
 }
 
 // buffer adds a new activation buffer.

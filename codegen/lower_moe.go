@@ -413,16 +413,17 @@ func (l *lowerer) moeDownSum(n *ir.Node, s MoEShape, w int, x view, xq int) (boo
 	// the int8 product also quantises the new residual row for the next
 	// norm's XQ 2 products, where they take one (the next layer's XQuant)
 	var next *normAfter
-	if xq == 1 {
+	kern, err := MoEGEMV(s, arm)
+	if xq == 1 && err == nil {
 		if na := l.nextNormXQ(add, s.N); na != nil {
 			q := s
 			q.QuantNext = true
-			if _, err := MoEGEMV(q, arm); err == nil {
-				s, next = q, na
+			if kq, qerr := MoEGEMV(q, arm); qerr == nil {
+				s, kern, next = q, kq, na
 			}
 		}
 	}
-	k, err := l.kernel(MoEGEMV(s, arm))
+	k, err := l.kernel(kern, err)
 	if err != nil {
 		return false, err
 	}

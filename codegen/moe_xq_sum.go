@@ -125,16 +125,8 @@ func emitQuantNext(w *Writer, n, threads int) {
 	w.Comment("the new residual row quantised for the next norm's products, in the block that finishes last")
 	emitLastBlock(w, "tickets", "(int)gridDim.x", "this block's rows of y", func() {
 		w.Comment("from here K, XR and SL are the residual row's")
-		w.Line("#undef K")
-		w.Line("#undef XR")
-		w.Line("#undef SL")
-		w.Linef("#define K %d", n)
-		w.Linef("#define XR %d // bytes of the quantised row", XQRowBytes(n))
-		w.Linef("#define SL %d // chunks of 8 a thread", ceilDiv(n/8, threads))
-		w.Line("const float4* xp = (const float4*)y;")
-		w.Line("u8* qr = xo;")
-		w.Line("float4* meta = (float4*)(qr + K);")
-		emitXQuantRowLd(w, Prologue{Kind: ProNorm}, threads, "__ldcg")
+		emitRowDefines(w, n, threads)
+		emitNormRowQuant(w, "y", "xo", threads, "__ldcg")
 		w.Line("__syncthreads(); // every warp's bytes written before the block's launch trigger")
 	})
 }

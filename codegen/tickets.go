@@ -26,3 +26,26 @@ func emitLastBlock(w *Writer, ticket, total, what string, body func()) {
 		body()
 	})
 }
+
+// emitRowDefines writes, for a tail that works on rows of n by threads
+// threads after a kernel body that had its own K, XR and SL, those macros
+// redefined for the rows (XQuant's meanings: the row length, its
+// quantised bytes, the chunks of 8 a thread).
+func emitRowDefines(w *Writer, n, threads int) {
+	w.Line("#undef K")
+	w.Line("#undef XR")
+	w.Line("#undef SL")
+	w.Linef("#define K %d", n)
+	w.Linef("#define XR %d // bytes of the quantised row", XQRowBytes(n))
+	w.Linef("#define SL %d // chunks of 8 a thread", ceilDiv(n/8, threads))
+}
+
+// emitNormRowQuant writes the quantisation of the row of K floats at src
+// into the row at dst as XQuant with the norm weight nw writes it, by
+// threads threads (emitXQuantRowLd; the row read with ld).
+func emitNormRowQuant(w *Writer, src, dst string, threads int, ld string) {
+	w.Linef("const float4* xp = (const float4*)(%s);", src)
+	w.Linef("u8* qr = %s;", dst)
+	w.Line("float4* meta = (float4*)(qr + K);")
+	emitXQuantRowLd(w, Prologue{Kind: ProNorm}, threads, ld)
+}

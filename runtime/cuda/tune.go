@@ -25,13 +25,10 @@ func TunedPicker(db *tunedb.DB, key tunedb.DeviceKey) codegen.ArmPicker {
 	}
 }
 
-// tunedPicker is TunedPicker on db (tunedb.Default() when nil; the shipped
-// defaults alone when the user folder does not read), after logging the
-// tunedb's notice about card key.
-func tunedPicker(db *tunedb.DB, key tunedb.DeviceKey, logf func(string, ...any)) codegen.ArmPicker {
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
+// openTunedb is db, or tunedb.Default() when nil (the shipped defaults
+// alone when the user folder does not read), after logging the tunedb's
+// notice about card key.
+func openTunedb(db *tunedb.DB, key tunedb.DeviceKey, logf func(string, ...any)) *tunedb.DB {
 	if db == nil {
 		var err error
 		if db, err = tunedb.Default(); err != nil {
@@ -44,7 +41,7 @@ func tunedPicker(db *tunedb.DB, key tunedb.DeviceKey, logf func(string, ...any))
 	if n := db.Notice(key); n != "" {
 		logf("%s", n)
 	}
-	return TunedPicker(db, key)
+	return db
 }
 
 // borrowLog is a picker's record of the classes it answered from another
@@ -57,20 +54,21 @@ type borrowLog struct {
 	from map[string]map[string]bool // card → family/class
 }
 
-// borrowingPicker is tunedPicker recording in the returned log the classes
-// it took from another card's entries, when card key has entries of its
-// own (else the start notice has said where all of them come from).
+// borrowingPicker is TunedPicker on openTunedb's DB, recording in the
+// returned log the classes it took from another card's entries when card
+// key has entries of its own (else the start notice has said where all of
+// them come from, and the log is nil).
 func borrowingPicker(db *tunedb.DB, key tunedb.DeviceKey, logf func(string, ...any)) (codegen.ArmPicker, *borrowLog) {
-	pick := tunedPicker(db, key, logf)
-	if db == nil {
-		db, _ = tunedb.Default()
+	if logf == nil {
+		logf = func(string, ...any) {}
 	}
-	if db == nil || db.Notice(key) != "" {
-		return pick, nil
+	db = openTunedb(db, key, logf)
+	if db.Notice(key) != "" {
+		return TunedPicker(db, key), nil
 	}
 	bl := &borrowLog{key: key, from: map[string]map[string]bool{}}
 	return func(family, class string) (codegen.Point, bool) {
-		_, src := db.Lookup(key, family, class)
+		p, src := db.Lookup(key, family, class)
 		if src.Kind != tunedb.KindDefault && src.Kind != tunedb.KindExact && src.Device != "" {
 			bl.mu.Lock()
 			if bl.from[src.Device] == nil {
@@ -79,7 +77,7 @@ func borrowingPicker(db *tunedb.DB, key tunedb.DeviceKey, logf func(string, ...a
 			bl.from[src.Device][family+"/"+class] = true
 			bl.mu.Unlock()
 		}
-		return pick(family, class)
+		return p, src.Kind != tunedb.KindDefault && p != nil
 	}, bl
 }
 
