@@ -143,6 +143,24 @@ func TestLowerGemma(t *testing.T) {
 			}
 			require.Equal(t, geglus, launchesOf(p, "geglu"))
 			require.Equal(t, L-geglus, gated, "gate/up products with the GeGLU epilogue")
+			// a one-sequence decode program's QKV products do RoPE's work (and
+			// Gemma 3's q/k norms) in the block that finishes a head last
+			// (XQEnds.HeadRope); the others, and the 8-bit cache's, launch it
+			ropes, headRopes := L, 0
+			if c.opts.Class == Decode && c.opts.MaxSeqs == 1 && c.opts.Cache != CacheQ8 {
+				ropes = 0
+			}
+			tag := map[bool]string{true: "_hropenh_", false: "_hropeh_"}[hp.QKNorm]
+			for _, ln := range p.Launches {
+				if k := p.Kernels[ln.Kernel]; strings.HasPrefix(k.Name, "gemv_") && strings.Contains(k.Name, tag) {
+					headRopes++
+					require.Equal(t, ArgTickets, ln.Args[len(ln.Args)-1].Kind, k.Name)
+				}
+			}
+			if c.opts.Class == Decode {
+				require.Equal(t, ropes, launchesOf(p, "rope_kv"))
+				require.GreaterOrEqual(t, headRopes, L-ropes, "QKV products with the head RoPE epilogue")
+			}
 			require.Zero(t, launchesOf(p, "swiglu"))
 			caps := 0
 			if hp.FinalSoftcap > 0 {

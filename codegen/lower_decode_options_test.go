@@ -218,15 +218,22 @@ func TestLowerDecodePreload(t *testing.T) {
 	// a kernel with no launch trigger stays as it is
 	k := &Kernel{Name: "plain", Source: "extern \"C\" __global__ void plain(int m) {}"}
 	require.Same(t, k, k.EarlyTrigger())
-	// qwen3 (q/k norms, NeoX RoPE): RopeKV before attention in both programs
+	// qwen3 (q/k norms, NeoX RoPE): RopeKV before attention in the batch
+	// program, the QKV products with the head norms and RoPE in the
+	// one-sequence program (XQEnds.HeadRope)
 	gq := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
 	for _, seqs := range []int{1, 2} {
 		p, err := Lower(gq, LowerOptions{Class: Decode, MaxSeqs: seqs, Context: 256, Cache: dtype.F16, RopeInProduct: seqs == 1, DecodePreload: true})
 		require.NoError(t, err)
 		for i, ln := range p.Launches {
 			if strings.HasPrefix(p.Kernels[ln.Kernel].Name, "attn_part_") {
-				require.True(t, strings.HasPrefix(p.Kernels[p.Launches[i-1].Kernel].Name, "rope_kv_"), p.Kernels[p.Launches[i-1].Kernel].Name)
-				require.True(t, strings.HasSuffix(p.Kernels[p.Launches[i-1].Kernel].Name, "_et"))
+				prev := p.Kernels[p.Launches[i-1].Kernel].Name
+				if seqs == 1 {
+					require.True(t, strings.HasPrefix(prev, "gemv_") && strings.Contains(prev, "_hropenh_"), prev)
+				} else {
+					require.True(t, strings.HasPrefix(prev, "rope_kv_"), prev)
+				}
+				require.True(t, strings.HasSuffix(prev, "_et"), prev)
 			}
 		}
 	}

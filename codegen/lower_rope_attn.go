@@ -62,8 +62,13 @@ func (l *lowerer) ropeKV(kvw *ir.Node) error {
 	switch {
 	case normed && RopeKVNormFits(rs, arm) && hn.shape.Offset == qv.off && hn.shape.Heads == H && hn.shape.Heads2 == Hkv:
 		// the layer's q/k norms (headNorm left them here): the weights after the caches
+		nodes = append(slices.Clone(hn.nodes), nodes...)
+		if ok, err := l.headRopeInProducts(q, k, v, qv, rs, w, layer, nodes, &hn, arm); err != nil || ok {
+			l.val[q.ID] = qv
+			return err
+		}
 		kern, err = l.kernel(RopeKVNorm(rs, hn.shape.Eps, arm))
-		norms, nodes = hn.args[1:], append(slices.Clone(hn.nodes), nodes...)
+		norms = hn.args[1:]
 	case normed:
 		if err := l.launchHeadNorm(hn, rows); err != nil {
 			return err
@@ -71,6 +76,10 @@ func (l *lowerer) ropeKV(kvw *ir.Node) error {
 		fallthrough
 	default:
 		if ok, err := l.ropeInProducts(q, k, v, qv, rs, w, layer, nodes); err != nil || ok {
+			l.val[q.ID] = qv
+			return err
+		}
+		if ok, err := l.headRopeInProducts(q, k, v, qv, rs, w, layer, nodes, nil, arm); err != nil || ok {
 			l.val[q.ID] = qv
 			return err
 		}
@@ -98,31 +107,20 @@ func (l *lowerer) ropeInProducts(q, k, v *ir.Node, qkv view, rs RopeShape, inv, 
 	if !l.o.RopeInProduct || l.o.Class != Decode || rs.Half || rs.Cache == CacheQ8 {
 		return false, nil
 	}
-	for _, n := range []*ir.Node{q.Args[0], k.Args[0], v} {
-		for n.Op == ir.OpReshape {
-			n = n.Args[0]
-		}
-		if n.Op != ir.OpMatmul {
+	if !fromProducts(q.Args[0], k.Args[0], v) {
+		return false, nil
+	}
+	idx := l.qkvLaunches(qkv, rs)
+	for _, i := range idx {
+		if l.xqLaunches[i].large.XQ == 4 {
+			// its large steps read f16 rows, which the batch kernel
+			// taking them without an XQ 4 RoPE epilogue could not
 			return false, nil
 		}
 	}
-	var idx []int
-	width := 0
-	for i, xl := range l.xqLaunches {
-		if xl.y.buf == qkv.buf {
-			idx = append(idx, i)
-			width += xl.y.width
-			if xl.large.XQ == 4 {
-				// its large steps read f16 rows, which the batch kernel
-				// taking them without an XQ 4 RoPE epilogue could not
-				return false, nil
-			}
-		}
-	}
-	if width != rs.QKVStride() {
+	if idx == nil {
 		return false, nil
 	}
-	slices.Sort(idx)
 	type patch struct{ kern, one, large int }
 	patches := make([]patch, len(idx))
 	for j, i := range idx {
@@ -162,6 +160,38 @@ func (l *lowerer) ropeInProducts(q, k, v *ir.Node, qkv view, rs RopeShape, inv, 
 		}
 	}
 	return true, nil
+}
+
+// qkvLaunches returns the XQ 2 product launches that write the fused
+// [q | k | v] rows qkv, in order, or nil unless they cover the row.
+func (l *lowerer) qkvLaunches(qkv view, rs RopeShape) []int {
+	var idx []int
+	width := 0
+	for i, xl := range l.xqLaunches {
+		if xl.y.buf == qkv.buf {
+			idx = append(idx, i)
+			width += xl.y.width
+		}
+	}
+	if width != rs.QKVStride() {
+		return nil
+	}
+	slices.Sort(idx)
+	return idx
+}
+
+// fromProducts reports whether each of ns is a product's output (through
+// reshapes and per-head norms), not a bias's or another op's.
+func fromProducts(ns ...*ir.Node) bool {
+	for _, n := range ns {
+		for n.Op == ir.OpReshape || (n.Op == ir.OpRMSNorm && len(n.Shape) == 3) {
+			n = n.Args[0]
+		}
+		if n.Op != ir.OpMatmul {
+			return false
+		}
+	}
+	return true
 }
 
 // attention lowers causal attention over the layer's cache: split-KV decode

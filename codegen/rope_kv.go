@@ -144,15 +144,7 @@ func ropeKV(s RopeShape, arm BlockArm, eps *float32) (*Kernel, error) {
 		w.Linef("#define UNITS %d // q, k and v heads per token", pl.Units)
 		w.Linef("#define UPB %d // heads per block", pl.UPB)
 		w.Blank()
-		w.Comment("Elements (a, b) of pair i of a head: rotated pairs first, then the tail.")
-		w.Emit(Func{Name: "rope_pair", Params: []Param{{"int", "i"}, {"int&", "a"}, {"int&", "b"}}, Body: func(w *Writer) {
-			if s.Half {
-				w.IfElse("i < RD / 2", func() { w.Line("a = i; b = i + RD / 2;") },
-					func() { w.Line("a = RD + 2 * (i - RD / 2); b = a + 1;") })
-			} else {
-				w.Line("a = 2 * i; b = a + 1;")
-			}
-		}})
+		emitRopePair(w, s)
 		w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
 			if q8 {
 				w.Line("__shared__ float kvs[UPB][HD]; // the block's rotated k and plain v heads, quantised below")
@@ -190,6 +182,20 @@ func ropeKV(s RopeShape, arm BlockArm, eps *float32) (*Kernel, error) {
 	return &Kernel{Family: "rope_kv", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
 		return Geometry{Grid: dim3(d.Tokens, pl.Blocks, 1), Block: dim3(arm.Threads, 1, 1)}
 	}}, nil
+}
+
+// emitRopePair writes rope_pair(i, a, b), the elements (a, b) of pair i
+// of a head (RopeShape.ropePairs), for RD defined.
+func emitRopePair(w *Writer, s RopeShape) {
+	w.Comment("Elements (a, b) of pair i of a head: rotated pairs first, then the tail.")
+	w.Emit(Func{Name: "rope_pair", Params: []Param{{"int", "i"}, {"int&", "a"}, {"int&", "b"}}, Body: func(w *Writer) {
+		if s.Half {
+			w.IfElse("i < RD / 2", func() { w.Line("a = i; b = i + RD / 2;") },
+				func() { w.Line("a = RD + 2 * (i - RD / 2); b = a + 1;") })
+		} else {
+			w.Line("a = 2 * i; b = a + 1;")
+		}
+	}})
 }
 
 // emitRopeNorms writes 1/rms of each of a thread's q and k heads (rn[k])

@@ -324,6 +324,12 @@ type XQEnds struct {
 	PostNorm        bool
 	PostNormEps     float32
 	PostNormThreads int
+	// HeadRope (XQ 2, no residual): Rope's work for whole heads by the
+	// block that finishes a head last, RopeKVNorm's with HeadNorm (epsilon
+	// HeadNormEps): NeoX pairs and q/k norms too (gemv_headrope.go).
+	HeadRope    bool
+	HeadNorm    bool
+	HeadNormEps float32
 }
 
 // suffix is the kernel name part of e.
@@ -347,6 +353,9 @@ func (e XQEnds) suffix() string {
 	}
 	if e.PostNorm {
 		s += fmt.Sprintf("_pn%d", e.PostNormThreads)
+	}
+	if e.HeadRope {
+		s += e.headRopeSuffix()
 	}
 	return s
 }
@@ -466,6 +475,9 @@ func GEMVXQ(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, ystrid
 		}
 	}
 	if err := e.postNormFits(n, residual, arm, ystride); err != nil {
+		return nil, err
+	}
+	if err := e.headRopeFits(n, residual, arm); err != nil {
 		return nil, err
 	}
 	if arm.XQ == 4 {
@@ -648,6 +660,8 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 		params = xqRopeParams(e.RopeShape.Cache)
 	case e.PostNorm:
 		params = xqPostNormParams
+	case e.HeadRope:
+		params = xqHeadRopeParams(e.RopeShape.Cache, e.HeadNorm)
 	}
 	deps := repackDeps(t, "f16", "warp", "pdl")
 	if e.Rope {
@@ -658,6 +672,9 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 	}
 	if e.PostNorm {
 		deps = proDeps(Prologue{Kind: ProNorm}, append(deps, "types")...)
+	}
+	if e.HeadRope {
+		deps = append(deps, headRopeDeps(e)...)
 	}
 	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations from xquant, N %d, K %d, residual %v, ends %q, %v", t, n, k, residual, e.suffix(), arm),
 		deps, func(w *Writer) {
@@ -671,6 +688,9 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 			if e.Rope {
 				e.RopeShape.defines(w)
 				w.Linef("#define C0 %d // the product's first column of the [q | k | v] row", e.RopeCol0)
+			}
+			if e.HeadRope {
+				emitHeadRopeDefines(w, e)
 			}
 			w.Linef("#define U %d // units in flight per thread, row and buffer", arm.Unroll)
 			step := "U * 32" // a warp's stride over a row's units
@@ -750,7 +770,7 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 					switch {
 					case e.Rope:
 						emitXQStoreRope(w, e.RopeShape.Cache, rn)
-					case e.PostNorm:
+					case e.PostNorm || e.HeadRope:
 						emitXQStoreRows(w, residual, rn) // the trigger after the tail
 					default:
 						emitXQStoreScaled(w, residual, rn)
@@ -767,6 +787,9 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 				}
 				if e.PostNorm {
 					emitPostNormTail(w, n, e)
+				}
+				if e.HeadRope {
+					emitHeadRopeTail(w, e, arm.RowsPerBlock*rw)
 				}
 			}})
 		})

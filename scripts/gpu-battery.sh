@@ -137,7 +137,7 @@ if [ "$MODE" = tune ]; then
 		batch | small | large | wide) args=(--families gemv --tasks "_${part}\$" --budget "${TUNE_BUDGET:-180s}") ;;
 		*) echo "tune: unknown part $part" >&2 && return 1 ;;
 		esac
-		MEMRA_NVRTC_PARALLEL=$par "$BIN" autotune "$f" "${args[@]}" --parallel 16 \
+		MEMRA_NVRTC_PARALLEL=$par "$BIN" autotune "$f" "${args[@]}" --parallel 16 --no-progress \
 			--write-shipped "$OUT/shipped" --report "$OUT/tune-$part-report" &&
 			{ [ ! -d "$OUT/tune-$part-report" ] || { tar czf "$OUT/tune-$part-report.tgz" -C "$OUT" "tune-$part-report" && rm -rf "$OUT/tune-$part-report"; }; }
 	}

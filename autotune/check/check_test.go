@@ -38,7 +38,8 @@ func TestKernelCheckCases(t *testing.T) {
 		"gemv-ordered/qkv×1 q4_k", "gemv-ordered/down×1 q4_k", "gemv-ordered/qkv×5 q4_k", "gemv-ordered/down×5 q4_k", "gemv-ordered/qkv×8 q4_k", "gemv-ordered/down×8 q4_k",
 		"gemv-ordered/qkv×16 q4_k", "gemv-ordered/down×16 q4_k", "gemv-ordered/qkv×37 q4_k", "gemv-ordered/down×37 q4_k",
 		"gemv-ordered/qkv×64 q4_k", "gemv-ordered/down×64 q4_k", "gemv+norm/qkv q4_k", "gemv+norm/qkv×12 q4_k",
-		"gemv+norm/v (rows of 512) q4_k", "gemv+rope/q+k q4_k", "gemv+rope/v×12 q4_k", "gemv+quant-out/attn_out→qkv q4_k", "gemv+quant-out/down→gate_up×12 q4_k",
+		"gemv+norm/v (rows of 512) q4_k", "gemv+rope/q+k q4_k", "gemv+rope/v×12 q4_k",
+		"gemv+head-norm-rope/q+k q4_k", "gemv+head-norm-rope/v×3 q4_k", "gemv+head-rope/qkv q4_k", "gemv+quant-out/attn_out→qkv q4_k", "gemv+quant-out/down→gate_up×12 q4_k",
 		"gemv+swiglu-out/gate_up→down q4_k",
 		"gemv/down q4_k", "gemv+swiglu/down q4_k", "gemv+swiglu/down×12 q4_k",
 		"embedding f16", "gemv/qkv f16", "mma/qkv f16", "gemm_small/qkv f16", "gemv+norm/qkv f16", "gemv/down f16", "gemv+swiglu/down f16"}, labels)
@@ -48,6 +49,24 @@ func TestKernelCheckCases(t *testing.T) {
 			switch {
 			case strings.HasPrefix(c.Label, "gemv+swiglu-out"):
 				requireChain(t, c, 2, tiny(t).FFN, "_rn_so_")
+			case strings.HasPrefix(c.Label, "gemv+head-"):
+				want = 1 // the one-row arm split over two warps
+				// XQuant, then the product with RopeKV's operands, the norms' weights and the tickets
+				l, err := c.Launch(c.Space().Default)
+				require.NoError(t, err, c.Label)
+				require.Len(t, l.Kernels, 2, c.Label)
+				require.Contains(t, l.Kernels[1].Name, "_rn_hrope", c.Label)
+				require.Len(t, l.Args[1], len(l.Kernels[1].Params), c.Label)
+				require.Len(t, l.Outs, 4, c.Label) // the row, the two caches and the tickets
+				outs := [][]byte{l.Outs[0].Data, l.Outs[1].Data, l.Outs[2].Data, slices.Clone(l.Outs[3].Data)}
+				e, err := c.Compare(outs)
+				require.NoError(t, err, c.Label)
+				require.Greater(t, e, 0.5, c.Label) // the untouched outputs are far from the reference
+				require.False(t, math.IsInf(e, 0), c.Label)
+				outs[3][0] = 1
+				e, err = c.Compare(outs)
+				require.NoError(t, err, c.Label)
+				require.True(t, math.IsInf(e, 1), c.Label, "a ticket left nonzero")
 			case strings.HasPrefix(c.Label, "gemv+rope"):
 				if !strings.Contains(c.Label, "×") {
 					want = 1 // the one-row arm split over two warps

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 
 	"github.com/memra-ai/memra/codegen"
@@ -253,25 +254,53 @@ func armWeights(t dtype.Type, n, k int, W []byte) func(arm codegen.Point) ([]byt
 // RefRopeKV (the worse of the row's and the caches' errors). The arm is the
 // product's (default: the untuned one-row arm, the batch arm for m > 1).
 func ProductRope(shape, use string, t dtype.Type, rs codegen.RopeShape, n, col0, k, m int, eps float32, seed uint64) *Case {
+	return productRope(shape, use, t, rs, n, col0, k, m, eps, seed, ropeEnd{})
+}
+
+// ProductHeadRope is ProductRope with the work done for whole heads by
+// the block that finishes a head last (codegen.XQEnds.HeadRope, NeoX pairs
+// too), and with norm the layer's q/k head norms before the rotation
+// (HeadNorm: RopeKVNorm's work, checked against RefHeadRMSNorm then
+// RefRopeKV). It also checks that the launch leaves its tickets zero. The
+// arm is the untuned one-row arm (one-sequence programs), at m activation
+// rows a ticket each.
+func ProductHeadRope(shape, use string, t dtype.Type, rs codegen.RopeShape, n, col0, k, m int, eps float32, norm bool, seed uint64) *Case {
+	return productRope(shape, use, t, rs, n, col0, k, m, eps, seed, ropeEnd{head: true, norm: norm})
+}
+
+// ropeEnd is the RoPE epilogue a productRope case checks: XQEnds.Rope, or
+// HeadRope (with norm, HeadNorm).
+type ropeEnd struct{ head, norm bool }
+
+func productRope(shape, use string, t dtype.Type, rs codegen.RopeShape, n, col0, k, m int, eps float32, seed uint64, re ropeEnd) *Case {
 	stride := rs.QKVStride()
-	class := fmt.Sprintf("%s_rope_c%d", codegen.ProductClass(t, n, k, false), col0)
-	c := &Case{Family: "gemv", Label: "gemv+rope/" + use, Shape: shape, DType: strings.ToLower(t.String()), Class: class,
+	tag, label := "rope", "gemv+rope/"
+	e := codegen.XQEnds{NormIn: true, NormEps: eps, Rope: !re.head, RopeShape: rs, RopeCol0: col0}
+	if re.head {
+		tag, label = "hrope", "gemv+head-rope/"
+		e.HeadRope, e.HeadNorm, e.HeadNormEps = true, re.norm, eps
+		if re.norm {
+			tag, label = "hropen", "gemv+head-norm-rope/"
+		}
+	}
+	class := fmt.Sprintf("%s_%s_c%d", codegen.ProductClass(t, n, k, false), tag, col0)
+	c := &Case{Family: "gemv", Label: label + use, Shape: shape, DType: strings.ToLower(t.String()), Class: class,
 		Use: use, Tol: 1e-4, seed: seed, K: k}
-	e := codegen.XQEnds{NormIn: true, NormEps: eps, Rope: true, RopeShape: rs, RopeCol0: col0}
 	def := codegen.DefaultXQGlobalOneArm
-	if m > 1 {
+	if m > 1 && !re.head {
 		def = codegen.DefaultXQGlobalBatchArm
 	}
 	sp := codegen.GEMVSpaceFor(t)
 	sp.Default = def.Point()
 	c.space = &sp
-	if m == 1 {
+	if def == codegen.DefaultXQGlobalOneArm {
 		c.ExtraArms = []codegen.Point{def.Split(2).Point()} // K split over two warps, as lowering splits products of few blocks (GEMVSplitBlocks)
 	}
 	c.kernels = func(arm codegen.Point) ([]*codegen.Kernel, error) {
 		pro := codegen.Prologue{Kind: codegen.ProNorm, Eps: eps}
 		return xqChain(k, pro, xqProduct{t, n, k, false, codegen.GEMVArmOf(arm), e, stride})
 	}
+	units := rs.Heads + 2*rs.HeadsKV
 	c.setup = func(r *rand.Rand) (*inputs, error) {
 		W, err := randWeights(t, n, k, r.Uint64())
 		if err != nil {
@@ -283,6 +312,7 @@ func ProductRope(shape, use string, t dtype.Type, rs codegen.RopeShape, n, col0,
 			return nil, err
 		}
 		kvw, kc, vc := rs.HeadsKV*rs.HeadDim, ro.kc, ro.vc
+		wq, wk := randn(r, rs.HeadDim), randn(r, rs.HeadDim)
 		// want: the check's rows (the product's columns first), then the caches
 		ref := lazy(func() ([3][]float32, error) {
 			_, xin := codegen.RefRMSNormAdd(k, eps, false, x, nil, nw)
@@ -293,6 +323,10 @@ func ProductRope(shape, use string, t dtype.Type, rs codegen.RopeShape, n, col0,
 			qkv := make([]float32, m*stride)
 			for i := range m {
 				copy(qkv[i*stride+col0:i*stride+col0+n], prod[i*n:(i+1)*n])
+			}
+			if re.norm {
+				hs := codegen.HeadNormShape{Heads: rs.Heads, HeadDim: rs.HeadDim, Stride: stride, Heads2: rs.HeadsKV, Eps: eps}
+				qkv = codegen.RefHeadRMSNorm(hs, qkv, wq, wk)
 			}
 			qo, ko, vo := codegen.RefRopeKV(rs, qkv, ro.pos, ro.slot, ro.inv, kc, vc)
 			rows := append([]float32(nil), yinit...)
@@ -327,15 +361,26 @@ func ProductRope(shape, use string, t dtype.Type, rs codegen.RopeShape, n, col0,
 				y := fbuf(yinit)
 				args, kb, vb := ro.args()
 				xq := &Buf{Data: make([]byte, m*max(codegen.XQRowBytes(k), codegen.XHRowBytes(k)))} // XQuant's rows or XHalf's
+				outs := []*Buf{y, kb, vb}
+				if re.norm {
+					args = append(args, b(fbuf(wq)), b(fbuf(wk)))
+				}
+				if re.head {
+					tk := ibuf(make([]int32, m*units))
+					args, outs = append(args, b(tk)), append(outs, tk)
+				}
 				return &Launch{Kernels: ks, Dims: codegen.Dims{Tokens: m}, Args: [][]Arg{
 					{b(fbuf(x)), b(fbuf(nw)), b(xq), s(m)},
 					append([]Arg{b(&Buf{Data: wb}), b(xq), b(y), s(m)}, args...),
-				}, Outs: []*Buf{y, kb, vb}}, nil
+				}, Outs: outs}, nil
 			},
 			compare: func(outs [][]byte) (float64, error) {
 				want, err := ref()
 				if err != nil {
 					return 0, err
+				}
+				if len(outs) > 3 && slices.ContainsFunc(outs[3], func(v byte) bool { return v != 0 }) {
+					return math.Inf(1), nil // left a ticket counter nonzero
 				}
 				got := bytesF32(outs[0])
 				for i := range m {

@@ -76,6 +76,15 @@ func KernelCheckCases(s codegen.Shape, types []dtype.Type, seed uint64) []*Case 
 						v.Label += "×12"
 						cs = append(cs, v)
 					}
+					// RopeKV's work (RopeKVNorm's with the q/k norms) by the block that
+					// finishes a head last (XQEnds.HeadRope, one-sequence programs):
+					// Q and K with the norms, V at three rows (a ticket each), the
+					// whole row without norms
+					rs, qk, kv := s.Rope(dtype.F16), (s.Heads+s.HeadsKV)*s.HeadDim, s.HeadsKV*s.HeadDim
+					v = ProductHeadRope(s.Name, "v", t, rs, kv, qk, s.Hidden, 3, s.Eps, true, seed)
+					v.Label += "×3"
+					cs = append(cs, ProductHeadRope(s.Name, "q+k", t, rs, qk, 0, s.Hidden, 1, s.Eps, true, seed), v,
+						ProductHeadRope(s.Name, "qkv", t, rs, qkv, 0, s.Hidden, 1, s.Eps, false, seed))
 				}
 			}
 		}
