@@ -52,7 +52,7 @@ func gemmaLowerCases() []lowerCase {
 	}
 	dec := LowerOptions{Class: Decode, MaxSeqs: 8, Context: 256, Cache: dtype.F16, Argmax: true, Sample: true, DecodePreload: true}
 	one := dec
-	one.MaxSeqs, one.RopeInProduct = 1, true
+	one.MaxSeqs, one.RopeInProduct, one.Pick = 1, true, pickTails
 	pre := LowerOptions{Class: Prefill, MaxTokens: 128, MaxSeqs: 4, Context: 256, Cache: dtype.F16, Argmax: true, FlashPrefill: true}
 	q8 := dec
 	q8.Cache = CacheQ8

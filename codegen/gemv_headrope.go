@@ -167,7 +167,7 @@ func headRopeDeps(e XQEnds) []string {
 // the tail repeats (RopeKVNorm of more pairs a thread adds them in another
 // order). It changes nothing unless all of that holds.
 func (l *lowerer) headRopeInProducts(q, k, v *ir.Node, qkv view, rs RopeShape, inv, layer int, nodes []int, hn *ropeNorm, ropeArm BlockArm) (bool, error) {
-	if !l.o.RopeInProduct || l.o.Class != Decode || l.o.MaxSeqs != 1 || rs.Cache == CacheQ8 ||
+	if !l.tailOn(TailHeadRope) || !l.o.RopeInProduct || l.o.Class != Decode || l.o.MaxSeqs != 1 || rs.Cache == CacheQ8 ||
 		(hn != nil && ropeArm.Threads < rs.HeadDim/2) || !fromProducts(q.Args[0], k.Args[0], v) {
 		return false, nil
 	}
@@ -200,12 +200,11 @@ func (l *lowerer) headRopeInProducts(q, k, v *ir.Node, qkv view, rs RopeShape, i
 		if hn != nil {
 			ln.Args = append(ln.Args, hn.args[1:]...) // the q and k norms' weights
 		}
-		ln.Args = append(ln.Args, Arg{Kind: ArgTickets})
+		ln.Args = append(ln.Args, l.ticketsArg(HeadRopeTickets(rs, l.o.MaxTokens)))
 		if j == 0 {
 			ln.Nodes = append(ln.Nodes, nodes...)
 		}
 		delete(l.xqLaunches, i)
 	}
-	l.p.Tickets = max(l.p.Tickets, HeadRopeTickets(rs, l.o.MaxTokens))
 	return true, nil
 }

@@ -82,7 +82,7 @@ func emitPostNormTail(w *Writer, n int, e XQEnds) {
 func (l *lowerer) postNormInProduct(n, add *ir.Node, h, y view, eps float32, na *normAfter) (bool, error) {
 	i := len(l.p.Launches) - 1
 	xl, ok := l.xqLaunches[i]
-	if !ok || l.o.Class != Decode || l.o.MaxSeqs != 1 || xl.y != h || xl.e.Rope || xl.arm.XQ != 2 ||
+	if !ok || !l.tailOn(TailPostNorm) || l.o.Class != Decode || l.o.MaxSeqs != 1 || xl.y != h || xl.e.Rope || xl.arm.XQ != 2 ||
 		xl.one != (GEMVArm{}) || xl.large != (GEMVArm{}) || len(l.users[n.Args[0].ID]) != 1 {
 		return false, nil
 	}
@@ -97,11 +97,10 @@ func (l *lowerer) postNormInProduct(n, add *ir.Node, h, y view, eps float32, na 
 	xq := view{buf: l.buffer("xq", n.Shape[0], width), width: width, stride: width}
 	ln := &l.p.Launches[i]
 	ln.Kernel = kern
-	more := []Arg{bufArg(y), wArg(l.vectorOf(n.Args[1])), wArg(na.nw), bufArg(xq), Arg{Kind: ArgTickets}}
+	more := []Arg{bufArg(y), wArg(l.vectorOf(n.Args[1])), wArg(na.nw), bufArg(xq), l.ticketsArg(l.o.MaxTokens)} // a block row each
 	l.liveAt(i, more)
 	ln.Args = append(ln.Args, more...)
 	ln.Nodes = append(ln.Nodes, n.ID, add.ID)
-	l.p.Tickets = max(l.p.Tickets, l.o.MaxTokens) // a block row each
 	l.preQuant[xqKey{x: y, pro: ProNorm, nw: na.nw}] = preQuant{xq: xq, launch: i, nodes: na.nodes}
 	delete(l.xqLaunches, i)
 	l.val[add.ID] = y

@@ -223,7 +223,7 @@ func TestLowerDecodePreload(t *testing.T) {
 	// one-sequence program (XQEnds.HeadRope)
 	gq := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
 	for _, seqs := range []int{1, 2} {
-		p, err := Lower(gq, LowerOptions{Class: Decode, MaxSeqs: seqs, Context: 256, Cache: dtype.F16, RopeInProduct: seqs == 1, DecodePreload: true})
+		p, err := Lower(gq, LowerOptions{Class: Decode, MaxSeqs: seqs, Context: 256, Cache: dtype.F16, RopeInProduct: seqs == 1, DecodePreload: true, Pick: pickTails})
 		require.NoError(t, err)
 		for i, ln := range p.Launches {
 			if strings.HasPrefix(p.Kernels[ln.Kernel].Name, "attn_part_") {
@@ -337,7 +337,7 @@ func TestLowerDecodeFused(t *testing.T) {
 	require.Zero(t, count(fused, "attn_combine_"))
 	require.Len(t, fused.Launches, len(plain.Launches)-layers, "one launch a layer fewer, nothing else changed")
 	require.Equal(t, count(plain, "xquant_"), count(fused, "xquant_"), "the fused kernel's int8 rows stand in for the combine's")
-	require.Equal(t, o.MaxSeqs*smallQwen3.HeadsKV, fused.Tickets)
+	require.Equal(t, layers*o.MaxSeqs*smallQwen3.HeadsKV, fused.Tickets, "counters of their own for each layer's launch")
 	for i, ln := range fused.Launches {
 		k := fused.Kernels[ln.Kernel]
 		if !strings.HasPrefix(k.Name, "attn_part_") {
@@ -350,5 +350,83 @@ func TestLowerDecodeFused(t *testing.T) {
 		next := fused.Kernels[fused.Launches[i+1].Kernel]
 		require.Equal(t, "gemv", next.Family, "the output projection reads the fused kernel's rows")
 		require.Equal(t, ln.Args[10], fused.Launches[i+1].Args[1], "its activations are the fused kernel's output")
+	}
+}
+
+// TestTicketRegions: no two launches of a program count on the same
+// launch counters (codegen.ArgTickets): kernels overlap under
+// programmatic dependent launch, and a fused attention whose blocks took
+// tickets the QKV product before it was still counting gave NaN logits.
+// Every lowered test program: each ticket argument's region starts where
+// no other launch's does, inside Program.Tickets.
+func TestTicketRegions(t *testing.T) {
+	progs := ProgramsForTest(t)
+	for name, p := range GemmaProgramsForTest(t) {
+		progs[name] = p
+	}
+	for name, p := range MoEProgramsForTest(t) {
+		progs[name] = p
+	}
+	fused := 0
+	for name, p := range progs {
+		seen := map[int]int{}
+		for i, ln := range p.Launches {
+			for _, a := range ln.Args {
+				if a.Kind != ArgTickets {
+					continue
+				}
+				j, dup := seen[a.Offset]
+				require.False(t, dup, "%s: L%d and L%d share counters at %d", name, j, i, a.Offset/4)
+				seen[a.Offset] = i
+				require.Less(t, a.Offset/4, p.Tickets, "%s: L%d", name, i)
+			}
+		}
+		if len(seen) > 1 {
+			fused++
+		}
+	}
+	require.Positive(t, fused, "programs with two or more ticket launches")
+}
+
+// pickTails is an ArmPicker that turns every last-block tail on (family
+// "tail"), as a card's tunedb entries would, and picks nothing else.
+func pickTails(family, class string) (Point, bool) {
+	return TailArm{On: true}.Point(), family == "tail"
+}
+
+// TestTailArms: the one-sequence program's last-block tails are tunedb
+// arms, off without an entry: gemma3's post-norms and head RoPE and the
+// MoE model's quantising down product each run where an entry of family
+// "tail" turns its class on, and only its class.
+func TestTailArms(t *testing.T) {
+	graphs := map[string]*ir.Graph{
+		"gemma3": buildGraph(t, smallGemma3, gemmaSynthTensors(smallGemma3, dtype.Q4_K, dtype.Q6_K)),
+		"moe":    buildGraph(t, smallQwen3MoE, synthMoETensors(smallQwen3MoE, dtype.Q4_K, dtype.Q6_K)),
+	}
+	tags := map[string]string{TailPostNorm: "_pn256_", TailHeadRope: "_hrope", TailQuantNext: "_qn"}
+	count := func(p *Program, tag string) int {
+		n := 0
+		for _, ln := range p.Launches {
+			if strings.Contains(p.Kernels[ln.Kernel].Name, tag) {
+				n++
+			}
+		}
+		return n
+	}
+	for name, g := range graphs {
+		o := LowerOptions{Class: Decode, MaxSeqs: 1, Context: 256, Cache: dtype.F16, RopeInProduct: true}
+		off, err := Lower(g, o)
+		require.NoError(t, err)
+		require.Zero(t, off.Tickets, name)
+		for class, tag := range tags {
+			require.Zero(t, count(off, tag), "%s %s", name, class)
+			o.Pick = func(family, c string) (Point, bool) { return TailArm{On: true}.Point(), family == "tail" && c == class }
+			on, err := Lower(g, o)
+			require.NoError(t, err)
+			for other, otag := range tags {
+				require.Equal(t, other == class && (name == "gemma3" || class != TailPostNorm) && (name == "moe" || class != TailQuantNext),
+					count(on, otag) > 0, "%s with %s on: %s", name, class, other)
+			}
+		}
 	}
 }

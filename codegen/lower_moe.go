@@ -414,7 +414,7 @@ func (l *lowerer) moeDownSum(n *ir.Node, s MoEShape, w int, x view, xq int) (boo
 	// norm's XQ 2 products, where they take one (the next layer's XQuant)
 	var next *normAfter
 	kern, err := MoEGEMV(s, arm)
-	if xq == 1 && err == nil {
+	if xq == 1 && err == nil && l.tailOn(TailQuantNext) {
 		if na := l.nextNormXQ(add, s.N); na != nil {
 			q := s
 			q.QuantNext = true
@@ -434,8 +434,7 @@ func (l *lowerer) moeDownSum(n *ir.Node, s MoEShape, w int, x view, xq int) (boo
 		width := XQRowBytes(s.N) / 4
 		xqv := view{buf: l.buffer("xq", n.Shape[0], width), width: width, stride: width}
 		l.preQuant[xqKey{x: y, pro: ProNorm, nw: next.nw}] = preQuant{xq: xqv, launch: len(l.p.Launches), nodes: next.nodes}
-		args = append(args, wArg(next.nw), bufArg(xqv), Arg{Kind: ArgTickets})
-		l.p.Tickets = max(l.p.Tickets, 1)
+		args = append(args, wArg(next.nw), bufArg(xqv), l.ticketsArg(1))
 	}
 	l.launch(k, n.Shape[0], []int{n.ID, sum.ID, add.ID}, args...)
 	l.val[n.ID], l.val[sum.ID], l.val[add.ID] = y, y, y // n alone is not readable; its only reader is the sum

@@ -56,7 +56,7 @@ func moeLowerCases() []lowerCase {
 		return buildGraph(t, smallMixtral, synthMoETensors(smallMixtral, dtype.Q8_0, dtype.Q8_0))
 	}
 	dec := LowerOptions{Class: Decode, MaxSeqs: 8, Context: 256, Cache: dtype.F16, Argmax: true}
-	one := LowerOptions{Class: Decode, MaxSeqs: 1, Context: 256, Cache: dtype.F16, Argmax: true, RopeInProduct: true}
+	one := LowerOptions{Class: Decode, MaxSeqs: 1, Context: 256, Cache: dtype.F16, Argmax: true, RopeInProduct: true, Pick: pickTails}
 	pre := LowerOptions{Class: Prefill, MaxTokens: 128, MaxSeqs: 4, Context: 256, Cache: dtype.F16}
 	exact := pre
 	exact.PrefillGEMV = true
@@ -324,17 +324,20 @@ func TestLowerMoEErrors(t *testing.T) {
 // and no summing down product; the exact configuration and the f16 class
 // keep the float products.
 func TestLowerMoEXQ(t *testing.T) {
-	pick := func(family, class string) (Point, bool) {
-		if family == "moe_gemv" {
-			return MoEArm{RowsPerBlock: 8, BatchRows: 8, XQ: 1}.Point(), true
-		}
-		return nil, false
-	}
 	for _, c := range moeLowerCases() {
 		for _, tuned := range []bool{true, false} { // untuned, the int8 products are the default
 			o := c.opts
 			if tuned {
-				o.Pick = pick
+				base := o.Pick // the case's tails
+				o.Pick = func(family, class string) (Point, bool) {
+					if family == "moe_gemv" {
+						return MoEArm{RowsPerBlock: 8, BatchRows: 8, XQ: 1}.Point(), true
+					}
+					if base != nil {
+						return base(family, class)
+					}
+					return nil, false
+				}
 			}
 			testLowerMoEXQ(t, c, o)
 		}

@@ -260,8 +260,7 @@ func (l *lowerer) attention(att *ir.Node) error {
 			if err != nil {
 				return err
 			}
-			l.p.Tickets = max(l.p.Tickets, l.o.MaxSeqs*Hkv)
-			writeDst(k, append(args, Arg{Kind: ArgTickets}, bufArg(dst))...)
+			writeDst(k, append(args, l.ticketsArg(l.o.MaxSeqs*Hkv), bufArg(dst))...)
 			break
 		}
 		attn := DecodeAttention

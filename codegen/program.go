@@ -433,7 +433,7 @@ func (a Arg) describe() string {
 	case ArgSample:
 		return "sample." + SampleInput(a.Index).String()
 	case ArgTickets:
-		return "tickets"
+		return fmt.Sprintf("tickets+%d", a.Offset/4)
 	}
 	return "?"
 }

@@ -220,6 +220,7 @@ func Spaces() []Space {
 		armSpace("moe_route", BlockKnobs, DefaultMoERouteArm.Point(), BlockArmOf),
 		moeSpace(),
 		block("moe_sum"),
+		armSpace("tail", TailKnobs, TailArm{}.Point(), TailArmOf),
 	}
 }
 

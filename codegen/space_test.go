@@ -38,6 +38,7 @@ func TestSpacesMatchTypedArms(t *testing.T) {
 	for _, a := range MoEArms() {
 		typed["moe_gemv"] = append(typed["moe_gemv"], a.String())
 	}
+	typed["tail"] = []string{"off", "on"}
 	for _, s := range Spaces() {
 		t.Run(s.Family, func(t *testing.T) {
 			want, ok := typed[s.Family]

@@ -7,6 +7,56 @@ package codegen
 // counters are the program's ArgTickets, zero before a launch and left
 // zero by it (the last block sets its counter back).
 
+// The tails are arms of family "tail" (TailArm), one class each
+// (TailPostNorm, TailHeadRope, TailQuantNext), off where the tunedb has no
+// entry: on an H100 (session 34) gemma3-12b q4_k_m decoded at 216.33
+// tok/s with the post-norm and head RoPE tails against 226.25 without
+// (0.956×, one call), the trigger after each tail holding back the next
+// kernel's launch. An entry with on 1 turns a tail on for a card.
+const (
+	TailPostNorm  = "post_norm"  // Gemma's post-norms in the products before them (XQEnds.PostNorm)
+	TailHeadRope  = "head_rope"  // RoPE and the q/k norms in the QKV products (XQEnds.HeadRope)
+	TailQuantNext = "quant_next" // the next layer's XQuant in the summing MoE down product (MoEShape.QuantNext)
+)
+
+// TailArm is whether a one-sequence program runs a last-block tail.
+type TailArm struct{ On bool }
+
+// TailKnobs is the search space of TailArm.
+var TailKnobs = []Knob{{"on", []int{0, 1}}}
+
+// TailArmOf returns the TailArm of tunedb point p.
+func TailArmOf(p Point) TailArm { return TailArm{On: p["on"] != 0} }
+
+// Point returns a as a tunedb point.
+func (a TailArm) Point() Point { return Point{"on": map[bool]int{false: 0, true: 1}[a.On]} }
+
+// Validate reports whether a is well formed (always).
+func (a TailArm) Validate() error { return nil }
+
+// String is the arm's name.
+func (a TailArm) String() string { return map[bool]string{false: "off", true: "on"}[a.On] }
+
+// tailOn reports whether the tunedb turns the tail of class on.
+func (l *lowerer) tailOn(class string) bool {
+	p, ok := l.picked("tail", class)
+	return ok && TailArmOf(p).On
+}
+
+// ticketsArg returns the counters of a launch that takes n tickets: n
+// int32 of the program's ArgTickets that no other launch takes. Kernels
+// overlap under programmatic dependent launch (a block of the next may run
+// before the last of this one ends: the fused attention's blocks that hold
+// no live split take their ticket before they wait), so two launches
+// counting on the same counters could take each other's tickets; the
+// first fused attention after a QKV product with HeadRope did (NaN logits
+// on an H100, session 34).
+func (l *lowerer) ticketsArg(n int) Arg {
+	a := Arg{Kind: ArgTickets, Offset: 4 * l.p.Tickets}
+	l.p.Tickets += n
+	return a
+}
+
 // emitLastBlock writes the ticket of a block among total (an int
 // expression) that share the counter at ticket (an int* expression), after
 // the block's writes (what) are fenced, then body in the block that took

@@ -324,11 +324,18 @@ func productRope(shape, use string, t dtype.Type, rs codegen.RopeShape, n, col0,
 			for i := range m {
 				copy(qkv[i*stride+col0:i*stride+col0+n], prod[i*n:(i+1)*n])
 			}
+			raw := qkv
 			if re.norm {
 				hs := codegen.HeadNormShape{Heads: rs.Heads, HeadDim: rs.HeadDim, Stride: stride, Heads2: rs.HeadsKV, Eps: eps}
 				qkv = codegen.RefHeadRMSNorm(hs, qkv, wq, wk)
 			}
 			qo, ko, vo := codegen.RefRopeKV(rs, qkv, ro.pos, ro.slot, ro.inv, kc, vc)
+			for i := range m {
+				// the row keeps k and v as the product computed them (RopeKVNorm
+				// normalises k into the cache only)
+				kq := i*stride + rs.Heads*rs.HeadDim
+				copy(qo[kq:(i+1)*stride], raw[kq:(i+1)*stride])
+			}
 			rows := append([]float32(nil), yinit...)
 			for i := range m {
 				copy(rows[i*stride:i*stride+n], qo[i*stride+col0:i*stride+col0+n])

@@ -366,8 +366,9 @@ func (b *Backend) dropped(ps *progState, i int) bool {
 }
 
 // ticketCount is the launch counters (codegen.ArgTickets) the backend's
-// programs need: the most any one takes, as they run one at a time on one
-// stream and each launch leaves its counters zero.
+// programs need: the most any one takes (each launch its own, Arg.Offset),
+// as they run one at a time on one stream and each launch leaves its
+// counters zero.
 func (b *Backend) ticketCount() int {
 	n := 0
 	for _, ps := range append(b.progs[:], b.one) {
@@ -408,7 +409,7 @@ func (b *Backend) launch(c *Ctx, ps *progState, l *codegen.Launch, T, S int) err
 		case codegen.ArgSample:
 			args[i] = b.sampleIn[a.Index]
 		case codegen.ArgTickets:
-			args[i] = b.tickets
+			args[i] = b.tickets + DevicePtr(a.Offset)
 		default:
 			panic(fmt.Sprintf("BUG: launch argument kind %d", a.Kind))
 		}

@@ -137,16 +137,25 @@ func TestGPUBatchWidthsExact(t *testing.T) {
 		name     string
 		numerics Numerics
 		preset   string
-	}{{"default", NumericsDefault, "llama3-8b"}, {"f16", NumericsF16, "llama3-8b"},
+		tails    bool // the one-sequence program's last-block tails on (family "tail")
+	}{{"default", NumericsDefault, "llama3-8b", false}, {"f16", NumericsF16, "llama3-8b", false},
 		// a mixture of experts: alone, the one-sequence program sums the
 		// experts in the down product (MoEShape.Sum); in batches MoESum does
-		{"moe-default", NumericsDefault, "qwen3-30b-a3b"},
-		// Gemma 3: alone, the output and down products do the post-norms
-		// (XQEnds.PostNorm); in batches PostNormAdd and XQuant do
-		{"gemma-default", NumericsDefault, "gemma3-12b"}} {
+		{"moe-default", NumericsDefault, "qwen3-30b-a3b", false},
+		{"gemma-default", NumericsDefault, "gemma3-12b", false},
+		// with the tails: alone, the QKV products do RoPE and the q/k norms
+		// (XQEnds.HeadRope), the summing down product the next XQuant
+		// (MoEShape.QuantNext), Gemma's output and down products the
+		// post-norms (XQEnds.PostNorm); in batches their launches do
+		{"moe-tails", NumericsDefault, "qwen3-30b-a3b", true},
+		{"gemma-tails", NumericsDefault, "gemma3-12b", true}} {
 		name := c.name
 		t.Run(name, func(t *testing.T) {
-			e, reqs := widthsEngine(t, c.preset, BackendOptions{MaxSeqs: 64, Numerics: c.numerics}, 64)
+			opts := BackendOptions{MaxSeqs: 64, Numerics: c.numerics}
+			if c.tails {
+				opts.Pick = pickTails
+			}
+			e, reqs := widthsEngine(t, c.preset, opts, 64)
 			alone, _ := greedy(t, e, reqs[:1])
 			var parted []int
 			for _, w := range []int{2, 3, 8, 16, 64} {
@@ -194,7 +203,9 @@ func TestGPUInt8OneProgram(t *testing.T) {
 // head last combines it) gives the greedy tokens of the two launches it
 // replaces, alone and in a batch of three, where the arms differ in that
 // alone: Live 4's 32-key splits (qwen3-30b-a3b's 4 kv heads: 8 query
-// heads a combine) and the default 128 (llama3-8b).
+// heads a combine) and the default 128 (llama3-8b). The one-sequence
+// program's tails are on: the QKV product before attention takes tickets
+// too (each launch its own counters; sharing them gave NaN logits).
 func TestGPUDecodeFusedCombine(t *testing.T) {
 	gpuOrSkip(t)
 	for _, c := range []struct {
@@ -207,6 +218,9 @@ func TestGPUDecodeFusedCombine(t *testing.T) {
 				arm := c.arm
 				arm.Fuse = fuse
 				pick := func(family, class string) (codegen.Point, bool) {
+					if family == "tail" {
+						return pickTails(family, class)
+					}
 					return arm.Point(), family == "attn_decode_live"
 				}
 				e, reqs := widthsEngine(t, c.preset, BackendOptions{MaxSeqs: 4, Pick: pick}, 3)
@@ -243,4 +257,11 @@ func firstTokenDiff(a, b []int32) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// pickTails is a BackendOptions.Pick that turns the one-sequence
+// program's last-block tails on (family "tail", as a card's tunedb entries
+// would) and picks nothing else.
+func pickTails(family, class string) (codegen.Point, bool) {
+	return codegen.TailArm{On: true}.Point(), family == "tail"
 }
