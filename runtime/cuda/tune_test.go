@@ -157,6 +157,9 @@ func TestLowerClassesMatchTuneCases(t *testing.T) {
 			// query in prefill attention where the tensor-core kernel is off).
 			optIn := map[string]bool{"gemm_small": true, "attn_decode": true, "attn_prefill": true}
 			for k := range asked {
+				if strings.HasPrefix(k, "tail/") {
+					continue // the last-block tails: entries a card's tunedb holds, no kernels to time
+				}
 				require.True(t, tuned[k], "lowering asks for %s, which autotune does not tune", k)
 			}
 			for k := range tuned {
