@@ -251,7 +251,7 @@ func emitXQStoreScaled(w *Writer, residual bool, scale string) {
 }
 
 // emitXQStoreRows is emitXQStoreScaled without the launch trigger (a
-// PostNorm product triggers after its tail).
+// product with a last-block tail triggers before the tail).
 func emitXQStoreRows(w *Writer, residual bool, scale string) {
 	op := "="
 	if residual {

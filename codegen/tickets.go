@@ -12,7 +12,9 @@ package codegen
 // entry: on an H100 (session 34) gemma3-12b q4_k_m decoded at 216.33
 // tok/s with the post-norm and head RoPE tails against 226.25 without
 // (0.956×, one call), the trigger after each tail holding back the next
-// kernel's launch. An entry with on 1 turns a tail on for a card.
+// kernel's launch. The tails now trigger before their work (the next
+// kernel's wait still waits for the whole grid), not yet measured. An
+// entry with on 1 turns a tail on for a card.
 const (
 	TailPostNorm  = "post_norm"  // Gemma's post-norms in the products before them (XQEnds.PostNorm)
 	TailHeadRope  = "head_rope"  // RoPE and the q/k norms in the QKV products (XQEnds.HeadRope)
