@@ -358,7 +358,8 @@ func TestLowerDecodeFused(t *testing.T) {
 // programmatic dependent launch, and a fused attention whose blocks took
 // tickets the QKV product before it was still counting gave NaN logits.
 // Every lowered test program: each ticket argument's region starts where
-// no other launch's does, inside Program.Tickets.
+// no other launch's does, inside Program.Tickets, and the kernel after a
+// launch with tickets waits for it (the tails trigger before their work).
 func TestTicketRegions(t *testing.T) {
 	progs := ProgramsForTest(t)
 	for name, p := range GemmaProgramsForTest(t) {
@@ -379,6 +380,12 @@ func TestTicketRegions(t *testing.T) {
 				require.False(t, dup, "%s: L%d and L%d share counters at %d", name, j, i, a.Offset/4)
 				seen[a.Offset] = i
 				require.Less(t, a.Offset/4, p.Tickets, "%s: L%d", name, i)
+				// a tail triggers the next launch before its work, so the
+				// next kernel must wait for this grid before it ends
+				if i+1 < len(p.Launches) {
+					next := p.Kernels[p.Launches[i+1].Kernel]
+					require.Contains(t, next.Source, "pdl_wait();", "%s: L%d's %s waits for L%d", name, i+1, next.Name, i)
+				}
 			}
 		}
 		if len(seen) > 1 {
