@@ -2,7 +2,6 @@ package codegen
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/memra-ai/memra/ir"
 	"github.com/memra-ai/memra/ir/dtype"
@@ -29,10 +28,10 @@ func xqHeadRopeParams(cache dtype.Type, norm bool) []Param {
 	return append(p, Param{"int* __restrict__", "tickets"})
 }
 
-// HeadRopeTickets is the tickets a HeadRope product of shape s takes for
+// headRopeTickets is the tickets a HeadRope product of shape s takes for
 // tokens activation rows: one a token and head (at most; a block of
 // several activation rows takes one for all of them).
-func HeadRopeTickets(s RopeShape, tokens int) int { return tokens * (s.Heads + 2*s.HeadsKV) }
+func headRopeTickets(s RopeShape, tokens int) int { return tokens * (s.Heads + 2*s.HeadsKV) }
 
 // headRopeFits reports why an XQ 2 product of n rows with arm cannot take
 // e's HeadRope epilogue (nil if it can, or if e has none): it writes whole
@@ -73,11 +72,9 @@ func (e XQEnds) headRopeSuffix() string {
 }
 
 // emitHeadRopeDefines writes the defines and the pair function of a
-// HeadRope product.
+// HeadRope product besides the RoPE shape's and C0 (Rope's too).
 func emitHeadRopeDefines(w *Writer, e XQEnds) {
 	r := e.RopeShape
-	r.defines(w)
-	w.Linef("#define C0 %d // the product's first column of the [q | k | v] row", e.RopeCol0)
 	w.Linef("#define PAIRS %d // element pairs a head", r.HeadDim/2)
 	w.Linef("#define UNITS %d // q, k and v heads a token", r.Heads+2*r.HeadsKV)
 	if e.HeadNorm {
@@ -153,12 +150,6 @@ func emitHeadRopeTail(w *Writer, e XQEnds, rb int) {
 	})
 }
 
-// headRopeDeps are the helpers a HeadRope product needs besides the
-// product's.
-func headRopeDeps(e XQEnds) []string {
-	return append(slices.Clone(cacheHelpers(e.RopeShape.Cache)), "rope_rot")
-}
-
 // headRopeInProducts gives the product launches that wrote the fused
 // [q | k | v] rows qkv the HeadRope epilogue, with the layer's q/k norms
 // hn when not nil, and reports whether it did: a one-sequence decode
@@ -201,7 +192,7 @@ func (l *lowerer) headRopeInProducts(q, k, v *ir.Node, qkv view, rs RopeShape, i
 		if hn != nil {
 			ln.Args = append(ln.Args, hn.args[1:]...) // the q and k norms' weights
 		}
-		ln.Args = append(ln.Args, l.ticketsArg(HeadRopeTickets(rs, l.o.MaxTokens)))
+		ln.Args = append(ln.Args, l.ticketsArg(headRopeTickets(rs, l.o.MaxTokens)))
 		if j == 0 {
 			ln.Nodes = append(ln.Nodes, nodes...)
 		}

@@ -321,13 +321,7 @@ func TestLowerDecodeFused(t *testing.T) {
 	}
 	plain, fused := lower(false), lower(true)
 	count := func(p *Program, prefix string) int {
-		n := 0
-		for _, ln := range p.Launches {
-			if strings.HasPrefix(p.Kernels[ln.Kernel].Name, prefix) {
-				n++
-			}
-		}
-		return n
+		return launchesNamed(p, func(name string) bool { return strings.HasPrefix(name, prefix) })
 	}
 	layers := count(plain, "attn_part_")
 	require.Positive(t, layers)
@@ -412,13 +406,7 @@ func TestTailArms(t *testing.T) {
 	}
 	tags := map[string]string{TailPostNorm: "_pn256_", TailHeadRope: "_hrope", TailQuantNext: "_qn"}
 	count := func(p *Program, tag string) int {
-		n := 0
-		for _, ln := range p.Launches {
-			if strings.Contains(p.Kernels[ln.Kernel].Name, tag) {
-				n++
-			}
-		}
-		return n
+		return launchesNamed(p, func(name string) bool { return strings.Contains(name, tag) })
 	}
 	for name, g := range graphs {
 		o := LowerOptions{Class: Decode, MaxSeqs: 1, Context: 256, Cache: dtype.F16, RopeInProduct: true}

@@ -205,6 +205,17 @@ func launchesOf(p *Program, family string) int {
 	return n
 }
 
+// launchesNamed counts p's launches whose kernel's name match accepts.
+func launchesNamed(p *Program, match func(name string) bool) int {
+	n := 0
+	for _, l := range p.Launches {
+		if match(p.Kernels[l.Kernel].Name) {
+			n++
+		}
+	}
+	return n
+}
+
 func TestLowerStructure(t *testing.T) {
 	g := storiesGraph(t)
 	dec, err := Lower(g, LowerOptions{Class: Decode, MaxSeqs: 4, Context: 512, Cache: dtype.F16})

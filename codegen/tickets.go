@@ -31,13 +31,23 @@ var TailKnobs = []Knob{{"on", []int{0, 1}}}
 func TailArmOf(p Point) TailArm { return TailArm{On: p["on"] != 0} }
 
 // Point returns a as a tunedb point.
-func (a TailArm) Point() Point { return Point{"on": map[bool]int{false: 0, true: 1}[a.On]} }
+func (a TailArm) Point() Point {
+	if a.On {
+		return Point{"on": 1}
+	}
+	return Point{"on": 0}
+}
 
 // Validate reports whether a is well formed (always).
 func (a TailArm) Validate() error { return nil }
 
 // String is the arm's name.
-func (a TailArm) String() string { return map[bool]string{false: "off", true: "on"}[a.On] }
+func (a TailArm) String() string {
+	if a.On {
+		return "on"
+	}
+	return "off"
+}
 
 // tailOn reports whether the tunedb turns the tail of class on.
 func (l *lowerer) tailOn(class string) bool {

@@ -664,7 +664,7 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 		params = xqHeadRopeParams(e.RopeShape.Cache, e.HeadNorm)
 	}
 	deps := repackDeps(t, "f16", "warp", "pdl")
-	if e.Rope {
+	if e.Rope || e.HeadRope {
 		deps = append(deps, append(cacheHelpers(e.RopeShape.Cache), "rope_rot")...)
 	}
 	if e.QuantOut || e.SwiGLUOut {
@@ -672,9 +672,6 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 	}
 	if e.PostNorm {
 		deps = proDeps(Prologue{Kind: ProNorm}, append(deps, "types")...)
-	}
-	if e.HeadRope {
-		deps = append(deps, headRopeDeps(e)...)
 	}
 	src := source(fmt.Sprintf("gemv: %v weights repacked, int8 activations from xquant, N %d, K %d, residual %v, ends %q, %v", t, n, k, residual, e.suffix(), arm),
 		deps, func(w *Writer) {
@@ -685,7 +682,7 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 			emitRepackDefines(w, rt, n, k, nb)
 			w.Linef("#define RPB %d // warps per block", arm.RowsPerBlock)
 			w.Linef("#define RW %d // weight rows per warp", rw)
-			if e.Rope {
+			if e.Rope || e.HeadRope {
 				e.RopeShape.defines(w)
 				w.Linef("#define C0 %d // the product's first column of the [q | k | v] row", e.RopeCol0)
 			}

@@ -51,45 +51,20 @@ func TestKernelCheckCases(t *testing.T) {
 				requireChain(t, c, 2, tiny(t).FFN, "_rn_so_")
 			case strings.HasPrefix(c.Label, "gemv+head-"):
 				want = 1 // the one-row arm split over two warps
-				// XQuant, then the product with RopeKV's operands, the norms' weights and the tickets
-				l, err := c.Launch(c.Space().Default)
-				require.NoError(t, err, c.Label)
-				require.Len(t, l.Kernels, 2, c.Label)
-				require.Contains(t, l.Kernels[1].Name, "_rn_hrope", c.Label)
-				require.Len(t, l.Args[1], len(l.Kernels[1].Params), c.Label)
-				require.Len(t, l.Outs, 4, c.Label) // the row, the two caches and the tickets
-				outs := [][]byte{l.Outs[0].Data, l.Outs[1].Data, l.Outs[2].Data, slices.Clone(l.Outs[3].Data)}
-				e, err := c.Compare(outs)
-				require.NoError(t, err, c.Label)
-				require.Greater(t, e, 0.5, c.Label) // the untouched outputs are far from the reference
-				require.False(t, math.IsInf(e, 0), c.Label)
-				outs[3][0] = 1
-				e, err = c.Compare(outs)
-				require.NoError(t, err, c.Label)
-				require.True(t, math.IsInf(e, 1), c.Label, "a ticket left nonzero")
+				// XQuant, then the product with RopeKV's operands, the norms' weights and the tickets:
+				// the row, the two caches and the tickets; a ticket left nonzero is an infinite error
+				_, outs := ropeCaseOuts(t, c, "_rn_hrope", 4)
+				requireSpoiled(t, c, outs, func() { outs[3][0] = 1 })
 			case strings.HasPrefix(c.Label, "gemv+rope"):
 				if !strings.Contains(c.Label, "×") {
 					want = 1 // the one-row arm split over two warps
 				}
-				// XQuant (the norm's rows), then the product with RopeKV's operands after its own
-				l, err := c.Launch(c.Space().Default)
-				require.NoError(t, err, c.Label)
-				require.Len(t, l.Kernels, 2, c.Label)
-				require.Contains(t, l.Kernels[1].Name, "_rn_rope_", c.Label)
-				require.Len(t, l.Args[1], len(l.Kernels[1].Params), c.Label)
+				// XQuant (the norm's rows), then the product with RopeKV's operands after its own:
+				// the row and the two caches; a row written outside the product's columns is an
+				// infinite error
+				l, outs := ropeCaseOuts(t, c, "_rn_rope_", 3)
 				require.Same(t, l.Args[0][2].Buf, l.Args[1][1].Buf, c.Label)
-				require.Len(t, l.Outs, 3, c.Label) // the row and the two caches
-				// the reference runs: the untouched outputs are far from it, and a row written
-				// outside the product's columns is an infinite error
-				outs := [][]byte{slices.Clone(l.Outs[0].Data), l.Outs[1].Data, l.Outs[2].Data}
-				e, err := c.Compare(outs)
-				require.NoError(t, err, c.Label)
-				require.Greater(t, e, 0.5, c.Label)
-				require.False(t, math.IsInf(e, 0), c.Label)
-				outs[0][len(outs[0])-1] ^= 1
-				e, err = c.Compare(outs)
-				require.NoError(t, err, c.Label)
-				require.True(t, math.IsInf(e, 1), c.Label)
+				requireSpoiled(t, c, outs, func() { outs[0][len(outs[0])-1] ^= 1 })
 			case strings.HasPrefix(c.Label, "gemv+quant-out"):
 				// the residual product's default arm; its epilogue writes the rows the next product reads
 				requireChain(t, c, 5, tiny(t).Hidden, "_res_qo_", "_rn_")
@@ -375,4 +350,36 @@ func TestLoweringDefaults(t *testing.T) {
 	require.True(t, tasks[0].Space.Default.Equal(codegen.DefaultXQGlobalOneArm.Point()), "the input is not changed")
 	got = r.LoweringDefaults(tasks, 64) // 128 blocks fill 64 multiprocessors
 	require.True(t, got[0].Space.Default.Equal(codegen.DefaultXQGlobalOneArm.Point()))
+}
+
+// ropeCaseOuts launches the default arm of a product case with a RoPE
+// epilogue, requires XQuant then the product (its name holding tag, its
+// arguments its parameters) and nout outputs, and returns the launch and
+// copies of the outputs.
+func ropeCaseOuts(t *testing.T, c *Case, tag string, nout int) (*Launch, [][]byte) {
+	l, err := c.Launch(c.Space().Default)
+	require.NoError(t, err, c.Label)
+	require.Len(t, l.Kernels, 2, c.Label)
+	require.Contains(t, l.Kernels[1].Name, tag, c.Label)
+	require.Len(t, l.Args[1], len(l.Kernels[1].Params), c.Label)
+	require.Len(t, l.Outs, nout, c.Label)
+	outs := make([][]byte, nout)
+	for i, o := range l.Outs {
+		outs[i] = slices.Clone(o.Data)
+	}
+	return l, outs
+}
+
+// requireSpoiled requires that c's reference runs on outs: the untouched
+// outputs are far from it (a finite error), and after spoil an infinite
+// error.
+func requireSpoiled(t *testing.T, c *Case, outs [][]byte, spoil func()) {
+	e, err := c.Compare(outs)
+	require.NoError(t, err, c.Label)
+	require.Greater(t, e, 0.5, c.Label)
+	require.False(t, math.IsInf(e, 0), c.Label)
+	spoil()
+	e, err = c.Compare(outs)
+	require.NoError(t, err, c.Label)
+	require.True(t, math.IsInf(e, 1), c.Label)
 }
