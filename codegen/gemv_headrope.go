@@ -159,8 +159,12 @@ func emitHeadRopeTail(w *Writer, e XQEnds, rb int) {
 // the tail repeats (RopeKVNorm of more pairs a thread adds them in another
 // order). It changes nothing unless all of that holds.
 func (l *lowerer) headRopeInProducts(q, k, v *ir.Node, qkv view, rs RopeShape, inv, layer int, nodes []int, hn *ropeNorm, ropeArm BlockArm) (bool, error) {
+	qs, ks := q.Args[0], k.Args[0]
+	if hn != nil {
+		qs, ks = qs.Args[0], ks.Args[0] // the norms' inputs: the tail normalises them
+	}
 	if !l.tailOn(TailHeadRope) || !l.o.RopeInProduct || l.o.Class != Decode || l.o.MaxSeqs != 1 || rs.Cache == CacheQ8 ||
-		(hn != nil && ropeArm.Threads < rs.HeadDim/2) || !fromProducts(q.Args[0], k.Args[0], v) {
+		(hn != nil && ropeArm.Threads < rs.HeadDim/2) || !fromProducts(qs, ks, v) {
 		return false, nil
 	}
 	idx := l.qkvLaunches(qkv, rs)

@@ -425,3 +425,20 @@ func TestTailArms(t *testing.T) {
 		}
 	}
 }
+
+// TestRopeAfterOwnHeadNorm: where the q/k norms run as a launch of their
+// own (RopeKVNorm does not fit a head of 96: 48 pairs), RoPE stays a
+// launch after them in a one-sequence program, not in the products before
+// them (which would rotate before the norms), the tails on or off.
+func TestRopeAfterOwnHeadNorm(t *testing.T) {
+	hp := smallQwen3
+	hp.Heads, hp.HeadDim, hp.RopeStyle = 8, 96, ir.RopeInterleaved
+	g := buildGraph(t, hp, synthTensors(hp, dtype.Q4_K, dtype.Q6_K))
+	for _, pick := range []ArmPicker{nil, pickTails} {
+		p, err := Lower(g, LowerOptions{Class: Decode, MaxSeqs: 1, Context: 256, Cache: dtype.F16, RopeInProduct: true, Pick: pick})
+		require.NoError(t, err)
+		require.Equal(t, hp.Layers, launchesOf(p, "head_rmsnorm"))
+		require.Equal(t, hp.Layers, launchesOf(p, "rope_kv"), "RoPE after the norms")
+		require.Zero(t, launchesNamed(p, func(name string) bool { return strings.Contains(name, "_rope") }), "no product rotates")
+	}
+}

@@ -181,10 +181,11 @@ func (l *lowerer) qkvLaunches(qkv view, rs RopeShape) []int {
 }
 
 // fromProducts reports whether each of ns is a product's output (through
-// reshapes and per-head norms), not a bias's or another op's.
+// reshapes), not a bias's, a norm's or another op's: a head norm launched
+// on its own runs after the products, so they cannot rotate before it.
 func fromProducts(ns ...*ir.Node) bool {
 	for _, n := range ns {
-		for n.Op == ir.OpReshape || (n.Op == ir.OpRMSNorm && len(n.Shape) == 3) {
+		for n.Op == ir.OpReshape {
 			n = n.Args[0]
 		}
 		if n.Op != ir.OpMatmul {
