@@ -218,6 +218,23 @@ func TestCompileGate(t *testing.T) {
 		sg, err := codegen.GEMVXQ(t2, 2048, k, false, ss, codegen.XQEnds{NormIn: true, NormEps: 1e-5, SwiGLUOut: true, GeLU: i%2 == 0}, 0)
 		require.NoError(t, err, t2)
 		ks = append(ks, sq, sr, sn, sg)
+		// the batch arms loading each activation row one row ahead (Prefetch), with the same ends
+		pf := qo
+		pf.BatchRows, pf.Prefetch = []int{16, 5, 8, 4}[i], 1
+		pp, err := codegen.GEMVXQ(t2, 1000, k, i%2 == 0, pf, codegen.XQEnds{NormIn: i > 1, NormEps: 1e-5}, 0)
+		require.NoError(t, err, t2)
+		pq, err := codegen.GEMVXQ(t2, 1024, k, true, pf, codegen.XQEnds{NormIn: i < 2, NormEps: 1e-6, QuantOut: true}, 0)
+		require.NoError(t, err, t2)
+		pr, err := codegen.GEMVXQ(t2, 384, k, false, pf, codegen.XQEnds{NormIn: i < 3, NormEps: 1e-6, Rope: true, RopeShape: rs, RopeCol0: 64}, rs.QKVStride())
+		require.NoError(t, err, t2)
+		ps := so
+		ps.BatchRows, ps.Prefetch = max(ps.BatchRows, 4), 1
+		pg, err := codegen.GEMVXQ(t2, 2048, k, false, ps, codegen.XQEnds{NormIn: true, NormEps: 1e-5, SwiGLUOut: true, GeLU: i%2 == 0}, 0)
+		require.NoError(t, err, t2)
+		pf.Threads *= 2
+		pk, err := codegen.GEMVXQ(t2, 1000, k, false, pf, codegen.XQEnds{}, 0)
+		require.NoError(t, err, t2)
+		ks = append(ks, pp, pq, pr, pg, pk)
 	}
 	// the pipelined prefill product (two shared buffers of K tiles of 64) for every weight type,
 	// ragged N, with and without the residual, large and small tiles

@@ -63,6 +63,13 @@ type GEMVArm struct {
 	// tuned knob: the int8 class of the batch-invariant configuration
 	// names it (LowerOptions.InvariantInt8).
 	Ordered int
+	// Prefetch 1 makes an XQ 2 arm of two or more activation rows a block
+	// load row j+1's group before it takes row j's dots, so the loads of a
+	// unit's rows overlap the dots instead of waiting in turn (each row's
+	// dots otherwise sit behind a branch on the block's row count, which
+	// the compiler does not hoist the next row's loads across). Only the
+	// order of the loads changes, not the arithmetic.
+	Prefetch int
 }
 
 func (a GEMVArm) rowsPerWarp() int { return max(1, a.RowsPerWarp) }
@@ -187,8 +194,9 @@ var GEMVKnobs = []Knob{
 	{"xq", []int{0, 1, 2, 3}},
 	{"batch_rows", []int{0, 1, 2, 4, 8, 16}},
 	{"rows_per_warp", []int{0, 2, 4}},
-	{"stages", []int{0}},  // the pipelined XQ 3 arms run where named (Arms.GEMVLarge, GEMVLargeClass)
-	{"ordered", []int{0}}, // the ordered arms run where the int8 invariant class names them
+	{"stages", []int{0}},   // the pipelined XQ 3 arms run where named (Arms.GEMVLarge, GEMVLargeClass)
+	{"ordered", []int{0}},  // the ordered arms run where the int8 invariant class names them
+	{"prefetch", []int{0}}, // searched by the batch space (GEMVBatchSpaceFor)
 }
 
 // Validate reports whether a is well formed.
@@ -207,7 +215,8 @@ func (a GEMVArm) Validate() error {
 			a.Stages*a.Unroll > 8 || a.mma8PipeMaxShared() > xqMaxShared)) ||
 		(a.Ordered != 0 && (!validOrder(a.Ordered) || a.XQ != 3 || 32%a.kSplit() != 0 || a.kSplit() < 8 ||
 			(a.orderSplit() > 1 && (a.Stages != 0 || a.kSplit() < 16)) ||
-			(a.Stages != 0 && (a.Unroll != 1 || a.mma8OrderPipeMaxShared() > xqMaxShared)))) {
+			(a.Stages != 0 && (a.Unroll != 1 || a.mma8OrderPipeMaxShared() > xqMaxShared)))) ||
+		a.Prefetch < 0 || a.Prefetch > 1 || (a.Prefetch == 1 && (a.XQ != 2 || a.BatchRows < 2)) {
 		return fmt.Errorf("%w: gemv arm %+v", ErrUnsupported, a)
 	}
 	return nil
@@ -250,6 +259,9 @@ func (a GEMVArm) String() string {
 	if a.Ordered > 0 {
 		s += fmt.Sprintf("_o%d", a.Ordered)
 	}
+	if a.Prefetch > 0 {
+		s += fmt.Sprintf("_f%d", a.Prefetch)
+	}
 	return s
 }
 
@@ -260,7 +272,7 @@ func ParseGEMVArm(s string) (GEMVArm, error) {
 	var a GEMVArm
 	var global, mma, half int
 	fields := map[byte]*int{'t': &a.Threads, 'r': &a.RowsPerBlock, 'u': &a.Unroll, 's': &a.SharedX, 'l': &a.Layout, 'q': &a.BatchRows, 'g': &global,
-		'm': &mma, 'h': &half, 'w': &a.RowsPerWarp, 'p': &a.Stages, 'o': &a.Ordered}
+		'm': &mma, 'h': &half, 'w': &a.RowsPerWarp, 'p': &a.Stages, 'o': &a.Ordered, 'f': &a.Prefetch}
 	for _, f := range strings.Split(s, "_") {
 		if len(f) < 2 || fields[f[0]] == nil {
 			return a, fmt.Errorf("%w: gemv arm %q: bad field %q", ErrUnsupported, s, f)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/memra-ai/memra/ir/dtype"
@@ -156,7 +157,8 @@ func TestParseGEMVArm(t *testing.T) {
 		{Threads: 128, RowsPerBlock: 4, Unroll: 2, SharedX: 1, Layout: 1, XQ: 1, BatchRows: 8, RowsPerWarp: 4},
 		DefaultXQGlobalOneArm, DefaultXQGlobalBatchArm, DefaultXQMMAArm,
 		{Threads: 128, RowsPerBlock: 4, Unroll: 4, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 16, RowsPerWarp: 2},
-		{Threads: 512, RowsPerBlock: 1, Unroll: 1, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 12, RowsPerWarp: 2}} {
+		{Threads: 512, RowsPerBlock: 1, Unroll: 1, SharedX: 1, Layout: 1, XQ: 3, BatchRows: 12, RowsPerWarp: 2},
+		{Threads: 256, RowsPerBlock: 8, Unroll: 1, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 8, RowsPerWarp: 2, Prefetch: 1}} {
 		b, err := ParseGEMVArm(a.String())
 		require.NoError(t, err, a.String())
 		require.Equal(t, a, b)
@@ -164,7 +166,10 @@ func TestParseGEMVArm(t *testing.T) {
 	for _, s := range []string{"", "t256", "t256_r8_u4_s1_x1", "t256_r8_u4_s1_l1_qx", "t100_r8_u4_s1", "t256_r8_u4_s1_w2",
 		"t256_r8_u1_s1_l1_g16_q16", "t128_r4_u4_s1_l1_m16_w3", "t128_r4_u4_s1_l1_m16_g16",
 		"t512_r2_u1_s1_l1_g16",      // XQ 2: one warp a row
-		"t512_r1_u1_s1_l1_m16_w4"} { // XQ 3: 60 KiB of split sums (15 warps × 4 tiles × 2 token tiles)
+		"t512_r1_u1_s1_l1_m16_w4",   // XQ 3: 60 KiB of split sums (15 warps × 4 tiles × 2 token tiles)
+		"t256_r8_u1_s1_l1_g1_w4_f1", // prefetch: one row a block has no next row
+		"t256_r8_u1_s1_l1_m16_f1",   // prefetch: XQ 2 only
+		"t256_r8_u1_s1_l1_g16_f2"} {
 		_, err := ParseGEMVArm(s)
 		require.Error(t, err, s)
 	}
@@ -272,4 +277,28 @@ func TestGEMVXQRopeEnds(t *testing.T) {
 		_, err := GEMVXQ(dtype.Q6_K, 128, 256, c.residual, c.arm, c.e, rs.QKVStride())
 		require.ErrorIs(t, err, ErrUnsupported, name)
 	}
+}
+
+// TestXQPrefetch: a prefetching batch arm loads activation row j+1 before
+// it takes row j's dots, through the same xq_dot the other kernels reach
+// through xq_use, and without a prefetch the loop is as before.
+func TestXQPrefetch(t *testing.T) {
+	arm := DefaultXQGlobalBatchArm
+	arm.Prefetch = 1
+	k, err := GEMVXQ(dtype.Q4_K, 512, 256, false, arm, XQEnds{}, 0)
+	require.NoError(t, err)
+	src := k.Source
+	require.Contains(t, src, "return xq_dot(u, xq_load(xr, mt, uu));", "xq_use is the load and the dot")
+	next := strings.Index(src, "xn = xq_load((const int4*)(xb + (j + 1) * XR), (const float4*)(xb + (j + 1) * XR + K), uu);")
+	dot := strings.Index(src, "acc[0][j] = __fadd_rn(acc[0][j], xq_dot(w0, xc));")
+	require.Positive(t, next)
+	require.Greater(t, dot, next, "the next row's loads come before this row's dots")
+	require.Contains(t, src, "if (j + 1 < MB && j + 1 < mrows)")
+	require.NotContains(t, src, "xq_use(w0", "every row through the loaded groups")
+
+	plain, err := GEMVXQ(dtype.Q4_K, 512, 256, false, DefaultXQGlobalBatchArm, XQEnds{}, 0)
+	require.NoError(t, err)
+	require.Contains(t, plain.Source, "acc[0][j] = __fadd_rn(acc[0][j], xq_use(w0, xr, mt, uu));")
+	require.NotContains(t, plain.Source, "xn = xq_load(")
+	require.Equal(t, strings.Replace(plain.Name, DefaultXQGlobalBatchArm.String(), arm.String(), 1), k.Name)
 }

@@ -140,6 +140,9 @@ func (a GEMVArm) Point() Point {
 	if a.Ordered != 0 {
 		p["ordered"] = a.Ordered // a knob no search varies
 	}
+	if a.Prefetch != 0 {
+		p["prefetch"] = a.Prefetch
+	}
 	return p
 }
 
@@ -174,7 +177,7 @@ func BlockArmOf(p Point) BlockArm { return BlockArm{Threads: p["threads"]} }
 // GEMVArmOf returns the GEMVArm p describes (missing knobs are zero).
 func GEMVArmOf(p Point) GEMVArm {
 	return GEMVArm{Threads: p["threads"], RowsPerBlock: p["rows_per_block"], Unroll: p["unroll"], SharedX: p["shared_x"], Layout: p["layout"],
-		XQ: p["xq"], BatchRows: p["batch_rows"], RowsPerWarp: p["rows_per_warp"], Stages: p["stages"], Ordered: p["ordered"]}
+		XQ: p["xq"], BatchRows: p["batch_rows"], RowsPerWarp: p["rows_per_warp"], Stages: p["stages"], Ordered: p["ordered"], Prefetch: p["prefetch"]}
 }
 
 // MMAArmOf returns the MMAArm p describes (missing knobs are zero).
@@ -253,7 +256,7 @@ func mmaSpace() Space {
 // arms are valid for some types only (see GEMVSpaceFor).
 func gemvSpace() Space {
 	s := armSpace("gemv", GEMVKnobs, DefaultGEMVArm.Point(), GEMVArmOf)
-	s.optional = Point{"layout": 0, "xq": 0, "batch_rows": 0, "rows_per_warp": 0, "stages": 0, "ordered": 0}
+	s.optional = Point{"layout": 0, "xq": 0, "batch_rows": 0, "rows_per_warp": 0, "stages": 0, "ordered": 0, "prefetch": 0}
 	s.unsearched = func(p Point) bool { return !searched(GEMVArmOf(p)) }
 	return s
 }
@@ -340,8 +343,10 @@ func GEMVBatchClass(class string) string { return class + "_batch" }
 // Four rows a block with four weight rows a warp ran the 8-row step of
 // llama3-8b's down product in 36.9 against the default's 46.9 µs on an
 // H100 and no slower at 1 to 16 rows (docs/PERFORMANCE.md, session 29).
+// Each arm comes with and without Prefetch (the next activation row's
+// loads before this row's dots), not yet timed on a GPU.
 func GEMVBatchSpaceFor(t dtype.Type) Space {
-	s := narrowedGEMVSpace(t, map[string][]int{"layout": {1}, "shared_x": {1}, "xq": {2}, "batch_rows": {4, 8, 16}})
+	s := narrowedGEMVSpace(t, map[string][]int{"layout": {1}, "shared_x": {1}, "xq": {2}, "batch_rows": {4, 8, 16}, "prefetch": {0, 1}})
 	s.Default = DefaultXQGlobalBatchArm.Point()
 	return s
 }

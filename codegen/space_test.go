@@ -109,12 +109,17 @@ func TestGEMVOneSpace(t *testing.T) {
 	require.True(t, names[DefaultXQGlobalOneArm.Split(2).String()], "the split arm lowering runs untuned on products of few blocks")
 	require.False(t, names["t512_r4_u1_s1_l1_g1_w4"], "four warps a row set are not searched")
 	require.Equal(t, DefaultXQGlobalOneArm, GEMVArmOf(s.Default))
-	rows := map[int]bool{}
+	rows, prefetch := map[int]bool{}, map[int]int{}
 	for _, p := range GEMVBatchSpaceFor(dtype.Q4_K).Arms() {
 		require.Equal(t, 1, GEMVArmOf(p).kSplit(), "batch arms that split K are not searched")
 		rows[GEMVArmOf(p).BatchRows] = true
+		prefetch[GEMVArmOf(p).Prefetch]++
 	}
 	require.Equal(t, map[int]bool{4: true, 8: true, 16: true}, rows, "batch arms of 4, 8 and 16 rows a block")
+	require.Equal(t, prefetch[0], prefetch[1], "each batch arm with and without the prefetch")
+	for _, p := range GEMVOneSpaceFor(dtype.Q4_K).Arms() {
+		require.Zero(t, GEMVArmOf(p).Prefetch, "one-row arms have no next row to load")
+	}
 	require.Empty(t, GEMVOneSpaceFor(dtype.F32).Arms())
 }
 

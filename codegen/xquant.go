@@ -174,15 +174,35 @@ func emitXQWeightHelpers(w *Writer, t dtype.Type) {
 		w.Line("r.lo = make_uint4(q.x & 0x0f0f0f0fu, q.y & 0x0f0f0f0fu, q.z & 0x0f0f0f0fu, q.w & 0x0f0f0f0fu);")
 		w.Line("r.hi = make_uint4((q.x >> 4) & 0x0f0f0f0fu, (q.y >> 4) & 0x0f0f0f0fu, (q.z >> 4) & 0x0f0f0f0fu, (q.w >> 4) & 0x0f0f0f0fu);")
 	}
-	use := func(body ...string) {
-		w.Comment("The unpacked unit against group uu of one activation row.")
-		w.Emit(Func{Name: "xq_use", Return: "float", Params: []Param{{"const xw&", "u"}, {"const int4*", "xr"}, {"const float4*", "mt"}, {"int", "uu"}},
+	// use writes xq_load (group uu of one activation row: its int8 words
+	// and its meta, as load reads them), xq_dot (an unpacked unit against
+	// loaded activations: body) and xq_use, the two in one: a kernel that
+	// loads a row's group ahead of its dots (GEMVArm.Prefetch) calls the
+	// first two apart, with the same arithmetic.
+	use := func(load []string, body ...string) {
+		w.Comment("An activation row's group uu: its int8 words and its meta.")
+		w.Line("struct xa { int4 x0, x1; float4 m; };")
+		w.Blank()
+		w.Emit(Func{Name: "xq_load", Return: "xa", Params: []Param{{"const int4*", "xr"}, {"const float4*", "mt"}, {"int", "uu"}},
+			Body: func(w *Writer) {
+				w.Line("xa a;")
+				for _, l := range load {
+					w.Line(l)
+				}
+				w.Line("return a;")
+			}})
+		w.Comment("The unpacked unit against one activation row's loaded group.")
+		w.Emit(Func{Name: "xq_dot", Return: "float", Params: []Param{{"const xw&", "u"}, {"const xa&", "x"}},
 			Body: func(w *Writer) {
 				for _, l := range body {
 					w.Line(l)
 				}
 			}})
+		w.Comment("The unpacked unit against group uu of one activation row.")
+		w.Emit(Func{Name: "xq_use", Return: "float", Params: []Param{{"const xw&", "u"}, {"const int4*", "xr"}, {"const float4*", "mt"}, {"int", "uu"}},
+			Body: func(w *Writer) { w.Line("return xq_dot(u, xq_load(xr, mt, uu));") }})
 	}
+	pair := []string{"a.x0 = xr[2 * uu];", "a.x1 = xr[2 * uu + 1];", "a.m = mt[uu];"}
 	dots := func(lo, hi, x0, x1 string) []string {
 		var out []string
 		for c := range 4 {
@@ -215,15 +235,15 @@ func emitXQWeightHelpers(w *Writer, t dtype.Type) {
 				w.Line("return r;")
 			}})
 		}
-		body := append([]string{"const int4 x0 = xr[2 * uu], x1 = xr[2 * uu + 1];", "int s = 0;"}, dots("", "", "x0", "x1")...)
+		body := append([]string{"int s = 0;"}, dots("", "", "x.x0", "x.x1")...)
 		if t == dtype.Q4_0 {
-			body = append(body, "const float4 m = mt[uu];", "return xq_term(u.a, m.x, (float)s - 8.f * (m.y + m.z));")
+			body = append(body, "const float4 m = x.m;", "return xq_term(u.a, m.x, (float)s - 8.f * (m.y + m.z));")
 		} else {
-			body = append(body, "const float4 m = mt[uu];",
+			body = append(body, "const float4 m = x.m;",
 				"// Σ (d q - mn) x = a dx Σ (q - 8) xq + (8a - mn) Σ x",
 				"return xq_term(u.a, u.b, m.x, (float)s - 8.f * (m.y + m.z), m.w);")
 		}
-		use(body...)
+		use(pair, body...)
 	case dtype.Q8_0:
 		w.Comment("A Q8_0 unit (16 elements): the quants as they are, a = d.")
 		w.Emit(Func{Name: "xw_q8_0", Return: "xw", Params: []Param{{"uint4", "q"}, {"u16", "dh"}}, Body: func(w *Writer) {
@@ -234,11 +254,12 @@ func emitXQWeightHelpers(w *Writer, t dtype.Type) {
 			w.Line("r.b = 0.f;")
 			w.Line("return r;")
 		}})
-		body := []string{"const int4 xv = xr[uu];", "int s = 0;"}
+		body := []string{"int s = 0;"}
 		for c := range 4 {
-			body = append(body, fmt.Sprintf("s = dp4a((int)u.lo.%s, xv.%s, s);", f4[c], f4[c]))
+			body = append(body, fmt.Sprintf("s = dp4a((int)u.lo.%s, x.x0.%s, s);", f4[c], f4[c]))
 		}
-		use(append(body, "return u.a * mt[uu >> 1].x * (float)s;")...)
+		load := []string{"a.x0 = xr[uu];", "a.x1 = make_int4(0, 0, 0, 0);", "a.m = make_float4(mt[uu >> 1].x, 0.f, 0.f, 0.f);"}
+		use(load, append(body, "return u.a * x.m.x * (float)s;")...)
 	case dtype.Q6_K:
 		emitQ6Words(w)
 		w.Comment("A Q6_K unit: 6-bit quants (centred through the activation sums), a and b = d times the halves' scales.")
@@ -253,8 +274,8 @@ func emitXQWeightHelpers(w *Writer, t dtype.Type) {
 			w.Line("r.b = d * (float)(signed char)(sc >> 8);")
 			w.Line("return r;")
 		}})
-		body := append([]string{"const int4 x0 = xr[2 * uu], x1 = xr[2 * uu + 1];", "int s0 = 0, s1 = 0;"}, dots("0", "1", "x0", "x1")...)
-		use(append(body, "const float4 m = mt[uu];",
+		body := append([]string{"int s0 = 0, s1 = 0;"}, dots("0", "1", "x.x0", "x.x1")...)
+		use(pair, append(body, "const float4 m = x.m;",
 			"return xq_term(u.a, u.b, m.x, (float)s0 - 32.f * m.y, (float)s1 - 32.f * m.z);")...)
 	default:
 		panic(fmt.Sprintf("BUG: no int8-activation GEMV for %v", t))
@@ -278,6 +299,34 @@ func emitXQCompute(w *Writer, t dtype.Type, rw int, buf, xr, mt string) {
 					w.Linef("const float4* mt = %s;", mt)
 					for r := range rw {
 						w.Linef("acc[%d][j] = __fadd_rn(acc[%d][j], xq_use(w%d, xr, mt, uu));", r, r, r)
+					}
+				})
+			})
+		})
+	})
+}
+
+// emitXQComputePrefetch is emitXQCompute for GEMVArm.Prefetch: each
+// unit's activation rows loaded one row ahead of their dots (xr and mt
+// are formats of the row), every row's terms the same as emitXQCompute's.
+func emitXQComputePrefetch(w *Writer, t dtype.Type, rw int, buf, xr, mt string) {
+	load := func(row string) string {
+		return fmt.Sprintf("xq_load(%s, %s, uu)", fmt.Sprintf(xr, row), fmt.Sprintf(mt, row))
+	}
+	w.For("i", "0", "U", "1", -1, func() {
+		w.Line("const int uu = u + i * 32;")
+		w.If("uu < UPR", func() {
+			for r := range rw {
+				w.Linef("const xw w%d = %s;", r, xqBuffer(xqRename(xqPrep[t], r), buf))
+			}
+			w.Comment("a block has at least one row")
+			w.Linef("xa xn = %s;", load("0"))
+			w.For("j", "0", "MB", "1", -1, func() {
+				w.Line("const xa xc = xn;")
+				w.If("j + 1 < MB && j + 1 < mrows", func() { w.Linef("xn = %s;", load("j + 1")) })
+				w.If("j < mrows", func() {
+					for r := range rw {
+						w.Linef("acc[%d][j] = __fadd_rn(acc[%d][j], xq_dot(w%d, xc));", r, r, r)
 					}
 				})
 			})
@@ -724,6 +773,10 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 					})
 				}
 				compute := func(buf string) {
+					if arm.Prefetch == 1 {
+						emitXQComputePrefetch(w, t, rw, buf, "(const int4*)(xb + (%s) * XR)", "(const float4*)(xb + (%s) * XR + K)")
+						return
+					}
 					emitXQCompute(w, t, rw, buf, "(const int4*)(xb + j * XR)", "(const float4*)(xb + j * XR + K)")
 				}
 				if split {

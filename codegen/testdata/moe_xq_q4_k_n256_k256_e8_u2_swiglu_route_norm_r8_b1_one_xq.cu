@@ -91,21 +91,36 @@ static __device__ __forceinline__ xw xw_q4_k(uint4 q, uint4 hd, int uu) {
     return r;
 }
 
-// The unpacked unit against group uu of one activation row.
-static __device__ __forceinline__ float xq_use(const xw& u, const int4* xr, const float4* mt, int uu) {
-    const int4 x0 = xr[2 * uu], x1 = xr[2 * uu + 1];
+// An activation row's group uu: its int8 words and its meta.
+struct xa { int4 x0, x1; float4 m; };
+
+static __device__ __forceinline__ xa xq_load(const int4* xr, const float4* mt, int uu) {
+    xa a;
+    a.x0 = xr[2 * uu];
+    a.x1 = xr[2 * uu + 1];
+    a.m = mt[uu];
+    return a;
+}
+
+// The unpacked unit against one activation row's loaded group.
+static __device__ __forceinline__ float xq_dot(const xw& u, const xa& x) {
     int s = 0;
-    s = dp4a((int)u.lo.x, x0.x, s);
-    s = dp4a((int)u.lo.y, x0.y, s);
-    s = dp4a((int)u.lo.z, x0.z, s);
-    s = dp4a((int)u.lo.w, x0.w, s);
-    s = dp4a((int)u.hi.x, x1.x, s);
-    s = dp4a((int)u.hi.y, x1.y, s);
-    s = dp4a((int)u.hi.z, x1.z, s);
-    s = dp4a((int)u.hi.w, x1.w, s);
-    const float4 m = mt[uu];
+    s = dp4a((int)u.lo.x, x.x0.x, s);
+    s = dp4a((int)u.lo.y, x.x0.y, s);
+    s = dp4a((int)u.lo.z, x.x0.z, s);
+    s = dp4a((int)u.lo.w, x.x0.w, s);
+    s = dp4a((int)u.hi.x, x.x1.x, s);
+    s = dp4a((int)u.hi.y, x.x1.y, s);
+    s = dp4a((int)u.hi.z, x.x1.z, s);
+    s = dp4a((int)u.hi.w, x.x1.w, s);
+    const float4 m = x.m;
     // Σ (d q - mn) x = a dx Σ (q - 8) xq + (8a - mn) Σ x
     return xq_term(u.a, u.b, m.x, (float)s - 8.f * (m.y + m.z), m.w);
+}
+
+// The unpacked unit against group uu of one activation row.
+static __device__ __forceinline__ float xq_use(const xw& u, const int4* xr, const float4* mt, int uu) {
+    return xq_dot(u, xq_load(xr, mt, uu));
 }
 
 #define N 2048

@@ -3,6 +3,7 @@ package cuda
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -138,22 +139,29 @@ func TestGPUBatchWidthsExact(t *testing.T) {
 		numerics Numerics
 		preset   string
 		tails    bool // the one-sequence program's last-block tails on (family "tail")
-	}{{"default", NumericsDefault, "llama3-8b", false}, {"f16", NumericsF16, "llama3-8b", false},
+		pick     codegen.ArmPicker
+	}{{"default", NumericsDefault, "llama3-8b", false, nil}, {"f16", NumericsF16, "llama3-8b", false, nil},
+		// the batch products loading each activation row one row ahead
+		// (GEMVArm.Prefetch): 2 to 15 rows run them
+		{"prefetch", NumericsDefault, "llama3-8b", false, pickPrefetch},
 		// a mixture of experts: alone, the one-sequence program sums the
 		// experts in the down product (MoEShape.Sum); in batches MoESum does
-		{"moe-default", NumericsDefault, "qwen3-30b-a3b", false},
-		{"gemma-default", NumericsDefault, "gemma3-12b", false},
+		{"moe-default", NumericsDefault, "qwen3-30b-a3b", false, nil},
+		{"gemma-default", NumericsDefault, "gemma3-12b", false, nil},
 		// with the tails: alone, the QKV products do RoPE and the q/k norms
 		// (XQEnds.HeadRope), the summing down product the next XQuant
 		// (MoEShape.QuantNext), Gemma's output and down products the
 		// post-norms (XQEnds.PostNorm); in batches their launches do
-		{"moe-tails", NumericsDefault, "qwen3-30b-a3b", true},
-		{"gemma-tails", NumericsDefault, "gemma3-12b", true}} {
+		{"moe-tails", NumericsDefault, "qwen3-30b-a3b", true, nil},
+		{"gemma-tails", NumericsDefault, "gemma3-12b", true, nil}} {
 		name := c.name
 		t.Run(name, func(t *testing.T) {
 			opts := BackendOptions{MaxSeqs: 64, Numerics: c.numerics}
 			if c.tails {
 				opts.Pick = pickTails
+			}
+			if c.pick != nil {
+				opts.Pick = c.pick
 			}
 			e, reqs := widthsEngine(t, c.preset, opts, 64)
 			alone, _ := greedy(t, e, reqs[:1])
@@ -264,4 +272,12 @@ func firstTokenDiff(a, b []int32) int {
 // would) and picks nothing else.
 func pickTails(family, class string) (codegen.Point, bool) {
 	return codegen.TailArm{On: true}.Point(), family == "tail"
+}
+
+// pickPrefetch picks the untuned batch arm with GEMVArm.Prefetch for every
+// product's batch class, and nothing else.
+func pickPrefetch(family, class string) (codegen.Point, bool) {
+	a := codegen.DefaultXQGlobalBatchArm
+	a.Prefetch = 1
+	return a.Point(), family == "gemv" && strings.HasSuffix(class, "_batch")
 }
