@@ -121,8 +121,10 @@ type BackendOptions struct {
 }
 
 // graphBuckets are the decode batch sizes captured as CUDA graphs; a batch
-// is padded to the next bucket.
-var graphBuckets = []int{1, 2, 4, 8, 16, 32, 64}
+// is padded to the next bucket. Up to 8 every size has its own: a padded
+// row costs a real row's products, and a speculative verify step of K + 1
+// entries (K drafts, often 4) would otherwise compute 8 rows for 5.
+var graphBuckets = []int{1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64}
 
 // progState is one lowered program on the device.
 type progState struct {

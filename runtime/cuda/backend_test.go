@@ -117,8 +117,8 @@ func TestFillInputs(t *testing.T) {
 }
 
 func TestBucket(t *testing.T) {
-	b := &Backend{opts: BackendOptions{MaxSeqs: 6}}
-	for s, want := range map[int]int{1: 1, 2: 2, 3: 4, 5: 6, 6: 6} {
+	b := &Backend{opts: BackendOptions{MaxSeqs: 12}}
+	for s, want := range map[int]int{1: 1, 2: 2, 3: 3, 5: 5, 8: 8, 9: 12, 12: 12} {
 		require.Equal(t, want, b.bucket(s), "s=%d", s)
 	}
 	b.opts.NoGraphs = true
