@@ -78,8 +78,9 @@ func TestKernelCheckCases(t *testing.T) {
 			case strings.HasPrefix(c.Label, "gemv-ordered/"):
 				// the ordered arm, its pipelined form and its split order, the XQ 2 one-row arm
 				// unsplit and split, the XQ 3 arms of one tile of 8 rows and XQ 2 batch arms of
-				// 8 and 4 rows beside the XQ 2 batch default, at 1 to 64 rows
-				want = 16
+				// 8 and 4 rows beside the XQ 2 batch default, then the batch default and those with
+				// the prefetch, at 1 to 64 rows
+				want = 22
 				require.Equal(t, codegen.DefaultXQGlobalBatchArm.Point(), c.Space().Default, c.Label)
 				for i, a := range c.ExtraArms {
 					switch {
@@ -90,9 +91,13 @@ func TestKernelCheckCases(t *testing.T) {
 					case i < 11:
 						require.Equal(t, 8, a["batch_rows"], c.Label)
 						require.Equal(t, 3, codegen.GEMVArmOf(a).XQ, c.Label)
-					default: // XQ 2 batch arms of 8 and 4 rows a block
+					case i < 16: // XQ 2 batch arms of 8 and 4 rows a block
 						require.Contains(t, []int{4, 8}, a["batch_rows"], c.Label)
 						require.Equal(t, 2, codegen.GEMVArmOf(a).XQ, c.Label)
+						require.NoError(t, codegen.GEMVArmOf(a).Validate(), c.Label)
+						require.Zero(t, a["prefetch"], c.Label)
+					default: // the same and the default with the prefetch
+						require.Equal(t, 1, a["prefetch"], c.Label)
 						require.NoError(t, codegen.GEMVArmOf(a).Validate(), c.Label)
 					}
 				}

@@ -41,6 +41,18 @@ var smallBatchArms = []codegen.GEMVArm{
 	{Threads: 512, RowsPerBlock: 16, Unroll: 1, SharedX: 1, Layout: 1, XQ: 2, BatchRows: 8, RowsPerWarp: 4},
 }
 
+// prefetchArms are the space's default batch arm and smallBatchArms with
+// codegen.GEMVArm.Prefetch: the same sums, each activation row's loads
+// issued before the row before it takes its dots.
+func prefetchArms() []codegen.GEMVArm {
+	var out []codegen.GEMVArm
+	for _, a := range append([]codegen.GEMVArm{codegen.DefaultXQGlobalBatchArm}, smallBatchArms...) {
+		a.Prefetch = 1
+		out = append(out, a)
+	}
+	return out
+}
+
 // orderedCheckCases are kernel-check's cases of the int8 invariant
 // class's products at s (codegen.LowerOptions.InvariantInt8): the QKV
 // product and the FFN-down product with its residual add at
@@ -50,7 +62,8 @@ var smallBatchArms = []codegen.GEMVArm{
 // its form in the order of XQ 2 kernels split over two warps (arms of 8
 // and 32 tokens a block lost at every width on an H100, docs/PERFORMANCE.md
 // session 27), the XQ 2 one-row arm unsplit and split over two warps,
-// oneTileArms and smallBatchArms. Nil for a type the ordered arm does not cover.
+// oneTileArms, smallBatchArms and prefetchArms. Nil for a type the ordered
+// arm does not cover.
 func orderedCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
 	if !codegen.OrderedType(t) {
 		return nil
@@ -63,6 +76,6 @@ func orderedCheckCases(s codegen.Shape, t dtype.Type, seed uint64) []*Case {
 	}
 	arms := []codegen.GEMVArm{codegen.DefaultXQOrderedArm, codegen.DefaultXQOrderedPipeArm, codegen.DefaultXQOrderedSplitArm,
 		codegen.DefaultXQGlobalOneArm, codegen.DefaultXQGlobalOneArm.Split(2)}
-	arms = append(append(arms, oneTileArms...), smallBatchArms...)
+	arms = append(append(append(arms, oneTileArms...), smallBatchArms...), prefetchArms()...)
 	return withArms(arms, cs...)
 }
