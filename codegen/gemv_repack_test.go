@@ -184,8 +184,9 @@ func TestLowerRepacked(t *testing.T) {
 }
 
 // TestLowerBatchArm: repacked products of decode programs of two or more
-// sequences launch the 16-row int8-activation arm (after XQuant) for
-// batches and the one-row arm for a single row; one-sequence programs, the exact configuration and a
+// sequences launch the 16-row int8-activation arm (after XQuant), with no
+// more rows a block than the program has sequences, for batches and the
+// one-row arm for a single row; one-sequence programs, the exact configuration and a
 // batch arm equal to the one-row arm keep a single kernel.
 func TestLowerBatchArm(t *testing.T) {
 	g := buildGraph(t, smallQwen3, synthTensors(smallQwen3, dtype.Q4_K, dtype.Q6_K))
@@ -199,7 +200,7 @@ func TestLowerBatchArm(t *testing.T) {
 			n++
 			batch, one := p.Kernels[ln.Kernel], p.Kernels[ln.One-1]
 			require.Equal(t, batch.Params, one.Params)
-			require.Regexp(t, `_l1_g16_`, batch.Name)
+			require.Regexp(t, fmt.Sprintf(`_l1_g%d_`, min(16, o.MaxSeqs)), batch.Name)
 			require.Regexp(t, `_l1_g1_`, one.Name)
 			require.Equal(t, ln.One-1, ln.KernelFor(1))
 			require.Equal(t, ln.Kernel, ln.KernelFor(2))
@@ -207,6 +208,8 @@ func TestLowerBatchArm(t *testing.T) {
 		return n
 	}
 	o := LowerOptions{Class: Decode, MaxSeqs: 4, Context: 256, Cache: dtype.F16}
+	require.Greater(t, ones(o), 2*smallQwen3.Layers)
+	o.MaxSeqs = 64
 	require.Greater(t, ones(o), 2*smallQwen3.Layers)
 	o.MaxSeqs = 1
 	require.Zero(t, ones(o))
@@ -395,7 +398,7 @@ func TestLowerXQGlobal(t *testing.T) {
 					// their batch arm with whole groups of 32 rows a block
 					quantOuts++
 					require.Equal(t, xqQuantOutParams, k.Params, k.Name)
-					require.Regexp(t, `_res_qo_.*_l1_g(16|1)_w4$`, k.Name)
+					require.Regexp(t, fmt.Sprintf(`_res_qo_.*_l1_g(%d|1)_w4$`, seqs), k.Name)
 					written[ln.Args[5].Index]++
 				case strings.Contains(k.Name, "_res_"):
 					// without the epilogue: the residual add only
@@ -404,7 +407,7 @@ func TestLowerXQGlobal(t *testing.T) {
 				default:
 					require.Equal(t, xqGlobalParams, k.Params, k.Name)
 					if seqs > 1 {
-						require.Regexp(t, `_l1_g16_w2$`, k.Name)
+						require.Regexp(t, fmt.Sprintf(`_l1_g%d_w2$`, seqs), k.Name) // the 16-row arm, at most seqs rows a block
 					}
 					// QKV, gate/up and the output head follow a norm: they scale by its 1/rms
 					require.Contains(t, k.Name, "_rn_")
@@ -454,10 +457,10 @@ func TestLowerXQGlobal(t *testing.T) {
 		}
 		return xq, batch
 	}
-	o.Arms.GEMVBatch = DefaultXQBatchArm // XQ 1: follows the one-row arm
+	o.Arms.GEMVBatch = DefaultXQBatchArm // XQ 1: follows the one-row arm, at most the program's 4 rows a block
 	xq, batch := kinds(o)
 	require.NotEmpty(t, xq)
-	require.Regexp(t, `_g16_w4$`, batch)
+	require.Regexp(t, `_g4_w4$`, batch)
 	o.Arms = Arms{GEMVBatch: DefaultXQMMAArm} // tensor cores for batches read the same XQuant rows
 	xq, batch = kinds(o)
 	require.NotEmpty(t, xq)
@@ -537,7 +540,8 @@ func TestLowerLargeArm(t *testing.T) {
 			batches++
 			require.Equal(t, ln.One-1, ln.KernelFor(1))
 			require.Equal(t, ln.Kernel, ln.KernelFor(GEMVLargeRows-1))
-			require.Regexp(t, `_g16_w[24]$`, p.Kernels[ln.Kernel].Name) // w4: fitted to a quantising epilogue
+			// w4: fitted to a quantising epilogue; no more rows a block than the program's sequences
+			require.Regexp(t, fmt.Sprintf(`_g%d_w[24]$`, min(16, o.MaxSeqs)), p.Kernels[ln.Kernel].Name)
 			if ln.Large == 0 {
 				require.Equal(t, ln.Kernel, ln.KernelFor(GEMVLargeRows))
 				continue

@@ -580,6 +580,12 @@ func (l *lowerer) batchArm(one GEMVArm, class string, k int) (GEMVArm, bool) {
 		b.XQ = 1
 	}
 	b = FitXQ(b, k)
+	if b.XQ == 2 && b.BatchRows > l.o.MaxSeqs {
+		// no step of the program has more rows: accumulators for more
+		// would only hold registers (the sums are those of any rows a
+		// block, XQ 2's order being its split's and unroll's)
+		b.BatchRows = l.o.MaxSeqs
+	}
 	if b.Layout != 1 || b == one {
 		return GEMVArm{}, false
 	}
