@@ -3,6 +3,7 @@ package codegen
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -441,4 +442,43 @@ func TestRopeAfterOwnHeadNorm(t *testing.T) {
 		require.Equal(t, hp.Layers, launchesOf(p, "rope_kv"), "RoPE after the norms")
 		require.Zero(t, launchesNamed(p, func(name string) bool { return strings.Contains(name, "_rope") }), "no product rotates")
 	}
+}
+
+// TestNarrowTails: in a decode program of 2 to NarrowSeqs sequences, with
+// the runtime's QuantOutBatch and int8 class, an entry of class narrow_quant_out turns the
+// residual products' and the attention combine's quantising epilogues on
+// (their XQuant launches gone, the SwiGLU's kept) and one of class
+// narrow_rope RoPE in the QKV products (no RopeKV); wider programs and
+// programs without the entries keep the launches.
+func TestNarrowTails(t *testing.T) {
+	llama := smallQwen3
+	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
+	g := buildGraph(t, llama, synthTensors(llama, dtype.Q4_K, dtype.Q6_K))
+	pick := func(classes ...string) ArmPicker {
+		return func(family, class string) (Point, bool) {
+			return TailArm{On: true}.Point(), family == "tail" && slices.Contains(classes, class)
+		}
+	}
+	lower := func(seqs int, p ArmPicker) (xquants, quantOuts, ropes, ropeKVs int) {
+		// the runtime's default: the int8 class, no quantising epilogues in batch programs
+		prog, err := Lower(g, LowerOptions{Class: Decode, MaxSeqs: seqs, Context: 256, Cache: dtype.F16, NoQuantOut: QuantOutBatch, Pick: p,
+			BatchInvariant: true, InvariantInt8: true})
+		require.NoError(t, err)
+		return launchesOf(prog, "xquant"), launchesNamed(prog, func(n string) bool { return strings.Contains(n, "_qo_") }),
+			launchesNamed(prog, func(n string) bool { return strings.Contains(n, "_rope_") }), launchesOf(prog, "rope_kv")
+	}
+	L := llama.Layers
+	for _, seqs := range []int{2, 5, NarrowSeqs} {
+		xq, qo, ro, rk := lower(seqs, nil)
+		require.Equal(t, []int{4*L + 1, 0, 0, L}, []int{xq, qo, ro, rk}, "%d sequences, no entries", seqs) // and the output head's
+		xq, qo, ro, rk = lower(seqs, pick(TailNarrowQuantOut))
+		// the first layer's QKV input and each SwiGLU's rows stay XQuant launches
+		require.Equal(t, []int{L + 1, 2 * L, 0, L}, []int{xq, qo, ro, rk}, "%d sequences, quantising epilogues", seqs)
+		xq, qo, ro, rk = lower(seqs, pick(TailNarrowRope))
+		require.Equal(t, []int{4*L + 1, 0, 2 * L, 0}, []int{xq, qo, ro, rk}, "%d sequences, RoPE in the products", seqs) // Q and K over Q4_K, V over Q6_K
+		xq, qo, ro, rk = lower(seqs, pick(TailNarrowQuantOut, TailNarrowRope))
+		require.Equal(t, []int{L + 1, 2 * L, 2 * L, 0}, []int{xq, qo, ro, rk}, "%d sequences, both", seqs)
+	}
+	xq, qo, ro, rk := lower(NarrowSeqs+1, pick(TailNarrowQuantOut, TailNarrowRope))
+	require.Equal(t, []int{4*L + 1, 0, 0, L}, []int{xq, qo, ro, rk}, "wider programs keep the launches")
 }

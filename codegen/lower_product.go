@@ -279,10 +279,11 @@ type normAfter struct {
 
 // quantOutOn reports whether producer f quantises in its epilogue in this
 // program (LowerOptions.NoQuantOut; in a decode program of two or more
-// sequences only with QuantOutBatch on as well).
+// sequences only with QuantOutBatch on as well, or the narrow tail
+// TailNarrowQuantOut).
 func (l *lowerer) quantOutOn(f QuantOuts) bool {
 	off := l.o.NoQuantOut
-	if l.o.MaxSeqs >= 2 && off&QuantOutBatch != 0 {
+	if l.o.MaxSeqs >= 2 && off&QuantOutBatch != 0 && !l.narrowOn(TailNarrowQuantOut) {
 		return false
 	}
 	return off&f == 0

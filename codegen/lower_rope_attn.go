@@ -96,15 +96,15 @@ func (l *lowerer) ropeKV(kvw *ir.Node) error {
 }
 
 // ropeInProducts gives the product launches that wrote the fused [q | k |
-// v] rows qkv the RoPE epilogue (XQEnds.Rope; LowerOptions.RopeInProduct)
-// and reports whether it did: q, k and v must come straight from XQ 2
+// v] rows qkv the RoPE epilogue (XQEnds.Rope; LowerOptions.RopeInProduct,
+// or the narrow tail TailNarrowRope) and reports whether it did: q, k and v must come straight from XQ 2
 // products covering the row, and every kernel of those launches must have
 // the epilogue (a large-batch kernel without it is dropped: the batch
 // kernel serves those steps; none may read XHalf's f16 rows, XQ 4; the
 // 8-bit cache, whose blocks of 32 a product's lanes do not hold together,
 // keeps RopeKV). It changes nothing unless all of that holds.
 func (l *lowerer) ropeInProducts(q, k, v *ir.Node, qkv view, rs RopeShape, inv, layer int, nodes []int) (bool, error) {
-	if !l.o.RopeInProduct || l.o.Class != Decode || rs.Half || rs.Cache == CacheQ8 {
+	if !(l.o.RopeInProduct || l.narrowOn(TailNarrowRope)) || l.o.Class != Decode || rs.Half || rs.Cache == CacheQ8 {
 		return false, nil
 	}
 	if !fromProducts(q.Args[0], k.Args[0], v) {

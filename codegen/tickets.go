@@ -15,13 +15,31 @@ package codegen
 // kernel's launch. The tails now trigger before their work (the next
 // kernel's wait still waits for the whole grid), not yet measured. An
 // entry with on 1 turns a tail on for a card.
+//
+// Two more classes bring the one-sequence program's epilogues to decode
+// programs of 2 to NarrowSeqs sequences (a speculative verify step's K + 1
+// rows of one stream, a small server), whose launches otherwise quantise
+// each product's rows and run RoPE apart (LowerOptions.NoQuantOut's
+// QuantOutBatch, the runtime's default, measured slower at batch 16 on the
+// H200): TailNarrowQuantOut, the residual products and the attention's
+// combine quantising the next product's rows (QuantOutNorm, QuantOutAttn;
+// the gate/up product's SwiGLU stays a launch where a batch arm runs),
+// and TailNarrowRope, RoPE in the QKV products (XQEnds.Rope). Each writes
+// the floats of the launches it replaces, as in the one-sequence program.
+// Not yet measured: off without an entry.
 const (
-	TailPostNorm  = "post_norm"  // Gemma's post-norms in the products before them (XQEnds.PostNorm)
-	TailHeadRope  = "head_rope"  // RoPE and the q/k norms in the QKV products (XQEnds.HeadRope)
-	TailQuantNext = "quant_next" // the next layer's XQuant in the summing MoE down product (MoEShape.QuantNext)
+	TailPostNorm       = "post_norm"        // Gemma's post-norms in the products before them (XQEnds.PostNorm)
+	TailHeadRope       = "head_rope"        // RoPE and the q/k norms in the QKV products (XQEnds.HeadRope)
+	TailQuantNext      = "quant_next"       // the next layer's XQuant in the summing MoE down product (MoEShape.QuantNext)
+	TailNarrowQuantOut = "narrow_quant_out" // the quantising epilogues in decode programs of 2 to NarrowSeqs sequences
+	TailNarrowRope     = "narrow_rope"      // RoPE in the QKV products of such programs
 )
 
-// TailArm is whether a one-sequence program runs a last-block tail.
+// NarrowSeqs is the most sequences of a decode program that the narrow
+// tails (TailNarrowQuantOut, TailNarrowRope) apply to.
+const NarrowSeqs = 8
+
+// TailArm is whether a program runs a tail (or an epilogue) of its class.
 type TailArm struct{ On bool }
 
 // TailKnobs is the search space of TailArm.
@@ -53,6 +71,12 @@ func (a TailArm) String() string {
 func (l *lowerer) tailOn(class string) bool {
 	p, ok := l.picked("tail", class)
 	return ok && TailArmOf(p).On
+}
+
+// narrowOn reports whether this is a decode program of 2 to NarrowSeqs
+// sequences and the tunedb turns the narrow tail of class on.
+func (l *lowerer) narrowOn(class string) bool {
+	return l.o.Class == Decode && l.o.MaxSeqs >= 2 && l.o.MaxSeqs <= NarrowSeqs && l.tailOn(class)
 }
 
 // ticketsArg returns the counters of a launch that takes n tickets: n

@@ -144,6 +144,10 @@ func TestGPUBatchWidthsExact(t *testing.T) {
 		// the batch products loading each activation row one row ahead
 		// (GEMVArm.Prefetch): 2 to 15 rows run them
 		{"prefetch", NumericsDefault, "llama3-8b", false, pickPrefetch},
+		// a decode program of codegen.NarrowSeqs sequences with the
+		// one-sequence program's quantising epilogues and RoPE in the QKV
+		// products (the narrow tails), widths to 8
+		{"narrow", NumericsDefault, "llama3-8b", false, pickNarrow},
 		// a mixture of experts: alone, the one-sequence program sums the
 		// experts in the down product (MoEShape.Sum); in batches MoESum does
 		{"moe-default", NumericsDefault, "qwen3-30b-a3b", false, nil},
@@ -163,10 +167,16 @@ func TestGPUBatchWidthsExact(t *testing.T) {
 			if c.pick != nil {
 				opts.Pick = c.pick
 			}
-			e, reqs := widthsEngine(t, c.preset, opts, 64)
+			if c.name == "narrow" {
+				opts.MaxSeqs = codegen.NarrowSeqs
+			}
+			e, reqs := widthsEngine(t, c.preset, opts, opts.MaxSeqs)
 			alone, _ := greedy(t, e, reqs[:1])
 			var parted []int
 			for _, w := range []int{2, 3, 8, 16, 64} {
+				if w > opts.MaxSeqs {
+					continue
+				}
 				got, _ := greedy(t, e, reqs[:w])
 				if !slices.Equal(alone[0], got[0]) {
 					parted = append(parted, w)
@@ -272,6 +282,12 @@ func firstTokenDiff(a, b []int32) int {
 // would) and picks nothing else.
 func pickTails(family, class string) (codegen.Point, bool) {
 	return codegen.TailArm{On: true}.Point(), family == "tail"
+}
+
+// pickNarrow turns the narrow tails on (codegen.TailNarrowQuantOut,
+// TailNarrowRope) and picks nothing else.
+func pickNarrow(family, class string) (codegen.Point, bool) {
+	return codegen.TailArm{On: true}.Point(), family == "tail" && (class == codegen.TailNarrowQuantOut || class == codegen.TailNarrowRope)
 }
 
 // pickPrefetch picks the untuned batch arm with GEMVArm.Prefetch for every
