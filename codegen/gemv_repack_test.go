@@ -217,6 +217,10 @@ func TestLowerBatchArm(t *testing.T) {
 	require.Zero(t, ones(o))
 	o.PrefillGEMV, o.Arms.GEMVBatch = false, DefaultXQGlobalOneArm
 	require.Zero(t, ones(o))
+	// the int8 invariant class puts its 16-row XQ 2 arm in place of a tensor-core batch arm:
+	// capped at the program's sequences too
+	o.Arms.GEMVBatch, o.BatchInvariant, o.InvariantInt8, o.MaxSeqs = DefaultXQMMAArm, true, true, 5
+	require.Greater(t, ones(o), 2*smallQwen3.Layers)
 }
 
 // TestLowerFusedNorm: in decode programs the RMSNorm before products with

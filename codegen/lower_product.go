@@ -92,6 +92,7 @@ func (l *lowerer) product(t dtype.Type, n, k, w int, x, y view, rows ir.Dim, res
 					if batch, err = int8Batch(arm, batch); err != nil {
 						return err
 					}
+					batch = l.seqRows(batch) // int8Batch's default arm has 16
 				}
 			case hasBatch && l.o.BatchInvariant:
 				arm = batch // one row runs the batch kernel too
@@ -557,6 +558,17 @@ func (l *lowerer) optionalKernel(k *Kernel, err error) (int, error) {
 	return l.kernel(k, err)
 }
 
+// seqRows caps an XQ 2 batch arm's rows a block at the program's
+// sequences: no step of the program has more rows, and accumulators for
+// more would only hold registers (the sums are those of any rows a block,
+// XQ 2's order being its split's and unroll's).
+func (l *lowerer) seqRows(b GEMVArm) GEMVArm {
+	if b.XQ == 2 && b.BatchRows > l.o.MaxSeqs {
+		b.BatchRows = l.o.MaxSeqs
+	}
+	return b
+}
+
 // batchArm returns the arm of the launches at two or more rows of the
 // product of class when it differs from the one-row arm one (a layout-1
 // product of a decode program of two or more sequences, outside the exact
@@ -580,13 +592,7 @@ func (l *lowerer) batchArm(one GEMVArm, class string, k int) (GEMVArm, bool) {
 	case one.XQ < 2 && b.XQ >= 2:
 		b.XQ = 1
 	}
-	b = FitXQ(b, k)
-	if b.XQ == 2 && b.BatchRows > l.o.MaxSeqs {
-		// no step of the program has more rows: accumulators for more
-		// would only hold registers (the sums are those of any rows a
-		// block, XQ 2's order being its split's and unroll's)
-		b.BatchRows = l.o.MaxSeqs
-	}
+	b = l.seqRows(FitXQ(b, k))
 	if b.Layout != 1 || b == one {
 		return GEMVArm{}, false
 	}
