@@ -95,9 +95,6 @@ func emitHeadRopeDefines(w *Writer, e XQEnds) {
 func emitHeadRopeTail(w *Writer, e XQEnds, rb int) {
 	r := e.RopeShape
 	ct := cacheCType(r.Cache)
-	w.Comment("the trigger before the tail: the next kernel launches meanwhile (its wait still waits for")
-	w.Comment("this whole grid, the tail included)")
-	w.Line("pdl_launch();")
 	w.Comment("RopeKV's work for the block's head, in the block that finishes the head last")
 	w.Linef("const int hu = (C0 + blockIdx.x * %d) / HD; // the block's head: q, k or v", rb)
 	emitLastBlock(w, "tickets + blockIdx.y * UNITS + hu", fmt.Sprint(r.HeadDim/rb), "this block's rows of the head", func() {
@@ -148,6 +145,8 @@ func emitHeadRopeTail(w *Writer, e XQEnds, rb int) {
 			})
 		})
 	})
+	w.Comment("the trigger after every write of the block")
+	w.Line("pdl_launch();")
 }
 
 // headRopeInProducts gives the product launches that wrote the fused

@@ -48,9 +48,6 @@ func (e XQEnds) postNormFits(n int, residual bool, arm GEMVArm, ystride int) err
 // L1): x += norm(h)·pw, then the next norm's x·nw quantised into xo.
 func emitPostNormTail(w *Writer, n int, e XQEnds) {
 	tb := e.PostNormThreads
-	w.Comment("the trigger before the tail: the next kernel launches and loads its weights meanwhile (its")
-	w.Comment("wait still waits for this whole grid, the tail included)")
-	w.Line("pdl_launch();")
 	w.Comment("the post-norm and the next norm's quantisation, in the block that finishes its block row last")
 	emitLastBlock(w, "tickets + blockIdx.y", "(int)gridDim.x", "this block's rows of h", func() {
 		w.Comment("from here K, XR and SL are the post-norm's rows, as PostNormAddQuant's")
@@ -70,6 +67,8 @@ func emitPostNormTail(w *Writer, n int, e XQEnds) {
 			w.Line("__syncthreads(); // the next row reuses red")
 		})
 	})
+	w.Comment("the trigger after every write of the block, as the quantising epilogues have it")
+	w.Line("pdl_launch();")
 }
 
 // postNormInProduct gives post-norm n (adding into residual y, its next

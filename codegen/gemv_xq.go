@@ -251,7 +251,7 @@ func emitXQStoreScaled(w *Writer, residual bool, scale string) {
 }
 
 // emitXQStoreRows is emitXQStoreScaled without the launch trigger (a
-// product with a last-block tail triggers before the tail).
+// PostNorm product triggers after its tail).
 func emitXQStoreRows(w *Writer, residual bool, scale string) {
 	op := "="
 	if residual {

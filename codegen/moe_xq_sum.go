@@ -106,12 +106,9 @@ func moeXQSum(s MoEShape, arm MoEArm) (*Kernel, error) {
 				emitSlotSum(w)
 			})
 			if s.QuantNext {
-				w.Comment("the trigger before the tail (the next kernel's wait still waits for this whole grid)")
-			}
-			w.Line("pdl_launch();")
-			if s.QuantNext {
 				emitQuantNext(w, s.N, threads)
 			}
+			w.Line("pdl_launch();")
 		}})
 	})
 	return &Kernel{Family: "moe_xq", Name: name, Source: src, Params: params, Launch: func(d Dims) Geometry {
@@ -130,5 +127,6 @@ func emitQuantNext(w *Writer, n, threads int) {
 		w.Comment("from here K, XR and SL are the residual row's")
 		emitRowDefines(w, n, threads)
 		emitNormRowQuant(w, "y", "xo", threads, "__ldcg")
+		w.Line("__syncthreads(); // every warp's bytes written before the block's launch trigger")
 	})
 }

@@ -12,9 +12,10 @@ package codegen
 // entry: on an H100 (session 34) gemma3-12b q4_k_m decoded at 216.33
 // tok/s with the post-norm and head RoPE tails against 226.25 without
 // (0.956×, one call), the trigger after each tail holding back the next
-// kernel's launch. The tails now trigger before their work (the next
-// kernel's wait still waits for the whole grid), not yet measured. An
-// entry with on 1 turns a tail on for a card.
+// kernel's launch. Triggering before the tail's work instead gave NaN
+// logits on an H100 (session 35: the post-norm and quantising MoE down
+// tails; the head RoPE tail stayed correct), so the trigger stays after
+// the work. An entry with on 1 turns a tail on for a card.
 //
 // Two more classes bring the one-sequence program's epilogues to decode
 // programs of 2 to NarrowSeqs sequences (a speculative verify step's K + 1

@@ -635,7 +635,7 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 					case e.Rope:
 						emitXQStoreRope(w, e.RopeShape.Cache, rn)
 					case e.PostNorm || e.HeadRope:
-						emitXQStoreRows(w, residual, rn) // the trigger before the tail
+						emitXQStoreRows(w, residual, rn) // the trigger after the tail
 					default:
 						emitXQStoreScaled(w, residual, rn)
 					}
