@@ -344,7 +344,9 @@ func GEMVBatchClass(class string) string { return class + "_batch" }
 // llama3-8b's down product in 36.9 against the default's 46.9 µs on an
 // H100 and no slower at 1 to 16 rows (docs/PERFORMANCE.md, session 29).
 // Each arm comes with and without Prefetch (the next activation row's
-// loads before this row's dots), not yet timed on a GPU.
+// loads before this row's dots): on an H100 it made four of five batch
+// arms slower at 5 rows (docs/PERFORMANCE.md, session 35), so a sweep
+// weighs it like any knob.
 func GEMVBatchSpaceFor(t dtype.Type) Space {
 	s := narrowedGEMVSpace(t, map[string][]int{"layout": {1}, "shared_x": {1}, "xq": {2}, "batch_rows": {4, 8, 16}, "prefetch": {0, 1}})
 	s.Default = DefaultXQGlobalBatchArm.Point()
