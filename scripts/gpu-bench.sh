@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU speed: synthesizes llama2-7b (q4_k_m, f16) and llama3.2-1b (f16) on the
 # GPU machine and runs `memra bench --device cuda --roofline -p 512 -n 128 -r 5`
-# on each (the q4_k_m model also at batch 16 and 64, and at 1, 16 and 64 in the int8
-# class of --batch-invariant); on the q4_k_m model also the
+# on each (the q4_k_m model also at batch 16 and 64, at 5 in a backend of 5 (a speculative
+# verify step), and at 1, 16 and 64 in the int8 class of --batch-invariant); on the q4_k_m model also the
 # serving load test (`memra serve` +
 # `memra bench serve` at concurrency 1, 4, 16, 64; SERVE=0 skips it) and the
 # batch sweep -b 1,2,4,8,16,32,64 (-p 128 -n 32) with a plot (GEMV arms are
@@ -81,6 +81,9 @@ serve_bench() {
 synth llama2-7b q4_k_m --weights blocks
 synth llama3.2-1b f16
 [ -s "$Q4" ] && bench llama2-7b-q4_k_m "$Q4" 90
+# issue 33's verify step: 5 rows in a backend of 5 (memra run --spec with 4 drafts), whose step time
+# is set against the one-row step above (bar 1.3x)
+[ -s "$Q4" ] && bench llama2-7b-q4_k_m-verify5 "$Q4" 90 -b 5
 [ -s "$Q4" ] && bench llama2-7b-q4_k_m-b16 "$Q4" 180 -b 16,64
 # the int8 class of --batch-invariant at 1, 16 and 64 rows, beside the default's in the same call (issue 31:
 # whether it can become the default)
