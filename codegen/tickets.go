@@ -28,8 +28,8 @@ package codegen
 // and TailNarrowRope, RoPE in the QKV products (XQEnds.Rope). Each writes
 // the floats of the launches it replaces, as in the one-sequence program.
 // On an H100 both made llama2-7b q4_k_m's 5-row step 1.094× faster
-// (session 35); off without an entry, as autotune does not yet confirm
-// tail classes end to end.
+// (session 35); off without an entry, which `memra autotune MODEL
+// --families tail` writes where whole decode steps confirm a class.
 const (
 	TailPostNorm       = "post_norm"        // Gemma's post-norms in the products before them (XQEnds.PostNorm)
 	TailHeadRope       = "head_rope"        // RoPE and the q/k norms in the QKV products (XQEnds.HeadRope)
@@ -41,6 +41,13 @@ const (
 // NarrowSeqs is the most sequences of a decode program that the narrow
 // tails (TailNarrowQuantOut, TailNarrowRope) apply to.
 const NarrowSeqs = 8
+
+// TailClasses are the classes of family "tail", in order.
+var TailClasses = []string{TailPostNorm, TailHeadRope, TailQuantNext, TailNarrowQuantOut, TailNarrowRope}
+
+// NarrowTail reports whether tail class applies to decode programs of 2 to
+// NarrowSeqs sequences (the others to one-sequence programs).
+func NarrowTail(class string) bool { return class == TailNarrowQuantOut || class == TailNarrowRope }
 
 // TailArm is whether a program runs a tail (or an epilogue) of its class.
 type TailArm struct{ On bool }

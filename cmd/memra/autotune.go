@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -49,7 +48,8 @@ func init() {
 	f := cmd.Flags()
 	f.StringSlice("shapes", []string{"llama3-8b"}, "shape presets when no MODEL is given: llama3-8b, qwen2.5-7b, qwen3-8b, tiny, qwen3-30b-a3b, mixtral-8x7b, tiny-moe")
 	f.StringSlice("types", []string{"q4_k"}, "weight types for --shapes presets")
-	f.StringSlice("families", nil, "families to tune (default: those the default programs launch, less the decode products of repacked weights): "+strings.Join(codegen.SpaceFamilies(), ", "))
+	f.StringSlice("families", nil, "families to tune (default: those the default programs launch, less the decode products of repacked weights): "+strings.Join(codegen.SpaceFamilies(), ", ")+
+		"; tail alone judges the fusions of family tail in whole decode steps of MODEL (no kernels of their own to time)")
 	f.Duration("budget", 10*time.Minute, "time for the whole run: with a MODEL and --confirm the sweep takes 70 % (each task an equal share "+
 		"of what is left) and the end-to-end confirmation the rest (no group starts past it, one started before runs to its verdict; groups not judged are not written); else the sweep all of it")
 	f.Int("reps", 20, "timed samples of a final measurement")
@@ -247,6 +247,10 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 		return fmt.Errorf("%w: --device %q: want cuda or cpu", errAutotune, dev)
 	}
 	out := cmd.OutOrStdout()
+	if fams, _ := f.GetStringSlice("families"); slices.Equal(fams, []string{"tail"}) {
+		confirm, _ := f.GetBool("confirm")
+		return runAutotuneTails(cmd, args, confirm)
+	}
 	cases, what, err := autotuneCases(cmd, args)
 	if err != nil {
 		return err
@@ -361,29 +365,8 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 		}
 		fmt.Fprintf(out, "report: %s/report.md\n", dir)
 	}
-	if len(entries) > 0 {
-		if wu, _ := f.GetBool("write-user"); wu {
-			p, err := db.Put(key, entries)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "tunedb: %d entries written to %s\n", len(entries), p)
-		}
-		if dir, _ := f.GetString("write-shipped"); dir != "" {
-			file := tunedb.NewFile(key)
-			path := filepath.Join(dir, key.String()+".json")
-			if _, err := os.Stat(path); err == nil {
-				if file, err = tunedb.ReadFile(path); err != nil {
-					return err
-				}
-			}
-			file.Merge(entries)
-			p, err := tunedb.WriteDir(dir, file)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "tunedb: %d entries written to %s\n", len(entries), p)
-		}
+	if err := writeEntries(cmd, db, key, entries); err != nil {
+		return err
 	}
 	if tuneErr != nil {
 		return tuneErr

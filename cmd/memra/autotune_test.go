@@ -257,3 +257,66 @@ func TestConfirmE2EStops(t *testing.T) {
 	kept := confirmed(groups[0].Entries, append(v, unjudged(groups, v)...))
 	require.Empty(t, kept)
 }
+
+// TestAutotuneTails: family "tail" has no kernels to time, so autotune
+// judges it in whole decode steps only: each one-sequence tail alone at
+// batch 1, the narrow tails together at a verify step's rows, every class
+// once; it refuses without a MODEL and --confirm, lists its groups with
+// --list, and writes the kept classes on, timed by their steps beside
+// the steps without them.
+func TestAutotuneTails(t *testing.T) {
+	groups := tailGroups()
+	seen := map[string]bool{}
+	for _, g := range groups {
+		for _, e := range g.Entries {
+			require.Equal(t, "tail", e.Family)
+			require.False(t, seen[e.Class], e.Class)
+			seen[e.Class] = true
+			require.Equal(t, codegen.TailArm{On: true}.Point(), e.Arm)
+			if codegen.NarrowTail(e.Class) {
+				require.Equal(t, tailVerifyRows, g.Batch, g.Name)
+				require.LessOrEqual(t, g.Batch, codegen.NarrowSeqs, "the verify rows make a narrow program")
+			} else {
+				require.Equal(t, 1, g.Batch, g.Name)
+				require.Len(t, g.Entries, 1, "a one-sequence tail is judged alone")
+			}
+		}
+	}
+	require.Len(t, seen, len(codegen.TailClasses))
+
+	narrow := groups[len(groups)-1]
+	verdicts := []autotune.Confirmed{{Group: groups[0]},
+		{Group: narrow, Keep: true, Result: autotune.E2EResult{Tuned: autotune.Measurement{TimeUS: 4391}, Baseline: autotune.Measurement{TimeUS: 4802}}}}
+	entries := tailEntries(verdicts, "2026-12-07", "test", 13000)
+	require.Len(t, entries, 2, "only the kept group's entries")
+	for _, e := range entries {
+		require.True(t, codegen.NarrowTail(e.Class), e.Class)
+		require.Equal(t, 4391.0, e.TimeUS)
+		require.Equal(t, 4802.0, e.RunnerUp.TimeUS)
+		require.Equal(t, codegen.TailArm{}.Point(), e.RunnerUp.Arm)
+		require.Equal(t, 13000, e.Driver)
+	}
+	f := tunedb.NewFile(tunedb.NewDeviceKey("NVIDIA H100 80GB HBM3", 9, 0, 132, 80<<30))
+	f.Merge(entries)
+	require.NoError(t, f.Validate(), "written entries are valid tunedb entries")
+
+	run := func(args ...string) (string, error) {
+		cmd, _, err := rootCmd.Find([]string{"autotune"})
+		require.NoError(t, err)
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		t.Cleanup(func() { cmd.SetOut(nil); resetFlags(cmd.Flags()) })
+		resetFlags(cmd.Flags())
+		require.NoError(t, cmd.Flags().Parse(args))
+		err = runAutotune(cmd, cmd.Flags().Args())
+		return out.String(), err
+	}
+	_, err := run("--families", "tail")
+	require.ErrorContains(t, err, "needs a MODEL and --confirm")
+	_, err = run("--families", "tail", "--confirm=false", "model.gguf")
+	require.ErrorContains(t, err, "needs a MODEL and --confirm")
+	out, err := run("--families", "tail", "--list")
+	require.NoError(t, err)
+	require.Regexp(t, `tail post_norm +batch 1, 1 entries`, out)
+	require.Regexp(t, `narrow tails \(verify steps\) +batch 5, 2 entries`, out)
+}
