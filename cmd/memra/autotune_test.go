@@ -315,6 +315,8 @@ func TestAutotuneTails(t *testing.T) {
 	require.ErrorContains(t, err, "needs a MODEL and --confirm")
 	_, err = run("--families", "tail", "--confirm=false", "model.gguf")
 	require.ErrorContains(t, err, "needs a MODEL and --confirm")
+	_, err = run("--families", "tail,gemv", "--list", "--shapes", "tiny", "--types", "q4_k")
+	require.ErrorContains(t, err, "name it alone")
 	out, err := run("--families", "tail", "--list")
 	require.NoError(t, err)
 	require.Regexp(t, `tail post_norm +batch 1, 1 entries`, out)
