@@ -146,25 +146,40 @@ func emitXQWeightHelpers(w *Writer, t dtype.Type) {
 	}
 }
 
-// emitXQCompute writes the products of the U units from u on (weight
-// registers of buffer buf) with the block's activation rows: each unit of
-// each of the warp's rw weight rows unpacked once, then met with row j's
-// int8 words at xr and group factors at mt.
-func emitXQCompute(w *Writer, t dtype.Type, rw int, buf, xr, mt string) {
+// emitXQUnits writes the loop over the U units from u on (weight registers
+// of buffer buf): each unit of each of the warp's rw weight rows unpacked
+// once into w0…, then rows, its products with the block's activation rows.
+func emitXQUnits(w *Writer, t dtype.Type, rw int, buf string, rows func()) {
 	w.For("i", "0", "U", "1", -1, func() {
 		w.Line("const int uu = u + i * 32;")
 		w.If("uu < UPR", func() {
 			for r := range rw {
 				w.Linef("const xw w%d = %s;", r, xqBuffer(xqRename(xqPrep[t], r), buf))
 			}
-			w.For("j", "0", "MB", "1", -1, func() {
-				w.If("j < mrows", func() {
-					w.Linef("const int4* xr = %s;", xr)
-					w.Linef("const float4* mt = %s;", mt)
-					for r := range rw {
-						w.Linef("acc[%d][j] = __fadd_rn(acc[%d][j], xq_use(w%d, xr, mt, uu));", r, r, r)
-					}
-				})
+			rows()
+		})
+	})
+}
+
+// emitXQAdd writes each of the warp's rw weight rows' term of activation
+// row j (term of the row's unpacked unit) added to its sum.
+func emitXQAdd(w *Writer, rw int, term func(wr string) string) {
+	for r := range rw {
+		w.Linef("acc[%d][j] = __fadd_rn(acc[%d][j], %s);", r, r, term(fmt.Sprintf("w%d", r)))
+	}
+}
+
+// emitXQCompute writes the products of the U units from u on (weight
+// registers of buffer buf) with the block's activation rows: each unit of
+// each of the warp's rw weight rows unpacked once, then met with row j's
+// int8 words at xr and group factors at mt.
+func emitXQCompute(w *Writer, t dtype.Type, rw int, buf, xr, mt string) {
+	emitXQUnits(w, t, rw, buf, func() {
+		w.For("j", "0", "MB", "1", -1, func() {
+			w.If("j < mrows", func() {
+				w.Linef("const int4* xr = %s;", xr)
+				w.Linef("const float4* mt = %s;", mt)
+				emitXQAdd(w, rw, func(wr string) string { return "xq_use(" + wr + ", xr, mt, uu)" })
 			})
 		})
 	})
@@ -177,22 +192,14 @@ func emitXQComputePrefetch(w *Writer, t dtype.Type, rw int, buf, xr, mt string) 
 	load := func(row string) string {
 		return fmt.Sprintf("xq_load(%s, %s, uu)", fmt.Sprintf(xr, row), fmt.Sprintf(mt, row))
 	}
-	w.For("i", "0", "U", "1", -1, func() {
-		w.Line("const int uu = u + i * 32;")
-		w.If("uu < UPR", func() {
-			for r := range rw {
-				w.Linef("const xw w%d = %s;", r, xqBuffer(xqRename(xqPrep[t], r), buf))
-			}
-			w.Comment("a block has at least one row")
-			w.Linef("xa xn = %s;", load("0"))
-			w.For("j", "0", "MB", "1", -1, func() {
-				w.Line("const xa xc = xn;")
-				w.If("j + 1 < MB && j + 1 < mrows", func() { w.Linef("xn = %s;", load("j + 1")) })
-				w.If("j < mrows", func() {
-					for r := range rw {
-						w.Linef("acc[%d][j] = __fadd_rn(acc[%d][j], xq_dot(w%d, xc));", r, r, r)
-					}
-				})
+	emitXQUnits(w, t, rw, buf, func() {
+		w.Comment("a block has at least one row")
+		w.Linef("xa xn = %s;", load("0"))
+		w.For("j", "0", "MB", "1", -1, func() {
+			w.Line("const xa xc = xn;")
+			w.If("j + 1 < MB && j + 1 < mrows", func() { w.Linef("xn = %s;", load("j + 1")) })
+			w.If("j < mrows", func() {
+				emitXQAdd(w, rw, func(wr string) string { return "xq_dot(" + wr + ", xc)" })
 			})
 		})
 	})
