@@ -296,7 +296,7 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 	}
 	defer dev.Close()
 	info := dev.Info()
-	key := tunedb.NewDeviceKey(info.Name, info.Major, info.Minor, info.SMs, info.TotalMem)
+	key := cuda.DeviceKey(info)
 	db, err := tunedb.Open("")
 	if err != nil {
 		return err

@@ -80,7 +80,7 @@ func runAutotuneTails(cmd *cobra.Command, args []string, confirm bool) error {
 	}
 	info := dev.Info()
 	_ = dev.Close() // the confirmation's backends take the card
-	key := tunedb.NewDeviceKey(info.Name, info.Major, info.Minor, info.SMs, info.TotalMem)
+	key := cuda.DeviceKey(info)
 	db, err := tunedb.Open("")
 	if err != nil {
 		return err
