@@ -117,6 +117,9 @@ func decodePartial(s AttnShape, arm DecodeArm, xq bool) (*Kernel, error) {
 		w.Linef("#define EPL %d // head elements per lane", tl.epl())
 		w.Linef("#define HT %d // query heads per pass", tl.ht)
 		w.Linef("#define U %d // keys in flight per lane group", tl.u)
+		if arm.Preload {
+			w.Linef("#define NEWEST %d // rows at a sequence's end the step may have written (DecodeArm.Newest)", max(1, arm.Newest))
+		}
 		w.Line("#define MNEG (-3.0e38f) // running max before any key: exp(MNEG - x) is 0, exp(MNEG - MNEG) is 1")
 		if arm.Fuse && xq {
 			w.Linef("#define XRO %d // bytes of a quantised output row", XQRowBytes(s.Heads*s.HeadDim))
@@ -218,10 +221,10 @@ func decodePartial(s AttnShape, arm DecodeArm, xq bool) (*Kernel, error) {
 					})
 				}
 				if arm.Preload {
-					w.Comment("the warp's first step of keys and values before the wait: the rows before len - 1 are")
-					w.Comment("earlier steps'; the newest, the previous kernel's, is read again after the wait (only")
-					w.Comment("a split of at most one step can hold it in its first step, as a key or as the")
-					w.Comment("masked slots' repeat of its last key)")
+					w.Comment("the warp's first step of keys and values before the wait: the rows before len - NEWEST are")
+					w.Comment("earlier steps'; the newest, the previous kernel's (a verify step's entries share their")
+					w.Comment("sequence's pages, each writing one row), are read again after the wait, as keys or as")
+					w.Comment("the masked slots' repeat of the split's last key")
 					w.Line("const int jf = warp * (KPW * U);")
 					decl("kp", "vp")
 					w.If("jf < n", func() { load("jf", "kp", "vp") })
@@ -229,7 +232,7 @@ func decodePartial(s AttnShape, arm DecodeArm, xq bool) (*Kernel, error) {
 					w.If("jf < n", func() {
 						w.For("u", "0", "U", "1", -1, func() {
 							w.Line("const int j = min(jf + u * KPW + grp, n - 1);")
-							w.If(fmt.Sprintf("j0 + j == %s - 1", end), func() {
+							w.If(fmt.Sprintf("j0 + j >= %s - NEWEST", end), func() {
 								w.Comment("past L1, which may hold the line as it was before the wait")
 								w.Line("const size_t r = PROW(pt, j0 + j) * CROW + e0;")
 								rowLoads("kp", "vp", "__ldcg(%s)")

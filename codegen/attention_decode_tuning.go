@@ -48,6 +48,15 @@ type DecodeArm struct {
 	// wait reloads only the newest row, the one that kernel wrote. Every
 	// older row was written by an earlier step. Names carry "_p".
 	Preload bool
+	// Newest (with Preload; not a tuned knob: lowering sets it to the
+	// program's sequences, at most MaxSharedRows) is how many rows at the
+	// end of a sequence the step itself may have written: a speculative
+	// verify step's drafts share their sequence's pages, each entry writing
+	// its own position, so the rows from len - Newest on are the kernel
+	// before attention's and are read again after the wait. 0 or 1: the
+	// newest row alone (a one-sequence program). Names carry the count
+	// after "_p" where it is above 1.
+	Newest int
 	// Fuse: the combine runs in the partial kernel, in the block that
 	// finishes each (sequence, kv head) last (DecodeAttentionFused): one
 	// launch instead of two, the same floats. Names carry "_f".
@@ -91,7 +100,7 @@ var DecodeKnobs = []Knob{{"threads", []int{64, 128, 256}}, {"chunk", []int{64, 1
 // (validKernel).
 func (a DecodeArm) Validate() error {
 	if a.Threads < 32 || a.Threads > 1024 || a.Threads%32 != 0 || a.Chunk < 32 || a.Chunk > 4096 || a.Live < 0 || a.Live > 4 ||
-		(a.Live < 3 && a.SMs != 0) || a.SMs < 0 || a.SMs > 1024 {
+		(a.Live < 3 && a.SMs != 0) || a.SMs < 0 || a.SMs > 1024 || a.Newest < 0 || a.Newest > MaxSharedRows {
 		return fmt.Errorf("%w: decode attention arm %+v", ErrUnsupported, a)
 	}
 	return nil
@@ -148,6 +157,9 @@ func (a DecodeArm) String() string {
 	}
 	if a.Preload {
 		s += "_p"
+		if a.Newest > 1 {
+			s += fmt.Sprint(a.Newest)
+		}
 	}
 	if a.Fuse {
 		s += "_f"
@@ -252,6 +264,12 @@ func (a DecodeArm) Splits(kvLen int) int {
 	}
 	return n
 }
+
+// MaxSharedRows bounds the entries of one step that share a sequence's
+// pages and write its newest rows: a speculative verify step's, the
+// sequence's own token and at most 16 drafts (the runtime's bound on
+// drafted tokens). DecodeArm.Newest is at most this.
+const MaxSharedRows = 17
 
 // MaxLiveSplits bounds the splits of the live decode attention arms
 // (DecodeArm.Splits): 32, the count a 4096-position cache in the default

@@ -146,6 +146,9 @@ func (l *lowerer) decodeArm(class string) DecodeArm {
 	}
 	arm = arm.Invariant(l.o.BatchInvariant).OnCard(l.o.Multiprocessors)
 	arm.Preload = l.o.DecodePreload
+	if arm.Preload {
+		arm.Newest = min(max(1, l.o.MaxSeqs), MaxSharedRows)
+	}
 	return arm
 }
 

@@ -176,7 +176,7 @@ func TestLowerDecodePreload(t *testing.T) {
 	llama := smallQwen3
 	llama.Arch, llama.Name, llama.RopeStyle, llama.QKNorm, llama.TiedEmbedding = "llama", "llama-small", ir.RopeInterleaved, false, false
 	g := buildGraph(t, llama, synthTensors(llama, dtype.Q4_K, dtype.Q6_K))
-	for _, seqs := range []int{1, 2} {
+	for _, seqs := range []int{1, 2, 5, 64} {
 		o := LowerOptions{Class: Decode, MaxSeqs: seqs, Context: 256, Cache: dtype.F16, RopeInProduct: seqs == 1}
 		plain, err := Lower(g, o)
 		require.NoError(t, err)
@@ -195,7 +195,17 @@ func TestLowerDecodePreload(t *testing.T) {
 				continue
 			}
 			parts++
-			require.True(t, strings.HasSuffix(k.Name, "_p"), k.Name)
+			// a verify step's entries share their sequence's pages and each
+			// write one of its newest rows, which the kernel reads again
+			// after its wait: the program's sequences, at most MaxSharedRows
+			newest := min(seqs, MaxSharedRows)
+			if newest == 1 {
+				require.True(t, strings.HasSuffix(k.Name, "_p"), k.Name)
+			} else {
+				require.True(t, strings.HasSuffix(k.Name, fmt.Sprintf("_p%d", newest)), k.Name)
+			}
+			require.Contains(t, k.Source, fmt.Sprintf("#define NEWEST %d ", newest))
+			require.Contains(t, k.Source, "if (j0 + j >= len - NEWEST) {")
 			prev := p.Launches[i-1]
 			for _, kp := range []int{prev.Kernel, prev.One - 1} {
 				if kp < 0 {

@@ -44,6 +44,11 @@ type SpecConfig struct {
 // Defaults of SpecConfig.
 const (
 	DefaultSpecMaxDraft = 4
+	// MaxSpecDraft bounds SpecConfig.MaxDraft. A verify step's entries of
+	// one sequence (its token and the drafts) write its newest rows in one
+	// step; the CUDA backend's decode attention reads that many again after
+	// its dependency wait (codegen.MaxSharedRows, one more than this).
+	MaxSpecDraft        = 16
 	DefaultSpecMaxBatch = 8
 	// ngramMax and ngramMin bound the suffix the n-gram drafter looks up.
 	ngramMax, ngramMin = 3, 1
@@ -71,8 +76,8 @@ func (c SpecConfig) withDefaults() (SpecConfig, error) {
 	default:
 		return c, fmt.Errorf("%w: mode %q (off, ngram or draft)", ErrSpecConfig, c.Mode)
 	}
-	if c.MaxDraft < 0 || c.MaxDraft > 16 || c.MaxBatch < 0 {
-		return c, fmt.Errorf("%w: at most %d drafted tokens (1 to 16), speculating up to %d sequences", ErrSpecConfig, c.MaxDraft, c.MaxBatch)
+	if c.MaxDraft < 0 || c.MaxDraft > MaxSpecDraft || c.MaxBatch < 0 {
+		return c, fmt.Errorf("%w: at most %d drafted tokens (1 to %d), speculating up to %d sequences", ErrSpecConfig, c.MaxDraft, MaxSpecDraft, c.MaxBatch)
 	}
 	if c.MaxDraft == 0 {
 		c.MaxDraft = DefaultSpecMaxDraft

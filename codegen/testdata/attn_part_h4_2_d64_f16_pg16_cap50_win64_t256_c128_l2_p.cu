@@ -74,6 +74,7 @@ static __device__ __forceinline__ void pdl_launch() {
 #define EPL 8 // head elements per lane
 #define HT 2 // query heads per pass
 #define U 4 // keys in flight per lane group
+#define NEWEST 1 // rows at a sequence's end the step may have written (DecodeArm.Newest)
 #define MNEG (-3.0e38f) // running max before any key: exp(MNEG - x) is 0, exp(MNEG - MNEG) is 1
 
 // The 8 cache elements of one 16-byte load as floats.
@@ -125,10 +126,10 @@ extern "C" __global__ void __launch_bounds__(256) attn_part_h4_2_d64_f16_pg16_ca
     // the sequence's page table, and this lane's first element within a key row
     const int* __restrict__ pt = pages + kv_base[seq];
     const int e0 = kvh * HD + gl * VEC;
-    // the warp's first step of keys and values before the wait: the rows before len - 1 are
-    // earlier steps'; the newest, the previous kernel's, is read again after the wait (only
-    // a split of at most one step can hold it in its first step, as a key or as the
-    // masked slots' repeat of its last key)
+    // the warp's first step of keys and values before the wait: the rows before len - NEWEST are
+    // earlier steps'; the newest, the previous kernel's (a verify step's entries share their
+    // sequence's pages, each writing one row), are read again after the wait, as keys or as
+    // the masked slots' repeat of the split's last key
     const int jf = warp * (KPW * U);
     uint4 kp[U][NV], vp[U][NV];
     if (jf < n) {
@@ -148,7 +149,7 @@ extern "C" __global__ void __launch_bounds__(256) attn_part_h4_2_d64_f16_pg16_ca
         #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int j = min(jf + u * KPW + grp, n - 1);
-            if (j0 + j == kv_end - 1) {
+            if (j0 + j >= kv_end - NEWEST) {
                 // past L1, which may hold the line as it was before the wait
                 const size_t r = PROW(pt, j0 + j) * CROW + e0;
                 #pragma unroll

@@ -441,3 +441,12 @@ func TestEnvOptions(t *testing.T) {
 		require.ErrorContains(t, err, "MEMRA_PDL", v)
 	}
 }
+
+// TestSharedRowsCoverDrafts: decode attention reads again after its wait
+// the rows a verify step's entries of one sequence wrote (DecodeArm.Newest,
+// at most codegen.MaxSharedRows); the runtime's bound on drafts must fit.
+func TestSharedRowsCoverDrafts(t *testing.T) {
+	if runtime.MaxSpecDraft+1 > codegen.MaxSharedRows {
+		t.Fatalf("%d drafts and the sequence's own token outrun the %d rows decode attention reads again", runtime.MaxSpecDraft, codegen.MaxSharedRows)
+	}
+}
