@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,6 +14,7 @@ import (
 	"github.com/memra-ai/memra/autotune"
 	"github.com/memra-ai/memra/codegen"
 	"github.com/memra-ai/memra/runtime/cuda"
+	"github.com/memra-ai/memra/runtime/load"
 	"github.com/memra-ai/memra/tunedb"
 )
 
@@ -38,6 +40,47 @@ func tailGroups() []autotune.ConfirmGroup {
 		out = append(out, autotune.ConfirmGroup{Name: "tail " + c, Batch: 1, Entries: []tunedb.Entry{e}})
 	}
 	return append(out, narrow)
+}
+
+// tailsThatLower keeps the groups whose entries change the decode program
+// the model lowers at the group's batch: a class with no place in the
+// model's program (post_norm where the model has no post-norms) lowers
+// the same kernels as without it, and two backends of a large model
+// would be built to time the same steps.
+func tailsThatLower(path string, base codegen.ArmPicker, groups []autotune.ConfirmGroup, logf func(string, ...any)) ([]autotune.ConfirmGroup, error) {
+	m, err := load.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	kernels := func(seqs int, pick codegen.ArmPicker) ([]string, error) {
+		d, _, err := cuda.Lower(m, cuda.BackendOptions{MaxSeqs: seqs, Context: confirmPrompt + confirmGen + 1, PrefillTokens: confirmPrompt, Pick: pick})
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, ln := range d.Launches {
+			names = append(names, d.Kernels[ln.KernelFor(seqs)].Name)
+		}
+		return names, nil
+	}
+	var out []autotune.ConfirmGroup
+	for _, g := range groups {
+		without, err := kernels(g.Batch, base)
+		if err != nil {
+			return nil, fmt.Errorf("autotune: lowering %s: %w", g.Name, err)
+		}
+		with, err := kernels(g.Batch, autotune.Overlay(base, g.Entries))
+		if err != nil {
+			return nil, fmt.Errorf("autotune: lowering %s: %w", g.Name, err)
+		}
+		if slices.Equal(with, without) {
+			logf("%s: the model's decode program at batch %d is the same with it; not timed", g.Name, g.Batch)
+			continue
+		}
+		out = append(out, g)
+	}
+	return out, nil
 }
 
 // tailEntries returns the entries of the groups verdicts kept, each timed
@@ -93,8 +136,12 @@ func runAutotuneTails(cmd *cobra.Command, args []string, confirm bool) error {
 		until = time.Now().Add(budget)
 	}
 	logf := func(format string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", a...) }
-	groups := tailGroups()
-	verdicts, err := confirmE2E(ctx, until, args[0], cuda.TunedPicker(db, key), groups, logf)
+	base := cuda.TunedPicker(db, key)
+	groups, err := tailsThatLower(args[0], base, tailGroups(), logf)
+	if err != nil {
+		return err
+	}
+	verdicts, err := confirmE2E(ctx, until, args[0], base, groups, logf)
 	writeVerdicts(out, verdicts)
 	if err != nil {
 		fmt.Fprintf(cmd.ErrOrStderr(), "memra: %v; the tails it did not judge are not written\n", err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -321,4 +322,27 @@ func TestAutotuneTails(t *testing.T) {
 	require.NoError(t, err)
 	require.Regexp(t, `tail post_norm +batch 1, 1 entries`, out)
 	require.Regexp(t, `narrow tails \(verify steps\) +batch 5, 2 entries`, out)
+}
+
+// TestTailsThatLower: a tail group whose class has no place in the model's
+// decode program is not timed (two backends of the same kernels); the
+// narrow tails change a llama verify program, and the post-norm tail a
+// Gemma 3 one-sequence program.
+func TestTailsThatLower(t *testing.T) {
+	kept := func(preset string) []string {
+		path := filepath.Join(t.TempDir(), preset+".gguf")
+		_, err := synth.WriteGGUF(path, synth.Options{Preset: preset, Quant: "q4_k_m", Layers: 2, Dim: 256, Weights: synth.WeightsBlocks})
+		require.NoError(t, err)
+		var logged []string
+		groups, err := tailsThatLower(path, nil, tailGroups(), func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) })
+		require.NoError(t, err)
+		var names []string
+		for _, g := range groups {
+			names = append(names, g.Name)
+		}
+		require.Len(t, logged, len(tailGroups())-len(groups), "each group left out is said")
+		return names
+	}
+	require.Equal(t, []string{"narrow tails (verify steps)"}, kept("llama2-7b"))
+	require.Contains(t, kept("gemma3-12b"), "tail post_norm")
 }

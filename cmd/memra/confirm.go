@@ -183,7 +183,9 @@ func (r *cudaE2E) Step(ctx context.Context, pick codegen.ArmPicker, batch int, n
 		return m, err
 	}
 	b, err := cuda.NewBackend(r.m, cuda.BackendOptions{Device: r.device, MaxSeqs: batch, Context: len(r.prompt) + r.gen + 1,
-		PrefillTokens: len(r.prompt), Pick: pick, Numerics: class, Logf: r.logf})
+		PrefillTokens: len(r.prompt), Pick: pick, Numerics: class, Logf: r.logf,
+		// one prefill a backend: no bf16 copy of the weights kept for it
+		PrefillWeights: "dequant"})
 	if err != nil {
 		return m, err
 	}
