@@ -351,14 +351,15 @@ func runAutotune(cmd *cobra.Command, args []string) error {
 		if budget > 0 {
 			until = start.Add(budget)
 		}
-		verdicts, err := confirmE2E(ctx, until, args[0], cuda.TunedPicker(db, key), groups, logf)
+		own := ownPicker(db, key)
+		verdicts, err := confirmE2E(ctx, until, args[0], own, groups, logf)
 		writeVerdicts(out, verdicts)
 		if err != nil {
 			// what was not confirmed is not written; the other entries are
 			verdicts = append(verdicts, unjudged(groups, verdicts)...)
 			fmt.Fprintf(cmd.ErrOrStderr(), "memra: %v; the arms it did not confirm are not written\n", err)
 		}
-		entries = confirmed(entries, verdicts)
+		entries = confirmed(entries, verdicts, own)
 	}
 	if dir, _ := f.GetString("report"); dir != "" {
 		m := report.Meta{Device: key.String(), Card: fmt.Sprintf("%s (%s, %d SMs, driver %d)", info.Name, info.Arch(), info.SMs, info.DriverVersion),

@@ -228,7 +228,7 @@ func TestConfirmGroups(t *testing.T) {
 	require.True(t, f16 && q4k, "both kinds of product are confirmed")
 	require.Empty(t, confirmGroups(nil))
 
-	kept := confirmed(entries, []autotune.Confirmed{{Group: groups[2], Keep: true}, {Group: groups[3]}})
+	kept := confirmed(entries, []autotune.Confirmed{{Group: groups[2], Keep: true}, {Group: groups[3]}}, nil)
 	require.Len(t, kept, len(entries)-len(groups[3].Entries))
 	for _, e := range kept {
 		require.False(t, e.Family == "gemv" && strings.HasSuffix(e.Class, "_batch"), e.Class)
@@ -255,7 +255,7 @@ func TestConfirmE2EStops(t *testing.T) {
 	v, err = confirmE2E(context.Background(), time.Time{}, filepath.Join(t.TempDir(), "missing.gguf"), nil, groups, nil)
 	require.ErrorContains(t, err, "missing.gguf")
 	require.Empty(t, v)
-	kept := confirmed(groups[0].Entries, append(v, unjudged(groups, v)...))
+	kept := confirmed(groups[0].Entries, append(v, unjudged(groups, v)...), nil)
 	require.Empty(t, kept)
 }
 
@@ -345,4 +345,30 @@ func TestTailsThatLower(t *testing.T) {
 	}
 	require.Equal(t, []string{"narrow tails (verify steps)"}, kept("llama2-7b"))
 	require.Contains(t, kept("gemma3-12b"), "tail post_norm")
+}
+
+// TestConfirmedKeepsDefault: a group the steps judged and dropped leaves
+// the card its family default as timed by the sweep (the winner as
+// runner-up), so the card stops borrowing another card's entry; where the
+// card had an entry of its own (the baseline) or the default was not
+// timed, nothing is written.
+func TestConfirmedKeepsDefault(t *testing.T) {
+	def := tunedb.Timed{Arm: codegen.Point{"threads": 256}, ArmName: "t256", TimeUS: 3.5}
+	win := tunedb.Entry{Family: "rmsnorm", Class: "d4096", Arm: codegen.Point{"threads": 512}, ArmName: "t512", TimeUS: 3.1, Default: &def}
+	mine := tunedb.Entry{Family: "embedding", Class: "q4_k_d4096", Arm: codegen.Point{"threads": 128}, ArmName: "t128", TimeUS: 2, Default: &def}
+	untimed := tunedb.Entry{Family: "argmax", Class: "v32000", Arm: codegen.Point{"threads": 512}, ArmName: "t512", TimeUS: 5}
+	g := autotune.ConfirmGroup{Name: "other", Batch: 1, Entries: []tunedb.Entry{win, mine, untimed}}
+	dropped := autotune.Confirmed{Group: g, Result: autotune.E2EResult{Tuned: autotune.Measurement{TimeUS: 2360}, Baseline: autotune.Measurement{TimeUS: 2361}}}
+	own := func(family, class string) (codegen.Point, bool) { return def.Arm, family == "embedding" }
+	out := confirmed(g.Entries, []autotune.Confirmed{dropped}, own)
+	require.Len(t, out, 1)
+	require.Equal(t, "d4096", out[0].Class)
+	require.Equal(t, def.Arm, out[0].Arm)
+	require.Equal(t, 3.5, out[0].TimeUS)
+	require.Equal(t, "t512", out[0].RunnerUp.ArmName)
+	require.Equal(t, 3.1, out[0].RunnerUp.TimeUS)
+	// unjudged (the budget ended first): nothing
+	require.Empty(t, confirmed(g.Entries, []autotune.Confirmed{{Group: g}}, own))
+	// kept: as the sweep found them
+	require.Equal(t, g.Entries, confirmed(g.Entries, []autotune.Confirmed{{Group: g, Keep: true}}, own))
 }

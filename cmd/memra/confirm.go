@@ -95,18 +95,56 @@ var prefillFamilies = map[string]bool{"attn_prefill": true, "attn_flash": true, 
 // products run (cuda.NumericsWidth's name).
 var speedClass = cuda.NumericsWidth.String()
 
-// confirmed returns entries without those of the groups verdicts dropped.
-func confirmed(entries []tunedb.Entry, verdicts []autotune.Confirmed) []tunedb.Entry {
+// confirmed returns the entries to write after verdicts: a kept group's as
+// the sweep found them; for a group the steps judged and dropped, each
+// class the card had no entry of its own for (own, the confirmation's
+// baseline) gets the family default the sweep timed, with the sweep's
+// winner as runner-up: the card's own measured choice, so it stops
+// borrowing another card's entry for it (the start notice says when it
+// does); an unjudged group's entries are not written.
+func confirmed(entries []tunedb.Entry, verdicts []autotune.Confirmed, own codegen.ArmPicker) []tunedb.Entry {
 	drop := map[[2]string]bool{}
+	judged := map[[2]string]bool{}
 	for _, v := range verdicts {
 		if v.Keep {
 			continue
 		}
 		for _, e := range v.Group.Entries {
 			drop[[2]string{e.Family, e.Class}] = true
+			judged[[2]string{e.Family, e.Class}] = v.Result.Baseline.TimeUS > 0
 		}
 	}
-	return slices.DeleteFunc(slices.Clone(entries), func(e tunedb.Entry) bool { return drop[[2]string{e.Family, e.Class}] })
+	var out []tunedb.Entry
+	for _, e := range entries {
+		id := [2]string{e.Family, e.Class}
+		switch {
+		case !drop[id]:
+			out = append(out, e)
+		case !judged[id] || e.Default == nil:
+		default:
+			if own != nil {
+				if _, ok := own(e.Family, e.Class); ok {
+					continue // the card's own entry was the baseline and stays
+				}
+			}
+			if !e.Default.Arm.Equal(e.Arm) {
+				e.RunnerUp = &tunedb.Timed{Arm: e.Arm, ArmName: e.ArmName, TimeUS: e.TimeUS}
+				e.Arm, e.ArmName, e.TimeUS = e.Default.Arm, e.Default.ArmName, e.Default.TimeUS
+			}
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// ownPicker picks the card's own tunedb entries only: the confirmation's
+// baseline is what the card runs without the sweep's arms and without
+// another card's entries, so what it writes is the card's own measure.
+func ownPicker(db *tunedb.DB, key tunedb.DeviceKey) codegen.ArmPicker {
+	return func(family, class string) (codegen.Point, bool) {
+		p, src := db.Lookup(key, family, class)
+		return p, src.Kind == tunedb.KindExact && p != nil
+	}
 }
 
 // unjudged returns a dropping verdict for each group of groups without one
