@@ -112,6 +112,7 @@ type Func struct {
 	Global       bool // extern "C" __global__; else static __device__ __forceinline__
 	Return       string
 	LaunchBounds int // __launch_bounds__(n) on kernels when > 0
+	MinBlocks    int // with LaunchBounds: its second argument, the blocks a multiprocessor, when > 0
 	Body         func(w *Writer)
 }
 
@@ -124,7 +125,10 @@ func (w *Writer) Emit(f Func) {
 	var head string
 	if f.Global {
 		head = `extern "C" __global__ void `
-		if f.LaunchBounds > 0 {
+		switch {
+		case f.LaunchBounds > 0 && f.MinBlocks > 0:
+			head += fmt.Sprintf("__launch_bounds__(%d, %d) ", f.LaunchBounds, f.MinBlocks)
+		case f.LaunchBounds > 0:
 			head += fmt.Sprintf("__launch_bounds__(%d) ", f.LaunchBounds)
 		}
 	} else {

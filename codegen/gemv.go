@@ -70,6 +70,15 @@ type GEMVArm struct {
 	// the compiler does not hoist the next row's loads across). Only the
 	// order of the loads changes, not the arithmetic.
 	Prefetch int
+	// MinBlocks, on an XQ 2 arm, asks the compiler for that many blocks
+	// a multiprocessor (__launch_bounds__'s second argument): registers
+	// capped at 65536 / (MinBlocks·Threads) a thread, so that more warps
+	// hide the loads' latency (Nsight Compute put the one-row products at
+	// 16 warps a multiprocessor and the 5-row ones at 1.29 waves of three
+	// blocks, docs/PERFORMANCE.md session 36). 0: the compiler's choice.
+	// The arithmetic is the same; only register allocation (and spills)
+	// change. Names carry "_b" and the count.
+	MinBlocks int
 }
 
 func (a GEMVArm) rowsPerWarp() int { return max(1, a.RowsPerWarp) }
@@ -197,6 +206,7 @@ var GEMVKnobs = []Knob{
 	{"stages", []int{0}},   // the pipelined XQ 3 arms run where named (Arms.GEMVLarge, GEMVLargeClass)
 	{"ordered", []int{0}},  // the ordered arms run where the int8 invariant class names them
 	{"prefetch", []int{0}}, // searched by the batch space (GEMVBatchSpaceFor)
+	{"min_blocks", []int{0}}, // searched by the one-row and batch spaces
 }
 
 // Validate reports whether a is well formed.
@@ -216,7 +226,8 @@ func (a GEMVArm) Validate() error {
 		(a.Ordered != 0 && (!validOrder(a.Ordered) || a.XQ != 3 || 32%a.kSplit() != 0 || a.kSplit() < 8 ||
 			(a.orderSplit() > 1 && (a.Stages != 0 || a.kSplit() < 16)) ||
 			(a.Stages != 0 && (a.Unroll != 1 || a.mma8OrderPipeMaxShared() > xqMaxShared)))) ||
-		a.Prefetch < 0 || a.Prefetch > 1 || (a.Prefetch == 1 && (a.XQ != 2 || a.BatchRows < 2)) {
+		a.Prefetch < 0 || a.Prefetch > 1 || (a.Prefetch == 1 && (a.XQ != 2 || a.BatchRows < 2)) ||
+		a.MinBlocks < 0 || (a.MinBlocks > 0 && (a.XQ != 2 || a.MinBlocks*a.Threads > 1024)) {
 		return fmt.Errorf("%w: gemv arm %+v", ErrUnsupported, a)
 	}
 	return nil
@@ -262,6 +273,9 @@ func (a GEMVArm) String() string {
 	if a.Prefetch > 0 {
 		s += fmt.Sprintf("_f%d", a.Prefetch)
 	}
+	if a.MinBlocks > 0 {
+		s += fmt.Sprintf("_b%d", a.MinBlocks)
+	}
 	return s
 }
 
@@ -272,7 +286,7 @@ func ParseGEMVArm(s string) (GEMVArm, error) {
 	var a GEMVArm
 	var global, mma, half int
 	fields := map[byte]*int{'t': &a.Threads, 'r': &a.RowsPerBlock, 'u': &a.Unroll, 's': &a.SharedX, 'l': &a.Layout, 'q': &a.BatchRows, 'g': &global,
-		'm': &mma, 'h': &half, 'w': &a.RowsPerWarp, 'p': &a.Stages, 'o': &a.Ordered, 'f': &a.Prefetch}
+		'm': &mma, 'h': &half, 'w': &a.RowsPerWarp, 'p': &a.Stages, 'o': &a.Ordered, 'f': &a.Prefetch, 'b': &a.MinBlocks}
 	for _, f := range strings.Split(s, "_") {
 		if len(f) < 2 || fields[f[0]] == nil {
 			return a, fmt.Errorf("%w: gemv arm %q: bad field %q", ErrUnsupported, s, f)

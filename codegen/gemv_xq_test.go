@@ -302,3 +302,38 @@ func TestXQPrefetch(t *testing.T) {
 	require.NotContains(t, plain.Source, "xn = xq_load(")
 	require.Equal(t, strings.Replace(plain.Name, DefaultXQGlobalBatchArm.String(), arm.String(), 1), k.Name)
 }
+
+// TestXQMinBlocks: MinBlocks is __launch_bounds__'s second argument on an
+// XQ 2 kernel (named "_b" and the count) and changes nothing else of its
+// source; more threads than 1024 a multiprocessor's worth, or another kind
+// of arm, is refused.
+func TestXQMinBlocks(t *testing.T) {
+	for _, base := range []GEMVArm{DefaultXQGlobalOneArm, DefaultXQGlobalBatchArm} {
+		arm := base
+		arm.MinBlocks = 4
+		require.NoError(t, arm.Validate())
+		k, err := GEMVXQ(dtype.Q6_K, 4096, 11008, true, arm, XQEnds{}, 0)
+		require.NoError(t, err)
+		plain, err := GEMVXQ(dtype.Q6_K, 4096, 11008, true, base, XQEnds{}, 0)
+		require.NoError(t, err)
+		require.Equal(t, strings.Replace(plain.Name, base.String(), base.String()+"_b4", 1), k.Name)
+		require.Contains(t, k.Source, "__launch_bounds__(256, 4) "+k.Name+"(")
+		require.Equal(t, strings.ReplaceAll(plain.Source, base.String(), arm.String()),
+			strings.Replace(k.Source, "__launch_bounds__(256, 4)", "__launch_bounds__(256)", 1), "only the bounds differ")
+		p, err := ParseGEMVArm(arm.String())
+		require.NoError(t, err)
+		require.Equal(t, arm, p)
+		require.Equal(t, arm, GEMVArmOf(arm.Point()))
+	}
+	wide := DefaultXQGlobalOneArm.Split(2) // 512 threads
+	wide.MinBlocks = 2
+	require.NoError(t, wide.Validate())
+	wide.MinBlocks = 4
+	require.Error(t, wide.Validate(), "4 blocks of 512 threads: 32 registers a thread")
+	mma := DefaultXQMMAArm
+	mma.MinBlocks = 2
+	require.Error(t, mma.Validate(), "XQ 2 arms only")
+	gemv, err := SpaceByName("gemv")
+	require.NoError(t, err)
+	require.NoError(t, gemv.Valid(DefaultXQGlobalBatchArm.Point()), "entries recorded before the knob stay valid")
+}

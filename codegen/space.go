@@ -143,6 +143,9 @@ func (a GEMVArm) Point() Point {
 	if a.Prefetch != 0 {
 		p["prefetch"] = a.Prefetch
 	}
+	if a.MinBlocks != 0 {
+		p["min_blocks"] = a.MinBlocks
+	}
 	return p
 }
 
@@ -177,7 +180,8 @@ func BlockArmOf(p Point) BlockArm { return BlockArm{Threads: p["threads"]} }
 // GEMVArmOf returns the GEMVArm p describes (missing knobs are zero).
 func GEMVArmOf(p Point) GEMVArm {
 	return GEMVArm{Threads: p["threads"], RowsPerBlock: p["rows_per_block"], Unroll: p["unroll"], SharedX: p["shared_x"], Layout: p["layout"],
-		XQ: p["xq"], BatchRows: p["batch_rows"], RowsPerWarp: p["rows_per_warp"], Stages: p["stages"], Ordered: p["ordered"], Prefetch: p["prefetch"]}
+		XQ: p["xq"], BatchRows: p["batch_rows"], RowsPerWarp: p["rows_per_warp"], Stages: p["stages"], Ordered: p["ordered"], Prefetch: p["prefetch"],
+		MinBlocks: p["min_blocks"]}
 }
 
 // MMAArmOf returns the MMAArm p describes (missing knobs are zero).
@@ -256,7 +260,7 @@ func mmaSpace() Space {
 // arms are valid for some types only (see GEMVSpaceFor).
 func gemvSpace() Space {
 	s := armSpace("gemv", GEMVKnobs, DefaultGEMVArm.Point(), GEMVArmOf)
-	s.optional = Point{"layout": 0, "xq": 0, "batch_rows": 0, "rows_per_warp": 0, "stages": 0, "ordered": 0, "prefetch": 0}
+	s.optional = Point{"layout": 0, "xq": 0, "batch_rows": 0, "rows_per_warp": 0, "stages": 0, "ordered": 0, "prefetch": 0, "min_blocks": 0}
 	s.unsearched = func(p Point) bool { return !searched(GEMVArmOf(p)) }
 	return s
 }
@@ -346,9 +350,11 @@ func GEMVBatchClass(class string) string { return class + "_batch" }
 // Each arm comes with and without Prefetch (the next activation row's
 // loads before this row's dots): on an H100 it made four of five batch
 // arms slower at 5 rows (docs/PERFORMANCE.md, session 35), so a sweep
-// weighs it like any knob.
+// weighs it like any knob. So is MinBlocks 4 (at most 64 registers, four
+// blocks of 256 a multiprocessor: the 5-row products ran 1.29 waves of
+// three, session 36).
 func GEMVBatchSpaceFor(t dtype.Type) Space {
-	s := narrowedGEMVSpace(t, map[string][]int{"layout": {1}, "shared_x": {1}, "xq": {2}, "batch_rows": {4, 8, 16}, "prefetch": {0, 1}})
+	s := narrowedGEMVSpace(t, map[string][]int{"layout": {1}, "shared_x": {1}, "xq": {2}, "batch_rows": {4, 8, 16}, "prefetch": {0, 1}, "min_blocks": {0, 4}})
 	s.Default = DefaultXQGlobalBatchArm.Point()
 	return s
 }
@@ -360,9 +366,11 @@ func GEMVBatchSpaceFor(t dtype.Type) Space {
 // XQuant launch that a one-sequence program does not run (the epilogues
 // write its rows), so XQ 1 arms won there and then decoded llama2-7b
 // q4_k_m at 420 against 471 tok/s on the H200, without the epilogues; the
-// float-activation arms measured 1.5× the time of the int8 ones.
+// float-activation arms measured 1.5× the time of the int8 ones. MinBlocks
+// 2 and 4 cap the registers so that more warps hide the loads (the
+// one-row products held 16 warps a multiprocessor, session 36).
 func GEMVOneSpaceFor(t dtype.Type) Space {
-	s := narrowedGEMVSpace(t, map[string][]int{"layout": {1}, "shared_x": {1}, "batch_rows": {1}, "xq": {2}})
+	s := narrowedGEMVSpace(t, map[string][]int{"layout": {1}, "shared_x": {1}, "batch_rows": {1}, "xq": {2}, "min_blocks": {0, 2, 4}})
 	s.Default = DefaultXQGlobalOneArm.Point()
 	return s
 }

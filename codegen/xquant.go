@@ -570,7 +570,7 @@ func gemvXQGlobal(t dtype.Type, n, k int, residual bool, arm GEMVArm, e XQEnds, 
 			}
 			w.Raw(ysDefine(ystride))
 			w.Blank()
-			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, Params: params, Body: func(w *Writer) {
+			w.Emit(Func{Name: name, Global: true, LaunchBounds: arm.Threads, MinBlocks: arm.MinBlocks, Params: params, Body: func(w *Writer) {
 				emitXQRows(w, rt, n, arm, "b", e.SwiGLUOut)
 				// load writes the loads of buffer buf ("" or "b") of the U
 				// units from base on.

@@ -89,13 +89,13 @@ func TestAutotuneLeavesInt8ProductsOut(t *testing.T) {
 	require.Regexp(t, `rmsnorm/`, all)
 	gemv := list("--list", "--shapes", "tiny", "--types", "q4_k,f16", "--families", "gemv")
 	require.Contains(t, gemv, "warning")
-	require.Regexp(t, `gemv/q4_k_n\d+_k\d+ +\S+ +96 arms`, gemv)
+	require.Regexp(t, `gemv/q4_k_n\d+_k\d+ +\S+ +264 arms`, gemv)
 	require.Regexp(t, `gemv/q4_k_n\d+_k\d+_batch `, gemv)
 	require.Regexp(t, `gemv/f16_`, gemv)
 	require.NotRegexp(t, `rmsnorm/`, gemv)
 	// --tasks keeps the tasks whose ID matches: here the one-row products
 	one := list("--list", "--shapes", "tiny", "--types", "q4_k,f16", "--families", "gemv", "--tasks", `_k\d+(_res)?$`)
-	require.Regexp(t, `gemv/q4_k_n\d+_k\d+ +\S+ +96 arms`, one)
+	require.Regexp(t, `gemv/q4_k_n\d+_k\d+ +\S+ +264 arms`, one)
 	require.NotContains(t, one, "_batch")
 	require.Regexp(t, `gemv/f16_`, one)
 }
