@@ -203,9 +203,9 @@ var GEMVKnobs = []Knob{
 	{"xq", []int{0, 1, 2, 3}},
 	{"batch_rows", []int{0, 1, 2, 4, 8, 16}},
 	{"rows_per_warp", []int{0, 2, 4}},
-	{"stages", []int{0}},   // the pipelined XQ 3 arms run where named (Arms.GEMVLarge, GEMVLargeClass)
-	{"ordered", []int{0}},  // the ordered arms run where the int8 invariant class names them
-	{"prefetch", []int{0}}, // searched by the batch space (GEMVBatchSpaceFor)
+	{"stages", []int{0}},     // the pipelined XQ 3 arms run where named (Arms.GEMVLarge, GEMVLargeClass)
+	{"ordered", []int{0}},    // the ordered arms run where the int8 invariant class names them
+	{"prefetch", []int{0}},   // searched by the batch space (GEMVBatchSpaceFor)
 	{"min_blocks", []int{0}}, // searched by the one-row and batch spaces
 }
 
