@@ -38,6 +38,7 @@ type benchOptions struct {
 	profile           bool
 	profilePrefill    int
 	pipelined         bool
+	verify            int
 	perfRows          bool
 	jsonPath          string
 	plotPath          string
@@ -103,6 +104,7 @@ beside it.`,
 	f.BoolVar(&o.profile, "profile", false, "after the tests, time every kernel of one decode step per batch size and print where the step's time goes (CUDA)")
 	f.IntVar(&o.profilePrefill, "profile-prefill", 0, "with --profile: the profiled step also carries this many prompt tokens of new sequences, in chunks of 512 (a serving step that admits requests)")
 	f.BoolVar(&o.pipelined, "pipelined", false, "decode as the server does where it can: each step launched before the previous one's tokens are read, the device feeding them (CUDA)")
+	f.IntVar(&o.verify, "verify", 0, "also time tg as speculative verify steps: the sequence's token and this many drafts on its pages each step, every draft rejected (one token a step; the row beside tg's batch 1 gives a verify step's cost)")
 	f.BoolVar(&o.untuned, "untuned", false, "use every kernel family's default arm instead of the tunedb (CUDA)")
 	f.BoolVar(&o.perfRows, "perf-rows", false, "print a docs/PERFORMANCE.md row per test")
 	f.StringVar(&o.jsonPath, "json", "", "write the raw results to this JSON file")
@@ -243,7 +245,10 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 	if o.profilePrefill < 0 || (o.profilePrefill > 0 && !o.profile) {
 		return fmt.Errorf("bench: --profile-prefill %d: want a token count with --profile", o.profilePrefill)
 	}
-	seqs := max(1, maxOf(batches))
+	if o.verify < 0 || o.verify > runtime.MaxSpecDraft || (o.verify > 0 && o.pipelined) {
+		return fmt.Errorf("bench: --verify %d: want 1 to %d drafts, without --pipelined", o.verify, runtime.MaxSpecDraft)
+	}
+	seqs := max(1, maxOf(batches), o.verify+1)
 	if o.profilePrefill > 0 {
 		seqs += chunksOf(o.profilePrefill) // the new sequences the profiled step admits
 		o.stepTokens = max(o.prompt, 512, maxOf(batches)+o.profilePrefill)
@@ -305,6 +310,14 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 	for i, bs := range batches {
 		tgs[i] = &benchResult{test: tgName, batch: bs, tg: true}
 	}
+	var verify *benchResult
+	if o.verify > 0 && o.gen > 0 {
+		if _, err := benchVerify(ctx, b, tokens[:min(max(p, 1), 16)], o.verify, 2); err != nil {
+			return err
+		}
+		verify = &benchResult{test: fmt.Sprintf("%s verify %d rows", tgName, o.verify+1), batch: 1, tg: true}
+		tgs = append(tgs, verify)
+	}
 	pstats, isPipe := b.(interface{ Stats() pipeline.Stats })
 	var before pipeline.Stats
 	if isPipe {
@@ -330,6 +343,13 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 				}
 			}
 			tgs[i].rates = append(tgs[i].rates, float64(bs*o.gen)/d.Seconds())
+		}
+		if verify != nil {
+			d, err := benchVerify(ctx, b, tokens[:p], o.verify, o.gen)
+			if err != nil {
+				return err
+			}
+			verify.rates = append(verify.rates, float64(o.gen)/d.Seconds())
 		}
 		if bar != nil {
 			_ = bar.Add(1)
@@ -371,6 +391,9 @@ func runBench(cmd *cobra.Command, modelArg string, o *benchOptions) error {
 		}
 		cost := costOf(m)
 		for i, bs := range batches {
+			if tgs[i] == verify {
+				continue
+			}
 			step := 0.0
 			if r := tgs[i]; len(r.rates) > 0 {
 				step = float64(bs) / medianOf(r.rates)
@@ -489,6 +512,46 @@ func benchBatch(ctx context.Context, b runtime.Backend, prompt []int32, n, gen i
 	t0 := time.Now()
 	if err := decodeSteps(ctx, b, seqs, pages, len(prompt), next, gen, pipelined); err != nil {
 		return 0, fmt.Errorf("bench: batch %d: %w", n, err)
+	}
+	return time.Since(t0), nil
+}
+
+// benchVerify prefills prompt into a fresh sequence on pages of the
+// backend's pool, then times gen speculative verify steps: each step the
+// sequence's token at its position and k drafts after it, one entry each
+// on the sequence's pages (as the engine lays out a verify step), every
+// draft rejected, so the next step starts one position on.
+func benchVerify(ctx context.Context, b runtime.Backend, prompt []int32, k, gen int) (time.Duration, error) {
+	pb, ok := b.(runtime.PagedBackend)
+	if !ok || pb.KVPool() == nil {
+		return 0, fmt.Errorf("bench: --verify needs a backend whose pages the caller gives (a page pool)")
+	}
+	pool := pb.KVPool()
+	pages, err := pool.Alloc(pool.PagesFor(len(prompt) + gen + k))
+	if err != nil {
+		return 0, fmt.Errorf("bench: --verify: pages for %d positions: %w", len(prompt)+gen+k, err)
+	}
+	defer pool.Release(pages)
+	const seq runtime.SeqID = 7
+	if len(prompt) > 0 {
+		if _, err := b.Step(ctx, []runtime.SeqStep{{Seq: seq, Tokens: prompt, Pages: pages}}); err != nil {
+			return 0, fmt.Errorf("bench: --verify: prompt step: %w", err)
+		}
+	}
+	batch := make([]runtime.SeqStep, k+1)
+	next := make([]int32, k+1)
+	tok := []int32{1} // the sequence's token (the drafts repeat it)
+	t0 := time.Now()
+	for g := range gen {
+		pos := len(prompt) + g
+		batch[0] = runtime.SeqStep{Seq: seq, Pos: pos, Tokens: tok, Logits: true, Pages: pages}
+		for j := range k {
+			batch[1+j] = runtime.SeqStep{Seq: seq | runtime.SeqID(j+1)<<48, Pos: pos + 1 + j, Tokens: tok, Logits: true, Pages: pages}
+		}
+		if err := stepNext(ctx, b, batch, next); err != nil {
+			return 0, fmt.Errorf("bench: --verify: step %d: %w", g, err)
+		}
+		tok[0] = next[0]
 	}
 	return time.Since(t0), nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -219,4 +220,20 @@ func TestProfilePrefillNeedsProfile(t *testing.T) {
 	cmd.SetErr(&e)
 	cmd.SetArgs([]string{"--device", "cpu", "--profile-prefill", "512", "-p", "8", "-n", "4"})
 	require.ErrorContains(t, cmd.Execute(), "--profile-prefill 512")
+}
+
+// TestBenchVerify: --verify K times tg as speculative verify steps (the
+// sequence and K drafts on its pages, one token a step) beside the
+// one-row tg; a bad count is refused.
+func TestBenchVerify(t *testing.T) {
+	cmd := newBenchCmd()
+	out, _ := execute(t, cmd, func(o, e *bytes.Buffer) { cmd.SetOut(o); cmd.SetErr(e) },
+		"--device", "cpu", "-p", "8", "-n", "4", "-r", "1", "--verify", "3", "--threads", "2", "--no-progress", "--roofline=false")
+	require.Regexp(t, `\| +tg4@8 \| +1 \|`, out)
+	require.Regexp(t, `\| +tg4@8 verify 4 rows \| +1 \|`, out)
+	bad := newBenchCmd()
+	bad.SetArgs([]string{"--device", "cpu", "-p", "8", "-n", "4", "--verify", "17"})
+	bad.SetOut(io.Discard)
+	bad.SetErr(io.Discard)
+	require.ErrorContains(t, bad.Execute(), "--verify 17")
 }

@@ -65,6 +65,7 @@ var (
 		"repetitions":     atLeast(1, ""),
 		"threads":         anyThreads,
 		"profile-prefill": atLeast(0, "0: a decode step alone"),
+		"verify":          {min: 0, max: runtime.MaxSpecDraft, note: "0: off"},
 	}))
 	benchServeLimits = map[string]flagLimit{
 		"concurrency":    atLeast(1, ""),
