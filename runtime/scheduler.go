@@ -190,7 +190,7 @@ func (e *Engine) step(running []*sequence) []*sequence {
 			first := len(batch)
 			add(s, 1)
 			for j := range s.spec.drafts {
-				batch = append(batch, SeqStep{Seq: draftSeq(s.id, j), Pos: s.cached + 1 + j, Tokens: s.spec.drafts[j : j+1],
+				batch = append(batch, SeqStep{Seq: DraftSeq(s.id, j), Pos: s.cached + 1 + j, Tokens: s.spec.drafts[j : j+1],
 					Logits: true, Pages: s.pages})
 				members = append(members, s)
 				budget--

@@ -2,10 +2,10 @@ package runtime
 
 import "fmt"
 
-// draftSeq is the backend sequence of draft j of sequence id in a step:
+// DraftSeq is the backend sequence of draft j of sequence id in a step:
 // entries of one step must name distinct sequences, and the backend keeps
 // no state of a sequence whose pages the engine gives (SeqStep.Pages).
-func draftSeq(id SeqID, j int) SeqID { return id | SeqID(j+1)<<48 }
+func DraftSeq(id SeqID, j int) SeqID { return id | SeqID(j+1)<<48 }
 
 // speculates reports whether s drafts this step: the engine speculates,
 // its pages are the backend's, few enough sequences run, s decodes and

@@ -65,10 +65,14 @@ func tailsThatLower(path string, base codegen.ArmPicker, groups []autotune.Confi
 		return names, nil
 	}
 	var out []autotune.ConfirmGroup
+	plain := map[int][]string{} // the program without any group's entries, by batch
 	for _, g := range groups {
-		without, err := kernels(g.Batch, base)
-		if err != nil {
-			return nil, fmt.Errorf("autotune: lowering %s: %w", g.Name, err)
+		without, ok := plain[g.Batch]
+		if !ok {
+			if without, err = kernels(g.Batch, base); err != nil {
+				return nil, fmt.Errorf("autotune: lowering %s: %w", g.Name, err)
+			}
+			plain[g.Batch] = without
 		}
 		with, err := kernels(g.Batch, autotune.Overlay(base, g.Entries))
 		if err != nil {

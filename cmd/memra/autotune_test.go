@@ -72,15 +72,9 @@ func TestModelShapePostNorms(t *testing.T) {
 // with a warning, and keeps the products of other types either way.
 func TestAutotuneLeavesInt8ProductsOut(t *testing.T) {
 	list := func(args ...string) string {
-		cmd, _, err := rootCmd.Find([]string{"autotune"})
+		out, err := runAutotuneArgs(t, args...)
 		require.NoError(t, err)
-		var out bytes.Buffer
-		cmd.SetOut(&out)
-		t.Cleanup(func() { cmd.SetOut(nil); resetFlags(cmd.Flags()) })
-		resetFlags(cmd.Flags())
-		require.NoError(t, cmd.Flags().Parse(args))
-		require.NoError(t, runAutotune(cmd, nil))
-		return out.String()
+		return out
 	}
 	all := list("--list", "--shapes", "tiny", "--types", "q4_k,f16")
 	require.Contains(t, all, "left out")
@@ -107,17 +101,12 @@ func TestAutotuneLeavesInt8ProductsOut(t *testing.T) {
 // the tensor-core one has a kernel) and says so; --families names them.
 func TestAutotuneLeavesIdleFamiliesOut(t *testing.T) {
 	list := func(blas bool, args ...string) string {
-		cmd, _, err := rootCmd.Find([]string{"autotune"})
-		require.NoError(t, err)
 		was := prefillBLAS
 		prefillBLAS = func() bool { return blas }
-		var out bytes.Buffer
-		cmd.SetOut(&out)
-		t.Cleanup(func() { cmd.SetOut(nil); resetFlags(cmd.Flags()); prefillBLAS = was })
-		resetFlags(cmd.Flags())
-		require.NoError(t, cmd.Flags().Parse(args))
-		require.NoError(t, runAutotune(cmd, nil))
-		return out.String()
+		t.Cleanup(func() { prefillBLAS = was })
+		out, err := runAutotuneArgs(t, args...)
+		require.NoError(t, err)
+		return out
 	}
 	def := list(true, "--list", "--shapes", "llama3-8b", "--types", "q4_k")
 	require.Contains(t, def, "do not launch")
@@ -147,6 +136,22 @@ func TestAutotuneTasksFilter(t *testing.T) {
 		err := runAutotune(cmd, nil)
 		require.ErrorContains(t, err, tc.want)
 	}
+}
+
+// runAutotuneArgs runs `memra autotune` with args (flags, then any
+// MODEL) on the shared command, whose flags are reset before and after,
+// and returns what it printed and its error.
+func runAutotuneArgs(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd, _, err := rootCmd.Find([]string{"autotune"})
+	require.NoError(t, err)
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	t.Cleanup(func() { cmd.SetOut(nil); resetFlags(cmd.Flags()) })
+	resetFlags(cmd.Flags())
+	require.NoError(t, cmd.Flags().Parse(args))
+	err = runAutotune(cmd, cmd.Flags().Args())
+	return out.String(), err
 }
 
 // resetFlags sets every flag of fs back to its default, unchanged.
@@ -301,17 +306,7 @@ func TestAutotuneTails(t *testing.T) {
 	f.Merge(entries)
 	require.NoError(t, f.Validate(), "written entries are valid tunedb entries")
 
-	run := func(args ...string) (string, error) {
-		cmd, _, err := rootCmd.Find([]string{"autotune"})
-		require.NoError(t, err)
-		var out bytes.Buffer
-		cmd.SetOut(&out)
-		t.Cleanup(func() { cmd.SetOut(nil); resetFlags(cmd.Flags()) })
-		resetFlags(cmd.Flags())
-		require.NoError(t, cmd.Flags().Parse(args))
-		err = runAutotune(cmd, cmd.Flags().Args())
-		return out.String(), err
-	}
+	run := func(args ...string) (string, error) { return runAutotuneArgs(t, args...) }
 	_, err := run("--families", "tail")
 	require.ErrorContains(t, err, "needs a MODEL and --confirm")
 	_, err = run("--families", "tail", "--confirm=false", "model.gguf")

@@ -546,7 +546,7 @@ func benchVerify(ctx context.Context, b runtime.Backend, prompt []int32, k, gen 
 		pos := len(prompt) + g
 		batch[0] = runtime.SeqStep{Seq: seq, Pos: pos, Tokens: tok, Logits: true, Pages: pages}
 		for j := range k {
-			batch[1+j] = runtime.SeqStep{Seq: seq | runtime.SeqID(j+1)<<48, Pos: pos + 1 + j, Tokens: tok, Logits: true, Pages: pages}
+			batch[1+j] = runtime.SeqStep{Seq: runtime.DraftSeq(seq, j), Pos: pos + 1 + j, Tokens: tok, Logits: true, Pages: pages}
 		}
 		if err := stepNext(ctx, b, batch, next); err != nil {
 			return 0, fmt.Errorf("bench: --verify: step %d: %w", g, err)

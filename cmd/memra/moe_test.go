@@ -28,18 +28,12 @@ func TestAutotuneMoE(t *testing.T) {
 	// rows of 96 fall back from Q4_K and Q6_K to Q5_0 and Q8_0: both kinds of layer
 	require.ElementsMatch(t, []dtype.Type{dtype.Q5_0, dtype.Q8_0}, w.Downs)
 
-	cmd, _, err := rootCmd.Find([]string{"autotune"})
+	out, err := runAutotuneArgs(t, "--list", "--shapes", "tiny-moe", "--types", "q8_0", "--families", "moe_route,moe_gemv,moe_sum")
 	require.NoError(t, err)
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	t.Cleanup(func() { cmd.SetOut(nil); resetFlags(cmd.Flags()) })
-	resetFlags(cmd.Flags())
-	require.NoError(t, cmd.Flags().Parse([]string{"--list", "--shapes", "tiny-moe", "--types", "q8_0", "--families", "moe_route,moe_gemv,moe_sum"}))
-	require.NoError(t, runAutotune(cmd, nil))
-	require.Contains(t, out.String(), "moe_route/e8_u2_norm")
-	require.Contains(t, out.String(), "moe_gemv/q8_0_n256_k256_e8_u2_swiglu")
-	require.Contains(t, out.String(), "moe_gemv/q8_0_n256_k256_e8_u2_slot")
-	require.Contains(t, out.String(), "moe_sum/n256_u2_res")
+	require.Contains(t, out, "moe_route/e8_u2_norm")
+	require.Contains(t, out, "moe_gemv/q8_0_n256_k256_e8_u2_swiglu")
+	require.Contains(t, out, "moe_gemv/q8_0_n256_k256_e8_u2_slot")
+	require.Contains(t, out, "moe_sum/n256_u2_res")
 }
 
 func TestInspectMoE(t *testing.T) {
